@@ -1,0 +1,160 @@
+"""Turn a Cloud Scheduler delivery into the run it belongs to.
+
+A scheduled run is identified by (project, location, Scheduler job id, UTC
+schedule time).  Scheduler sends only the job id and the schedule time, so
+the scope comes from the target's query string or headers, or from a
+JobName given as a full resource name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import re
+
+import ciso8601
+
+from dedup.errors import InvalidRunRequest
+
+# Scheduler job ids: letters, digits, hyphens, underscores, at most 500.
+_JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,500}")
+# Project ids (optionally domain-scoped, "example.com:my-project") and locations.
+_PROJECT = re.compile(r"(?:[a-z0-9][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
+_LOCATION = re.compile(r"[a-z][a-z0-9-]{0,62}")
+_FULL_JOB_NAME = re.compile(
+    r"projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/jobs/(?P<job>[^/]+)"
+)
+# Longer than any legal JobName, ScheduleTime or scope value: rejected unread.
+MAX_HEADER_LENGTH = 1024
+_KEY_VERSION = "scheduler-run/v1"
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduledRunKey:
+    """The identity of one scheduled execution."""
+
+    project: str  # "" when the delivery names no scope
+    location: str
+    job_name: str  # the short Scheduler job id
+    schedule_time: datetime.datetime  # aware, UTC
+
+    @property
+    def schedule_time_text(self) -> str:
+        return format_utc(self.schedule_time)
+
+    @property
+    def run_id(self) -> str:
+        """SHA-256 hex over a length-prefixed encoding: no separator can collide."""
+        return digest_parts(
+            _KEY_VERSION, self.project, self.location, self.job_name, self.schedule_time_text
+        )
+
+
+def digest_parts(*parts: str) -> str:
+    encoded = b"".join(
+        str(len(raw)).encode("ascii") + b":" + raw
+        for raw in (part.encode("utf-8") for part in parts)
+    )
+    return hashlib.sha256(encoded).hexdigest()
+
+
+def format_utc(instant: datetime.datetime) -> str:
+    """One spelling per instant: UTC, microseconds, ``Z``."""
+    return instant.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _checked_text(field: str, value: str) -> str:
+    if len(value) > MAX_HEADER_LENGTH:
+        raise InvalidRunRequest(field, f"{field} is longer than {MAX_HEADER_LENGTH} characters")
+    if any(ord(ch) < 0x20 or ord(ch) >= 0x7F for ch in value):
+        raise InvalidRunRequest(
+            field, f"{field} contains control or non-ASCII characters"
+        )
+    return value
+
+
+def parse_schedule_time(value: str | None) -> datetime.datetime:
+    """Parse an RFC 3339 ScheduleTime (``Z`` or ``±hh:mm``, any fraction) into UTC."""
+    field = "X-CloudScheduler-ScheduleTime"
+    if value is None or value == "":
+        raise InvalidRunRequest(
+            field,
+            f"missing {field} header: Cloud Scheduler sends it only for jobs with a "
+            "unix-cron schedule (e.g. '*/5 * * * *'); give the job one, since without "
+            "a schedule time there is no way to tell a retry from a new execution",
+        )
+    text = _checked_text(field, value).strip()
+    try:
+        parsed = ciso8601.parse_rfc3339(text)
+    except ValueError as exc:
+        raise InvalidRunRequest(
+            field, f"{field} {value!r} is not an RFC 3339 timestamp: {exc}"
+        ) from None
+    return parsed.astimezone(datetime.timezone.utc)
+
+
+def _scope_value(
+    field: str, pattern: re.Pattern[str], *candidates: tuple[str, str | None]
+) -> str:
+    """Agree the candidates (source name, value) for one scope field; "" when none."""
+    chosen: tuple[str, str] | None = None
+    for source, raw in candidates:
+        if raw is None or raw == "":
+            continue
+        value = _checked_text(source, raw)
+        if not pattern.fullmatch(value):
+            raise InvalidRunRequest(source, f"{source} {value!r} is not a valid {field}")
+        if chosen is not None and chosen[1] != value:
+            raise InvalidRunRequest(
+                source,
+                f"{field} given twice with different values: "
+                f"{chosen[0]}={chosen[1]!r} and {source}={value!r}",
+            )
+        chosen = (source, value)
+    return chosen[1] if chosen else ""
+
+
+def scheduled_run_key(
+    job_name: str | None,
+    schedule_time: str | None,
+    *,
+    query_project: str | None = None,
+    query_location: str | None = None,
+    header_project: str | None = None,
+    header_location: str | None = None,
+) -> ScheduledRunKey:
+    """Build the run key of a delivery, or raise InvalidRunRequest naming the field."""
+    field = "X-CloudScheduler-JobName"
+    if job_name is None or job_name == "":
+        raise InvalidRunRequest(
+            field, f"missing {field} header: this endpoint serves Cloud Scheduler jobs"
+        )
+    job_name = _checked_text(field, job_name)
+    name_project = name_location = None
+    full = _FULL_JOB_NAME.fullmatch(job_name)
+    if full:
+        name_project, name_location = full["project"], full["location"]
+        job_name = full["job"]
+    if not _JOB_ID.fullmatch(job_name):
+        raise InvalidRunRequest(
+            field,
+            f"{field} must be a Scheduler job id (letters, digits, '-' and '_', at most "
+            "500) or projects/P/locations/L/jobs/ID",
+        )
+    instant = parse_schedule_time(schedule_time)
+    project = _scope_value(
+        "project",
+        _PROJECT,
+        ("query parameter project", query_project),
+        ("header X-Scheduler-Project", header_project),
+        (field, name_project),
+    )
+    location = _scope_value(
+        "location",
+        _LOCATION,
+        ("query parameter location", query_location),
+        ("header X-Scheduler-Location", header_location),
+        (field, name_location),
+    )
+    return ScheduledRunKey(project, location, job_name, instant)

@@ -1,0 +1,210 @@
+"""The run ledger: claim, renew, complete, fail, release and replay runs.
+
+Every write is one NDB transaction that reads the record first and checks
+the attempt fence, so a stale attempt (one whose lease ran out and was taken
+over) can never change a record it no longer owns.  Only the replay of a
+finished run skips the transaction: one strongly consistent lookup.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import uuid
+from typing import Callable
+
+from google.api_core import exceptions as api_exceptions
+from google.cloud import ndb
+
+from dedup.clock import Clock
+from dedup.outcomes import (
+    Attempt,
+    ClaimOutcome,
+    Claimed,
+    Contended,
+    Finished,
+    InProgress,
+    Released,
+    Renewed,
+    Replayed,
+    Stale,
+)
+from models import RunRecord, RunStatus
+
+log = logging.getLogger(__name__)
+
+# Transactions on one hot record abort under contention; NDB retries them
+# with backoff.  A claimer that still loses is told to come back (409), never
+# given a 500.  Finishing writes try harder: the job has already run.
+CLAIM_RETRIES = 5
+FINISH_RETRIES = 8
+_CONTENTION = (api_exceptions.Aborted, api_exceptions.RetryError)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPolicy:
+    lease_seconds: float
+    retention_seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDescription:
+    """What a new record says about its run; never changes after the first claim."""
+
+    source: str
+    job_id: str
+    scheduler_job_name: str | None = None
+    schedule_time: datetime.datetime | None = None
+    project: str | None = None
+    location: str | None = None
+
+
+class Ledger:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    # -- reads ---------------------------------------------------------------
+
+    def lookup(self, run_id: str) -> RunRecord | None:
+        """One strongly consistent lookup; an expired record counts as absent."""
+        record = RunRecord.get_by_id(run_id)
+        if record is None or record.is_expired(self.clock.now()):
+            return None
+        return record
+
+    def replay(self, run_id: str) -> Replayed | None:
+        """The fast path: a finished run answered without a transaction."""
+        record = self.lookup(run_id)
+        if record is not None and record.status != RunStatus.IN_PROGRESS:
+            return Replayed(record)
+        return None
+
+    # -- writes (each one transaction) -----------------------------------------
+
+    def claim_run(
+        self, run_id: str, description: RunDescription, policy: RunPolicy
+    ) -> ClaimOutcome:
+        """Take the run for a new attempt, or say why not."""
+
+        def claim() -> ClaimOutcome:
+            now = self.clock.now()
+            current = RunRecord.get_by_id(run_id)
+            live = current is not None and not current.is_expired(now)
+            if live and current.status != RunStatus.IN_PROGRESS:
+                return Replayed(current)
+            if live and current.lease_is_live(now):
+                return InProgress.until(current, now)
+            # Absent, expired, or an in-progress record whose lease ran out
+            # (takeover).  The attempt number keeps rising across all of them,
+            # so it stays a usable fencing token.
+            attempt = Attempt(run_id, uuid.uuid4().hex, (current.attempt if current else 0) + 1)
+            record = RunRecord(
+                id=run_id,
+                source=description.source,
+                job_id=description.job_id,
+                scheduler_job_name=description.scheduler_job_name,
+                schedule_time=description.schedule_time,
+                project=description.project,
+                location=description.location,
+                status=RunStatus.IN_PROGRESS.value,
+                attempt_id=attempt.attempt_id,
+                attempt=attempt.attempt,
+                lease_expires=now + _seconds(policy.lease_seconds),
+                expire_at=now + _seconds(policy.retention_seconds),
+                created=current.created if live else now,
+                updated=now,
+                started=now,
+            )
+            record.put()
+            if live:
+                log.warning(
+                    "run %s: lease of attempt %d expired at %s; attempt %d takes over",
+                    run_id, current.attempt, current.lease_expires.isoformat(), attempt.attempt,
+                )
+            return Claimed(record, attempt)
+
+        try:
+            return ndb.transaction(claim, retries=CLAIM_RETRIES)
+        except _CONTENTION as exc:
+            log.warning("run %s: claim lost to contention (%s); answering 409", run_id, exc)
+            return Contended(run_id)
+
+    def renew_lease(self, attempt: Attempt, lease_seconds: float) -> Renewed | Stale:
+        """Extend the lease of a running attempt, if it still owns the run."""
+
+        def renew(record: RunRecord, now: datetime.datetime) -> Renewed:
+            record.lease_expires = now + _seconds(lease_seconds)
+            record.updated = now
+            record.put()
+            return Renewed(record)
+
+        return self._fenced(attempt, renew)
+
+    def complete_run(self, attempt: Attempt, result: object, policy: RunPolicy) -> Finished | Stale:
+        """Record success; the retention window restarts from the finish."""
+
+        def complete(record: RunRecord, now: datetime.datetime) -> Finished:
+            record.status = RunStatus.COMPLETED.value
+            record.result = result
+            return self._finish(record, now, policy)
+
+        return self._fenced(attempt, complete)
+
+    def fail_run(self, attempt: Attempt, error: dict, policy: RunPolicy) -> Finished | Stale:
+        """Record a permanent failure, replayed to every later delivery."""
+
+        def fail(record: RunRecord, now: datetime.datetime) -> Finished:
+            record.status = RunStatus.FAILED.value
+            record.error = error
+            return self._finish(record, now, policy)
+
+        return self._fenced(attempt, fail)
+
+    def release_run(self, attempt: Attempt, error: dict) -> Released | Stale:
+        """Give the run up after a retryable failure: delete the record."""
+
+        def release(record: RunRecord, now: datetime.datetime) -> Released:
+            record.key.delete()
+            return Released(attempt.run_id, attempt.attempt, error)
+
+        return self._fenced(attempt, release)
+
+    # -- internals -----------------------------------------------------------
+
+    @staticmethod
+    def _finish(record: RunRecord, now: datetime.datetime, policy: RunPolicy) -> Finished:
+        record.finished = now
+        record.updated = now
+        record.expire_at = max(record.expire_at, now + _seconds(policy.retention_seconds))
+        record.put()
+        return Finished(record)
+
+    def _fenced(self, attempt: Attempt, change: Callable[[RunRecord, datetime.datetime], object]):
+        """Apply ``change`` in a transaction only while ``attempt`` owns the run."""
+
+        def fenced():
+            now = self.clock.now()
+            record = RunRecord.get_by_id(attempt.run_id)
+            if (
+                record is None
+                or record.attempt_id != attempt.attempt_id
+                or record.status != RunStatus.IN_PROGRESS
+            ):
+                return Stale(attempt.run_id, attempt.attempt, record)
+            return change(record, now)
+
+        outcome = ndb.transaction(fenced, retries=FINISH_RETRIES)
+        if isinstance(outcome, Stale):
+            current = outcome.current
+            log.warning(
+                "run %s: attempt %d is stale (record now %s); nothing changed",
+                attempt.run_id,
+                attempt.attempt,
+                f"attempt {current.attempt} {current.status}" if current else "absent",
+            )
+        return outcome
+
+
+def _seconds(value: float) -> datetime.timedelta:
+    return datetime.timedelta(seconds=value)

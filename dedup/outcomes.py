@@ -1,0 +1,92 @@
+"""What the protocol can answer.  Handlers map each outcome to one status code.
+
+The protocol never raises for an expected case; it returns one of these.
+Only infrastructure errors (Datastore unreachable) propagate as exceptions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from models import RunRecord
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """The attempt that holds the claim: what the job needs to know about it."""
+
+    run_id: str
+    attempt_id: str
+    attempt: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Claimed:
+    """This attempt owns the run: run the job, then finish with the ledger."""
+
+    record: RunRecord
+    attempt: Attempt
+
+
+@dataclasses.dataclass(frozen=True)
+class Replayed:
+    """The run finished earlier (completed or failed): answer from the record."""
+
+    record: RunRecord
+
+
+@dataclasses.dataclass(frozen=True)
+class InProgress:
+    """Another attempt holds a live lease."""
+
+    record: RunRecord
+    retry_after_seconds: int
+
+    @staticmethod
+    def until(record: RunRecord, now) -> "InProgress":
+        seconds = (record.lease_expires - now).total_seconds()
+        return InProgress(record, max(1, math.ceil(seconds)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Contended:
+    """Transactions kept colliding with other claimers; the caller should retry soon."""
+
+    run_id: str
+    retry_after_seconds: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Finished:
+    """This attempt recorded its outcome: the record is completed or failed."""
+
+    record: RunRecord
+
+
+@dataclasses.dataclass(frozen=True)
+class Released:
+    """A retryable failure: the claim was deleted so the next delivery runs again."""
+
+    run_id: str
+    attempt: int
+    error: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Renewed:
+    record: RunRecord
+
+
+@dataclasses.dataclass(frozen=True)
+class Stale:
+    """The attempt lost its lease and another attempt took over: nothing was changed."""
+
+    run_id: str
+    attempt: int
+    current: RunRecord | None
+
+
+ClaimOutcome = Claimed | Replayed | InProgress | Contended
+FinishOutcome = Finished | Released | Stale
+RunOutcome = Replayed | InProgress | Contended | Finished | Released | Stale

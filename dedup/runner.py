@@ -1,0 +1,73 @@
+"""Run a piece of work at most once per run_id: replay, claim, run, finish.
+
+This is the small core that scheduled runs (and later manual runs and the
+reusable guard) wrap around their work.  ``work`` receives the Attempt that
+owns the claim and returns a JSON-serialisable result, or raises.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Callable
+
+from dedup.errors import PermanentJobError
+from dedup.ledger import Ledger, RunDescription, RunPolicy
+from dedup.outcomes import Attempt, Claimed, RunOutcome
+
+log = logging.getLogger(__name__)
+
+# Results and errors live in one Datastore entity (1 MiB in all).
+MAX_STORED_JSON_BYTES = 512 * 1024
+
+
+def run_once(
+    ledger: Ledger,
+    run_id: str,
+    description: RunDescription,
+    policy: RunPolicy,
+    work: Callable[[Attempt], Any],
+) -> RunOutcome:
+    replay = ledger.replay(run_id)
+    if replay is not None:
+        return replay
+    claim = ledger.claim_run(run_id, description, policy)
+    if not isinstance(claim, Claimed):
+        return claim
+    attempt = claim.attempt
+    try:
+        result = work(attempt)
+    except PermanentJobError as exc:
+        log.info("run %s attempt %d failed permanently: %s", run_id, attempt.attempt, exc)
+        return ledger.fail_run(attempt, error_document(exc, details=exc.details), policy)
+    except Exception as exc:  # noqa: BLE001 - every other error is retryable by contract
+        log.warning(
+            "run %s attempt %d failed, releasing for retry: %r", run_id, attempt.attempt, exc,
+            exc_info=True,
+        )
+        return ledger.release_run(attempt, error_document(exc, details=getattr(exc, "details", None)))
+    problem = storable_json_problem(result)
+    if problem:
+        # The job ran and may have had effects: record a failure rather than
+        # release the claim and run it again.
+        log.error("run %s attempt %d: %s", run_id, attempt.attempt, problem)
+        return ledger.fail_run(attempt, {"type": "InvalidResult", "message": problem}, policy)
+    return ledger.complete_run(attempt, result, policy)
+
+
+def error_document(exc: BaseException, details: object = None) -> dict:
+    document = {"type": type(exc).__name__, "message": getattr(exc, "message", None) or str(exc)}
+    if details is not None:
+        document["details"] = json.loads(json.dumps(details, default=str))
+    return document
+
+
+def storable_json_problem(value: object) -> str | None:
+    """Why ``value`` cannot be stored as a result, or None when it can."""
+    try:
+        encoded = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return f"the job's result is not JSON-serialisable: {exc}"
+    if len(encoded.encode("utf-8")) > MAX_STORED_JSON_BYTES:
+        return f"the job's result is larger than {MAX_STORED_JSON_BYTES} bytes of JSON"
+    return None

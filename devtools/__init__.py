@@ -1,0 +1,1 @@
+"""Local tooling: the Datastore emulator and the local server (not deployed)."""

@@ -1,0 +1,124 @@
+"""Start, reset and stop the real Cloud Datastore emulator (Firestore in Datastore mode)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+INSTALL_HINT = """\
+The Cloud Datastore emulator is needed (it ships with the gcloud CLI and needs Java 17+).
+Install it with one of:
+  apt-get install google-cloud-cli google-cloud-cli-datastore-emulator openjdk-17-jre-headless
+  gcloud components install cloud-datastore-emulator beta
+"""
+
+
+class EmulatorError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class DatastoreEmulator:
+    """One emulator process on a free port with its own data directory."""
+
+    def __init__(self, project: str = "dedup-local", port: int | None = None) -> None:
+        self.project = project
+        self.port = port or free_port()
+        self.host = f"127.0.0.1:{self.port}"
+        self.process: subprocess.Popen | None = None
+        self._data_dir: str | None = None
+        self._log_path: str | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            "DATASTORE_EMULATOR_HOST": self.host,
+            "DATASTORE_PROJECT_ID": self.project,
+            "DATASTORE_DATASET": self.project,
+            "GOOGLE_CLOUD_PROJECT": self.project,
+        }
+
+    def start(self, timeout: float = 120) -> "DatastoreEmulator":
+        gcloud = shutil.which("gcloud")
+        if gcloud is None:
+            raise EmulatorError("gcloud is not on PATH.\n" + INSTALL_HINT)
+        self._data_dir = tempfile.mkdtemp(prefix="datastore-emulator-")
+        self._log_path = os.path.join(self._data_dir, "emulator.log")
+        log = open(self._log_path, "wb")
+        self.process = subprocess.Popen(
+            [
+                gcloud, "beta", "emulators", "datastore", "start",
+                f"--project={self.project}", "--no-store-on-disk",
+                "--use-firestore-in-datastore-mode", f"--host-port={self.host}",
+                f"--data-dir={self._data_dir}",
+            ],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"},
+            start_new_session=True,  # its own process group: stop() ends the Java child too
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise EmulatorError(
+                    f"the emulator exited with {self.process.returncode}:\n{self.log_tail()}\n{INSTALL_HINT}"
+                )
+            if self.healthy():
+                return self
+            time.sleep(0.25)
+        self.stop()
+        raise EmulatorError(f"the emulator did not answer within {timeout}s:\n{self.log_tail()}")
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.host}/", timeout=2) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def reset(self) -> None:
+        """Wipe all data (POST /reset)."""
+        request = urllib.request.Request(f"http://{self.host}/reset", data=b"", method="POST")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            if response.status != 200:
+                raise EmulatorError(f"reset answered {response.status}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGTERM)
+                self.process.wait(timeout=20)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.process.wait(timeout=10)
+        self.process = None
+        if self._data_dir:
+            shutil.rmtree(self._data_dir, ignore_errors=True)
+            self._data_dir = None
+
+    def log_tail(self, lines: int = 30) -> str:
+        if not self._log_path or not os.path.exists(self._log_path):
+            return ""
+        with open(self._log_path, encoding="utf-8", errors="replace") as handle:
+            return "".join(handle.readlines()[-lines:])
+
+    def __enter__(self) -> "DatastoreEmulator":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,1 @@
+"""Examples: demo jobs for `make run` (and, later, an example downstream service)."""

@@ -1,0 +1,88 @@
+"""The one place where protocol outcomes become HTTP status codes.
+
+| outcome                          | status |
+|----------------------------------|--------|
+| finished: completed              | 200    |
+| replayed: completed (duplicate)  | 200    |
+| finished / replayed: failed      | 422    |
+| in progress (live lease)         | 409 + Retry-After |
+| contended / stale attempt        | 409 + Retry-After / 409 |
+| released (retryable failure)     | 500    |
+"""
+
+from __future__ import annotations
+
+from flask import Response, jsonify
+
+from dedup.keys import format_utc
+from dedup.outcomes import Contended, Finished, InProgress, Released, Replayed, RunOutcome, Stale
+from handlers.errors import json_error
+from models import RunRecord, RunStatus
+
+
+def outcome_response(outcome: RunOutcome) -> Response:
+    if isinstance(outcome, (Finished, Replayed)):
+        return _record_response(outcome.record, duplicate=isinstance(outcome, Replayed))
+    if isinstance(outcome, InProgress):
+        record = outcome.record
+        response = json_error(
+            409, "RunInProgress",
+            f"attempt {record.attempt} of this run holds its lease until "
+            f"{format_utc(record.lease_expires)}; retry after it",
+            run_id=record.run_id, status=record.status, attempt=record.attempt,
+            lease_expires=format_utc(record.lease_expires),
+        )
+        response.headers["Retry-After"] = str(outcome.retry_after_seconds)
+        return response
+    if isinstance(outcome, Contended):
+        response = json_error(
+            409, "RunContended",
+            "other deliveries of this run are claiming it at this moment; retry shortly",
+            run_id=outcome.run_id,
+        )
+        response.headers["Retry-After"] = str(outcome.retry_after_seconds)
+        return response
+    if isinstance(outcome, Stale):
+        current = outcome.current
+        return json_error(
+            409, "StaleAttempt",
+            f"attempt {outcome.attempt} lost its lease and another attempt took the run over; "
+            "its outcome was not recorded",
+            run_id=outcome.run_id, attempt=outcome.attempt,
+            current_attempt=current.attempt if current else None,
+            current_status=current.status if current else None,
+        )
+    if isinstance(outcome, Released):
+        return json_error(
+            500, "RetryableFailure",
+            f"attempt {outcome.attempt} failed and released the run for a retry: "
+            f"{outcome.error.get('message')}",
+            run_id=outcome.run_id, attempt=outcome.attempt, status="released", cause=outcome.error,
+        )
+    raise TypeError(f"unknown outcome {outcome!r}")
+
+
+def record_document(record: RunRecord, duplicate: bool) -> dict:
+    document = {
+        "run_id": record.run_id,
+        "job_id": record.job_id,
+        "status": record.status,
+        "attempt": record.attempt,
+        "duplicate": duplicate,
+    }
+    if record.schedule_time is not None:
+        document["schedule_time"] = format_utc(record.schedule_time)
+    if record.status == RunStatus.COMPLETED:
+        document["result"] = record.result
+    else:
+        document["error"] = record.error
+    return document
+
+
+def _record_response(record: RunRecord, duplicate: bool) -> Response:
+    response = jsonify(record_document(record, duplicate))
+    response.status_code = 200 if record.status == RunStatus.COMPLETED else 422
+    response.headers["X-Dedup-Run-Id"] = record.run_id
+    if duplicate:
+        response.headers["Idempotent-Replayed"] = "true"
+    return response

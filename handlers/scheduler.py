@@ -1,0 +1,74 @@
+"""``/jobs/<job_id>``: the target Cloud Scheduler calls.  A thin adapter to dedup."""
+
+from __future__ import annotations
+
+from flask import Blueprint, request
+from werkzeug.exceptions import MethodNotAllowed, NotFound
+
+from dedup.errors import InvalidRunRequest
+from dedup.keys import scheduled_run_key
+from dedup.ledger import RunDescription
+from dedup.outcomes import Attempt
+from dedup.runner import run_once
+from handlers import app_state
+from handlers.errors import json_error
+from handlers.responses import outcome_response
+from jobs.base import RunContext
+
+blueprint = Blueprint("scheduler", __name__)
+
+
+@blueprint.route("/jobs/<job_id>", methods=["GET", "POST"])
+def deliver(job_id: str):
+    # Flask answers HEAD for GET routes by running the view; a HEAD must
+    # never run a job.
+    if request.method == "HEAD":
+        raise MethodNotAllowed(valid_methods=["GET", "POST"])
+    state = app_state()
+    job = state.jobs.get(job_id)
+    if job is None:
+        raise NotFound(f"no job {job_id!r} is declared in the jobs file")
+    try:
+        key = scheduled_run_key(
+            request.headers.get("X-CloudScheduler-JobName"),
+            request.headers.get("X-CloudScheduler-ScheduleTime"),
+            query_project=_single_query_value("project"),
+            query_location=_single_query_value("location"),
+            header_project=request.headers.get("X-Scheduler-Project"),
+            header_location=request.headers.get("X-Scheduler-Location"),
+        )
+    except InvalidRunRequest as exc:
+        return json_error(400, "InvalidRequest", exc.message, field=exc.field)
+    body = request.get_data(cache=False)
+    description = RunDescription(
+        source="scheduler",
+        job_id=job_id,
+        scheduler_job_name=key.job_name,
+        schedule_time=key.schedule_time,
+        project=key.project,
+        location=key.location,
+    )
+
+    def work(attempt: Attempt):
+        return job.runner.run(
+            RunContext(
+                run_id=attempt.run_id,
+                attempt_id=attempt.attempt_id,
+                attempt=attempt.attempt,
+                job_id=job_id,
+                scheduler_job_name=key.job_name,
+                schedule_time=key.schedule_time,
+                body=body,
+                project=key.project,
+                location=key.location,
+            )
+        )
+
+    return outcome_response(run_once(state.ledger, key.run_id, description, job.policy, work))
+
+
+def _single_query_value(name: str) -> str | None:
+    values = request.args.getlist(name)
+    if len(values) > 1:
+        raise InvalidRunRequest(f"query parameter {name}", f"query parameter {name} is given {len(values)} times")
+    return values[0] if values else None

@@ -1,0 +1,90 @@
+"""The interface every job kind implements, and the context a run gets."""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import datetime
+import json
+from typing import Any, ClassVar, Mapping
+
+from jobs.errors import JobsConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class RunContext:
+    """Everything a job may need to know about the run it performs.
+
+    ``run_id`` is also the idempotency key to pass to anything downstream,
+    so the downstream can deduplicate too.
+    """
+
+    run_id: str
+    attempt_id: str
+    attempt: int
+    job_id: str
+    scheduler_job_name: str | None
+    schedule_time: datetime.datetime | None
+    body: bytes = b""
+    project: str = ""
+    location: str = ""
+    source: str = "scheduler"
+
+    @property
+    def idempotency_key(self) -> str:
+        return self.run_id
+
+    def body_text(self) -> str | None:
+        """The request body as text, or None when it is not UTF-8."""
+        try:
+            return self.body.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+
+    def body_json(self) -> Any:
+        """The request body parsed as JSON; None for an empty body."""
+        text = self.body_text()
+        if not text or not text.strip():
+            return None
+        return json.loads(text)
+
+
+class JobKind(abc.ABC):
+    """One kind of job (``python``, ``http``, ...).
+
+    A kind declares the keys it accepts in jobs.yaml, builds itself from
+    them once at start-up (raising JobsConfigError that names the field), and
+    runs: return a JSON-serialisable result, or raise PermanentJobError /
+    RetryableJobError (any other exception counts as retryable).  Kinds never
+    touch the ledger.
+    """
+
+    name: ClassVar[str]
+    required_keys: ClassVar[frozenset[str]] = frozenset()
+    optional_keys: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    @abc.abstractmethod
+    def from_config(
+        cls, job_id: str, options: Mapping[str, Any], lease_seconds: float
+    ) -> "JobKind":
+        """Validate ``options`` (only this kind's keys) and build the job."""
+
+    @abc.abstractmethod
+    def run(self, context: RunContext) -> Any:
+        """Perform one attempt of the run."""
+
+
+def positive_number(job_id: str, field: str, value: Any) -> float:
+    """A finite number > 0 (booleans are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+        0 < value < float("inf")
+    ):
+        raise JobsConfigError(job_id, field, f"must be a positive number, got {value!r}")
+    return value
+
+
+def text_value(job_id: str, field: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise JobsConfigError(job_id, field, f"must be a non-empty string, got {value!r}")
+    return value

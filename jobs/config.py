@@ -1,0 +1,123 @@
+"""Parse and validate jobs.yaml once, at start-up.
+
+Any mistake stops the app with a message naming the job and the field: a
+typo found at deploy time costs nothing, one found at 3 a.m. by a
+scheduled run costs a missed execution.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import Any, Mapping
+
+import yaml
+
+from dedup.ledger import RunPolicy
+from jobs.base import JobKind, positive_number, text_value
+from jobs.errors import JobsConfigError
+from jobs.kinds import KINDS
+
+DEFAULT_JOBS_FILE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "jobs.yaml")
+DEFAULT_LEASE_SECONDS = 600  # the automatic-scaling request timeout
+DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600
+COMMON_KEYS = frozenset({"kind", "lease_seconds", "retention_seconds"})
+# Served at /jobs/<job_id>: keep ids to URL-safe characters.
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    job_id: str
+    kind: str
+    policy: RunPolicy
+    runner: JobKind
+
+
+def jobs_file_path(environ: Mapping[str, str] = os.environ) -> str:
+    return environ.get("DEDUP_JOBS_FILE") or DEFAULT_JOBS_FILE
+
+
+def load_jobs(path: str) -> dict[str, JobSpec]:
+    """Read and validate a jobs file; raise JobsConfigError naming job and field."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise JobsConfigError(None, None, f"cannot read: {exc.strerror}", path) from None
+    try:
+        return parse_jobs(text)
+    except JobsConfigError as exc:
+        raise exc.in_file(path) from None
+
+
+def parse_jobs(text: str) -> dict[str, JobSpec]:
+    try:
+        document = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - safe loader subclass
+    except yaml.YAMLError as exc:
+        raise JobsConfigError(None, None, f"not valid YAML: {exc}") from None
+    if not isinstance(document, dict) or set(document) != {"jobs"}:
+        raise JobsConfigError(None, None, "must be a mapping with the single key 'jobs'")
+    declared = document["jobs"]
+    if not isinstance(declared, dict) or not declared:
+        raise JobsConfigError(None, "jobs", "must map at least one job id to its settings")
+    return {str(job_id): _parse_job(job_id, settings) for job_id, settings in declared.items()}
+
+
+def _parse_job(job_id: Any, settings: Any) -> JobSpec:
+    if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
+        raise JobsConfigError(
+            str(job_id), None,
+            "job ids are 1 to 100 letters, digits, '-' and '_', starting with a letter or digit",
+        )
+    if not isinstance(settings, dict):
+        raise JobsConfigError(job_id, None, "settings must be a mapping")
+    if "kind" not in settings:
+        raise JobsConfigError(job_id, "kind", f"missing; one of {', '.join(sorted(KINDS))}")
+    kind_name = settings["kind"]
+    kind = KINDS.get(kind_name) if isinstance(kind_name, str) else None
+    if kind is None:
+        raise JobsConfigError(
+            job_id, "kind", f"unknown kind {kind_name!r}; one of {', '.join(sorted(KINDS))}"
+        )
+    allowed = COMMON_KEYS | kind.required_keys | kind.optional_keys
+    for key in settings:
+        if key not in allowed:
+            raise JobsConfigError(
+                job_id, str(key),
+                f"unknown key for kind {kind_name!r}; allowed: {', '.join(sorted(allowed))}",
+            )
+    for key in sorted(kind.required_keys):
+        if key not in settings:
+            raise JobsConfigError(job_id, key, f"missing; kind {kind_name!r} requires it")
+    lease = positive_number(job_id, "lease_seconds", settings.get("lease_seconds", DEFAULT_LEASE_SECONDS))
+    retention = positive_number(
+        job_id, "retention_seconds", settings.get("retention_seconds", DEFAULT_RETENTION_SECONDS)
+    )
+    if retention <= lease:
+        raise JobsConfigError(
+            job_id, "retention_seconds",
+            f"must be longer than lease_seconds ({lease}): a record must outlive the attempt "
+            "that holds it and the retries after it",
+        )
+    options = {key: value for key, value in settings.items() if key not in COMMON_KEYS}
+    runner = kind.from_config(job_id, options, lease)
+    return JobSpec(job_id, text_value(job_id, "kind", kind_name), RunPolicy(lease, retention), runner)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A safe loader that refuses duplicate keys (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise JobsConfigError(
+                    None, str(key),
+                    f"declared twice (again at line {key_node.start_mark.line + 1}); "
+                    "job ids and the keys of a job must be unique",
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)

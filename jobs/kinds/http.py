@@ -1,0 +1,137 @@
+"""``http`` jobs: forward the run to a URL, carrying the run's key downstream.
+
+The downstream gets ``Idempotency-Key: <run_id>`` plus the schedule time and
+attempt in headers and in a JSON body, so it can deduplicate on its own
+(the most downstream service is the last line of defence).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.parse
+from typing import Any, Mapping
+
+import requests
+
+from dedup.errors import PermanentJobError, RetryableJobError
+from dedup.keys import format_utc
+from jobs.base import JobKind, RunContext, positive_number, text_value
+from jobs.errors import JobsConfigError
+
+DEFAULT_TIMEOUT_SECONDS = 30
+MAX_STORED_BODY_BYTES = 4096
+METHODS = ("POST", "PUT", "PATCH", "GET", "DELETE")
+# Statuses a retry may cure; every other 4xx is the request's own fault.
+RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
+# Set by this kind; a job's configured headers may not replace them.
+RESERVED_HEADERS = frozenset(
+    name.lower()
+    for name in (
+        "Idempotency-Key", "X-Dedup-Run-Id", "X-Dedup-Job-Id", "X-Dedup-Schedule-Time",
+        "X-Dedup-Attempt", "X-Dedup-Attempt-Id", "Content-Type", "Content-Length", "Host",
+    )
+)
+
+
+class HttpJob(JobKind):
+    name = "http"
+    required_keys = frozenset({"url"})
+    optional_keys = frozenset({"method", "timeout_seconds", "headers"})
+
+    def __init__(self, url: str, method: str, timeout_seconds: float, headers: dict[str, str]) -> None:
+        self.url = url
+        self.method = method
+        self.timeout_seconds = timeout_seconds
+        self.headers = headers
+
+    @classmethod
+    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> "HttpJob":
+        url = text_value(job_id, "url", options["url"])
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise JobsConfigError(job_id, "url", f"must be an absolute http(s) URL, got {url!r}")
+        method = options.get("method", "POST")
+        if not isinstance(method, str) or method.upper() not in METHODS:
+            raise JobsConfigError(job_id, "method", f"must be one of {', '.join(METHODS)}, got {method!r}")
+        timeout = positive_number(job_id, "timeout_seconds", options.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS))
+        if timeout >= lease_seconds:
+            raise JobsConfigError(
+                job_id, "timeout_seconds",
+                f"must be shorter than lease_seconds ({lease_seconds}): a call still waiting "
+                "when the lease ends would overlap the attempt that takes over",
+            )
+        headers = options.get("headers", {})
+        if not isinstance(headers, dict):
+            raise JobsConfigError(job_id, "headers", "must be a mapping of header names to values")
+        for name, value in headers.items():
+            if not isinstance(name, str) or not name or not all(33 <= ord(c) <= 126 and c != ":" for c in name):
+                raise JobsConfigError(job_id, "headers", f"{name!r} is not a valid header name")
+            if name.lower() in RESERVED_HEADERS:
+                raise JobsConfigError(job_id, "headers", f"{name!r} is set by the app and cannot be configured")
+            if not isinstance(value, str) or any(ord(c) < 32 or ord(c) == 127 for c in value):
+                raise JobsConfigError(job_id, "headers", f"the value of {name!r} must be a string without control characters")
+        return cls(url, method.upper(), timeout, dict(headers))
+
+    def run(self, context: RunContext) -> Any:
+        schedule_time = format_utc(context.schedule_time) if context.schedule_time else None
+        headers = {
+            **self.headers,
+            "Idempotency-Key": context.idempotency_key,
+            "X-Dedup-Run-Id": context.run_id,
+            "X-Dedup-Job-Id": context.job_id,
+            "X-Dedup-Attempt": str(context.attempt),
+            "X-Dedup-Attempt-Id": context.attempt_id,
+        }
+        if schedule_time:
+            headers["X-Dedup-Schedule-Time"] = schedule_time
+        body = None
+        if self.method != "GET":
+            headers["Content-Type"] = "application/json"
+            body = json.dumps(self.downstream_body(context, schedule_time)).encode("utf-8")
+        try:
+            response = requests.request(
+                self.method, self.url, headers=headers, data=body,
+                timeout=self.timeout_seconds, allow_redirects=False, stream=True,
+            )
+        except requests.Timeout as exc:
+            raise RetryableJobError(f"{self.method} {self.url} timed out after {self.timeout_seconds}s: {exc}") from None
+        except requests.RequestException as exc:
+            raise RetryableJobError(f"{self.method} {self.url} failed: {exc}") from None
+        with response:
+            try:
+                raw = response.raw.read(MAX_STORED_BODY_BYTES + 1, decode_content=True) or b""
+            except Exception as exc:  # noqa: BLE001 - a body cut off mid-way is transient
+                raise RetryableJobError(f"reading the response of {self.url} failed: {exc}") from None
+        outcome = {
+            "status": response.status_code,
+            "body": raw[:MAX_STORED_BODY_BYTES].decode("utf-8", errors="replace"),
+            "truncated": len(raw) > MAX_STORED_BODY_BYTES,
+        }
+        status = response.status_code
+        if 200 <= status < 300:
+            return outcome
+        message = f"{self.method} {self.url} answered {status}"
+        if status in RETRYABLE_STATUSES or status >= 500:
+            raise RetryableJobError(message, details=outcome)
+        raise PermanentJobError(message, details=outcome)
+
+    @staticmethod
+    def downstream_body(context: RunContext, schedule_time: str | None) -> dict:
+        body: dict[str, Any] = {
+            "idempotency_key": context.idempotency_key,
+            "run_id": context.run_id,
+            "job_id": context.job_id,
+            "scheduler_job_name": context.scheduler_job_name,
+            "schedule_time": schedule_time,
+            "attempt": context.attempt,
+            "attempt_id": context.attempt_id,
+            "project": context.project,
+            "location": context.location,
+        }
+        text = context.body_text()
+        if text is None:
+            body["body_base64"] = base64.b64encode(context.body).decode("ascii")
+        else:
+            body["body"] = text
+        return body

@@ -1,0 +1,78 @@
+"""The dedup entity: one record per run, keyed by its run_id.
+
+Only the ledger (``dedup.ledger``) writes these records, always inside a
+transaction that checks the attempt fence first.
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+
+from google.cloud import ndb
+
+
+class RunStatus(str, enum.Enum):
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class RunRecord(ndb.Model):
+    """A scheduled (or, later, manual) run and the state of its current attempt.
+
+    ``attempt`` is a monotonic fencing number and ``attempt_id`` a random id
+    unique to one attempt; an attempt may change the record only while the
+    stored ``attempt_id`` is still its own.  ``expire_at`` is a timestamp so a
+    Firestore TTL policy can delete the record; it is unindexed because TTL
+    needs no index and a monotonically increasing indexed timestamp
+    hotspots.
+    """
+
+    # Never serve run records from NDB's caches: every read must be a
+    # strongly consistent Datastore read, or two processes could disagree on
+    # who owns a run.
+    _use_cache = False
+    _use_global_cache = False
+
+    source = ndb.StringProperty(required=True)  # "scheduler" (manual runs come later)
+    job_id = ndb.StringProperty(required=True)
+    scheduler_job_name = ndb.StringProperty()
+    schedule_time = ndb.DateTimeProperty(tzinfo=datetime.timezone.utc)
+    project = ndb.StringProperty()
+    location = ndb.StringProperty()
+
+    status = ndb.StringProperty(required=True, choices=[s.value for s in RunStatus])
+    attempt_id = ndb.TextProperty(required=True)  # unindexed
+    attempt = ndb.IntegerProperty(required=True, indexed=False)
+    lease_expires = ndb.DateTimeProperty(
+        required=True, indexed=False, tzinfo=datetime.timezone.utc
+    )
+    expire_at = ndb.DateTimeProperty(
+        required=True, indexed=False, tzinfo=datetime.timezone.utc
+    )
+    created = ndb.DateTimeProperty(required=True, tzinfo=datetime.timezone.utc)
+    updated = ndb.DateTimeProperty(required=True, indexed=False, tzinfo=datetime.timezone.utc)
+    started = ndb.DateTimeProperty(indexed=False, tzinfo=datetime.timezone.utc)
+    finished = ndb.DateTimeProperty(indexed=False, tzinfo=datetime.timezone.utc)
+
+    # Results and errors are JSON documents of the job's choosing.  A result
+    # of None, 0, {} or [] is a real result: "completed" is decided by
+    # ``status``, never by the truthiness of ``result``.
+    result = ndb.JsonProperty(compressed=True)
+    error = ndb.JsonProperty(compressed=True)
+
+    @classmethod
+    def _get_kind(cls) -> str:
+        return "DedupRun"
+
+    @property
+    def run_id(self) -> str:
+        return self.key.id()
+
+    def lease_is_live(self, now: datetime.datetime) -> bool:
+        return self.status == RunStatus.IN_PROGRESS and self.lease_expires > now
+
+    def is_expired(self, now: datetime.datetime) -> bool:
+        """Past ``expire_at``: counts as absent even before TTL deletes it."""
+        return self.expire_at <= now

@@ -1,0 +1,69 @@
+"""Shared fixtures: one real Datastore emulator per test session, wiped per test."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+import pytest
+import webtest
+from google.cloud import ndb
+
+from devtools.emulator import DatastoreEmulator
+from dedup.clock import ManualClock
+from tests import job_targets
+
+
+@pytest.fixture(scope="session")
+def emulator():
+    with DatastoreEmulator(project="dedup-test") as running:
+        os.environ.update(running.env)
+        yield running
+
+
+@pytest.fixture
+def datastore(emulator):
+    """A wiped emulator: every test starts from an empty Datastore."""
+    emulator.reset()
+    job_targets.reset()
+    return emulator
+
+
+@pytest.fixture(scope="session")
+def ndb_client(emulator):
+    return ndb.Client(project=emulator.project)
+
+
+@pytest.fixture
+def ndb_context(datastore, ndb_client):
+    with ndb_client.context():
+        yield
+
+
+@pytest.fixture
+def clock():
+    return ManualClock()
+
+
+@pytest.fixture
+def jobs_file(tmp_path):
+    """Write a jobs file from YAML text (dedented) and return its path."""
+
+    def write(text: str) -> str:
+        path = tmp_path / "jobs.yaml"
+        path.write_text(textwrap.dedent(text))
+        return str(path)
+
+    return write
+
+
+@pytest.fixture
+def make_client(datastore, ndb_client, jobs_file, clock):
+    """A webtest TestApp over create_app() with the given jobs YAML."""
+    from handlers import create_app
+
+    def build(jobs_yaml: str) -> webtest.TestApp:
+        app = create_app(jobs_file=jobs_file(jobs_yaml), clock=clock, ndb_client=ndb_client)
+        return webtest.TestApp(app)
+
+    return build

@@ -1,0 +1,90 @@
+"""Python job targets the tests declare in their jobs files.
+
+In-process tests observe side effects through EFFECTS; tests against a real
+gunicorn (other processes) use file_effect, which appends to a file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import threading
+import time
+
+from jobs import PermanentJobError, RetryableJobError, RunContext
+
+EFFECTS: list[dict] = []
+GATES: dict[str, threading.Event] = {}
+STARTED: dict[str, threading.Event] = {}
+FAILURES: dict[str, list] = {}
+_lock = threading.Lock()
+
+
+def reset() -> None:
+    with _lock:
+        EFFECTS.clear()
+        GATES.clear()
+        STARTED.clear()
+        FAILURES.clear()
+
+
+def _effect(context: RunContext) -> dict:
+    entry = {"run_id": context.run_id, "attempt": context.attempt, "attempt_id": context.attempt_id,
+             "job_id": context.job_id, "schedule_time": context.schedule_time,
+             "project": context.project, "location": context.location, "body": context.body}
+    with _lock:
+        EFFECTS.append(entry)
+    return entry
+
+
+def record(context: RunContext) -> dict:
+    _effect(context)
+    return {"done": True, "attempt": context.attempt}
+
+
+def echo_value(context: RunContext):
+    """Return body["value"]: lets tests store falsy results."""
+    _effect(context)
+    return context.body_json()["value"]
+
+
+def scripted_failures(context: RunContext):
+    """Fail as FAILURES[job_id] says, one entry per attempt: 'permanent', 'retryable', 'crash', 'bad-result'."""
+    _effect(context)
+    with _lock:
+        plan = FAILURES.get(context.job_id) or []
+        step = plan.pop(0) if plan else None
+    if step == "permanent":
+        raise PermanentJobError("the invoice was rejected", details={"code": "REJECTED"})
+    if step == "retryable":
+        raise RetryableJobError("the bank is busy")
+    if step == "crash":
+        raise ZeroDivisionError("a bug")
+    if step == "bad-result":
+        return {"not-json": object()}
+    return {"ok": True, "attempt": context.attempt}
+
+
+def gated(context: RunContext) -> dict:
+    """Block until the test opens GATES[body] (signals STARTED[body] first)."""
+    name = context.body.decode()
+    with _lock:
+        gate = GATES.setdefault(name, threading.Event())
+        started = STARTED.setdefault(name, threading.Event())
+    started.set()
+    if not gate.wait(timeout=30):
+        raise RuntimeError("gate never opened")
+    _effect(context)
+    return {"gate": name, "attempt": context.attempt}
+
+
+def file_effect(context: RunContext) -> dict:
+    """For live tests: body {"dir": D, "sleep": S}; append one line to D/<run_id> per execution."""
+    options = context.body_json() or {}
+    time.sleep(float(options.get("sleep", 0)))
+    path = os.path.join(options["dir"], context.run_id)
+    with open(path, "a", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.write(json.dumps({"attempt": context.attempt, "pid": os.getpid()}) + "\n")
+    return {"pid": os.getpid(), "attempt": context.attempt}

@@ -1,0 +1,222 @@
+"""The /jobs/<job_id> contract through the Flask app (webtest) on the real emulator."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tests import job_targets
+
+JOBS = """
+jobs:
+  invoice:
+    kind: python
+    target: tests.job_targets:record
+    lease_seconds: 60
+  values:
+    kind: python
+    target: tests.job_targets:echo_value
+  flaky:
+    kind: python
+    target: tests.job_targets:scripted_failures
+    lease_seconds: 60
+  slow:
+    kind: python
+    target: tests.job_targets:gated
+    lease_seconds: 60
+"""
+T0 = "2025-10-17T23:50:00Z"
+
+
+def scheduler_headers(job_name="nightly-invoice", schedule_time=T0, **extra):
+    headers = {"X-CloudScheduler": "true", "X-CloudScheduler-JobName": job_name}
+    if schedule_time is not None:
+        headers["X-CloudScheduler-ScheduleTime"] = schedule_time
+    headers.update(extra)
+    return headers
+
+
+@pytest.fixture
+def client(make_client):
+    return make_client(JOBS)
+
+
+def deliver(client, job="invoice", status="*", body=b"", **headers):
+    return client.post(f"/jobs/{job}", body, headers=scheduler_headers(**headers), status=status)
+
+
+def test_first_delivery_runs_the_job_and_stores_the_result(client):
+    response = deliver(client, status=200)
+    assert response.json["status"] == "completed"
+    assert response.json["duplicate"] is False
+    assert response.json["attempt"] == 1
+    assert response.json["result"] == {"done": True, "attempt": 1}
+    assert response.json["schedule_time"] == "2025-10-17T23:50:00.000000Z"
+    assert len(job_targets.EFFECTS) == 1
+    assert "Idempotent-Replayed" not in response.headers
+
+
+def test_duplicate_after_completion_replays_without_running(client):
+    first = deliver(client, status=200)
+    again = deliver(client, status=200)
+    assert again.json["duplicate"] is True
+    assert again.json["result"] == first.json["result"]
+    assert again.json["run_id"] == first.json["run_id"]
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert len(job_targets.EFFECTS) == 1
+
+
+def test_get_is_served_like_post(client):
+    client.get("/jobs/invoice", headers=scheduler_headers(), status=200)
+    response = client.post("/jobs/invoice", headers=scheduler_headers(), status=200)
+    assert response.json["duplicate"] is True
+    assert len(job_targets.EFFECTS) == 1
+
+
+def test_header_names_are_case_insensitive(client):
+    deliver(client, status=200)
+    response = client.post(
+        "/jobs/invoice",
+        headers={"x-cloudscheduler-jobname": "nightly-invoice", "X-CLOUDSCHEDULER-SCHEDULETIME": T0},
+        status=200,
+    )
+    assert response.json["duplicate"] is True
+
+
+def test_new_schedule_time_is_a_new_run(client):
+    deliver(client, status=200)
+    deliver(client, schedule_time="2025-10-18T23:50:00Z", status=200)
+    assert len(job_targets.EFFECTS) == 2
+
+
+def test_two_spellings_of_one_instant_are_one_run(client):
+    first = deliver(client, schedule_time="2025-10-17T23:50:00.510855Z", status=200)
+    second = deliver(client, schedule_time="2025-10-17T16:50:00.510855-07:00", status=200)
+    third = deliver(client, schedule_time="2025-10-18T01:50:00.510855+02:00", status=200)
+    assert second.json["duplicate"] is True and third.json["duplicate"] is True
+    assert first.json["run_id"] == second.json["run_id"] == third.json["run_id"]
+    assert len(job_targets.EFFECTS) == 1
+
+
+@pytest.mark.parametrize("value", [0, {}, [], None, False, ""])
+def test_falsy_results_are_stored_and_replayed(client, value):
+    import json
+
+    body = json.dumps({"value": value}).encode()
+    first = deliver(client, job="values", body=body, status=200)
+    again = deliver(client, job="values", body=body, status=200)
+    assert first.json["result"] == value and again.json["result"] == value
+    assert "result" in again.json
+    assert again.json["duplicate"] is True
+    assert len(job_targets.EFFECTS) == 1
+
+
+def test_scopes_never_collide(client):
+    runs = set()
+    for query in ("", "?project=alpha-project&location=us-central1",
+                  "?project=beta-project&location=us-central1",
+                  "?project=alpha-project&location=europe-west1"):
+        response = client.post(f"/jobs/invoice{query}", headers=scheduler_headers(), status=200)
+        assert response.json["duplicate"] is False
+        runs.add(response.json["run_id"])
+    assert len(runs) == 4
+    assert len(job_targets.EFFECTS) == 4
+
+
+def test_scope_from_query_headers_and_full_job_name_is_one_run(client):
+    first = client.post("/jobs/invoice?project=alpha-project&location=us-central1",
+                        headers=scheduler_headers(), status=200)
+    second = client.post("/jobs/invoice", headers=scheduler_headers(
+        **{"X-Scheduler-Project": "alpha-project", "X-Scheduler-Location": "us-central1"}), status=200)
+    third = client.post("/jobs/invoice", headers=scheduler_headers(
+        job_name="projects/alpha-project/locations/us-central1/jobs/nightly-invoice"), status=200)
+    assert first.json["run_id"] == second.json["run_id"] == third.json["run_id"]
+    assert second.json["duplicate"] and third.json["duplicate"]
+    assert job_targets.EFFECTS[0]["project"] == "alpha-project"
+    assert job_targets.EFFECTS[0]["location"] == "us-central1"
+
+
+def test_permanent_failure_is_stored_and_replayed(client):
+    job_targets.FAILURES["flaky"] = ["permanent"]
+    first = deliver(client, job="flaky", status=422)
+    assert first.json["status"] == "failed"
+    assert first.json["error"]["type"] == "PermanentJobError"
+    assert first.json["error"]["message"] == "the invoice was rejected"
+    assert first.json["error"]["details"] == {"code": "REJECTED"}
+    again = deliver(client, job="flaky", status=422)
+    assert again.json["duplicate"] is True
+    assert again.json["error"] == first.json["error"]
+    assert len(job_targets.EFFECTS) == 1
+
+
+@pytest.mark.parametrize("failure", ["retryable", "crash"])
+def test_retryable_failure_releases_the_claim_and_the_retry_runs(client, failure):
+    job_targets.FAILURES["flaky"] = [failure]
+    failed = deliver(client, job="flaky", status=500)
+    assert failed.json["error"] == "RetryableFailure"
+    assert failed.json["status"] == "released"
+    retried = deliver(client, job="flaky", status=200)
+    assert retried.json["duplicate"] is False
+    # The record was deleted, so the retry starts over at attempt 1.
+    assert retried.json["attempt"] == 1
+    assert len(job_targets.EFFECTS) == 2
+
+
+def test_unserialisable_result_is_a_permanent_failure_not_a_rerun(client):
+    job_targets.FAILURES["flaky"] = ["bad-result"]
+    response = deliver(client, job="flaky", status=422)
+    assert response.json["error"]["type"] == "InvalidResult"
+    deliver(client, job="flaky", status=422)
+    assert len(job_targets.EFFECTS) == 1
+
+
+def _start_in_thread(client, gate_name, results, **headers):
+    def run():
+        results.append(deliver(client, job="slow", body=gate_name.encode(), **headers))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    started = None
+    for _ in range(200):
+        started = job_targets.STARTED.get(gate_name)
+        if started is not None:
+            break
+        threading.Event().wait(0.05)
+    assert started is not None and started.wait(10), "the job never started"
+    return thread
+
+
+def test_live_lease_answers_409_with_retry_after(client, clock):
+    results = []
+    thread = _start_in_thread(client, "g1", results)
+    clock.advance(20)
+    busy = deliver(client, job="slow", body=b"g1", status=409)
+    assert busy.json["error"] == "RunInProgress"
+    assert busy.headers["Retry-After"] == "40"
+    assert busy.json["attempt"] == 1
+    job_targets.GATES["g1"].set()
+    thread.join(10)
+    assert results[0].status_int == 200
+    assert len(job_targets.EFFECTS) == 1
+
+
+def test_expired_lease_is_taken_over_and_the_stale_attempt_changes_nothing(client, clock):
+    results = []
+    first = _start_in_thread(client, "g1", results)
+    clock.advance(61)  # attempt 1's 60 s lease is over
+    job_targets.GATES.setdefault("g2", threading.Event()).set()
+    # The second delivery carries another gate name in its body, but the run
+    # (job name + schedule time) is the same: it takes over as attempt 2.
+    takeover = deliver(client, job="slow", body=b"g2", status=200)
+    assert takeover.json["attempt"] == 2
+    assert takeover.json["result"] == {"gate": "g2", "attempt": 2}
+    job_targets.GATES["g1"].set()
+    first.join(10)
+    stale = results[0]
+    assert stale.status_int == 409
+    assert stale.json["error"] == "StaleAttempt"
+    assert stale.json["attempt"] == 1 and stale.json["current_attempt"] == 2
+    replay = deliver(client, job="slow", body=b"g3", status=200)
+    assert replay.json["duplicate"] is True
+    assert replay.json["result"] == {"gate": "g2", "attempt": 2}
