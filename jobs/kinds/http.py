@@ -99,10 +99,7 @@ class HttpJob(JobKind):
         except requests.RequestException as exc:
             raise RetryableJobError(f"{self.method} {self.url} failed: {exc}") from None
         with response:
-            try:
-                raw = response.raw.read(MAX_STORED_BODY_BYTES + 1, decode_content=True) or b""
-            except Exception as exc:  # noqa: BLE001 - a body cut off mid-way is transient
-                raise RetryableJobError(f"reading the response of {self.url} failed: {exc}") from None
+            raw = self._read_head(response)
         outcome = {
             "status": response.status_code,
             "body": raw[:MAX_STORED_BODY_BYTES].decode("utf-8", errors="replace"),
@@ -115,6 +112,18 @@ class HttpJob(JobKind):
         if status in RETRYABLE_STATUSES or status >= 500:
             raise RetryableJobError(message, details=outcome)
         raise PermanentJobError(message, details=outcome)
+
+    def _read_head(self, response: requests.Response) -> bytes:
+        """At most MAX_STORED_BODY_BYTES + 1 bytes: a huge body is never read whole."""
+        head = b""
+        try:
+            for chunk in response.iter_content(chunk_size=MAX_STORED_BODY_BYTES + 1):
+                head += chunk
+                if len(head) > MAX_STORED_BODY_BYTES:
+                    break
+        except requests.RequestException as exc:
+            raise RetryableJobError(f"reading the response of {self.url} failed: {exc}") from None
+        return head
 
     @staticmethod
     def downstream_body(context: RunContext, schedule_time: str | None) -> dict:

@@ -1,0 +1,104 @@
+"""Section 5: bad input gets a clear JSON error; nothing is written and nothing runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from models import RunRecord
+from tests import job_targets
+from tests.test_scheduler_endpoint import JOBS, T0, scheduler_headers
+
+
+@pytest.fixture
+def client(make_client):
+    return make_client(JOBS)
+
+
+def stored_records(ndb_client):
+    with ndb_client.context():
+        return RunRecord.query().fetch()
+
+
+def assert_nothing_happened(ndb_client):
+    assert job_targets.EFFECTS == []
+    assert stored_records(ndb_client) == []
+
+
+@pytest.mark.parametrize(
+    "headers, field, words",
+    [
+        ({"X-CloudScheduler-ScheduleTime": T0}, "X-CloudScheduler-JobName", "missing"),
+        ({"X-CloudScheduler-JobName": "", "X-CloudScheduler-ScheduleTime": T0}, "X-CloudScheduler-JobName", "missing"),
+        (scheduler_headers(schedule_time=None), "X-CloudScheduler-ScheduleTime", "unix-cron"),
+        (scheduler_headers(schedule_time="yesterday"), "X-CloudScheduler-ScheduleTime", "RFC 3339"),
+        (scheduler_headers(schedule_time="2025-10-17T23:50:00"), "X-CloudScheduler-ScheduleTime", "RFC 3339"),
+        (scheduler_headers(schedule_time="2025-10-17"), "X-CloudScheduler-ScheduleTime", "RFC 3339"),
+        (scheduler_headers(schedule_time="2025-13-17T23:50:00Z"), "X-CloudScheduler-ScheduleTime", "RFC 3339"),
+        (scheduler_headers(schedule_time="2025-10-17T23:50:00Z" + "0" * 2000), "X-CloudScheduler-ScheduleTime", "longer"),
+        (scheduler_headers(job_name="nightly invoice"), "X-CloudScheduler-JobName", "job id"),
+        (scheduler_headers(job_name="a/b"), "X-CloudScheduler-JobName", "job id"),
+        (scheduler_headers(job_name="x" * 501), "X-CloudScheduler-JobName", "job id"),
+        (scheduler_headers(job_name="x" * 1500), "X-CloudScheduler-JobName", "longer"),
+        (scheduler_headers(job_name="bad\x01name"), "X-CloudScheduler-JobName", "control"),
+        (scheduler_headers(job_name="café"), "X-CloudScheduler-JobName", "non-ASCII"),
+        (scheduler_headers(job_name="projects/Bad_Project/locations/us-central1/jobs/j"), "X-CloudScheduler-JobName", "project"),
+        (scheduler_headers(**{"X-Scheduler-Project": "no"}), "header X-Scheduler-Project", "project"),
+        (scheduler_headers(**{"X-Scheduler-Location": "US Central"}), "header X-Scheduler-Location", "location"),
+    ],
+)
+def test_bad_headers_are_400_and_change_nothing(client, ndb_client, headers, field, words):
+    response = client.post("/jobs/invoice", headers=headers, status=400)
+    assert response.json["error"] == "InvalidRequest"
+    assert response.json["field"] == field
+    assert words in response.json["message"]
+    assert_nothing_happened(ndb_client)
+
+
+def test_control_characters_in_header_values_are_400(client, ndb_client):
+    # A raw tab survives HTTP parsing; it must not reach the key.
+    response = client.post("/jobs/invoice", headers=scheduler_headers(job_name="job\tname"), status=400)
+    assert "control" in response.json["message"]
+    assert_nothing_happened(ndb_client)
+
+
+def test_scope_given_twice_with_different_values_is_400(client, ndb_client):
+    response = client.post(
+        "/jobs/invoice?project=alpha-project",
+        headers=scheduler_headers(**{"X-Scheduler-Project": "beta-project"}),
+        status=400,
+    )
+    assert "alpha-project" in response.json["message"] and "beta-project" in response.json["message"]
+    response = client.post(
+        "/jobs/invoice?location=us-central1",
+        headers=scheduler_headers(job_name="projects/alpha-project/locations/europe-west1/jobs/j"),
+        status=400,
+    )
+    assert "location" in response.json["message"]
+    client.post("/jobs/invoice?project=alpha-project&project=beta-project",
+                headers=scheduler_headers(), status=400)
+    assert_nothing_happened(ndb_client)
+
+
+def test_unknown_job_is_404(client, ndb_client):
+    response = client.post("/jobs/nope", headers=scheduler_headers(), status=404)
+    assert response.json["error"] == "NotFound"
+    assert "nope" in response.json["message"]
+    assert_nothing_happened(ndb_client)
+
+
+def test_unknown_path_is_json_404(client):
+    response = client.get("/", status=404)
+    assert response.content_type == "application/json"
+
+
+@pytest.mark.parametrize("method", ["put", "patch", "delete", "head"])
+def test_other_methods_are_405_and_never_run_the_job(client, ndb_client, method):
+    response = getattr(client, method)("/jobs/invoice", headers=scheduler_headers(), status=405)
+    assert "POST" in response.headers["Allow"]
+    assert_nothing_happened(ndb_client)
+
+
+def test_oversized_body_is_refused_unread(client, ndb_client):
+    response = client.post("/jobs/invoice", b"x" * (1024 * 1024 + 1), headers=scheduler_headers(), status=413)
+    assert response.json["error"] == "RequestEntityTooLarge"
+    assert_nothing_happened(ndb_client)
