@@ -1,0 +1,60 @@
+"""Run the app under a real gunicorn, as App Engine does, against the test emulator."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from devtools.emulator import free_port
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class GunicornServer:
+    def __init__(self, emulator, jobs_file: str, workers: int = 2, threads: int = 8) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.emulator = emulator
+        self.jobs_file = jobs_file
+        self.workers = workers
+        self.threads = threads
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 60) -> "GunicornServer":
+        env = {**os.environ, **self.emulator.env, "DEDUP_JOBS_FILE": self.jobs_file}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{self.port}",
+             "--workers", str(self.workers), "--threads", str(self.threads),
+             "--worker-class", "gthread", "--timeout", "120", "main:app"],
+            cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"gunicorn exited with {self.process.returncode}")
+            try:
+                urllib.request.urlopen(f"{self.url}/jobs/-readiness-probe", timeout=2)
+            except urllib.error.HTTPError:
+                return self  # a JSON 404: the app is serving
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError("gunicorn did not start serving in time")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> "GunicornServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

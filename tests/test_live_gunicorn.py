@@ -1,0 +1,118 @@
+"""Real parallel HTTP deliveries against a real gunicorn and the real emulator."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import textwrap
+import threading
+
+import pytest
+import requests
+
+from tests.support.server import GunicornServer
+
+pytestmark = pytest.mark.live
+
+JOBS = """
+jobs:
+  effect:
+    kind: python
+    target: tests.job_targets:file_effect
+    lease_seconds: 30
+  short-lease:
+    kind: python
+    target: tests.job_targets:file_effect
+    lease_seconds: 2
+"""
+
+
+@pytest.fixture(scope="module")
+def server(emulator, tmp_path_factory):
+    jobs = tmp_path_factory.mktemp("live") / "jobs.yaml"
+    jobs.write_text(textwrap.dedent(JOBS))
+    with GunicornServer(emulator, str(jobs)) as running:
+        yield running
+
+
+@pytest.fixture
+def effects_dir(datastore, tmp_path):
+    return tmp_path
+
+
+def effects(effects_dir) -> list[dict]:
+    lines = []
+    for name in os.listdir(effects_dir):
+        with open(effects_dir / name) as handle:
+            lines += [json.loads(line) for line in handle]
+    return lines
+
+
+def deliver(server, job, schedule_time, body, timeout=30):
+    return requests.post(
+        f"{server.url}/jobs/{job}",
+        data=json.dumps(body),
+        headers={"X-CloudScheduler-JobName": f"live-{job}", "X-CloudScheduler-ScheduleTime": schedule_time},
+        timeout=timeout,
+    )
+
+
+def deliver_concurrently(server, count, job, schedule_time, body):
+    barrier = threading.Barrier(count)
+
+    def one(_):
+        barrier.wait()
+        return deliver(server, job, schedule_time, body)
+
+    with concurrent.futures.ThreadPoolExecutor(count) as pool:
+        return list(pool.map(one, range(count)))
+
+
+def test_16_concurrent_deliveries_run_the_job_once(server, effects_dir):
+    body = {"dir": str(effects_dir), "sleep": 1.5}
+    responses = deliver_concurrently(server, 16, "effect", "2026-01-01T00:00:00Z", body)
+    statuses = sorted(r.status_code for r in responses)
+    assert all(status in (200, 409) for status in statuses), statuses
+    fresh = [r for r in responses if r.status_code == 200 and not r.json()["duplicate"]]
+    assert len(fresh) == 1
+    for busy in (r for r in responses if r.status_code == 409):
+        assert int(busy.headers["Retry-After"]) >= 1
+        assert busy.json()["error"] in ("RunInProgress", "RunContended")
+    assert len(effects(effects_dir)) == 1
+
+    # Once completed, every further delivery is a duplicate 200 answered from the record.
+    again = deliver_concurrently(server, 16, "effect", "2026-01-01T00:00:00Z", body)
+    assert {r.status_code for r in again} == {200}
+    assert all(r.json()["duplicate"] for r in again)
+    assert {r.json()["run_id"] for r in again} == {fresh[0].json()["run_id"]}
+    assert len(effects(effects_dir)) == 1
+
+
+def test_distinct_executions_in_parallel_each_run_once(server, effects_dir):
+    body = {"dir": str(effects_dir), "sleep": 0.2}
+    times = [f"2026-01-01T00:{minute:02d}:00Z" for minute in range(8)]
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        responses = list(pool.map(lambda t: deliver(server, "effect", t, body), times * 2))
+    assert all(r.status_code in (200, 409) for r in responses)
+    assert len(effects(effects_dir)) == 8
+    assert len({line["pid"] for line in effects(effects_dir)}) >= 1
+
+
+def test_an_overrunning_attempt_is_taken_over_after_its_lease(server, effects_dir):
+    # Attempt 1 outlives its 2 s lease (as when Scheduler's attemptDeadline
+    # passes); the next delivery takes over as attempt 2 and the late
+    # attempt 1 is refused as stale.
+    slow = {"dir": str(effects_dir), "sleep": 4}
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        first = pool.submit(deliver, server, "short-lease", "2026-02-01T00:00:00Z", slow)
+        threading.Event().wait(0.8)
+        busy = deliver(server, "short-lease", "2026-02-01T00:00:00Z", slow)
+        assert busy.status_code == 409
+        threading.Event().wait(2.0)  # past the lease
+        takeover = deliver(server, "short-lease", "2026-02-01T00:00:00Z", {"dir": str(effects_dir), "sleep": 0})
+        stale = first.result()
+    assert takeover.status_code == 200 and takeover.json()["attempt"] == 2
+    assert stale.status_code == 409 and stale.json()["error"] == "StaleAttempt"
+    replay = deliver(server, "short-lease", "2026-02-01T00:00:00Z", slow)
+    assert replay.status_code == 200 and replay.json()["attempt"] == 2 and replay.json()["duplicate"]
