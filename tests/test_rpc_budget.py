@@ -1,0 +1,42 @@
+"""Datastore round trips per outcome, counted on the wire against the emulator.
+
+The counts are behaviour, not speed: they are what each delivery costs in
+Datastore operations and latency in production.
+"""
+
+from __future__ import annotations
+
+import pytest
+import webtest
+
+from devtools.rpc_counter import counting_client
+from handlers import create_app
+from tests.test_scheduler_endpoint import JOBS, scheduler_headers
+
+
+@pytest.fixture
+def counted(datastore, jobs_file, clock):
+    client, counter = counting_client(datastore.project)
+    app = create_app(jobs_file=jobs_file(JOBS), clock=clock, ndb_client=client)
+    return webtest.TestApp(app), counter
+
+
+def test_a_completed_duplicate_costs_one_lookup(counted):
+    app, counter = counted
+    app.post("/jobs/invoice", headers=scheduler_headers(), status=200)
+    counter.reset()
+    app.post("/jobs/invoice", headers=scheduler_headers(), status=200)
+    assert counter.snapshot() == {"Lookup": 1}
+
+
+def test_a_fresh_run_costs_a_lookup_and_two_transactions(counted):
+    app, counter = counted
+    app.post("/jobs/invoice", headers=scheduler_headers(), status=200)
+    assert counter.snapshot() == {"Lookup": 3, "BeginTransaction": 2, "Commit": 2}
+
+
+def test_bad_input_costs_nothing(counted):
+    app, counter = counted
+    app.post("/jobs/invoice", headers=scheduler_headers(schedule_time="nope"), status=400)
+    app.post("/jobs/nope", headers=scheduler_headers(), status=404)
+    assert counter.total == 0
