@@ -220,3 +220,19 @@ def test_expired_lease_is_taken_over_and_the_stale_attempt_changes_nothing(clien
     replay = deliver(client, job="slow", body=b"g3", status=200)
     assert replay.json["duplicate"] is True
     assert replay.json["result"] == {"gate": "g2", "attempt": 2}
+
+
+def test_datastore_down_is_a_500_and_no_job_runs_without_a_claim(jobs_file, clock, monkeypatch, datastore):
+    import webtest
+    from google.cloud import ndb
+
+    from devtools.emulator import free_port
+    from handlers import create_app
+
+    monkeypatch.setenv("DATASTORE_EMULATOR_HOST", f"127.0.0.1:{free_port()}")  # nothing listens
+    dead = ndb.Client(project=datastore.project)
+    app = webtest.TestApp(create_app(jobs_file=jobs_file(JOBS), clock=clock, ndb_client=dead))
+    response = app.post("/jobs/invoice", headers=scheduler_headers(), status="*")
+    assert response.status_int == 500  # never 503: Scheduler would retry it outside retryCount
+    assert response.json["error"] == "InternalError"
+    assert job_targets.EFFECTS == []

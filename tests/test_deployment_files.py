@@ -1,0 +1,40 @@
+"""app.yaml is the deployment contract: checked, not just shipped."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import yaml
+
+from jobs.config import DEFAULT_JOBS_FILE, load_jobs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def app_yaml() -> dict:
+    with open(os.path.join(ROOT, "app.yaml")) as handle:
+        return yaml.safe_load(handle)
+
+
+def test_every_handler_is_admin_only_and_https_only():
+    config = app_yaml()
+    assert config["app_engine_apis"] is True  # `login:` needs it on second-generation runtimes
+    assert config["handlers"]
+    for handler in config["handlers"]:
+        assert handler.get("login") == "admin", handler
+        assert handler.get("secure") == "always", handler
+
+
+def test_runtime_is_python3_and_entrypoint_serves_main_app_with_gunicorn():
+    config = app_yaml()
+    assert re.fullmatch(r"python3\d+", config["runtime"])
+    entrypoint = config["entrypoint"]
+    assert entrypoint.startswith("gunicorn ") and entrypoint.endswith(" main:app")
+    assert "--bind :$PORT" in entrypoint
+
+
+def test_gunicorn_timeout_exceeds_every_lease():
+    timeout = int(re.search(r"--timeout (\d+)", app_yaml()["entrypoint"]).group(1))
+    longest_lease = max(job.policy.lease_seconds for job in load_jobs(DEFAULT_JOBS_FILE).values())
+    assert timeout > longest_lease

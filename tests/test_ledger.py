@@ -1,0 +1,117 @@
+"""The ledger on its own: fencing, leases and expiry, stepped with a manual clock."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from dedup.ledger import Ledger, RunDescription, RunPolicy
+from dedup.outcomes import Claimed, Finished, InProgress, Released, Renewed, Replayed, Stale
+from models import RunRecord, RunStatus
+
+POLICY = RunPolicy(lease_seconds=60, retention_seconds=3600)
+DESCRIPTION = RunDescription(source="scheduler", job_id="invoice", scheduler_job_name="nightly")
+
+
+@pytest.fixture
+def ledger(ndb_context, clock):
+    return Ledger(clock)
+
+
+def claim(ledger, run_id="run-1") -> Claimed:
+    outcome = ledger.claim_run(run_id, DESCRIPTION, POLICY)
+    assert isinstance(outcome, Claimed), outcome
+    return outcome
+
+
+def test_a_claim_writes_an_in_progress_record_with_lease_and_expiry(ledger, clock):
+    outcome = claim(ledger)
+    record = RunRecord.get_by_id("run-1")
+    assert record.status == RunStatus.IN_PROGRESS
+    assert record.attempt == 1 and record.attempt_id == outcome.attempt.attempt_id
+    assert record.lease_expires == clock.now() + datetime.timedelta(seconds=60)
+    assert record.expire_at == clock.now() + datetime.timedelta(seconds=3600)
+    assert record.created == record.updated == clock.now()
+
+
+def test_a_live_lease_refuses_a_second_claim(ledger, clock):
+    claim(ledger)
+    clock.advance(59.5)
+    outcome = ledger.claim_run("run-1", DESCRIPTION, POLICY)
+    assert isinstance(outcome, InProgress)
+    assert outcome.retry_after_seconds == 1
+
+
+def test_takeover_raises_the_attempt_and_fences_the_old_one_out(ledger, clock):
+    first = claim(ledger)
+    clock.advance(60)  # the lease ends exactly now
+    second = claim(ledger)
+    assert second.attempt.attempt == 2
+    assert second.attempt.attempt_id != first.attempt.attempt_id
+    before = RunRecord.get_by_id("run-1").to_dict()
+    for stale_write in (
+        lambda: ledger.complete_run(first.attempt, {"late": True}, POLICY),
+        lambda: ledger.fail_run(first.attempt, {"message": "late"}, POLICY),
+        lambda: ledger.release_run(first.attempt, {"message": "late"}),
+        lambda: ledger.renew_lease(first.attempt, 600),
+    ):
+        outcome = stale_write()
+        assert isinstance(outcome, Stale)
+        assert outcome.current.attempt == 2
+    assert RunRecord.get_by_id("run-1").to_dict() == before
+
+
+def test_completion_is_accepted_after_the_lease_if_nobody_took_over(ledger, clock):
+    first = claim(ledger)
+    clock.advance(3000)
+    outcome = ledger.complete_run(first.attempt, 0, POLICY)
+    assert isinstance(outcome, Finished)
+    record = RunRecord.get_by_id("run-1")
+    assert record.status == RunStatus.COMPLETED and record.result == 0
+    # Retention restarts from the finish.
+    assert record.expire_at == clock.now() + datetime.timedelta(seconds=3600)
+
+
+def test_a_finished_run_is_terminal(ledger, clock):
+    first = claim(ledger)
+    ledger.complete_run(first.attempt, {"n": 1}, POLICY)
+    assert isinstance(ledger.claim_run("run-1", DESCRIPTION, POLICY), Replayed)
+    assert isinstance(ledger.complete_run(first.attempt, {"n": 2}, POLICY), Stale)
+    assert isinstance(ledger.release_run(first.attempt, {}), Stale)
+    assert RunRecord.get_by_id("run-1").result == {"n": 1}
+
+
+def test_release_deletes_the_record(ledger):
+    first = claim(ledger)
+    assert isinstance(ledger.release_run(first.attempt, {"message": "busy"}), Released)
+    assert RunRecord.get_by_id("run-1") is None
+    assert claim(ledger).attempt.attempt == 1
+
+
+def test_renewal_extends_the_lease_of_the_owner(ledger, clock):
+    first = claim(ledger)
+    clock.advance(50)
+    assert isinstance(ledger.renew_lease(first.attempt, 60), Renewed)
+    clock.advance(50)  # 100 s after the claim, 50 s after renewal
+    assert isinstance(ledger.claim_run("run-1", DESCRIPTION, POLICY), InProgress)
+
+
+def test_an_expired_record_counts_as_absent_before_ttl_deletes_it(ledger, clock):
+    first = claim(ledger)
+    ledger.complete_run(first.attempt, {"n": 1}, POLICY)
+    clock.advance(3601)
+    assert ledger.replay("run-1") is None
+    again = claim(ledger)
+    # The attempt number keeps rising, so it stays a valid fencing token.
+    assert again.attempt.attempt == 2
+    assert RunRecord.get_by_id("run-1").created == clock.now()
+
+
+def test_replay_answers_only_finished_runs(ledger):
+    assert ledger.replay("run-1") is None
+    first = claim(ledger)
+    assert ledger.replay("run-1") is None
+    ledger.fail_run(first.attempt, {"message": "rejected"}, POLICY)
+    replay = ledger.replay("run-1")
+    assert isinstance(replay, Replayed) and replay.record.error == {"message": "rejected"}
