@@ -26,7 +26,7 @@ def main() -> int:
     env = {**os.environ, **emulator.env, "DEDUP_JOBS_FILE": args.jobs}
     server = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{args.port}", "--workers", "2",
-         "--threads", "8", "--worker-class", "gthread", "--timeout", "660", "main:app"],
+         "--threads", "8", "--worker-class", "gthread", "--timeout", "660", "--no-control-socket", "main:app"],
         env=env,
     )
     signal.signal(signal.SIGTERM, lambda *_: server.terminate())

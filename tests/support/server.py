@@ -29,7 +29,7 @@ class GunicornServer:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{self.port}",
              "--workers", str(self.workers), "--threads", str(self.threads),
-             "--worker-class", "gthread", "--timeout", "120", "main:app"],
+             "--worker-class", "gthread", "--timeout", "120", "--no-control-socket", "main:app"],
             cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + timeout
