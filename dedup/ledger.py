@@ -39,7 +39,16 @@ log = logging.getLogger(__name__)
 # given a 500.  Finishing writes try harder: the job has already run.
 CLAIM_RETRIES = 5
 FINISH_RETRIES = 8
-_CONTENTION = (api_exceptions.Aborted, api_exceptions.RetryError)
+
+
+def _is_contention(exc: Exception) -> bool:
+    """Aborted transactions, also when NDB gave up retrying them (RetryError wraps the cause).
+
+    Datastore being unavailable is not contention: that stays an error (500).
+    """
+    if isinstance(exc, api_exceptions.RetryError):
+        return isinstance(exc.cause, api_exceptions.Aborted)
+    return isinstance(exc, api_exceptions.Aborted)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +135,9 @@ class Ledger:
 
         try:
             return ndb.transaction(claim, retries=CLAIM_RETRIES)
-        except _CONTENTION as exc:
+        except (api_exceptions.Aborted, api_exceptions.RetryError) as exc:
+            if not _is_contention(exc):
+                raise
             log.warning("run %s: claim lost to contention (%s); answering 409", run_id, exc)
             return Contended(run_id)
 

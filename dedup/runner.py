@@ -55,10 +55,21 @@ def run_once(
     return ledger.complete_run(attempt, result, policy)
 
 
+# An error message is for people; a stack of HTML from a proxy is cut short.
+MAX_ERROR_MESSAGE_CHARS = 4096
+
+
 def error_document(exc: BaseException, details: object = None) -> dict:
-    document = {"type": type(exc).__name__, "message": getattr(exc, "message", None) or str(exc)}
+    """A JSON document describing a job's exception, safe to store and to return."""
+    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    document: dict = {"type": type(exc).__name__, "message": str(message)[:MAX_ERROR_MESSAGE_CHARS]}
     if details is not None:
-        document["details"] = json.loads(json.dumps(details, default=str))
+        try:
+            document["details"] = json.loads(json.dumps(details, default=str))
+        except (TypeError, ValueError):  # circular, or NaN-like values
+            document["details"] = repr(details)[:MAX_ERROR_MESSAGE_CHARS]
+        if storable_json_problem(document["details"]):
+            document["details"] = repr(details)[:MAX_ERROR_MESSAGE_CHARS]
     return document
 
 

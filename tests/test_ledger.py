@@ -115,3 +115,24 @@ def test_replay_answers_only_finished_runs(ledger):
     ledger.fail_run(first.attempt, {"message": "rejected"}, POLICY)
     replay = ledger.replay("run-1")
     assert isinstance(replay, Replayed) and replay.record.error == {"message": "rejected"}
+
+
+def test_only_aborted_transactions_count_as_contention():
+    from google.api_core import exceptions as api_exceptions
+
+    from dedup.ledger import _is_contention
+
+    assert _is_contention(api_exceptions.Aborted("too much contention"))
+    assert _is_contention(api_exceptions.RetryError("gave up", cause=api_exceptions.Aborted("x")))
+    assert not _is_contention(api_exceptions.RetryError("gave up", cause=api_exceptions.ServiceUnavailable("down")))
+
+
+def test_error_documents_are_always_storable():
+    from dedup.runner import error_document, storable_json_problem
+
+    circular: dict = {}
+    circular["self"] = circular
+    for details in (circular, {"n": float("nan")}, {"when": datetime.datetime(2030, 1, 1)}, "x" * 10**6):
+        document = error_document(RuntimeError("boom " * 10000), details=details)
+        assert storable_json_problem(document) is None
+        assert len(document["message"]) <= 4096
