@@ -25,6 +25,7 @@ from dedup.outcomes import (
     Contended,
     Finished,
     InProgress,
+    Mismatch,
     Released,
     Renewed,
     Replayed,
@@ -53,8 +54,19 @@ def _is_contention(exc: Exception) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class RunPolicy:
+    """How long a claim is exclusive and how long the record is remembered.
+
+    ``expire_at`` is set to created + ``retention_seconds`` by the claim.  When
+    the run finishes it becomes, without ``finished_retention_seconds``,
+    max(expire_at, finished + retention_seconds) (scheduled runs: remembered
+    for the whole retention after they finish); with it, min(expire_at,
+    finished + finished_retention_seconds) (client tokens, the ECS rule:
+    min(created + 24 h, finished + 1 h)).
+    """
+
     lease_seconds: float
     retention_seconds: float
+    finished_retention_seconds: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +79,10 @@ class RunDescription:
     schedule_time: datetime.datetime | None = None
     project: str | None = None
     location: str | None = None
+    idempotency_key: str | None = None
+    scope: str | None = None
+    parameters: dict | None = None
+    fingerprint: str | None = None
 
 
 class Ledger:
@@ -82,10 +98,14 @@ class Ledger:
             return None
         return record
 
-    def replay(self, run_id: str) -> Replayed | None:
+    def replay(self, run_id: str, fingerprint: str | None = None) -> Replayed | Mismatch | None:
         """The fast path: a finished run answered without a transaction."""
         record = self.lookup(run_id)
-        if record is not None and record.status != RunStatus.IN_PROGRESS:
+        if record is None:
+            return None
+        if record.fingerprint != fingerprint:
+            return Mismatch(record)
+        if record.status != RunStatus.IN_PROGRESS:
             return Replayed(record)
         return None
 
@@ -100,6 +120,8 @@ class Ledger:
             now = self.clock.now()
             current = RunRecord.get_by_id(run_id)
             live = current is not None and not current.is_expired(now)
+            if live and current.fingerprint != description.fingerprint:
+                return Mismatch(current)
             if live and current.status != RunStatus.IN_PROGRESS:
                 return Replayed(current)
             if live and current.lease_is_live(now):
@@ -108,6 +130,7 @@ class Ledger:
             # (takeover).  The attempt number keeps rising across all of them,
             # so it stays a usable fencing token.
             attempt = Attempt(run_id, uuid.uuid4().hex, (current.attempt if current else 0) + 1)
+            created = current.created if live else now
             record = RunRecord(
                 id=run_id,
                 source=description.source,
@@ -116,12 +139,16 @@ class Ledger:
                 schedule_time=description.schedule_time,
                 project=description.project,
                 location=description.location,
+                idempotency_key=description.idempotency_key,
+                scope=description.scope,
+                parameters=description.parameters,
+                fingerprint=description.fingerprint,
                 status=RunStatus.IN_PROGRESS.value,
                 attempt_id=attempt.attempt_id,
                 attempt=attempt.attempt,
                 lease_expires=now + _seconds(policy.lease_seconds),
-                expire_at=now + _seconds(policy.retention_seconds),
-                created=current.created if live else now,
+                expire_at=created + _seconds(policy.retention_seconds),
+                created=created,
                 updated=now,
                 started=now,
             )
@@ -187,7 +214,10 @@ class Ledger:
     def _finish(record: RunRecord, now: datetime.datetime, policy: RunPolicy) -> Finished:
         record.finished = now
         record.updated = now
-        record.expire_at = max(record.expire_at, now + _seconds(policy.retention_seconds))
+        if policy.finished_retention_seconds is None:
+            record.expire_at = max(record.expire_at, now + _seconds(policy.retention_seconds))
+        else:
+            record.expire_at = min(record.expire_at, now + _seconds(policy.finished_retention_seconds))
         record.put()
         return Finished(record)
 

@@ -37,6 +37,13 @@ class Replayed:
 
 
 @dataclasses.dataclass(frozen=True)
+class Mismatch:
+    """The key is already used for a run with other parameters: nothing runs."""
+
+    record: RunRecord
+
+
+@dataclasses.dataclass(frozen=True)
 class InProgress:
     """Another attempt holds a live lease."""
 
@@ -70,7 +77,7 @@ class Released:
 
     run_id: str
     attempt: int
-    error: dict
+    error: dict  # for guarded endpoints: the response that was not kept
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +94,6 @@ class Stale:
     current: RunRecord | None
 
 
-ClaimOutcome = Claimed | Replayed | InProgress | Contended
+ClaimOutcome = Claimed | Replayed | Mismatch | InProgress | Contended
 FinishOutcome = Finished | Released | Stale
-RunOutcome = Replayed | InProgress | Contended | Finished | Released | Stale
+RunOutcome = Replayed | Mismatch | InProgress | Contended | Finished | Released | Stale

@@ -1,24 +1,36 @@
 """Run a piece of work at most once per run_id: replay, claim, run, finish.
 
-This is the small core that scheduled runs (and later manual runs and the
-reusable guard) wrap around their work.  ``work`` receives the Attempt that
-owns the claim and returns a JSON-serialisable result, or raises.
+This is the small core that scheduled runs, manual runs and the reusable
+guard all wrap around their work.  ``work`` receives the Attempt that owns
+the claim and returns a JSON-serialisable result, or raises.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
+import time
 from typing import Any, Callable
 
 from dedup.errors import PermanentJobError
 from dedup.ledger import Ledger, RunDescription, RunPolicy
-from dedup.outcomes import Attempt, Claimed, RunOutcome
+from dedup.outcomes import Attempt, Claimed, InProgress, RunOutcome
 
 log = logging.getLogger(__name__)
 
 # Results and errors live in one Datastore entity (1 MiB in all).
 MAX_STORED_JSON_BYTES = 512 * 1024
+# How often a waiting duplicate looks at the record (Prefer: wait=N).
+WAIT_POLL_SECONDS = (0.1, 0.2, 0.4, 0.8, 1.0)
+
+
+class Verdict(enum.Enum):
+    """What a returned result means for the record."""
+
+    COMPLETED = "completed"  # store it as the run's result
+    FAILED = "failed"  # store it as the run's (permanent) error
+    RELEASED = "released"  # keep nothing: a retry must run again
 
 
 def run_once(
@@ -27,14 +39,44 @@ def run_once(
     description: RunDescription,
     policy: RunPolicy,
     work: Callable[[Attempt], Any],
+    *,
+    classify: Callable[[Any], Verdict] | None = None,
+    wait_seconds: float = 0,
 ) -> RunOutcome:
-    replay = ledger.replay(run_id)
+    """Replay a finished run, or claim it, run ``work`` once and record the outcome.
+
+    ``classify`` sorts a returned result (default: every result completes).
+    With ``wait_seconds`` an in-progress duplicate waits that long for the
+    attempt holding the lease, instead of answering InProgress at once.
+    """
+    deadline = time.monotonic() + max(0.0, wait_seconds)
+    polls = iter(WAIT_POLL_SECONDS)
+    while True:
+        outcome = _replay_or_claim(ledger, run_id, description, policy)
+        if not isinstance(outcome, Claimed):
+            remaining = deadline - time.monotonic()
+            if not isinstance(outcome, InProgress) or remaining <= 0:
+                return outcome
+            time.sleep(min(next(polls, WAIT_POLL_SECONDS[-1]), remaining))
+            continue
+        return _run_claimed(ledger, outcome.attempt, policy, work, classify)
+
+
+def _replay_or_claim(ledger: Ledger, run_id: str, description: RunDescription, policy: RunPolicy):
+    replay = ledger.replay(run_id, description.fingerprint)
     if replay is not None:
         return replay
-    claim = ledger.claim_run(run_id, description, policy)
-    if not isinstance(claim, Claimed):
-        return claim
-    attempt = claim.attempt
+    return ledger.claim_run(run_id, description, policy)
+
+
+def _run_claimed(
+    ledger: Ledger,
+    attempt: Attempt,
+    policy: RunPolicy,
+    work: Callable[[Attempt], Any],
+    classify: Callable[[Any], Verdict] | None,
+) -> RunOutcome:
+    run_id = attempt.run_id
     try:
         result = work(attempt)
     except PermanentJobError as exc:
@@ -52,6 +94,11 @@ def run_once(
         # release the claim and run it again.
         log.error("run %s attempt %d: %s", run_id, attempt.attempt, problem)
         return ledger.fail_run(attempt, {"type": "InvalidResult", "message": problem}, policy)
+    verdict = classify(result) if classify else Verdict.COMPLETED
+    if verdict is Verdict.FAILED:
+        return ledger.fail_run(attempt, result, policy)
+    if verdict is Verdict.RELEASED:
+        return ledger.release_run(attempt, result)
     return ledger.complete_run(attempt, result, policy)
 
 

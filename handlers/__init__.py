@@ -30,16 +30,20 @@ def create_app(
     ndb_client: ndb.Client | None = None,
 ) -> Flask:
     """Build the app; a bad jobs file raises JobsConfigError here, before serving."""
-    from handlers import errors, scheduler
+    from handlers import errors, runs_api, scheduler
+    from handlers.guard import LEDGER_EXTENSION
 
     clock = clock or SystemClock()
     jobs = load_jobs(jobs_file or jobs_file_path(os.environ))
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.json.sort_keys = False
-    app.extensions["dedup"] = AppState(jobs=jobs, ledger=Ledger(clock), clock=clock)
+    ledger = Ledger(clock)
+    app.extensions["dedup"] = AppState(jobs=jobs, ledger=ledger, clock=clock)
+    app.extensions[LEDGER_EXTENSION] = ledger  # the guard's ledger: one ledger for everything
     errors.register(app)
     app.register_blueprint(scheduler.blueprint)
+    app.register_blueprint(runs_api.blueprint)
     app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client or ndb.Client())
     return app
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from flask import Response, jsonify
 
 from dedup.keys import format_utc
-from dedup.outcomes import Contended, Finished, InProgress, Released, Replayed, RunOutcome, Stale
+from dedup.outcomes import Contended, Finished, InProgress, Mismatch, Released, Replayed, RunOutcome, Stale
 from handlers.errors import json_error
 from models import RunRecord, RunStatus
 
@@ -23,6 +23,21 @@ from models import RunRecord, RunStatus
 def outcome_response(outcome: RunOutcome) -> Response:
     if isinstance(outcome, (Finished, Replayed)):
         return _record_response(outcome.record, duplicate=isinstance(outcome, Replayed))
+    if isinstance(outcome, Released):
+        return json_error(
+            500, "RetryableFailure",
+            f"attempt {outcome.attempt} failed and released the run for a retry: "
+            f"{outcome.error.get('message')}",
+            run_id=outcome.run_id, attempt=outcome.attempt, status="released", cause=outcome.error,
+        )
+    if isinstance(outcome, Mismatch):  # only client-token runs carry fingerprints
+        return json_error(422, "ConflictException", "this key belongs to a run with other parameters",
+                          run_id=outcome.record.run_id)
+    return busy_response(outcome)
+
+
+def busy_response(outcome: RunOutcome) -> Response:
+    """409 for a run someone else is working on (shared with the guard)."""
     if isinstance(outcome, InProgress):
         record = outcome.record
         response = json_error(
@@ -52,14 +67,7 @@ def outcome_response(outcome: RunOutcome) -> Response:
             current_attempt=current.attempt if current else None,
             current_status=current.status if current else None,
         )
-    if isinstance(outcome, Released):
-        return json_error(
-            500, "RetryableFailure",
-            f"attempt {outcome.attempt} failed and released the run for a retry: "
-            f"{outcome.error.get('message')}",
-            run_id=outcome.run_id, attempt=outcome.attempt, status="released", cause=outcome.error,
-        )
-    raise TypeError(f"unknown outcome {outcome!r}")
+    raise TypeError(f"unexpected outcome {outcome!r}")
 
 
 def record_document(record: RunRecord, duplicate: bool) -> dict:

@@ -28,7 +28,9 @@ class RunContext:
     body: bytes = b""
     project: str = ""
     location: str = ""
-    source: str = "scheduler"
+    source: str = "scheduler"  # or "api" for a manual run
+    parameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # manual runs' parameters
+    client_token: str | None = None  # manual runs: the caller's token
 
     @property
     def idempotency_key(self) -> str:

@@ -22,7 +22,7 @@ from jobs.kinds import KINDS
 DEFAULT_JOBS_FILE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "jobs.yaml")
 DEFAULT_LEASE_SECONDS = 600  # the automatic-scaling request timeout
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600
-COMMON_KEYS = frozenset({"kind", "lease_seconds", "retention_seconds"})
+COMMON_KEYS = frozenset({"kind", "lease_seconds", "retention_seconds", "fingerprint_exclude"})
 # Served at /jobs/<job_id>: keep ids to URL-safe characters.
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 
@@ -33,6 +33,9 @@ class JobSpec:
     kind: str
     policy: RunPolicy
     runner: JobKind
+    # Manual-run parameters left out of the client-token fingerprint (as ECS
+    # leaves out Region and Availability Zone).
+    fingerprint_exclude: frozenset[str] = frozenset()
 
 
 def jobs_file_path(environ: Mapping[str, str] = os.environ) -> str:
@@ -101,9 +104,14 @@ def _parse_job(job_id: Any, settings: Any) -> JobSpec:
             f"must be longer than lease_seconds ({lease}): a record must outlive the attempt "
             "that holds it and the retries after it",
         )
+    exclude = settings.get("fingerprint_exclude", [])
+    if not isinstance(exclude, list) or not all(isinstance(name, str) and name for name in exclude):
+        raise JobsConfigError(job_id, "fingerprint_exclude", "must be a list of parameter names")
     options = {key: value for key, value in settings.items() if key not in COMMON_KEYS}
     runner = kind.from_config(job_id, options, lease)
-    return JobSpec(job_id, text_value(job_id, "kind", kind_name), RunPolicy(lease, retention), runner)
+    return JobSpec(
+        job_id, text_value(job_id, "kind", kind_name), RunPolicy(lease, retention), runner, frozenset(exclude)
+    )
 
 
 class _StrictLoader(yaml.SafeLoader):

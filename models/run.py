@@ -35,12 +35,22 @@ class RunRecord(ndb.Model):
     _use_cache = False
     _use_global_cache = False
 
-    source = ndb.StringProperty(required=True)  # "scheduler" (manual runs come later)
-    job_id = ndb.StringProperty(required=True)
+    # "scheduler" (a Cloud Scheduler delivery), "api" (a manual run with a
+    # client token) or "guard" (an endpoint behind the idempotency guard).
+    source = ndb.StringProperty(required=True)
+    job_id = ndb.StringProperty(required=True)  # for "guard" records: the guard's namespace
     scheduler_job_name = ndb.StringProperty()
     schedule_time = ndb.DateTimeProperty(tzinfo=datetime.timezone.utc)
     project = ndb.StringProperty()
     location = ndb.StringProperty()
+
+    # Client-token runs ("api", "guard"): the caller's key, the scope it
+    # belongs to, the parameters and their fingerprint (SHA-256 of canonical
+    # JSON, minus the names the caller's configuration leaves out).
+    idempotency_key = ndb.TextProperty()
+    scope = ndb.TextProperty()
+    parameters = ndb.JsonProperty(compressed=True)
+    fingerprint = ndb.TextProperty()
 
     status = ndb.StringProperty(required=True, choices=[s.value for s in RunStatus])
     attempt_id = ndb.TextProperty(required=True)  # unindexed

@@ -32,7 +32,9 @@ def reset() -> None:
 def _effect(context: RunContext) -> dict:
     entry = {"run_id": context.run_id, "attempt": context.attempt, "attempt_id": context.attempt_id,
              "job_id": context.job_id, "schedule_time": context.schedule_time,
-             "project": context.project, "location": context.location, "body": context.body}
+             "project": context.project, "location": context.location, "body": context.body,
+             "parameters": dict(context.parameters), "source": context.source,
+             "client_token": context.client_token}
     with _lock:
         EFFECTS.append(entry)
     return entry
@@ -88,3 +90,22 @@ def file_effect(context: RunContext) -> dict:
         fcntl.flock(handle, fcntl.LOCK_EX)
         handle.write(json.dumps({"attempt": context.attempt, "pid": os.getpid()}) + "\n")
     return {"pid": os.getpid(), "attempt": context.attempt}
+
+
+def echo_parameter(context: RunContext):
+    """Return parameters["value"] (manual runs)."""
+    _effect(context)
+    return context.parameters.get("value")
+
+
+def gated_parameter(context: RunContext) -> dict:
+    """Like gated, with the gate named by parameters["gate"] (manual runs)."""
+    name = context.parameters["gate"]
+    with _lock:
+        gate = GATES.setdefault(name, threading.Event())
+        started = STARTED.setdefault(name, threading.Event())
+    started.set()
+    if not gate.wait(timeout=30):
+        raise RuntimeError("gate never opened")
+    _effect(context)
+    return {"gate": name, "attempt": context.attempt}

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import requests
 
 from dedup.errors import PermanentJobError, RetryableJobError
+from dedup.guard import is_retryable_status
 from dedup.keys import format_utc
 from jobs.base import JobKind, RunContext, positive_number, text_value
 from jobs.errors import JobsConfigError
@@ -22,8 +23,6 @@ from jobs.errors import JobsConfigError
 DEFAULT_TIMEOUT_SECONDS = 30
 MAX_STORED_BODY_BYTES = 4096
 METHODS = ("POST", "PUT", "PATCH", "GET", "DELETE")
-# Statuses a retry may cure; every other 4xx is the request's own fault.
-RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
 # Set by this kind; a job's configured headers may not replace them.
 RESERVED_HEADERS = frozenset(
     name.lower()
@@ -109,7 +108,7 @@ class HttpJob(JobKind):
         if 200 <= status < 300:
             return outcome
         message = f"{self.method} {self.url} answered {status}"
-        if status in RETRYABLE_STATUSES or status >= 500:
+        if is_retryable_status(status):
             raise RetryableJobError(message, details=outcome)
         raise PermanentJobError(message, details=outcome)
 
@@ -137,6 +136,8 @@ class HttpJob(JobKind):
             "attempt_id": context.attempt_id,
             "project": context.project,
             "location": context.location,
+            "source": context.source,
+            "parameters": dict(context.parameters),
         }
         text = context.body_text()
         if text is None:

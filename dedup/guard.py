@@ -1,0 +1,206 @@
+"""Client-token idempotency: the same key and parameters take effect once.
+
+The guard is the ledger seen from a caller who supplies a key (a client
+token, an ``Idempotency-Key`` header): the key is scoped (per job, per
+tenant, ...), the parameters are fingerprinted so a reused key with other
+parameters is refused, and records follow the Amazon ECS lifetime rule,
+min(created + 24 h, finished + 1 h).  Manual runs and any guarded endpoint
+use this one implementation; the Flask decorator lives in handlers/guard.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+from typing import Any, Callable, Collection, Mapping
+
+from dedup.errors import PermanentJobError
+from dedup.keys import digest_parts
+from dedup.ledger import Ledger, RunDescription, RunPolicy
+from dedup.outcomes import Attempt, Finished, InProgress, Mismatch, Released, Replayed, RunOutcome
+from dedup.runner import Verdict, run_once
+from models import RunStatus
+
+KEY_VERSION = "guard/v1"
+TOKEN_LIFETIME_SECONDS = 24 * 3600  # from creation
+FINISHED_TOKEN_LIFETIME_SECONDS = 3600  # from the finish
+DEFAULT_POLICY = RunPolicy(
+    lease_seconds=60,
+    retention_seconds=TOKEN_LIFETIME_SECONDS,
+    finished_retention_seconds=FINISHED_TOKEN_LIFETIME_SECONDS,
+)
+# Answers a retry may cure: never stored, so the retry runs again.
+RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
+
+
+def is_retryable_status(status: int) -> bool:
+    return status in RETRYABLE_STATUSES or status >= 500
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def fingerprint(parameters: Mapping[str, Any] | None, exclude: Collection[str] = ()) -> str:
+    """SHA-256 over canonical JSON of the parameters, without the excluded names."""
+    kept = {name: value for name, value in (parameters or {}).items() if name not in exclude}
+    return hashlib.sha256(canonical_json(kept).encode("utf-8")).hexdigest()
+
+
+def differing_names(
+    stored: Mapping[str, Any] | None, given: Mapping[str, Any] | None, exclude: Collection[str] = ()
+) -> list[str]:
+    """The parameter names whose values differ (present on one side only counts)."""
+    stored, given = stored or {}, given or {}
+    names = (set(stored) | set(given)) - set(exclude)
+    return sorted(
+        name for name in names
+        if (name in stored) != (name in given) or canonical_json(stored[name]) != canonical_json(given[name])
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredResponse:
+    """An HTTP response as a guard keeps it: status, text body, chosen headers."""
+
+    status: int
+    body: str = ""
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def document(self) -> dict:
+        return {"status": self.status, "body": self.body, "headers": dict(self.headers)}
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any]) -> "StoredResponse":
+        return cls(int(document["status"]), document.get("body", ""), dict(document.get("headers") or {}))
+
+    @staticmethod
+    def is_document(value: Any) -> bool:
+        return isinstance(value, dict) and isinstance(value.get("status"), int) and "body" in value
+
+
+def classify_response(document: Mapping[str, Any]) -> Verdict:
+    """2xx-3xx are kept as results, other 4xx as failures; retryable answers are not kept."""
+    status = document["status"]
+    if is_retryable_status(status):
+        return Verdict.RELEASED
+    return Verdict.FAILED if status >= 400 else Verdict.COMPLETED
+
+
+class IdempotencyConflict(Exception):
+    """The key was used before with other parameters."""
+
+    def __init__(self, run_id: str, differing: list[str]) -> None:
+        super().__init__(f"idempotency key reused with different parameters: {', '.join(differing)}")
+        self.run_id = run_id
+        self.differing = differing
+
+
+class IdempotencyInProgress(Exception):
+    """Another call with this key is still running."""
+
+    def __init__(self, run_id: str, retry_after_seconds: int) -> None:
+        super().__init__(f"a call with this idempotency key is in progress; retry in {retry_after_seconds}s")
+        self.run_id = run_id
+        self.retry_after_seconds = retry_after_seconds
+
+
+@dataclasses.dataclass(frozen=True)
+class IdempotencyGuard:
+    """Run work once per (namespace, scope, key), refusing reuse with other parameters."""
+
+    ledger: Ledger
+    namespace: str
+    policy: RunPolicy = DEFAULT_POLICY
+    source: str = "guard"
+
+    def run_id(self, key: str, scope: str = "") -> str:
+        return digest_parts(KEY_VERSION, self.namespace, scope, key)
+
+    def run(
+        self,
+        key: str,
+        work: Callable[[Attempt], Any],
+        *,
+        scope: str = "",
+        parameters: Mapping[str, Any] | None = None,
+        exclude: Collection[str] = (),
+        policy: RunPolicy | None = None,
+        classify: Callable[[Any], Verdict] | None = None,
+        wait_seconds: float = 0,
+    ) -> RunOutcome:
+        parameters = dict(parameters or {})
+        description = RunDescription(
+            source=self.source,
+            job_id=self.namespace,
+            idempotency_key=key,
+            scope=scope,
+            parameters=parameters,
+            fingerprint=fingerprint(parameters, exclude),
+        )
+        return run_once(
+            self.ledger, self.run_id(key, scope), description, policy or self.policy, work,
+            classify=classify, wait_seconds=wait_seconds,
+        )
+
+    def wrap(
+        self,
+        key: Callable[..., str],
+        *,
+        scope: Callable[..., str] | None = None,
+        parameters: Callable[..., Mapping[str, Any]] | None = None,
+        exclude: Collection[str] = (),
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorate a plain function: one effect per key; a retry returns the stored result.
+
+        ``key``, ``scope`` and ``parameters`` receive the function's arguments.
+        A stored permanent failure is raised again as PermanentJobError; a
+        call in flight raises IdempotencyInProgress; other parameters raise
+        IdempotencyConflict; any other exception releases the key and is
+        raised to the caller.
+        """
+
+        def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(function)
+            def guarded(*args: Any, **kwargs: Any) -> Any:
+                given = dict(parameters(*args, **kwargs)) if parameters else {}
+                raised: list[BaseException] = []
+
+                def work(attempt: Attempt) -> Any:
+                    try:
+                        return function(*args, **kwargs)
+                    except Exception as exc:
+                        raised.append(exc)
+                        raise
+
+                outcome = self.run(
+                    key(*args, **kwargs), work,
+                    scope=scope(*args, **kwargs) if scope else "",
+                    parameters=given, exclude=exclude,
+                )
+                return unwrap_plain_outcome(outcome, given, exclude, raised)
+
+            return guarded
+
+        return decorate
+
+
+def unwrap_plain_outcome(
+    outcome: RunOutcome, given: Mapping[str, Any], exclude: Collection[str], raised: list[BaseException]
+) -> Any:
+    if isinstance(outcome, (Finished, Replayed)):
+        record = outcome.record
+        if record.status == RunStatus.COMPLETED:
+            return record.result
+        error = record.error or {}
+        raise PermanentJobError(error.get("message", "failed"), details=error.get("details"))
+    if isinstance(outcome, Mismatch):
+        raise IdempotencyConflict(outcome.record.run_id, differing_names(outcome.record.parameters, given, exclude))
+    if isinstance(outcome, InProgress):
+        raise IdempotencyInProgress(outcome.record.run_id, outcome.retry_after_seconds)
+    if isinstance(outcome, Released) and raised:
+        raise raised[0]
+    # Contended, or a stale attempt: another call owns the key now.
+    raise IdempotencyInProgress(getattr(outcome, "run_id", ""), getattr(outcome, "retry_after_seconds", 1))

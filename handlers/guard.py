@@ -1,0 +1,270 @@
+"""The idempotency guard as a Flask decorator, for any mutating endpoint.
+
+    @app.post("/payments")
+    @idempotent("payments", fields=["amount", "currency"], scope=lambda: current_tenant())
+    def create_payment(): ...
+
+A first request runs the view and its response (status, body, chosen
+headers) is kept; a retry with the same key and fields gets that response
+again with ``Idempotent-Replayed: true``; a retry while the first is running
+gets 409 (or waits, with ``Prefer: wait=N``); the same key with other fields
+gets 422.  Answers a retry may cure (408, 409, 425, 429, 5xx, exceptions)
+are not kept.  The app must give each request an NDB context
+(handlers.NdbContextMiddleware).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import logging
+import re
+import uuid
+from typing import Any, Callable, Collection, Mapping
+
+from flask import Response, current_app, g, make_response, request
+from werkzeug.exceptions import HTTPException
+
+from dedup.clock import SystemClock
+from dedup.guard import DEFAULT_POLICY, IdempotencyGuard, StoredResponse, classify_response, differing_names
+from dedup.keys import format_utc
+from dedup.ledger import Ledger, RunPolicy
+from dedup.outcomes import Attempt, Finished, Mismatch, Released, Replayed, RunOutcome
+from handlers.errors import json_error
+from handlers.responses import busy_response
+from models import RunRecord, RunStatus
+
+log = logging.getLogger(__name__)
+
+LEDGER_EXTENSION = "dedup.ledger"
+MAX_WAIT_SECONDS = 60  # Prefer: wait=N is capped here
+EXPIRES_HEADER = "Idempotency-Expires"
+_fallback_ledger: Ledger | None = None
+_PREFER_WAIT = re.compile(r"^\s*wait\s*=\s*(\d{1,6})\s*$", re.IGNORECASE)
+
+
+class GuardRejected(Exception):
+    """Raised by key, scope and parameter callables: the request is refused with 400."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclasses.dataclass(frozen=True)
+class GuardedCall:
+    """What a guarded view can read from ``flask.g.idempotency``."""
+
+    key: str
+    key_generated: bool
+    run_id: str
+    attempt: int
+    attempt_id: str
+
+
+def default_key_problem(key: str) -> str | None:
+    """The IETF draft leaves the key's form open: 1 to 255 printable ASCII characters."""
+    if not 1 <= len(key) <= 255:
+        return f"the idempotency key must be 1 to 255 characters long, got {len(key)}"
+    if any(not 32 <= ord(ch) <= 126 for ch in key):
+        return "the idempotency key may contain only printable ASCII characters"
+    return None
+
+
+def current_ledger() -> Ledger:
+    global _fallback_ledger
+    ledger = current_app.extensions.get(LEDGER_EXTENSION)
+    if ledger is None:
+        _fallback_ledger = _fallback_ledger or Ledger(SystemClock())
+        ledger = _fallback_ledger
+    return ledger
+
+
+def idempotent(
+    namespace: str,
+    *,
+    key_header: str | None = "Idempotency-Key",
+    key_field: str | None = None,
+    key: Callable[[], str | None] | None = None,
+    required: bool = True,
+    generate_key: bool = False,
+    validate_key: Callable[[str], str | None] = default_key_problem,
+    bad_request_error: str = "InvalidIdempotencyRequest",
+    scope: Callable[[], str] | None = None,
+    fields: Collection[str] | None = None,
+    parameters: Callable[[], Mapping[str, Any]] | None = None,
+    exclude: Collection[str] | Callable[[], Collection[str]] = (),
+    replay_headers: Collection[str] = (),
+    policy: RunPolicy | Callable[[], RunPolicy] = DEFAULT_POLICY,
+    replayed_status: Mapping[int, int] | None = None,
+    source: str = "guard",
+) -> Callable[[Callable[..., Any]], Callable[..., Response]]:
+    """Make a Flask view idempotent under a client-supplied key.
+
+    The key comes from ``key()``, else the JSON field ``key_field``, else the
+    header ``key_header`` (field and header both given and different: 400).
+    No key: 400 when ``required`` (the IETF draft), a fresh UUID4 with
+    ``generate_key``, otherwise the view runs unguarded.  The fingerprint
+    covers ``parameters()``, else the JSON ``fields``, else the raw body.
+    """
+
+    def decorate(view: Callable[..., Any]) -> Callable[..., Response]:
+        @functools.wraps(view)
+        def guarded(*args: Any, **kwargs: Any) -> Response:
+            try:
+                token, generated = _request_key(key, key_field, key_header, validate_key)
+                if token is None and not generate_key:
+                    if required:
+                        header = f"the {key_header} header" if key_header else f"the {key_field} field"
+                        raise GuardRejected(f"{header} is required for this request")
+                    return make_response(view(*args, **kwargs))
+                if token is None:
+                    token, generated = str(uuid.uuid4()), True
+                given = dict(parameters()) if parameters else _fields_of_request(fields)
+                skipped = frozenset(exclude() if callable(exclude) else exclude)
+                chosen_scope = scope() if scope else ""
+                chosen_policy = policy() if callable(policy) else policy
+            except GuardRejected as exc:
+                return json_error(400, bad_request_error, exc.message)
+            wait = _preferred_wait()
+
+            def work(attempt: Attempt) -> dict:
+                g.idempotency = GuardedCall(token, generated, attempt.run_id, attempt.attempt, attempt.attempt_id)
+                return _document(_run_view(view, args, kwargs), replay_headers)
+
+            guard = IdempotencyGuard(current_ledger(), namespace, chosen_policy, source)
+            outcome = guard.run(
+                token, work, scope=chosen_scope, parameters=given, exclude=skipped,
+                classify=classify_response, wait_seconds=wait,
+            )
+            response = _outcome_response(outcome, given, skipped, replayed_status or {})
+            response.headers["Idempotency-Key"] = token
+            if wait:
+                response.headers["Preference-Applied"] = f"wait={wait}"
+            return response
+
+        return guarded
+
+    return decorate
+
+
+def json_payload() -> Any:
+    """The request's JSON body (None when empty); GuardRejected when it is not JSON."""
+    raw = request.get_data(cache=True)
+    if not raw.strip():
+        return None
+    payload = request.get_json(force=True, silent=True, cache=True)
+    if payload is None:
+        raise GuardRejected("the request body is not valid JSON")
+    return payload
+
+
+def _request_key(
+    key: Callable[[], str | None] | None,
+    key_field: str | None,
+    key_header: str | None,
+    validate_key: Callable[[str], str | None],
+) -> tuple[str | None, bool]:
+    if key is not None:
+        token = key()
+    else:
+        from_field = from_header = None
+        if key_field:
+            payload = json_payload()
+            if isinstance(payload, dict) and key_field in payload:
+                from_field = payload[key_field]
+                if not isinstance(from_field, str):
+                    raise GuardRejected(f"{key_field} must be a string")
+        if key_header:
+            from_header = request.headers.get(key_header)
+        if from_field is not None and from_header is not None and from_field != from_header:
+            raise GuardRejected(f"{key_field} and the {key_header} header are both given and differ")
+        token = from_field if from_field is not None else from_header
+    if token is None:
+        return None, False
+    problem = validate_key(token)
+    if problem:
+        raise GuardRejected(problem)
+    return token, False
+
+
+def _fields_of_request(fields: Collection[str] | None) -> dict:
+    if fields is None:
+        return {"body_sha256": hashlib.sha256(request.get_data(cache=True)).hexdigest()}
+    payload = json_payload()
+    if payload is None:
+        payload = {}
+    if not isinstance(payload, dict):
+        raise GuardRejected("the request body must be a JSON object")
+    return {name: payload.get(name) for name in fields}
+
+
+def _preferred_wait() -> int:
+    """``Prefer: wait=N`` (RFC 7240), capped at MAX_WAIT_SECONDS; 0 when absent."""
+    for header in request.headers.getlist("Prefer"):
+        for preference in header.split(","):
+            match = _PREFER_WAIT.match(preference.split(";")[0])
+            if match:
+                return min(int(match.group(1)), MAX_WAIT_SECONDS)
+    return 0
+
+
+def _run_view(view: Callable[..., Any], args: tuple, kwargs: dict) -> Response:
+    try:
+        return make_response(view(*args, **kwargs))
+    except HTTPException as exc:
+        return make_response(current_app.handle_http_exception(exc))
+    except Exception as exc:  # noqa: BLE001 - answered 500 and not kept, so a retry runs again
+        log.exception("guarded view failed: %r", exc)
+        return json_error(500, "InternalError", f"{type(exc).__name__}: the request failed; retry it")
+
+
+def _document(response: Response, replay_headers: Collection[str]) -> dict:
+    kept = {"Content-Type": response.headers.get("Content-Type", "application/octet-stream")}
+    for name in ("Location", *replay_headers):
+        if name in response.headers:
+            kept[name] = response.headers[name]
+    return StoredResponse(response.status_code, response.get_data(as_text=True), kept).document()
+
+
+def _outcome_response(
+    outcome: RunOutcome, given: Mapping[str, Any], exclude: Collection[str], replayed_status: Mapping[int, int]
+) -> Response:
+    if isinstance(outcome, (Finished, Replayed)):
+        record = outcome.record
+        stored = record.result if record.status == RunStatus.COMPLETED else record.error
+        if not StoredResponse.is_document(stored):  # the view's response could not be kept
+            return json_error(500, "InternalError", "the guarded call failed; retry it")
+        response = _rebuild(StoredResponse.from_document(stored))
+        if isinstance(outcome, Replayed):
+            response.status_code = replayed_status.get(response.status_code, response.status_code)
+            response.headers["Idempotent-Replayed"] = "true"
+        return _with_expiry(response, record)
+    if isinstance(outcome, Mismatch):
+        record = outcome.record
+        differing = differing_names(record.parameters, given, exclude)
+        response = json_error(
+            422, "ConflictException",
+            "this idempotency key was already used with different parameters"
+            + (f": {', '.join(differing)}" if differing else "")
+            + "; use a new key for a different request",
+            run_id=record.run_id, differing=differing,
+        )
+        return _with_expiry(response, record)
+    if isinstance(outcome, Released):
+        if StoredResponse.is_document(outcome.error):
+            return _rebuild(StoredResponse.from_document(outcome.error))
+        return json_error(500, "InternalError", "the guarded call failed; retry it")
+    response = busy_response(outcome)
+    record = getattr(outcome, "record", None)
+    return _with_expiry(response, record) if record is not None else response
+
+
+def _rebuild(stored: StoredResponse) -> Response:
+    return Response(stored.body, status=stored.status, headers=dict(stored.headers))
+
+
+def _with_expiry(response: Response, record: RunRecord) -> Response:
+    response.headers[EXPIRES_HEADER] = format_utc(record.expire_at)
+    return response

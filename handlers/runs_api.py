@@ -1,0 +1,138 @@
+"""``POST /api/v1/jobs/<job_id>/runs``: run a job now, idempotently under a client token.
+
+The client-token model of Amazon ECS RunTask: a caller who cannot tell
+whether a run started retries with the same token and gets the original
+run's answer instead of a second run.  The idempotency guard does the work;
+this module only says what a manual run is.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Callable
+
+from flask import Blueprint, g, jsonify
+from werkzeug.exceptions import NotFound
+
+from dedup.errors import PermanentJobError
+from dedup.guard import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS
+from dedup.ledger import RunPolicy
+from dedup.runner import error_document, storable_json_problem
+from handlers import app_state
+from handlers.errors import json_error
+from handlers.guard import GuardedCall, GuardRejected, idempotent, json_payload
+from jobs.base import RunContext
+from jobs.config import JobSpec
+
+log = logging.getLogger(__name__)
+
+blueprint = Blueprint("runs_api", __name__, url_prefix="/api/v1")
+
+MAX_TOKEN_LENGTH = 64
+BODY_KEYS = frozenset({"clientToken", "parameters"})
+INVALID = "InvalidParameterException"
+
+
+def client_token_problem(token: str) -> str | None:
+    """ECS's rule: case-sensitive, 1 to 64 characters, each ASCII 33 to 126."""
+    if not 1 <= len(token) <= MAX_TOKEN_LENGTH:
+        return f"clientToken must be 1 to {MAX_TOKEN_LENGTH} characters long; it has {len(token)}"
+    for position, char in enumerate(token):
+        if not 33 <= ord(char) <= 126:
+            return (
+                "clientToken may contain only ASCII characters 33 to 126 (no spaces, control "
+                f"or non-ASCII characters); character {position + 1} is {char!r}"
+            )
+    return None
+
+
+def manual_run_parameters() -> dict[str, Any]:
+    payload = json_payload()
+    if payload is None:
+        return {}
+    if not isinstance(payload, dict):
+        raise GuardRejected("the request body must be a JSON object: {\"clientToken\", \"parameters\"}")
+    unknown = sorted(set(payload) - BODY_KEYS)
+    if unknown:
+        raise GuardRejected(f"unknown field(s) {', '.join(unknown)}; allowed: clientToken, parameters")
+    parameters = payload.get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise GuardRejected("parameters must be a JSON object")
+    return parameters
+
+
+def current_job() -> JobSpec:
+    from flask import request
+
+    return app_state().jobs[request.view_args["job_id"]]
+
+
+def require_job(view: Callable[..., Any]) -> Callable[..., Any]:
+    """404 for an unknown job before the guard writes anything."""
+
+    @functools.wraps(view)
+    def checked(job_id: str, **kwargs: Any):
+        if job_id not in app_state().jobs:
+            raise NotFound(f"no job {job_id!r} is declared in the jobs file")
+        return view(job_id, **kwargs)
+
+    return checked
+
+
+def manual_run_policy() -> RunPolicy:
+    return RunPolicy(
+        lease_seconds=current_job().policy.lease_seconds,
+        retention_seconds=TOKEN_LIFETIME_SECONDS,
+        finished_retention_seconds=FINISHED_TOKEN_LIFETIME_SECONDS,
+    )
+
+
+@blueprint.post("/jobs/<job_id>/runs")
+@require_job
+@idempotent(
+    "manual-run",
+    source="api",
+    key_field="clientToken",
+    key_header="Idempotency-Key",
+    required=False,
+    generate_key=True,
+    validate_key=client_token_problem,
+    bad_request_error=INVALID,
+    scope=lambda: current_job().job_id,
+    parameters=manual_run_parameters,
+    exclude=lambda: current_job().fingerprint_exclude,
+    policy=manual_run_policy,
+    replayed_status={201: 200},
+)
+def start_manual_run(job_id: str):
+    job = current_job()
+    call: GuardedCall = g.idempotency
+    parameters = manual_run_parameters()
+    context = RunContext(
+        run_id=call.run_id,
+        attempt_id=call.attempt_id,
+        attempt=call.attempt,
+        job_id=job_id,
+        scheduler_job_name=None,
+        schedule_time=None,
+        source="api",
+        parameters=parameters,
+        client_token=call.key,
+    )
+    answer = {"run_id": call.run_id, "job_id": job_id, "clientToken": call.key, "attempt": call.attempt}
+    try:
+        result = job.runner.run(context)
+    except PermanentJobError as exc:
+        return jsonify({**answer, "status": "failed", "error": error_document(exc, exc.details)}), 422
+    except Exception as exc:  # noqa: BLE001 - retryable by contract: not kept, a retry runs again
+        log.warning("manual run %s attempt %d failed, releasing: %r", call.run_id, call.attempt, exc, exc_info=True)
+        return json_error(
+            500, "RetryableFailure", f"the run failed and was released; retry with the same clientToken: {exc}",
+            **answer, status="released", cause=error_document(exc, getattr(exc, "details", None)),
+        )
+    problem = storable_json_problem(result)
+    if problem:
+        error = {"type": "InvalidResult", "message": problem}
+        return jsonify({**answer, "status": "failed", "error": error}), 422
+    return jsonify({**answer, "status": "completed", "result": result}), 201

@@ -1,0 +1,322 @@
+"""Manual runs with client tokens (the ECS model) through the Flask app on the emulator."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import threading
+import uuid
+
+import pytest
+
+from models import RunRecord
+from tests import job_targets
+from tests.test_scheduler_endpoint import scheduler_headers
+
+JOBS = """
+jobs:
+  invoice:
+    kind: python
+    target: tests.job_targets:record
+    lease_seconds: 60
+    fingerprint_exclude: [region]
+  refund:
+    kind: python
+    target: tests.job_targets:record
+  values:
+    kind: python
+    target: tests.job_targets:echo_parameter
+  flaky:
+    kind: python
+    target: tests.job_targets:scripted_failures
+  slow:
+    kind: python
+    target: tests.job_targets:gated_parameter
+    lease_seconds: 100000
+    retention_seconds: 200000
+"""
+HOUR = 3600
+
+
+@pytest.fixture
+def client(make_client):
+    return make_client(JOBS)
+
+
+def start(client, job="invoice", token="tok-1", parameters=None, status="*", headers=None, body=None):
+    if body is None:
+        payload = {}
+        if token is not None:
+            payload["clientToken"] = token
+        if parameters is not None:
+            payload["parameters"] = parameters
+        body = json.dumps(payload)
+    return client.post(f"/api/v1/jobs/{job}/runs", body, headers=headers or {},
+                       content_type="application/json", status=status)
+
+
+def parse_time(text):
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_a_new_run_is_201_with_the_result_and_the_token(client, clock):
+    response = start(client, parameters={"customer": "c-1"}, status=201)
+    body = response.json
+    assert body["status"] == "completed" and body["attempt"] == 1
+    assert body["clientToken"] == "tok-1" and body["job_id"] == "invoice"
+    assert body["result"] == {"done": True, "attempt": 1}
+    assert len(body["run_id"]) == 64
+    assert response.headers["Idempotency-Key"] == "tok-1"
+    assert "Idempotent-Replayed" not in response.headers
+    # Finished at once: min(created + 24 h, finished + 1 h) = now + 1 h.
+    assert parse_time(response.headers["Idempotency-Expires"]) == clock.now() + datetime.timedelta(hours=1)
+    [effect] = job_targets.EFFECTS
+    assert effect["run_id"] == body["run_id"]
+
+
+def test_parameters_reach_the_job(client):
+    start(client, job="values", parameters={"value": {"n": 3}}, status=201)
+    assert job_targets.EFFECTS[0]["parameters"] == {"value": {"n": 3}}
+    assert job_targets.EFFECTS[0]["source"] == "api"
+    assert job_targets.EFFECTS[0]["client_token"] == "tok-1"
+
+
+def test_a_retry_with_the_same_token_replays_without_running(client):
+    first = start(client, parameters={"customer": "c-1"}, status=201)
+    again = start(client, parameters={"customer": "c-1"}, status=200)
+    assert again.json == first.json
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert len(job_targets.EFFECTS) == 1
+
+
+def test_the_token_may_come_in_the_header(client):
+    first = start(client, token=None, headers={"Idempotency-Key": "tok-h"}, status=201)
+    assert first.json["clientToken"] == "tok-h"
+    again = start(client, token="tok-h", headers={"Idempotency-Key": "tok-h"}, status=200)
+    assert again.headers["Idempotent-Replayed"] == "true"
+    conflict = start(client, token="tok-x", headers={"Idempotency-Key": "tok-y"}, status=400)
+    assert conflict.json["error"] == "InvalidParameterException"
+    assert "differ" in conflict.json["message"]
+    assert len(job_targets.EFFECTS) == 1
+
+
+def test_without_a_token_the_server_makes_one_to_retry_with(client):
+    first = start(client, token=None, status=201)
+    token = first.json["clientToken"]
+    assert uuid.UUID(token).version == 4
+    assert first.headers["Idempotency-Key"] == token
+    again = start(client, token=token, status=200)
+    assert again.json["run_id"] == first.json["run_id"]
+    start(client, token=None, status=201)  # another token-less call is another run
+    assert len(job_targets.EFFECTS) == 2
+
+
+@pytest.mark.parametrize(
+    "token, words",
+    [
+        ("x" * 65, "1 to 64 characters"),
+        ("", "1 to 64 characters"),
+        ("has space", "character 4 is ' '"),
+        ("del\x7f", "character 4 is '\\x7f'"),
+        ("tab\there", "character 4 is '\\t'"),
+        ("café", "character 4 is 'é'"),
+    ],
+)
+def test_token_rules_are_enforced_and_named(client, ndb_client, token, words):
+    response = start(client, token=token, status=400)
+    assert response.json["error"] == "InvalidParameterException"
+    assert words in response.json["message"]
+    assert job_targets.EFFECTS == []
+    with ndb_client.context():
+        assert RunRecord.query().fetch() == []
+
+
+def test_token_edges_that_are_valid(client):
+    start(client, token="x" * 64, status=201)
+    start(client, token="!~", status=201)
+    start(client, token="TOK-1", status=201)
+    start(client, token="tok-1", status=201)  # case-sensitive: another token
+    assert len(job_targets.EFFECTS) == 4
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ("{not json", "not valid JSON"),
+        ('["clientToken"]', "JSON object"),
+        ('{"clientToken": 5}', "must be a string"),
+        ('{"clientToken": "t", "parameters": [1]}', "parameters must be a JSON object"),
+        ('{"clientToken": "t", "parameter": {}}', "unknown field(s) parameter"),
+    ],
+)
+def test_malformed_bodies_are_400_and_run_nothing(client, body, words):
+    response = start(client, body=body, status=400)
+    assert response.json["error"] == "InvalidParameterException"
+    assert words in response.json["message"]
+    assert job_targets.EFFECTS == []
+
+
+def test_unknown_job_is_404_and_writes_nothing(client, ndb_client):
+    start(client, job="nope", status=404)
+    with ndb_client.context():
+        assert RunRecord.query().fetch() == []
+
+
+def test_a_token_belongs_to_its_job_and_never_meets_scheduled_runs(client):
+    one = start(client, job="invoice", status=201)
+    two = start(client, job="refund", status=201)
+    assert one.json["run_id"] != two.json["run_id"]
+    scheduled = client.post("/jobs/invoice", headers=scheduler_headers(job_name="tok-1"), status=200)
+    assert scheduled.json["duplicate"] is False
+    assert len(job_targets.EFFECTS) == 3
+
+
+def test_same_token_other_parameters_is_a_conflict_naming_them(client):
+    first = start(client, parameters={"customer": "c-1", "amount": 10, "note": "x"}, status=201)
+    conflict = start(client, parameters={"customer": "c-1", "amount": 11, "memo": "y"}, status=422)
+    assert conflict.json["error"] == "ConflictException"
+    assert conflict.json["run_id"] == first.json["run_id"]
+    assert conflict.json["differing"] == ["amount", "memo", "note"]
+    assert "amount" in conflict.json["message"]
+    assert len(job_targets.EFFECTS) == 1
+
+
+def test_excluded_parameters_do_not_count(client):
+    start(client, parameters={"customer": "c-1", "region": "eu"}, status=201)
+    again = start(client, parameters={"customer": "c-1", "region": "us"}, status=200)
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert len(job_targets.EFFECTS) == 1
+
+
+def test_parameter_order_does_not_matter(client):
+    start(client, body='{"clientToken": "t", "parameters": {"a": 1, "b": {"x": 1, "y": 2}}}', status=201)
+    start(client, body='{"parameters": {"b": {"y": 2, "x": 1}, "a": 1}, "clientToken": "t"}', status=200)
+    assert len(job_targets.EFFECTS) == 1
+
+
+@pytest.mark.parametrize("value", [0, {}, [], None, False, ""])
+def test_falsy_results_are_stored_and_replayed_never_rerun(client, value):
+    first = start(client, job="values", parameters={"value": value}, status=201)
+    again = start(client, job="values", parameters={"value": value}, status=200)
+    assert first.json["result"] == value and again.json["result"] == value
+    assert "result" in again.json
+    assert len(job_targets.EFFECTS) == 1
+
+
+def test_a_permanent_failure_is_422_stored_and_replayed(client):
+    job_targets.FAILURES["flaky"] = ["permanent"]
+    first = start(client, job="flaky", status=422)
+    assert first.json["status"] == "failed"
+    assert first.json["error"]["message"] == "the invoice was rejected"
+    again = start(client, job="flaky", status=422)
+    assert again.json == first.json
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert len(job_targets.EFFECTS) == 1
+
+
+@pytest.mark.parametrize("failure", ["retryable", "crash"])
+def test_a_retryable_failure_is_500_and_the_retry_runs_again(client, ndb_client, failure):
+    job_targets.FAILURES["flaky"] = [failure]
+    failed = start(client, job="flaky", status=500)
+    assert failed.json["error"] == "RetryableFailure"
+    with ndb_client.context():
+        assert RunRecord.query().fetch() == []  # the record was deleted
+    retried = start(client, job="flaky", status=201)
+    assert retried.json["attempt"] == 1
+    assert len(job_targets.EFFECTS) == 2
+
+
+def test_a_bad_result_is_a_stored_failure(client):
+    job_targets.FAILURES["flaky"] = ["bad-result"]
+    assert start(client, job="flaky", status=422).json["error"]["type"] == "InvalidResult"
+    start(client, job="flaky", status=422)
+    assert len(job_targets.EFFECTS) == 1
+
+
+def _start_slow(client, gate, results, **kwargs):
+    thread = threading.Thread(target=lambda: results.append(
+        start(client, job="slow", parameters={"gate": gate}, **kwargs)))
+    thread.start()
+    for _ in range(200):
+        if gate in job_targets.STARTED and job_targets.STARTED[gate].wait(0.05):
+            return thread
+        threading.Event().wait(0.05)
+    raise AssertionError("the job never started")
+
+
+def test_in_progress_is_409_with_retry_after(client, clock):
+    results = []
+    thread = _start_slow(client, "g1", results)
+    clock.advance(10)
+    busy = start(client, job="slow", parameters={"gate": "g1"}, status=409)
+    assert busy.json["error"] == "RunInProgress"
+    assert busy.headers["Retry-After"] == str(100000 - 10)
+    assert "Idempotency-Expires" in busy.headers
+    job_targets.GATES["g1"].set()
+    thread.join(10)
+    assert results[0].status_int == 201
+    assert len(job_targets.EFFECTS) == 1
+
+
+def test_in_progress_with_other_parameters_is_still_a_conflict(client):
+    results = []
+    thread = _start_slow(client, "g1", results)
+    conflict = start(client, job="slow", parameters={"gate": "other"}, status=422)
+    assert conflict.json["differing"] == ["gate"]
+    job_targets.GATES["g1"].set()
+    thread.join(10)
+
+
+def test_prefer_wait_replays_the_first_runs_result(client):
+    results = []
+    thread = _start_slow(client, "g1", results)
+    threading.Timer(0.5, job_targets.GATES["g1"].set).start()
+    waited = start(client, job="slow", parameters={"gate": "g1"}, headers={"Prefer": "wait=10"}, status=200)
+    thread.join(10)
+    assert waited.headers["Idempotent-Replayed"] == "true"
+    assert waited.headers["Preference-Applied"] == "wait=10"
+    assert waited.json == results[0].json
+    assert len(job_targets.EFFECTS) == 1
+
+
+def test_prefer_wait_gives_up_with_409_and_is_capped(client):
+    results = []
+    thread = _start_slow(client, "g1", results)
+    busy = start(client, job="slow", parameters={"gate": "g1"}, headers={"Prefer": "respond-async, wait=1"}, status=409)
+    assert busy.headers["Preference-Applied"] == "wait=1"
+    capped = start(client, job="slow", parameters={"gate": "g1"}, headers={"Prefer": "wait=0"}, status=409)
+    assert "Preference-Applied" not in capped.headers
+    job_targets.GATES["g1"].set()
+    thread.join(10)
+    from handlers.guard import _PREFER_WAIT, MAX_WAIT_SECONDS
+
+    assert MAX_WAIT_SECONDS == 60 and _PREFER_WAIT.match("wait=3600")
+
+
+def test_expiry_is_finished_plus_one_hour_at_most(client, clock):
+    first = start(client, status=201)
+    expires = parse_time(first.headers["Idempotency-Expires"])
+    clock.advance(HOUR - 1)
+    assert parse_time(start(client, status=200).headers["Idempotency-Expires"]) == expires
+    clock.advance(1)  # exactly at expire_at: counts as absent, even before TTL deletes it
+    fresh = start(client, status=201)
+    assert fresh.json["attempt"] == 2  # the fencing number keeps rising over the old record
+    assert len(job_targets.EFFECTS) == 2
+
+
+def test_expiry_is_created_plus_24_hours_for_a_long_run(client, clock):
+    results = []
+    created = clock.now()
+    thread = _start_slow(client, "g1", results)
+    clock.advance(23.5 * HOUR)
+    job_targets.GATES["g1"].set()
+    thread.join(10)
+    finished = results[0]
+    assert finished.status_int == 201
+    # min(created + 24 h, finished + 1 h) = created + 24 h
+    assert parse_time(finished.headers["Idempotency-Expires"]) == created + datetime.timedelta(hours=24)
+    clock.advance(0.5 * HOUR - 1)
+    start(client, job="slow", parameters={"gate": "g1"}, status=200)
+    clock.advance(1)
+    job_targets.GATES.setdefault("g1", threading.Event()).set()
+    assert start(client, job="slow", parameters={"gate": "g1"}, status=201).json["attempt"] == 2
