@@ -86,12 +86,12 @@ def parse_schedule_time(value: str | None) -> datetime.datetime:
         )
     text = _checked_text(field, value).strip()
     try:
-        parsed = ciso8601.parse_rfc3339(text)
-    except ValueError as exc:
+        # Fractions beyond microseconds are cut: Datastore keeps microseconds.
+        return ciso8601.parse_rfc3339(text).astimezone(datetime.timezone.utc)
+    except (ValueError, OverflowError) as exc:
         raise InvalidRunRequest(
             field, f"{field} {value!r} is not an RFC 3339 timestamp: {exc}"
         ) from None
-    return parsed.astimezone(datetime.timezone.utc)
 
 
 def _scope_value(

@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
+import random
+import time
 import uuid
-from typing import Callable
+from typing import Any, Callable
 
 from google.api_core import exceptions as api_exceptions
 from google.cloud import ndb
@@ -35,11 +37,20 @@ from models import RunRecord, RunStatus
 
 log = logging.getLogger(__name__)
 
-# Transactions on one hot record abort under contention; NDB retries them
-# with backoff.  A claimer that still loses is told to come back (409), never
-# given a 500.  Finishing writes try harder: the job has already run.
-CLAIM_RETRIES = 5
-FINISH_RETRIES = 8
+# Transactions on one hot record abort under contention.  They are retried
+# here with short jittered sleeps (NDB's own backoff starts at a second and
+# doubles).  A claimer that still loses after CLAIM_PATIENCE_SECONDS is told
+# to come back (409), never given a 500; the owner finishing a run it has
+# already performed keeps trying for FINISH_PATIENCE_SECONDS.
+CLAIM_PATIENCE_SECONDS = 3.0
+FINISH_PATIENCE_SECONDS = 30.0
+_RETRYABLE_ERRORS = (
+    api_exceptions.Aborted,
+    api_exceptions.ServiceUnavailable,
+    api_exceptions.InternalServerError,
+    api_exceptions.Unknown,
+    api_exceptions.RetryError,
+)
 
 
 def _is_contention(exc: Exception) -> bool:
@@ -147,7 +158,9 @@ class Ledger:
                 attempt_id=attempt.attempt_id,
                 attempt=attempt.attempt,
                 lease_expires=now + _seconds(policy.lease_seconds),
-                expire_at=created + _seconds(policy.retention_seconds),
+                # Never expire (count as absent) while a lease is live.
+                expire_at=max(created + _seconds(policy.retention_seconds),
+                              now + _seconds(policy.lease_seconds)),
                 created=created,
                 updated=now,
                 started=now,
@@ -161,8 +174,8 @@ class Ledger:
             return Claimed(record, attempt)
 
         try:
-            return ndb.transaction(claim, retries=CLAIM_RETRIES)
-        except (api_exceptions.Aborted, api_exceptions.RetryError) as exc:
+            return _transaction(claim, CLAIM_PATIENCE_SECONDS)
+        except _RETRYABLE_ERRORS as exc:
             if not _is_contention(exc):
                 raise
             log.warning("run %s: claim lost to contention (%s); answering 409", run_id, exc)
@@ -173,6 +186,7 @@ class Ledger:
 
         def renew(record: RunRecord, now: datetime.datetime) -> Renewed:
             record.lease_expires = now + _seconds(lease_seconds)
+            record.expire_at = max(record.expire_at, record.lease_expires)
             record.updated = now
             record.put()
             return Renewed(record)
@@ -235,7 +249,10 @@ class Ledger:
                 return Stale(attempt.run_id, attempt.attempt, record)
             return change(record, now)
 
-        outcome = ndb.transaction(fenced, retries=FINISH_RETRIES)
+        # Only the owner writes a run, but every duplicate's claim reads it and
+        # can abort the owner's commit; giving up would leave a performed job
+        # unrecorded (and run again after the lease), so the owner persists.
+        outcome = _transaction(fenced, FINISH_PATIENCE_SECONDS)
         if isinstance(outcome, Stale):
             current = outcome.current
             log.warning(
@@ -245,6 +262,21 @@ class Ledger:
                 f"attempt {current.attempt} {current.status}" if current else "absent",
             )
         return outcome
+
+
+def _transaction(callback: Callable[[], Any], patience_seconds: float) -> Any:
+    """One NDB transaction, tried again on contention and transient errors until patience runs out."""
+    deadline = time.monotonic() + patience_seconds
+    delay = 0.02
+    while True:
+        try:
+            return ndb.transaction(callback, retries=0)
+        except _RETRYABLE_ERRORS as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.info("transaction failed (%s); trying again", type(exc).__name__)
+            time.sleep(random.uniform(delay / 2, delay))
+            delay = min(delay * 2, 1.0)
 
 
 def _seconds(value: float) -> datetime.timedelta:

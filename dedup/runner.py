@@ -108,15 +108,18 @@ MAX_ERROR_MESSAGE_CHARS = 4096
 
 def error_document(exc: BaseException, details: object = None) -> dict:
     """A JSON document describing a job's exception, safe to store and to return."""
-    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    try:
+        message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    except Exception:  # noqa: BLE001 - an exception whose __str__ raises
+        message = f"{type(exc).__name__} (its message could not be read)"
     document: dict = {"type": type(exc).__name__, "message": str(message)[:MAX_ERROR_MESSAGE_CHARS]}
     if details is not None:
         try:
             document["details"] = json.loads(json.dumps(details, default=str))
-        except (TypeError, ValueError):  # circular, or NaN-like values
-            document["details"] = repr(details)[:MAX_ERROR_MESSAGE_CHARS]
-        if storable_json_problem(document["details"]):
-            document["details"] = repr(details)[:MAX_ERROR_MESSAGE_CHARS]
+        except Exception:  # noqa: BLE001 - circular, too deep, NaN-like values
+            document["details"] = None
+        if document["details"] is None or storable_json_problem(document["details"]):
+            document["details"] = _safe_repr(details)
     return document
 
 
@@ -124,8 +127,15 @@ def storable_json_problem(value: object) -> str | None:
     """Why ``value`` cannot be stored as a result, or None when it can."""
     try:
         encoded = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        return f"the job's result is not JSON-serialisable: {exc}"
+    except Exception as exc:  # noqa: BLE001 - TypeError, ValueError, RecursionError, a raising __str__
+        return f"the job's result is not JSON-serialisable: {type(exc).__name__}: {exc}"
     if len(encoded.encode("utf-8")) > MAX_STORED_JSON_BYTES:
         return f"the job's result is larger than {MAX_STORED_JSON_BYTES} bytes of JSON"
     return None
+
+
+def _safe_repr(value: object) -> str:
+    try:
+        return repr(value)[:MAX_ERROR_MESSAGE_CHARS]
+    except Exception:  # noqa: BLE001
+        return f"<unprintable {type(value).__name__}>"

@@ -27,7 +27,9 @@ def register(app: Flask) -> None:
         status = 500 if exc.code in (None, 503) else exc.code
         response = json_error(status, exc.name.replace(" ", ""), exc.description or exc.name)
         if exc.code == 405 and exc.valid_methods:
-            response.headers["Allow"] = ", ".join(exc.valid_methods)
+            # HEAD and OPTIONS are never served (a HEAD must not run a job).
+            allowed = [m for m in exc.valid_methods if m not in ("HEAD", "OPTIONS")]
+            response.headers["Allow"] = ", ".join(sorted(allowed))
         return response
 
     @app.errorhandler(Exception)

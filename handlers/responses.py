@@ -21,6 +21,17 @@ from models import RunRecord, RunStatus
 
 
 def outcome_response(outcome: RunOutcome) -> Response:
+    response = _outcome_response(outcome)
+    response.headers["X-Dedup-Run-Id"] = _run_id_of(outcome)
+    return response
+
+
+def _run_id_of(outcome: RunOutcome) -> str:
+    record = getattr(outcome, "record", None)
+    return record.run_id if record is not None else outcome.run_id
+
+
+def _outcome_response(outcome: RunOutcome) -> Response:
     if isinstance(outcome, (Finished, Replayed)):
         return _record_response(outcome.record, duplicate=isinstance(outcome, Replayed))
     if isinstance(outcome, Released):
@@ -90,7 +101,6 @@ def record_document(record: RunRecord, duplicate: bool) -> dict:
 def _record_response(record: RunRecord, duplicate: bool) -> Response:
     response = jsonify(record_document(record, duplicate))
     response.status_code = 200 if record.status == RunStatus.COMPLETED else 422
-    response.headers["X-Dedup-Run-Id"] = record.run_id
     if duplicate:
         response.headers["Idempotent-Replayed"] = "true"
     return response

@@ -88,7 +88,7 @@ def manual_run_policy() -> RunPolicy:
     )
 
 
-@blueprint.post("/jobs/<job_id>/runs")
+@blueprint.post("/jobs/<job_id>/runs", provide_automatic_options=False)
 @require_job
 @idempotent(
     "manual-run",

@@ -18,7 +18,7 @@ from jobs.base import RunContext
 blueprint = Blueprint("scheduler", __name__)
 
 
-@blueprint.route("/jobs/<job_id>", methods=["GET", "POST"])
+@blueprint.route("/jobs/<job_id>", methods=["GET", "POST"], provide_automatic_options=False)
 def deliver(job_id: str):
     # Flask answers HEAD for GET routes by running the view; a HEAD must
     # never run a job.

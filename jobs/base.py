@@ -77,12 +77,18 @@ class JobKind(abc.ABC):
         """Perform one attempt of the run."""
 
 
+# Far beyond any sensible lease or retention, and far from datetime's limits.
+MAX_SECONDS = 10 * 365 * 24 * 3600
+
+
 def positive_number(job_id: str, field: str, value: Any) -> float:
-    """A finite number > 0 (booleans are not numbers here)."""
+    """A number of seconds > 0 and at most ten years (booleans are not numbers here)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-        0 < value < float("inf")
+        0 < value <= MAX_SECONDS
     ):
-        raise JobsConfigError(job_id, field, f"must be a positive number, got {value!r}")
+        raise JobsConfigError(
+            job_id, field, f"must be a positive number of seconds, at most {MAX_SECONDS}, got {value!r}"
+        )
     return value
 
 

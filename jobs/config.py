@@ -95,8 +95,10 @@ def _parse_job(job_id: Any, settings: Any) -> JobSpec:
         if key not in settings:
             raise JobsConfigError(job_id, key, f"missing; kind {kind_name!r} requires it")
     lease = positive_number(job_id, "lease_seconds", settings.get("lease_seconds", DEFAULT_LEASE_SECONDS))
+    # The default retention outlives any lease by a day, so a long lease alone is never an error.
     retention = positive_number(
-        job_id, "retention_seconds", settings.get("retention_seconds", DEFAULT_RETENTION_SECONDS)
+        job_id, "retention_seconds",
+        settings.get("retention_seconds", max(DEFAULT_RETENTION_SECONDS, lease + 24 * 3600)),
     )
     if retention <= lease:
         raise JobsConfigError(

@@ -65,6 +65,11 @@ def scripted_failures(context: RunContext):
         raise ZeroDivisionError("a bug")
     if step == "bad-result":
         return {"not-json": object()}
+    if step == "deep-result":
+        deep: list = []
+        for _ in range(100000):
+            deep = [deep]
+        return deep  # json.dumps raises RecursionError
     return {"ok": True, "attempt": context.attempt}
 
 

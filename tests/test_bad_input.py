@@ -35,6 +35,8 @@ def assert_nothing_happened(ndb_client):
         (scheduler_headers(schedule_time="2025-10-17"), "X-CloudScheduler-ScheduleTime", "RFC 3339"),
         (scheduler_headers(schedule_time="2025-13-17T23:50:00Z"), "X-CloudScheduler-ScheduleTime", "RFC 3339"),
         (scheduler_headers(schedule_time="2025-10-17T23:50:00Z" + "0" * 2000), "X-CloudScheduler-ScheduleTime", "longer"),
+        (scheduler_headers(schedule_time="0001-01-01T00:00:00+01:00"), "X-CloudScheduler-ScheduleTime", "RFC 3339"),
+        (scheduler_headers(schedule_time="9999-12-31T23:59:59-01:00"), "X-CloudScheduler-ScheduleTime", "RFC 3339"),
         (scheduler_headers(job_name="nightly invoice"), "X-CloudScheduler-JobName", "job id"),
         (scheduler_headers(job_name="a/b"), "X-CloudScheduler-JobName", "job id"),
         (scheduler_headers(job_name="x" * 501), "X-CloudScheduler-JobName", "job id"),
@@ -91,10 +93,12 @@ def test_unknown_path_is_json_404(client):
     assert response.content_type == "application/json"
 
 
-@pytest.mark.parametrize("method", ["put", "patch", "delete", "head"])
+@pytest.mark.parametrize("method", ["PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"])
 def test_other_methods_are_405_and_never_run_the_job(client, ndb_client, method):
-    response = getattr(client, method)("/jobs/invoice", headers=scheduler_headers(), status=405)
-    assert "POST" in response.headers["Allow"]
+    response = client.request("/jobs/invoice", method=method, headers=scheduler_headers(), status=405)
+    assert response.headers["Allow"] == "GET, POST"
+    if method != "HEAD":
+        assert response.json["error"] == "MethodNotAllowed"
     assert_nothing_happened(ndb_client)
 
 

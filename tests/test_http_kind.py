@@ -122,6 +122,13 @@ def test_a_timeout_is_retryable(client, downstream):
     assert deliver(client, status=200).json["attempt"] == 1
 
 
+def test_a_trickling_body_cannot_outlive_the_timeout(client, downstream):
+    # Each byte arrives well within the read timeout; the whole body would not.
+    downstream.script = [Reply(200, b"x" * 40, trickle=0.1)]
+    failed = deliver(client, status=500)
+    assert "longer than 1s" in failed.json["message"]
+
+
 def test_a_refused_connection_is_retryable(make_client):
     client = make_client("""
         jobs:

@@ -63,6 +63,11 @@ def test_defaults_and_kinds():
         ("kind: python\n    target: tests.job_targets:record\n    lease_seconds: .inf", "j", "lease_seconds", "positive"),
         ("kind: python\n    target: tests.job_targets:record\n    lease_seconds: true", "j", "lease_seconds", "positive"),
         ("kind: python\n    target: tests.job_targets:record\n    retention_seconds: 10", "j", "retention_seconds", "longer than lease_seconds"),
+        ("kind: python\n    target: tests.job_targets:record\n    retention_seconds: 1.0e+12", "j", "retention_seconds", "at most"),
+        ("kind: python\n    target: tests.job_targets:record\n    lease_seconds: 1.0e+12", "j", "lease_seconds", "at most"),
+        ("kind: http\n    url: https://example.com:99999/x", "j", "url", "out of range"),
+        ("kind: http\n    url: https://example.com\n    headers: {X-Price: '€'}", "j", "headers", "Latin-1"),
+        ("kind: http\n    url: https://example.com\n    headers: {X-Mode: ' leading'}", "j", "headers", "whitespace"),
         ("kind: http", "j", "url", "missing"),
         ("kind: http\n    url: ftp://example.com/x", "j", "url", "absolute http(s) URL"),
         ("kind: http\n    url: /relative", "j", "url", "absolute http(s) URL"),
@@ -132,3 +137,19 @@ def test_a_bad_jobs_file_stops_the_app_at_start_up(tmp_path):
                                capture_output=True, text=True, timeout=60)
     assert completed.returncode != 0
     assert "job 'report': field 'lease_seconds': must be a positive number" in completed.stderr
+
+
+def test_defaults_follow_short_and_long_leases():
+    jobs = parse("""
+        jobs:
+          quick:
+            kind: http
+            url: https://example.com/hook
+            lease_seconds: 20
+          week-long:
+            kind: python
+            target: tests.job_targets:record
+            lease_seconds: 691200
+    """)
+    assert jobs["quick"].runner.timeout_seconds == 10
+    assert jobs["week-long"].policy.retention_seconds == 691200 + 86400

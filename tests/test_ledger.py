@@ -136,3 +136,43 @@ def test_error_documents_are_always_storable():
         document = error_document(RuntimeError("boom " * 10000), details=details)
         assert storable_json_problem(document) is None
         assert len(document["message"]) <= 4096
+
+
+def test_a_record_never_expires_while_its_lease_is_live(ledger, clock):
+    long_lease = RunPolicy(lease_seconds=600, retention_seconds=1000)
+    claim_first = ledger.claim_run("run-1", DESCRIPTION, long_lease)
+    clock.advance(900)  # lease over; retention ends in 100 s
+    takeover = ledger.claim_run("run-1", DESCRIPTION, long_lease)
+    assert isinstance(takeover, Claimed) and takeover.attempt.attempt == 2
+    record = RunRecord.get_by_id("run-1")
+    assert record.expire_at >= record.lease_expires
+    clock.advance(200)  # past created + retention, inside attempt 2's lease
+    assert isinstance(ledger.claim_run("run-1", DESCRIPTION, long_lease), InProgress)
+    ledger.renew_lease(takeover.attempt, 3000)
+    assert RunRecord.get_by_id("run-1").expire_at >= RunRecord.get_by_id("run-1").lease_expires
+    assert isinstance(claim_first, Claimed)
+
+
+def test_contended_transactions_are_tried_again(ndb_context):
+    from google.api_core import exceptions as api_exceptions
+
+    from dedup.ledger import _transaction
+
+    failures = iter([api_exceptions.Aborted("contention")] * 3)
+
+    def write():
+        error = next(failures, None)
+        if error:
+            raise error
+        RunRecord(id="x", source="scheduler", job_id="j", status="completed", attempt_id="a", attempt=1,
+                  lease_expires=datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc),
+                  expire_at=datetime.datetime(2030, 1, 2, tzinfo=datetime.timezone.utc),
+                  created=datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc),
+                  updated=datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc)).put()
+        return "written"
+
+    assert _transaction(write, patience_seconds=10) == "written"
+    assert RunRecord.get_by_id("x").status == "completed"
+    always = iter(lambda: api_exceptions.Aborted("contention"), None)
+    with pytest.raises(api_exceptions.Aborted):
+        _transaction(lambda: (_ for _ in ()).throw(next(always)), patience_seconds=0.3)

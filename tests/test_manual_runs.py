@@ -32,8 +32,7 @@ jobs:
   slow:
     kind: python
     target: tests.job_targets:gated_parameter
-    lease_seconds: 100000
-    retention_seconds: 200000
+    lease_seconds: 86000   # just under the 24 h token lifetime
 """
 HOUR = 3600
 
@@ -250,7 +249,7 @@ def test_in_progress_is_409_with_retry_after(client, clock):
     clock.advance(10)
     busy = start(client, job="slow", parameters={"gate": "g1"}, status=409)
     assert busy.json["error"] == "RunInProgress"
-    assert busy.headers["Retry-After"] == str(100000 - 10)
+    assert busy.headers["Retry-After"] == str(86000 - 10)
     assert "Idempotency-Expires" in busy.headers
     job_targets.GATES["g1"].set()
     thread.join(10)

@@ -156,6 +156,7 @@ def test_retryable_failure_releases_the_claim_and_the_retry_runs(client, failure
     failed = deliver(client, job="flaky", status=500)
     assert failed.json["error"] == "RetryableFailure"
     assert failed.json["status"] == "released"
+    assert failed.headers["X-Dedup-Run-Id"] == failed.json["run_id"]
     retried = deliver(client, job="flaky", status=200)
     assert retried.json["duplicate"] is False
     # The record was deleted, so the retry starts over at attempt 1.
@@ -163,8 +164,9 @@ def test_retryable_failure_releases_the_claim_and_the_retry_runs(client, failure
     assert len(job_targets.EFFECTS) == 2
 
 
-def test_unserialisable_result_is_a_permanent_failure_not_a_rerun(client):
-    job_targets.FAILURES["flaky"] = ["bad-result"]
+@pytest.mark.parametrize("bad", ["bad-result", "deep-result"])
+def test_unserialisable_result_is_a_permanent_failure_not_a_rerun(client, bad):
+    job_targets.FAILURES["flaky"] = [bad]
     response = deliver(client, job="flaky", status=422)
     assert response.json["error"]["type"] == "InvalidResult"
     deliver(client, job="flaky", status=422)
@@ -194,6 +196,7 @@ def test_live_lease_answers_409_with_retry_after(client, clock):
     busy = deliver(client, job="slow", body=b"g1", status=409)
     assert busy.json["error"] == "RunInProgress"
     assert busy.headers["Retry-After"] == "40"
+    assert busy.headers["X-Dedup-Run-Id"] == busy.json["run_id"]
     assert busy.json["attempt"] == 1
     job_targets.GATES["g1"].set()
     thread.join(10)

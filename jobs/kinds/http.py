@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import urllib.parse
 from typing import Any, Mapping
 
 import requests
+import urllib3
 
 from dedup.errors import PermanentJobError, RetryableJobError
 from dedup.guard import is_retryable_status
@@ -48,12 +50,20 @@ class HttpJob(JobKind):
     def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> "HttpJob":
         url = text_value(job_id, "url", options["url"])
         parsed = urllib.parse.urlsplit(url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise JobsConfigError(job_id, "url", f"must be an absolute http(s) URL, got {url!r}")
+        try:
+            parsed.port  # noqa: B018 - raises for a port out of range
+        except ValueError as exc:
+            raise JobsConfigError(job_id, "url", f"{url!r}: {exc}") from None
         method = options.get("method", "POST")
         if not isinstance(method, str) or method.upper() not in METHODS:
             raise JobsConfigError(job_id, "method", f"must be one of {', '.join(METHODS)}, got {method!r}")
-        timeout = positive_number(job_id, "timeout_seconds", options.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS))
+        # The whole call must end inside the lease: the default follows a short lease.
+        timeout = positive_number(
+            job_id, "timeout_seconds",
+            options.get("timeout_seconds", min(DEFAULT_TIMEOUT_SECONDS, lease_seconds / 2)),
+        )
         if timeout >= lease_seconds:
             raise JobsConfigError(
                 job_id, "timeout_seconds",
@@ -68,8 +78,17 @@ class HttpJob(JobKind):
                 raise JobsConfigError(job_id, "headers", f"{name!r} is not a valid header name")
             if name.lower() in RESERVED_HEADERS:
                 raise JobsConfigError(job_id, "headers", f"{name!r} is set by the app and cannot be configured")
-            if not isinstance(value, str) or any(ord(c) < 32 or ord(c) == 127 for c in value):
-                raise JobsConfigError(job_id, "headers", f"the value of {name!r} must be a string without control characters")
+            if not isinstance(value, str):
+                raise JobsConfigError(job_id, "headers", f"the value of {name!r} must be a string")
+            try:
+                value.encode("latin-1")
+                requests.utils.check_header_validity((name, value))
+            except (UnicodeEncodeError, requests.exceptions.InvalidHeader):
+                raise JobsConfigError(
+                    job_id, "headers",
+                    f"the value of {name!r} must be Latin-1 text without control characters "
+                    "or leading/trailing whitespace",
+                ) from None
         return cls(url, method.upper(), timeout, dict(headers))
 
     def run(self, context: RunContext) -> Any:
@@ -88,17 +107,20 @@ class HttpJob(JobKind):
         if self.method != "GET":
             headers["Content-Type"] = "application/json"
             body = json.dumps(self.downstream_body(context, schedule_time)).encode("utf-8")
+        deadline = time.monotonic() + self.timeout_seconds
         try:
             response = requests.request(
                 self.method, self.url, headers=headers, data=body,
-                timeout=self.timeout_seconds, allow_redirects=False, stream=True,
+                # total: connecting and waiting for the headers share one budget.
+                timeout=urllib3.Timeout(total=self.timeout_seconds),
+                allow_redirects=False, stream=True,
             )
         except requests.Timeout as exc:
             raise RetryableJobError(f"{self.method} {self.url} timed out after {self.timeout_seconds}s: {exc}") from None
         except requests.RequestException as exc:
             raise RetryableJobError(f"{self.method} {self.url} failed: {exc}") from None
         with response:
-            raw = self._read_head(response)
+            raw = self._read_head(response, deadline)
         outcome = {
             "status": response.status_code,
             "body": raw[:MAX_STORED_BODY_BYTES].decode("utf-8", errors="replace"),
@@ -112,14 +134,19 @@ class HttpJob(JobKind):
             raise RetryableJobError(message, details=outcome)
         raise PermanentJobError(message, details=outcome)
 
-    def _read_head(self, response: requests.Response) -> bytes:
-        """At most MAX_STORED_BODY_BYTES + 1 bytes: a huge body is never read whole."""
+    def _read_head(self, response: requests.Response, deadline: float) -> bytes:
+        """At most MAX_STORED_BODY_BYTES + 1 bytes, before the deadline: a huge or
+        trickling body never keeps the call going past its timeout."""
         head = b""
         try:
-            for chunk in response.iter_content(chunk_size=MAX_STORED_BODY_BYTES + 1):
+            for chunk in response.iter_content(chunk_size=1024):
                 head += chunk
                 if len(head) > MAX_STORED_BODY_BYTES:
                     break
+                if time.monotonic() > deadline:
+                    raise RetryableJobError(
+                        f"{self.method} {self.url}: the response took longer than {self.timeout_seconds}s"
+                    )
         except requests.RequestException as exc:
             raise RetryableJobError(f"reading the response of {self.url} failed: {exc}") from None
         return head

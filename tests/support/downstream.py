@@ -19,6 +19,7 @@ class Reply:
     body: bytes = b'{"ok": true}'
     delay: float = 0.0
     headers: dict = dataclasses.field(default_factory=dict)
+    trickle: float = 0.0  # seconds between body bytes
 
 
 @dataclasses.dataclass
@@ -57,7 +58,13 @@ class Downstream:
                 self.send_header("Content-Length", str(len(reply.body)))
                 self.end_headers()
                 try:
-                    self.wfile.write(reply.body)
+                    if reply.trickle:
+                        for index in range(len(reply.body)):
+                            self.wfile.write(reply.body[index:index + 1])
+                            self.wfile.flush()
+                            time.sleep(reply.trickle)
+                    else:
+                        self.wfile.write(reply.body)
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
