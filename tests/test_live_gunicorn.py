@@ -116,3 +116,22 @@ def test_an_overrunning_attempt_is_taken_over_after_its_lease(server, effects_di
     assert stale.status_code == 409 and stale.json()["error"] == "StaleAttempt"
     replay = deliver(server, "short-lease", "2026-02-01T00:00:00Z", slow)
     assert replay.status_code == 200 and replay.json()["attempt"] == 2 and replay.json()["duplicate"]
+
+
+def test_16_concurrent_manual_runs_with_one_token_run_once(server, effects_dir):
+    barrier = threading.Barrier(16)
+    payload = {"clientToken": "deploy-42", "parameters": {"dir": str(effects_dir), "sleep": 1.5}}
+
+    def one(_):
+        barrier.wait()
+        return requests.post(f"{server.url}/api/v1/jobs/effect/runs", json=payload, timeout=30)
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        responses = list(pool.map(one, range(16)))
+    statuses = [r.status_code for r in responses]
+    assert statuses.count(201) == 1, statuses
+    assert all(status in (200, 201, 409) for status in statuses), statuses
+    assert len(effects(effects_dir)) == 1
+    replay = requests.post(f"{server.url}/api/v1/jobs/effect/runs", json=payload, timeout=30)
+    assert replay.status_code == 200 and replay.headers["Idempotent-Replayed"] == "true"
+    assert len(effects(effects_dir)) == 1

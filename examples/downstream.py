@@ -1,0 +1,74 @@
+"""An example downstream service: "enforce idempotency at the most downstream service".
+
+A CRM stand-in that an ``http`` job calls.  It takes the run key the job
+forwards in ``Idempotency-Key`` and guards its mutating endpoint with the
+same idempotency guard as the scheduler target, so each scheduled sync is
+applied once even when the call reaches it several times: a takeover after
+a lost lease, a retry after a timeout whose request had in fact arrived.
+
+Serve it with ``gunicorn examples.downstream_main:app`` (``make run`` does,
+on port 8081).
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from flask import Flask, g, jsonify, request
+from google.cloud import ndb
+
+from dedup.clock import Clock, SystemClock
+from dedup.ledger import Ledger
+from handlers import NdbContextMiddleware
+from handlers.errors import register as register_json_errors
+from handlers.guard import LEDGER_EXTENSION, idempotent
+
+
+class SyncBatch(ndb.Model):
+    """One applied sync: what the service's (non-idempotent) change leaves behind."""
+
+    idempotency_key = ndb.StringProperty()
+    schedule_time = ndb.StringProperty()
+    attempt = ndb.IntegerProperty()
+    applied = ndb.DateTimeProperty(tzinfo=datetime.timezone.utc)
+
+
+class SyncCounter(ndb.Model):
+    applied = ndb.IntegerProperty(default=0)
+
+
+def create_downstream_app(clock: Clock | None = None, ndb_client: ndb.Client | None = None) -> Flask:
+    clock = clock or SystemClock()
+    app = Flask(__name__)
+    app.extensions[LEDGER_EXTENSION] = Ledger(clock)
+    register_json_errors(app)
+
+    @app.post("/hooks/sync")
+    @idempotent(
+        "crm-sync",
+        # The fields that make two calls the same request.  The attempt
+        # number and id differ between a first call and a takeover's, so
+        # they stay out of the fingerprint.
+        fields=["job_id", "schedule_time", "parameters", "body"],
+    )
+    def apply_sync():
+        payload = request.get_json(silent=True) or {}
+
+        @ndb.transactional()
+        def bump() -> int:
+            counter = SyncCounter.get_by_id("total") or SyncCounter(id="total")
+            counter.applied += 1
+            counter.put()
+            return counter.applied
+
+        total = bump()
+        SyncBatch(
+            idempotency_key=g.idempotency.key,
+            schedule_time=payload.get("schedule_time"),
+            attempt=payload.get("attempt"),
+            applied=clock.now(),
+        ).put()
+        return jsonify({"applied": True, "sync_number": total, "key": g.idempotency.key}), 201
+
+    app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client or ndb.Client())
+    return app

@@ -1,0 +1,157 @@
+"""The reusable guard: plain-function wrapper and Flask decorator, on the emulator."""
+
+from __future__ import annotations
+
+import pytest
+import webtest
+from flask import Flask, g, jsonify, request
+
+from dedup.errors import PermanentJobError
+from dedup.guard import IdempotencyConflict, IdempotencyGuard, differing_names, fingerprint
+from dedup.ledger import Ledger
+from handlers import NdbContextMiddleware
+from handlers.errors import register as register_json_errors
+from handlers.guard import LEDGER_EXTENSION, idempotent
+
+
+def test_fingerprint_is_canonical_and_skips_excluded_names():
+    assert fingerprint({"a": 1, "b": [1, {"y": 2, "x": 1}]}) == fingerprint({"b": [1, {"x": 1, "y": 2}], "a": 1})
+    assert fingerprint({"a": 1, "region": "eu"}, exclude={"region"}) == fingerprint({"a": 1}, exclude={"region"})
+    assert fingerprint({"a": 1}) != fingerprint({"a": "1"})
+    assert fingerprint({"a": None}) != fingerprint({})
+    assert differing_names({"a": 1, "b": 2, "z": None}, {"a": 1, "b": 3, "c": 0}) == ["b", "c", "z"]
+
+
+@pytest.fixture
+def guard(ndb_context, clock):
+    return IdempotencyGuard(Ledger(clock), "payments")
+
+
+def test_a_wrapped_function_takes_effect_once_per_key(guard):
+    calls = []
+
+    @guard.wrap(key=lambda order, amount: order, parameters=lambda order, amount: {"amount": amount})
+    def charge(order: str, amount: int):
+        calls.append(order)
+        return 0  # falsy, still a result
+
+    assert charge("o-1", 5) == 0
+    assert charge("o-1", 5) == 0
+    assert charge("o-2", 5) == 0
+    assert calls == ["o-1", "o-2"]
+    with pytest.raises(IdempotencyConflict) as conflict:
+        charge("o-1", 6)
+    assert conflict.value.differing == ["amount"]
+    assert calls == ["o-1", "o-2"]
+
+
+def test_a_wrapped_function_releases_on_error_and_keeps_permanent_failures(guard):
+    calls = []
+
+    @guard.wrap(key=lambda order: order)
+    def ship(order: str):
+        calls.append(order)
+        if len(calls) == 1:
+            raise ConnectionError("carrier unreachable")
+        raise PermanentJobError("address rejected")
+
+    with pytest.raises(ConnectionError):
+        ship("o-1")
+    with pytest.raises(PermanentJobError):
+        ship("o-1")  # released: runs again, fails for good
+    with pytest.raises(PermanentJobError, match="address rejected"):
+        ship("o-1")  # replayed, not run
+    assert len(calls) == 2
+
+
+@pytest.fixture
+def service(datastore, ndb_client, clock):
+    app = Flask("service")
+    app.extensions[LEDGER_EXTENSION] = Ledger(clock)
+    register_json_errors(app)
+    effects: list = []
+
+    @app.post("/orders")
+    @idempotent("orders", fields=["item"], scope=lambda: request.headers.get("X-Tenant", ""),
+                replay_headers=["X-Order-Number"])
+    def create_order():
+        effects.append((request.headers.get("X-Tenant"), g.idempotency.key))
+        body = request.get_json()
+        if body.get("item") == "flaky" and len(effects) == 1:
+            return jsonify({"error": "warehouse busy"}), 503
+        if body.get("item") == "unknown":
+            return jsonify({"error": "no such item"}), 404
+        response = jsonify({"order": len(effects), "item": body["item"]})
+        response.headers["X-Order-Number"] = str(len(effects))
+        response.headers["X-Served-By"] = "instance-1"
+        return response, 201
+
+    @app.post("/optional")
+    @idempotent("optional", key_field="requestId", key_header=None, required=False)
+    def optional():
+        effects.append("optional")
+        return {"n": len(effects)}
+
+    app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)
+    return webtest.TestApp(app), effects
+
+
+def order(app, key, item="book", tenant="t-1", status="*"):
+    headers = {"X-Tenant": tenant}
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    return app.post_json("/orders", {"item": item, "note": "ignored"}, headers=headers, status=status)
+
+
+def test_the_stored_response_is_replayed_with_chosen_headers(service):
+    app, effects = service
+    first = order(app, "k-1", status=201)
+    again = order(app, "k-1", status=201)  # the original status, as the IETF draft says
+    assert again.json == first.json
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.headers["X-Order-Number"] == "1"
+    assert "X-Served-By" not in again.headers
+    assert len(effects) == 1
+
+
+def test_scope_separates_tenants(service):
+    app, effects = service
+    order(app, "k-1", tenant="t-1", status=201)
+    order(app, "k-1", tenant="t-2", status=201)
+    assert effects == [("t-1", "k-1"), ("t-2", "k-1")]
+
+
+def test_a_missing_key_is_400_when_required(service):
+    app, effects = service
+    response = order(app, None, status=400)
+    assert "Idempotency-Key" in response.json["message"]
+    assert effects == []
+
+
+def test_only_chosen_fields_are_fingerprinted(service):
+    app, effects = service
+    order(app, "k-1", status=201)
+    app.post_json("/orders", {"item": "book", "note": "changed"}, headers={"Idempotency-Key": "k-1", "X-Tenant": "t-1"}, status=201)
+    conflict = order(app, "k-1", item="pen", status=422)
+    assert conflict.json["differing"] == ["item"]
+    assert len(effects) == 1
+
+
+def test_retryable_answers_are_not_kept_and_client_errors_are(service):
+    app, effects = service
+    order(app, "k-1", item="flaky", status=503)  # a downstream service may say 503; it is not kept
+    order(app, "k-1", item="flaky", status=201)
+    order(app, "k-2", item="unknown", status=404)
+    replay = order(app, "k-2", item="unknown", status=404)
+    assert replay.headers["Idempotent-Replayed"] == "true"
+    assert len(effects) == 3
+
+
+def test_an_optional_key_guards_only_when_given(service):
+    app, effects = service
+    app.post_json("/optional", {}, status=200)
+    app.post_json("/optional", {}, status=200)
+    app.post_json("/optional", {"requestId": "r-1"}, status=200)
+    replay = app.post_json("/optional", {"requestId": "r-1"}, status=200)
+    assert replay.headers["Idempotent-Replayed"] == "true"
+    assert effects == ["optional"] * 3
