@@ -1,4 +1,4 @@
-"""`make run`: the emulator plus gunicorn serving main:app, as App Engine would."""
+"""`make run`: the emulator, gunicorn serving main:app as App Engine would, and the example downstream."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8080)))
     parser.add_argument("--jobs", default=os.environ.get("DEDUP_JOBS_FILE", "examples/local-jobs.yaml"))
+    parser.add_argument("--downstream-port", type=int, default=8081)
     args = parser.parse_args()
     try:
         emulator = DatastoreEmulator(project="dedup-local").start()
@@ -23,20 +24,37 @@ def main() -> int:
         return 1
     print(f"Datastore emulator on {emulator.host}; serving http://127.0.0.1:{args.port} "
           f"with jobs from {args.jobs}", flush=True)
+    print(f"Example downstream service (examples/downstream.py) on http://127.0.0.1:{args.downstream_port}",
+          flush=True)
     env = {**os.environ, **emulator.env, "DEDUP_JOBS_FILE": args.jobs}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{args.port}", "--workers", "2",
-         "--threads", "8", "--worker-class", "gthread", "--timeout", "660", "--no-control-socket", "main:app"],
+    servers = [
+        _gunicorn(args.port, "main:app", env),
+        _gunicorn(args.downstream_port, "examples.downstream_main:app", env, workers=1),
+    ]
+
+    def stop(*_):
+        for server in servers:
+            if server.poll() is None:
+                server.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        return servers[0].wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        stop()
+        for server in servers:
+            server.wait()
+        emulator.stop()
+
+
+def _gunicorn(port: int, app: str, env: dict, workers: int = 2) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
+         "--threads", "8", "--worker-class", "gthread", "--timeout", "660", "--no-control-socket", app],
         env=env,
     )
-    signal.signal(signal.SIGTERM, lambda *_: server.terminate())
-    try:
-        return server.wait()
-    except KeyboardInterrupt:
-        server.terminate()
-        return server.wait()
-    finally:
-        emulator.stop()
 
 
 if __name__ == "__main__":
