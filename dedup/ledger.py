@@ -140,7 +140,10 @@ class Ledger:
             # Absent, expired, or an in-progress record whose lease ran out
             # (takeover).  The attempt number keeps rising across all of them,
             # so it stays a usable fencing token.
-            attempt = Attempt(run_id, uuid.uuid4().hex, (current.attempt if current else 0) + 1)
+            attempt = Attempt(
+                run_id, uuid.uuid4().hex, (current.attempt if current else 0) + 1,
+                downstream=current.downstream if live else None,
+            )
             created = current.created if live else now
             record = RunRecord(
                 id=run_id,
@@ -154,6 +157,7 @@ class Ledger:
                 scope=description.scope,
                 parameters=description.parameters,
                 fingerprint=description.fingerprint,
+                downstream=attempt.downstream,
                 status=RunStatus.IN_PROGRESS.value,
                 attempt_id=attempt.attempt_id,
                 attempt=attempt.attempt,
@@ -192,6 +196,17 @@ class Ledger:
             return Renewed(record)
 
         return self._fenced(attempt, renew)
+
+    def record_downstream(self, attempt: Attempt, resource_name: str) -> Renewed | Stale:
+        """Note what this attempt started downstream, so a takeover can adopt it."""
+
+        def record(record: RunRecord, now: datetime.datetime) -> Renewed:
+            record.downstream = resource_name
+            record.updated = now
+            record.put()
+            return Renewed(record)
+
+        return self._fenced(attempt, record)
 
     def complete_run(self, attempt: Attempt, result: object, policy: RunPolicy) -> Finished | Stale:
         """Record success; the retention window restarts from the finish."""

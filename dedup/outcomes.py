@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Callable
 
 from models import RunRecord
 
@@ -19,6 +20,11 @@ class Attempt:
     run_id: str
     attempt_id: str
     attempt: int
+    # What an earlier attempt started downstream, when it recorded it.
+    downstream: str | None = None
+    # Records what this attempt started downstream (fenced); False when the
+    # attempt has lost the run.  Bound by the runner.
+    note_downstream: Callable[[str], bool] | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,6 +7,7 @@ the claim and returns a JSON-serialisable result, or raises.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import logging
@@ -15,7 +16,7 @@ from typing import Any, Callable
 
 from dedup.errors import PermanentJobError
 from dedup.ledger import Ledger, RunDescription, RunPolicy
-from dedup.outcomes import Attempt, Claimed, InProgress, RunOutcome
+from dedup.outcomes import Attempt, Claimed, InProgress, RunOutcome, Stale
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,11 @@ def _run_claimed(
     classify: Callable[[Any], Verdict] | None,
 ) -> RunOutcome:
     run_id = attempt.run_id
+    claimed = attempt
+    attempt = dataclasses.replace(
+        claimed,
+        note_downstream=lambda name: not isinstance(ledger.record_downstream(claimed, name), Stale),
+    )
     try:
         result = work(attempt)
     except PermanentJobError as exc:

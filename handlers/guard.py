@@ -58,9 +58,15 @@ class GuardedCall:
 
     key: str
     key_generated: bool
-    run_id: str
-    attempt: int
-    attempt_id: str
+    claim: Attempt
+
+    @property
+    def run_id(self) -> str:
+        return self.claim.run_id
+
+    @property
+    def attempt(self) -> int:
+        return self.claim.attempt
 
 
 def default_key_problem(key: str) -> str | None:
@@ -130,7 +136,7 @@ def idempotent(
             wait = _preferred_wait()
 
             def work(attempt: Attempt) -> dict:
-                g.idempotency = GuardedCall(token, generated, attempt.run_id, attempt.attempt, attempt.attempt_id)
+                g.idempotency = GuardedCall(token, generated, attempt)
                 return _document(_run_view(view, args, kwargs), replay_headers)
 
             guard = IdempotencyGuard(current_ledger(), namespace, chosen_policy, source)

@@ -91,6 +91,8 @@ def record_document(record: RunRecord, duplicate: bool) -> dict:
     }
     if record.schedule_time is not None:
         document["schedule_time"] = format_utc(record.schedule_time)
+    if record.downstream:
+        document["downstream"] = record.downstream
     if record.status == RunStatus.COMPLETED:
         document["result"] = record.result
     else:

@@ -109,16 +109,8 @@ def start_manual_run(job_id: str):
     job = current_job()
     call: GuardedCall = g.idempotency
     parameters = manual_run_parameters()
-    context = RunContext(
-        run_id=call.run_id,
-        attempt_id=call.attempt_id,
-        attempt=call.attempt,
-        job_id=job_id,
-        scheduler_job_name=None,
-        schedule_time=None,
-        source="api",
-        parameters=parameters,
-        client_token=call.key,
+    context = RunContext.for_attempt(
+        call.claim, job_id, source="api", parameters=parameters, client_token=call.key
     )
     answer = {"run_id": call.run_id, "job_id": job_id, "clientToken": call.key, "attempt": call.attempt}
     try:

@@ -51,11 +51,8 @@ def deliver(job_id: str):
 
     def work(attempt: Attempt):
         return job.runner.run(
-            RunContext(
-                run_id=attempt.run_id,
-                attempt_id=attempt.attempt_id,
-                attempt=attempt.attempt,
-                job_id=job_id,
+            RunContext.for_attempt(
+                attempt, job_id,
                 scheduler_job_name=key.job_name,
                 schedule_time=key.schedule_time,
                 body=body,

@@ -6,8 +6,9 @@ import abc
 import dataclasses
 import datetime
 import json
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
+from dedup.outcomes import Attempt
 from jobs.errors import JobsConfigError
 
 
@@ -31,10 +32,33 @@ class RunContext:
     source: str = "scheduler"  # or "api" for a manual run
     parameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # manual runs' parameters
     client_token: str | None = None  # manual runs: the caller's token
+    # What an earlier attempt of this run started downstream, if it recorded it.
+    downstream: str | None = None
+    _note_downstream: Callable[[str], bool] | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def for_attempt(cls, attempt: Attempt, job_id: str, **fields: Any) -> "RunContext":
+        return cls(
+            run_id=attempt.run_id,
+            attempt_id=attempt.attempt_id,
+            attempt=attempt.attempt,
+            job_id=job_id,
+            downstream=attempt.downstream,
+            _note_downstream=attempt.note_downstream,
+            **{"scheduler_job_name": None, "schedule_time": None, **fields},
+        )
 
     @property
     def idempotency_key(self) -> str:
         return self.run_id
+
+    def record_downstream(self, resource_name: str) -> bool:
+        """Record, as soon as it exists, what this run started downstream.
+
+        A takeover then adopts it instead of starting another.  False when this
+        attempt has lost the run to a takeover (it should stop).
+        """
+        return self._note_downstream(resource_name) if self._note_downstream else True
 
     def body_text(self) -> str | None:
         """The request body as text, or None when it is not UTF-8."""

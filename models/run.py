@@ -66,6 +66,11 @@ class RunRecord(ndb.Model):
     started = ndb.DateTimeProperty(indexed=False, tzinfo=datetime.timezone.utc)
     finished = ndb.DateTimeProperty(indexed=False, tzinfo=datetime.timezone.utc)
 
+    # The resource a job started downstream (a Workflows execution, a Cloud
+    # Run or Cloud Build operation), recorded as soon as the API answers so a
+    # takeover adopts it instead of starting another.
+    downstream = ndb.TextProperty()
+
     # Results and errors are JSON documents of the job's choosing.  A result
     # of None, 0, {} or [] is a real result: "completed" is decided by
     # ``status``, never by the truthiness of ``result``.

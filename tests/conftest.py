@@ -30,6 +30,26 @@ def datastore(emulator):
 
 
 @pytest.fixture(scope="session")
+def google_fakes(emulator, tmp_path_factory):
+    """Fake Google APIs and metadata server; google-auth's ADC finds the latter as on App Engine."""
+    from tests.support.google_fakes import GoogleFakes
+
+    fakes = GoogleFakes()
+    os.environ["GCE_METADATA_HOST"] = fakes.host
+    os.environ["GCE_METADATA_IP"] = fakes.host
+    os.environ.pop("GOOGLE_APPLICATION_CREDENTIALS", None)
+    os.environ["CLOUDSDK_CONFIG"] = str(tmp_path_factory.mktemp("gcloud-config"))  # no user ADC file
+    yield fakes
+    fakes.close()
+
+
+@pytest.fixture
+def google(google_fakes, datastore):
+    google_fakes.reset()
+    return google_fakes
+
+
+@pytest.fixture(scope="session")
 def ndb_client(emulator):
     return ndb.Client(project=emulator.project)
 

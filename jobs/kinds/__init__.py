@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from jobs.base import JobKind
+from jobs.kinds.cloud_build_trigger import CloudBuildTriggerJob
+from jobs.kinds.cloud_run_job import CloudRunJob
 from jobs.kinds.http import HttpJob
 from jobs.kinds.python import PythonJob
+from jobs.kinds.workflow import WorkflowJob
 
 KINDS: dict[str, type[JobKind]] = {}
 
@@ -16,5 +19,5 @@ def register_kind(kind: type[JobKind]) -> type[JobKind]:
     return kind
 
 
-register_kind(PythonJob)
-register_kind(HttpJob)
+for _kind in (PythonJob, HttpJob, WorkflowJob, CloudRunJob, CloudBuildTriggerJob):
+    register_kind(_kind)

@@ -1,0 +1,118 @@
+"""``cloud_build_trigger`` jobs: run a Cloud Build trigger, once per run.
+
+``triggers.run`` takes no request id.  The run's key travels in the
+substitutions ``_IDEMPOTENCY_KEY`` and ``_SCHEDULE_TIME``; an attempt looks
+for a build an earlier attempt started (recorded name, else builds filtered
+by the substitution) and adopts it instead of starting another.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from dedup.errors import PermanentJobError
+from dedup.keys import format_utc
+from jobs.base import JobKind, RunContext
+from jobs.errors import JobsConfigError
+from jobs.kinds.google_api import GoogleApi, resource_name
+
+DEFAULT_API_BASE = "https://cloudbuild.googleapis.com"
+KEY_SUBSTITUTION = "_IDEMPOTENCY_KEY"
+TIME_SUBSTITUTION = "_SCHEDULE_TIME"
+# User-defined substitutions: an underscore, then upper-case letters, digits and underscores.
+_SUBSTITUTION = re.compile(r"_[A-Z0-9_]+")
+
+
+def substitution_problem(name: Any, value: Any) -> str | None:
+    if not isinstance(name, str) or not _SUBSTITUTION.fullmatch(name):
+        return f"{name!r} is not a user substitution (an underscore, then A-Z, 0-9 and _)"
+    if name in (KEY_SUBSTITUTION, TIME_SUBSTITUTION):
+        return f"{name} is set by the app"
+    if not isinstance(value, str):
+        return f"the value of {name} must be a string"
+    return None
+
+
+class CloudBuildTriggerJob(JobKind):
+    name = "cloud_build_trigger"
+    required_keys = frozenset({"trigger"})
+    optional_keys = frozenset({"substitutions", "branch", "tag", "commit", "api_base", "timeout_seconds"})
+
+    def __init__(self, trigger: str, parts: dict[str, str], substitutions: Mapping[str, str],
+                 revision: dict[str, str], api: GoogleApi) -> None:
+        self.trigger = trigger
+        self.parts = parts
+        self.substitutions = dict(substitutions)
+        self.revision = revision
+        self.api = api
+
+    @classmethod
+    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> "CloudBuildTriggerJob":
+        trigger, parts = resource_name(job_id, "trigger", options["trigger"], "triggers")
+        substitutions = options.get("substitutions", {})
+        if not isinstance(substitutions, dict):
+            raise JobsConfigError(job_id, "substitutions", "must be a mapping")
+        for name, value in substitutions.items():
+            problem = substitution_problem(name, value)
+            if problem:
+                raise JobsConfigError(job_id, "substitutions", problem)
+        revision = {}
+        for key, field in (("branch", "branchName"), ("tag", "tagName"), ("commit", "commitSha")):
+            if key in options:
+                revision[field] = _text(job_id, key, options[key])
+        if len(revision) > 1:
+            raise JobsConfigError(job_id, "branch", "give at most one of branch, tag and commit")
+        return cls(trigger, parts, substitutions, revision,
+                   GoogleApi.from_config(job_id, options, lease_seconds, DEFAULT_API_BASE))
+
+    def run(self, context: RunContext) -> Any:
+        substitutions = dict(self.substitutions)
+        for name, value in context.parameters.items():
+            problem = substitution_problem(name, value)
+            if problem:
+                raise PermanentJobError(f"parameter {name!r}: {problem}")
+            substitutions[name] = value
+        existing = context.downstream or self._find_build(context.idempotency_key)
+        if existing:
+            if existing != context.downstream:
+                context.record_downstream(existing)
+            return {"build": existing, "adopted": True}
+        substitutions[KEY_SUBSTITUTION] = context.idempotency_key
+        substitutions[TIME_SUBSTITUTION] = format_utc(context.schedule_time) if context.schedule_time else ""
+        operation = self.api.call(
+            "POST", f"v1/{self.trigger}:run",
+            body={
+                "projectId": self.parts["project"],
+                "triggerId": self.parts["name"],
+                "source": {**self.revision, "substitutions": substitutions},
+            },
+        )
+        build = ((operation.get("metadata") or {}).get("build") or {})
+        name = build.get("name") or (
+            f"projects/{self.parts['project']}/locations/{self.parts['location']}/builds/{build['id']}"
+            if build.get("id") else operation.get("name")
+        )
+        if not name:
+            raise RuntimeError(f"triggers.run answered without a build or operation: {operation!r}")
+        context.record_downstream(name)
+        return {"build": name, "operation": operation.get("name"), "adopted": False}
+
+    def _find_build(self, key: str) -> str | None:
+        listing = self.api.call(
+            "GET", f"v1/projects/{self.parts['project']}/locations/{self.parts['location']}/builds",
+            params={"filter": f'substitutions.{KEY_SUBSTITUTION}="{key}"', "pageSize": "10"},
+        )
+        builds = sorted(listing.get("builds") or [], key=lambda b: b.get("createTime", ""))
+        if not builds:
+            return None
+        build = builds[0]
+        return build.get("name") or (
+            f"projects/{self.parts['project']}/locations/{self.parts['location']}/builds/{build['id']}"
+        )
+
+
+def _text(job_id: str, field: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise JobsConfigError(job_id, field, "must be a non-empty string")
+    return value

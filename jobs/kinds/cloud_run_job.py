@@ -1,0 +1,100 @@
+"""``cloud_run_job`` jobs: run a Cloud Run job, once per run.
+
+``jobs.run`` takes no request id.  The run's key reaches the container as
+the environment variables IDEMPOTENCY_KEY and SCHEDULE_TIME (overrides), so
+the job's own code can deduplicate; the operation's name is recorded as
+soon as the API answers, and a takeover adopts it.  Cloud Run cannot list
+executions by such a key, so a ``jobs.run`` whose answer was lost before it
+could be recorded may start a second execution: that is what the
+container's IDEMPOTENCY_KEY is for.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from dedup.errors import PermanentJobError
+from dedup.keys import format_utc
+from jobs.base import JobKind, RunContext
+from jobs.errors import JobsConfigError
+from jobs.kinds.google_api import GoogleApi, resource_name
+
+DEFAULT_API_BASE = "https://run.googleapis.com"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+RESERVED_ENV = frozenset({"IDEMPOTENCY_KEY", "SCHEDULE_TIME"})
+
+
+class CloudRunJob(JobKind):
+    name = "cloud_run_job"
+    required_keys = frozenset({"job"})
+    optional_keys = frozenset({"args", "env", "container", "api_base", "timeout_seconds"})
+
+    def __init__(self, job: str, args: list[str] | None, env: Mapping[str, str], container: str | None, api: GoogleApi) -> None:
+        self.job = job
+        self.args = args
+        self.env = dict(env)
+        self.container = container
+        self.api = api
+
+    @classmethod
+    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> "CloudRunJob":
+        job, _ = resource_name(job_id, "job", options["job"], "jobs")
+        args = options.get("args")
+        if args is not None and not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
+            raise JobsConfigError(job_id, "args", "must be a list of strings")
+        env = options.get("env", {})
+        if not isinstance(env, dict):
+            raise JobsConfigError(job_id, "env", "must be a mapping of variable names to values")
+        for name, value in env.items():
+            problem = env_problem(name, value)
+            if problem:
+                raise JobsConfigError(job_id, "env", problem)
+        container = options.get("container")
+        if container is not None and not isinstance(container, str):
+            raise JobsConfigError(job_id, "container", "must be the name of the container to override")
+        return cls(job, args, {k: str(v) for k, v in env.items()}, container,
+                   GoogleApi.from_config(job_id, options, lease_seconds, DEFAULT_API_BASE))
+
+    def run(self, context: RunContext) -> Any:
+        if context.downstream:
+            return {"execution": context.downstream, "adopted": True}
+        args, env = self.args, dict(self.env)
+        for name, value in context.parameters.items():
+            if name == "args":
+                if not (isinstance(value, list) and all(isinstance(a, str) for a in value)):
+                    raise PermanentJobError("the parameter 'args' must be a list of strings")
+                args = value
+                continue
+            problem = env_problem(name, value)
+            if problem:
+                raise PermanentJobError(f"parameter {name!r}: {problem}")
+            env[name] = value if isinstance(value, str) else _env_text(value)
+        env["IDEMPOTENCY_KEY"] = context.idempotency_key
+        env["SCHEDULE_TIME"] = format_utc(context.schedule_time) if context.schedule_time else ""
+        override: dict[str, Any] = {"env": [{"name": k, "value": v} for k, v in env.items()]}
+        if args is not None:
+            override["args"] = args
+        if self.container:
+            override["name"] = self.container
+        operation = self.api.call("POST", f"v2/{self.job}:run", body={"overrides": {"containerOverrides": [override]}})
+        name = operation.get("name")
+        if not name:
+            raise RuntimeError(f"jobs.run answered without an operation name: {operation!r}")
+        execution = (operation.get("metadata") or {}).get("name") or name
+        context.record_downstream(execution)
+        return {"execution": execution, "operation": name, "adopted": False}
+
+
+def env_problem(name: Any, value: Any) -> str | None:
+    if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+        return f"{name!r} is not a valid environment variable name"
+    if name in RESERVED_ENV:
+        return f"{name} is set by the app"
+    if isinstance(value, (dict, list)) or value is None:
+        return f"the value of {name} must be a string, number or boolean"
+    return None
+
+
+def _env_text(value: Any) -> str:
+    return "true" if value is True else "false" if value is False else str(value)

@@ -1,0 +1,119 @@
+"""Calling Google Cloud REST APIs with Application Default Credentials.
+
+On App Engine the credentials are the app's service account, fetched from
+the metadata server by google-auth; no key files.  Errors are sorted the
+way the job kinds need: 429, 5xx, UNAVAILABLE, DEADLINE_EXCEEDED and the
+like are retryable; 400, 403, 404, FAILED_PRECONDITION and other client
+errors are permanent, with the API's own message.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import urllib.parse
+from typing import Any, Mapping
+
+import google.auth
+import google.auth.exceptions
+import requests
+from google.auth.transport.requests import AuthorizedSession
+
+from dedup.errors import PermanentJobError, RetryableJobError
+from jobs.base import positive_number, text_value
+from jobs.errors import JobsConfigError
+
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+RETRYABLE_API_STATUSES = frozenset(
+    {"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED", "INTERNAL", "UNKNOWN"}
+)
+DEFAULT_TIMEOUT_SECONDS = 30
+
+_credentials_lock = threading.Lock()
+_credentials = None
+_sessions = threading.local()
+
+
+def _session() -> AuthorizedSession:
+    """One AuthorizedSession per thread over one set of process-wide ADC credentials."""
+    global _credentials
+    with _credentials_lock:
+        if _credentials is None:
+            _credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
+        credentials = _credentials
+    session = getattr(_sessions, "session", None)
+    if session is None or session.credentials is not credentials:
+        session = _sessions.session = AuthorizedSession(credentials)
+    return session
+
+
+def resource_name(job_id: str, field: str, value: Any, collection: str) -> tuple[str, dict[str, str]]:
+    """Validate ``projects/P/locations/L/<collection>/N``; return it and its parts."""
+    text = text_value(job_id, field, value)
+    match = re.fullmatch(
+        rf"projects/(?P<project>[a-z0-9.:-]+)/locations/(?P<location>[a-z0-9-]+)/{collection}/(?P<name>[A-Za-z0-9_-]+)",
+        text,
+    )
+    if match is None:
+        raise JobsConfigError(
+            job_id, field, f"must look like projects/PROJECT/locations/LOCATION/{collection}/NAME, got {text!r}"
+        )
+    return text, match.groupdict()
+
+
+class GoogleApi:
+    """One Google Cloud REST API at a base URL (production by default, a fake in tests)."""
+
+    def __init__(self, base_url: str, timeout_seconds: float) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_seconds = timeout_seconds
+
+    @classmethod
+    def from_config(
+        cls, job_id: str, options: Mapping[str, Any], lease_seconds: float, default_base: str
+    ) -> "GoogleApi":
+        base = text_value(job_id, "api_base", options.get("api_base", default_base))
+        parsed = urllib.parse.urlsplit(base)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.query:
+            raise JobsConfigError(job_id, "api_base", f"must be an http(s) base URL, got {base!r}")
+        timeout = positive_number(
+            job_id, "timeout_seconds",
+            options.get("timeout_seconds", min(DEFAULT_TIMEOUT_SECONDS, lease_seconds / 2)),
+        )
+        if timeout >= lease_seconds:
+            raise JobsConfigError(job_id, "timeout_seconds", f"must be shorter than lease_seconds ({lease_seconds})")
+        return cls(base, timeout)
+
+    def call(self, method: str, path: str, *, body: Any = None, params: Mapping[str, str] | None = None) -> dict:
+        url = f"{self.base_url}/{path.lstrip('/')}"
+        try:
+            response = _session().request(method, url, json=body, params=params, timeout=self.timeout_seconds)
+        except google.auth.exceptions.GoogleAuthError as exc:
+            # Missing or unreachable credentials get fixed by a deploy; keep retrying until then.
+            raise RetryableJobError(f"no Google credentials for {method} {url}: {exc}") from None
+        except requests.Timeout:
+            raise RetryableJobError(f"{method} {url} timed out after {self.timeout_seconds}s") from None
+        except requests.RequestException as exc:
+            raise RetryableJobError(f"{method} {url} failed: {exc}") from None
+        if 200 <= response.status_code < 300:
+            try:
+                return response.json() if response.content else {}
+            except ValueError:
+                raise RetryableJobError(f"{method} {url} answered {response.status_code} with a body that is not JSON") from None
+        raise api_error(method, url, response)
+
+
+def api_error(method: str, url: str, response: requests.Response) -> Exception:
+    """The job error for a Google API error response, with the API's own message."""
+    code, status, message = response.status_code, "", response.text[:2000]
+    try:
+        error = response.json().get("error", {})
+        status = error.get("status", "") or ""
+        message = error.get("message", message) or message
+    except (ValueError, AttributeError):
+        pass
+    details = {"http_status": code, "status": status, "message": message}
+    text = f"{method} {url}: {code} {status}: {message}".replace(":  ", ": ")
+    if code == 429 or code >= 500 or status in RETRYABLE_API_STATUSES:
+        return RetryableJobError(text, details=details)
+    return PermanentJobError(text, details=details)

@@ -1,0 +1,85 @@
+"""``workflow`` jobs: start a Workflows execution, once per run.
+
+Workflows' executions.create takes no request id, so the run's key travels
+in the execution's ``argument`` (``idempotency_key``, ``schedule_time``) and
+in a label, by which an attempt finds an execution that an earlier attempt
+started but could not record (a lost lease, a lost response) and adopts it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from dedup.keys import format_utc
+from jobs.base import JobKind, RunContext
+from jobs.errors import JobsConfigError
+from jobs.kinds.google_api import GoogleApi, resource_name
+
+DEFAULT_API_BASE = "https://workflowexecutions.googleapis.com"
+LABEL_KEY = "idempotency-key"
+MAX_LABEL_LENGTH = 63
+
+
+def label_value(run_id: str) -> str:
+    """A label-safe form of the key: lower-case letters, digits, '_' and '-', at most 63.
+
+    run_ids are 64 lower-case hex digits; 63 of them (252 bits) stay unique.
+    """
+    safe = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "_-") else "-" for ch in run_id.lower())
+    return safe[:MAX_LABEL_LENGTH]
+
+
+class WorkflowJob(JobKind):
+    name = "workflow"
+    required_keys = frozenset({"workflow"})
+    optional_keys = frozenset({"argument", "api_base", "timeout_seconds"})
+
+    def __init__(self, workflow: str, argument: Mapping[str, Any], api: GoogleApi) -> None:
+        self.workflow = workflow
+        self.argument = dict(argument)
+        self.api = api
+
+    @classmethod
+    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> "WorkflowJob":
+        workflow, _ = resource_name(job_id, "workflow", options["workflow"], "workflows")
+        argument = options.get("argument", {})
+        if not isinstance(argument, dict):
+            raise JobsConfigError(job_id, "argument", "must be a mapping (the workflow's JSON argument)")
+        try:
+            json.dumps(argument)
+        except (TypeError, ValueError) as exc:
+            raise JobsConfigError(job_id, "argument", f"must be JSON-serialisable: {exc}") from None
+        return cls(workflow, argument, GoogleApi.from_config(job_id, options, lease_seconds, DEFAULT_API_BASE))
+
+    def run(self, context: RunContext) -> Any:
+        label = label_value(context.run_id)
+        existing = context.downstream or self._find_execution(label)
+        if existing:
+            if existing != context.downstream:
+                context.record_downstream(existing)
+            return {"execution": existing, "adopted": True}
+        argument = {
+            **self.argument,
+            **context.parameters,
+            "idempotency_key": context.idempotency_key,
+            "schedule_time": format_utc(context.schedule_time) if context.schedule_time else None,
+        }
+        execution = self.api.call(
+            "POST", f"v1/{self.workflow}/executions",
+            body={"argument": json.dumps(argument), "labels": {LABEL_KEY: label}},
+        )
+        name = execution.get("name")
+        if not name:
+            raise RuntimeError(f"executions.create answered without a name: {execution!r}")
+        context.record_downstream(name)
+        return {"execution": name, "state": execution.get("state"), "adopted": False}
+
+    def _find_execution(self, label: str) -> str | None:
+        """An execution an earlier attempt started, found by its label (the oldest, if several)."""
+        listing = self.api.call(
+            "GET", f"v1/{self.workflow}/executions",
+            params={"filter": f'labels.{LABEL_KEY}="{label}"', "pageSize": "10"},
+        )
+        executions = sorted(listing.get("executions") or [], key=lambda e: e.get("startTime", ""))
+        return executions[0]["name"] if executions else None

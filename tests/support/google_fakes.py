@@ -1,0 +1,216 @@
+"""Local stand-ins for the Google services the job kinds call.
+
+One HTTP server speaks the request and response shapes the code uses:
+- the metadata server (google-auth finds it through GCE_METADATA_HOST and
+  GCE_METADATA_IP, as on App Engine, and gets an access token from it);
+- Workflows executions.create / executions.list (filter on a label);
+- Cloud Run v2 jobs.run (a long-running operation);
+- Cloud Build triggers.run (an operation carrying the build) / builds.list
+  (filter on a substitution).
+It records every call, checks the bearer token, and fails or answers late
+on demand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import http.server
+import itertools
+import json
+import re
+import threading
+import time
+import urllib.parse
+
+from requests.structures import CaseInsensitiveDict
+
+TOKEN = "fake-access-token"
+SERVICE_ACCOUNT = "dedup-app@fake-project.iam.gserviceaccount.com"
+
+
+@dataclasses.dataclass
+class Call:
+    method: str
+    path: str
+    query: dict
+    body: object
+    headers: dict
+
+
+@dataclasses.dataclass
+class Fault:
+    path_part: str
+    status: int = 503
+    api_status: str = "UNAVAILABLE"
+    message: str = "The service is currently unavailable."
+    times: int = 1
+    after_effect: bool = False  # create the resource, then answer with the error (a lost answer)
+    delay: float = 0.0  # answer (successfully, unless status) this late, after the effect
+    method: str = "POST"  # faults hit the calls that start things, unless told otherwise
+
+
+class GoogleFakes:
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self.faults: list[Fault] = []
+        self.executions: list[dict] = []
+        self.run_operations: list[dict] = []
+        self.builds: list[dict] = []
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        fakes = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):
+                fakes._serve(self)
+
+            do_POST = do_GET
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.host = f"127.0.0.1:{self.server.server_address[1]}"
+        self.url = f"http://{self.host}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.calls.clear()
+            self.faults.clear()
+            self.executions.clear()
+            self.run_operations.clear()
+            self.builds.clear()
+
+    def fail(self, path_part: str, **fault) -> None:
+        with self._lock:
+            self.faults.append(Fault(path_part, **fault))
+
+    def api_calls(self, method: str | None = None) -> list[Call]:
+        return [c for c in self.calls if not c.path.startswith("/computeMetadata") and c.path != "/"
+                and (method is None or c.method == method)]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    # -- serving ---------------------------------------------------------------
+
+    def _serve(self, handler) -> None:
+        parsed = urllib.parse.urlsplit(handler.path)
+        query = dict(urllib.parse.parse_qsl(parsed.query))
+        length = int(handler.headers.get("Content-Length") or 0)
+        raw = handler.rfile.read(length) if length else b""
+        body = json.loads(raw) if raw else None
+        call = Call(handler.command, parsed.path, query, body, CaseInsensitiveDict(handler.headers.items()))
+        with self._lock:
+            self.calls.append(call)
+        status, payload, headers = self._route(call)
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        handler.send_response(status)
+        for name, value in {"Content-Type": "application/json", **headers}.items():
+            handler.send_header(name, value)
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        try:
+            handler.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _route(self, call: Call):
+        path = call.path
+        if path == "/" or path.startswith("/computeMetadata"):
+            return self._metadata(call)
+        if call.headers.get("Authorization") != f"Bearer {TOKEN}":
+            return _error(401, "UNAUTHENTICATED", "Request had invalid authentication credentials.")
+        fault = self._take_fault(call.method, path)
+        if fault and not fault.after_effect and not fault.delay:
+            return _error(fault.status, fault.api_status, fault.message)
+        answer = self._api(call)
+        if fault and fault.delay:
+            time.sleep(fault.delay)
+        if fault and fault.after_effect:
+            return _error(fault.status, fault.api_status, fault.message)
+        return answer
+
+    def _take_fault(self, method: str, path: str) -> Fault | None:
+        with self._lock:
+            for fault in self.faults:
+                if fault.path_part in path and fault.method == method and fault.times > 0:
+                    fault.times -= 1
+                    return fault
+        return None
+
+    def _metadata(self, call: Call):
+        flavor = {"Metadata-Flavor": "Google"}
+        if call.path != "/" and call.headers.get("Metadata-Flavor") != "Google":
+            return 403, b"missing Metadata-Flavor", flavor
+        if call.path == "/":
+            return 200, b"", flavor
+        if call.path.endswith("/project/project-id"):
+            return 200, b"fake-project", {**flavor, "Content-Type": "text/plain"}
+        if call.path.endswith("/token"):
+            return 200, {"access_token": TOKEN, "expires_in": 3600, "token_type": "Bearer"}, flavor
+        if call.path.endswith("/email"):
+            return 200, SERVICE_ACCOUNT.encode(), {**flavor, "Content-Type": "text/plain"}
+        if call.path.rstrip("/").endswith("/service-accounts/default"):
+            return 200, {"email": SERVICE_ACCOUNT, "aliases": ["default"],
+                         "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}, flavor
+        return 404, b"not found", flavor
+
+    def _api(self, call: Call):
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+        number = next(self._ids)
+        workflow = re.fullmatch(r"/v1/(projects/[^/]+/locations/[^/]+/workflows/[^/]+)/executions", call.path)
+        if workflow and call.method == "POST":
+            execution = {"name": f"{workflow[1]}/executions/exec-{number}", "state": "ACTIVE",
+                         "argument": call.body.get("argument"), "labels": call.body.get("labels", {}),
+                         "startTime": now}
+            with self._lock:
+                self.executions.append(execution)
+            return 200, execution, {}
+        if workflow and call.method == "GET":
+            key, value = _parse_filter(call.query.get("filter", ""), "labels")
+            found = [e for e in self.executions if e["name"].startswith(workflow[1] + "/")
+                     and (key is None or e["labels"].get(key) == value)]
+            return 200, ({"executions": found} if found else {}), {}
+        run = re.fullmatch(r"/v2/(projects/([^/]+)/locations/([^/]+)/jobs/([^/]+)):run", call.path)
+        if run and call.method == "POST":
+            operation = {"name": f"projects/{run[2]}/locations/{run[3]}/operations/op-{number}",
+                         "metadata": {"@type": "type.googleapis.com/google.cloud.run.v2.Execution",
+                                      "name": f"{run[1]}/executions/{run[4]}-{number:05d}",
+                                      "overrides": call.body.get("overrides")}}
+            with self._lock:
+                self.run_operations.append(operation)
+            return 200, operation, {}
+        trigger = re.fullmatch(r"/v1/projects/([^/]+)/locations/([^/]+)/triggers/([^/]+):run", call.path)
+        if trigger and call.method == "POST":
+            build_id = f"build-{number}"
+            build = {"id": build_id, "name": f"projects/{trigger[1]}/locations/{trigger[2]}/builds/{build_id}",
+                     "buildTriggerId": trigger[3], "status": "QUEUED", "createTime": now,
+                     "substitutions": (call.body.get("source") or {}).get("substitutions", {}),
+                     "source": call.body.get("source")}
+            with self._lock:
+                self.builds.append(build)
+            return 200, {"name": f"projects/{trigger[1]}/locations/{trigger[2]}/operations/op-{number}",
+                         "metadata": {"@type": "type.googleapis.com/google.devtools.cloudbuild.v1.BuildOperationMetadata",
+                                      "build": build}}, {}
+        builds = re.fullmatch(r"/v1/projects/([^/]+)/locations/([^/]+)/builds", call.path)
+        if builds and call.method == "GET":
+            key, value = _parse_filter(call.query.get("filter", ""), "substitutions")
+            found = [b for b in self.builds if key is None or b["substitutions"].get(key) == value]
+            return 200, ({"builds": found} if found else {}), {}
+        return _error(404, "NOT_FOUND", f"no such method: {call.method} {call.path}")
+
+
+def _parse_filter(text: str, prefix: str) -> tuple[str | None, str | None]:
+    match = re.fullmatch(rf'{prefix}\.([A-Za-z0-9_-]+)="([^"]*)"', text.strip())
+    return (match[1], match[2]) if match else (None, None)
+
+
+def _error(code: int, status: str, message: str):
+    return code, {"error": {"code": code, "message": message, "status": status}}, {}

@@ -1,0 +1,229 @@
+"""Workflows, Cloud Run jobs and Cloud Build triggers: one downstream execution per run.
+
+Against local fakes of the APIs and of the metadata server (see
+tests/support/google_fakes.py); credentials come through google-auth's
+Application Default Credentials as on App Engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+
+import pytest
+
+from dedup.ledger import RunDescription
+from dedup.outcomes import Renewed
+from dedup.keys import ScheduledRunKey, parse_schedule_time
+from jobs.base import RunContext
+from tests.support.google_fakes import SERVICE_ACCOUNT, TOKEN
+from tests.test_scheduler_endpoint import T0, scheduler_headers
+
+WORKFLOW = "projects/acme-prod/locations/us-central1/workflows/nightly-etl"
+RUN_JOB = "projects/acme-prod/locations/us-central1/jobs/reindex"
+TRIGGER = "projects/acme-prod/locations/global/triggers/release"
+
+
+def jobs_yaml(base: str) -> str:
+    return f"""
+        jobs:
+          etl:
+            kind: workflow
+            workflow: {WORKFLOW}
+            argument: {{tables: [orders, refunds]}}
+            api_base: {base}
+            timeout_seconds: 2
+            lease_seconds: 30
+          reindex:
+            kind: cloud_run_job
+            job: {RUN_JOB}
+            args: [--full]
+            env: {{MODE: nightly}}
+            api_base: {base}
+            timeout_seconds: 2
+            lease_seconds: 30
+          release:
+            kind: cloud_build_trigger
+            trigger: {TRIGGER}
+            branch: main
+            substitutions: {{_ENV: prod}}
+            api_base: {base}
+            timeout_seconds: 2
+            lease_seconds: 30
+    """
+
+
+@pytest.fixture
+def client(make_client, google):
+    return make_client(jobs_yaml(google.url))
+
+
+def deliver(client, job, status="*", schedule_time=T0):
+    return client.post(f"/jobs/{job}?project=acme-prod&location=us-central1",
+                       headers=scheduler_headers(job_name=f"{job}-schedule", schedule_time=schedule_time),
+                       status=status)
+
+
+def run_id_for(job) -> str:
+    return ScheduledRunKey("acme-prod", "us-central1", f"{job}-schedule", parse_schedule_time(T0)).run_id
+
+
+def test_workflow_execution_carries_the_key_in_argument_and_label(client, google):
+    response = deliver(client, "etl", status=200)
+    [create] = google.api_calls("POST")
+    assert create.path == f"/v1/{WORKFLOW}/executions"
+    assert create.headers["Authorization"] == f"Bearer {TOKEN}"  # ADC from the metadata server
+    argument = json.loads(create.body["argument"])
+    assert argument == {"tables": ["orders", "refunds"], "idempotency_key": run_id_for("etl"),
+                        "schedule_time": "2025-10-17T23:50:00.000000Z"}
+    label = create.body["labels"]["idempotency-key"]
+    assert label == run_id_for("etl")[:63] and len(label) <= 63
+    name = google.executions[0]["name"]
+    assert response.json["downstream"] == name
+    assert response.json["result"] == {"execution": name, "state": "ACTIVE", "adopted": False}
+
+
+def test_cloud_run_job_gets_the_key_in_container_env(client, google):
+    response = deliver(client, "reindex", status=200)
+    [run] = google.api_calls("POST")
+    assert run.path == f"/v2/{RUN_JOB}:run"
+    [override] = run.body["overrides"]["containerOverrides"]
+    env = {item["name"]: item["value"] for item in override["env"]}
+    assert env == {"MODE": "nightly", "IDEMPOTENCY_KEY": run_id_for("reindex"),
+                   "SCHEDULE_TIME": "2025-10-17T23:50:00.000000Z"}
+    assert override["args"] == ["--full"]
+    execution = google.run_operations[0]["metadata"]["name"]
+    assert response.json["downstream"] == execution
+    assert response.json["result"]["operation"] == google.run_operations[0]["name"]
+
+
+def test_cloud_build_trigger_gets_the_key_in_substitutions(client, google):
+    response = deliver(client, "release", status=200)
+    [run] = google.api_calls("POST")
+    assert run.path == f"/v1/{TRIGGER}:run"
+    assert run.body["projectId"] == "acme-prod" and run.body["triggerId"] == "release"
+    assert run.body["source"]["branchName"] == "main"
+    assert run.body["source"]["substitutions"] == {
+        "_ENV": "prod", "_IDEMPOTENCY_KEY": run_id_for("release"), "_SCHEDULE_TIME": "2025-10-17T23:50:00.000000Z"}
+    assert response.json["downstream"] == google.builds[0]["name"]
+
+
+@pytest.mark.parametrize("job, created", [("etl", "executions"), ("reindex", "run_operations"), ("release", "builds")])
+def test_five_deliveries_concurrent_and_after_completion_start_one_execution(client, google, job, created):
+    google.fail(":run" if job != "etl" else "/executions", status=200, delay=0.5, times=1)  # a slow first answer
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(deliver(client, job))) for _ in range(5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(r.status_int for r in results).count(500) == 0
+    assert any(r.status_int == 200 and not r.json["duplicate"] for r in results)
+    for _ in range(5):
+        assert deliver(client, job, status=200).json["duplicate"] is True
+    assert len(getattr(google, created)) == 1
+    assert len(google.api_calls("POST")) == 1
+
+
+def test_a_takeover_adopts_the_recorded_execution(client, google, clock, ndb_client):
+    # Attempt 1 started a Cloud Run execution and recorded it, then its instance died.
+    state = client.app.extensions["dedup"]
+    job = state.jobs["reindex"]
+    with ndb_client.context():
+        claim = state.ledger.claim_run(run_id_for("reindex"), RunDescription("scheduler", "reindex"), job.policy)
+        first = dataclasses.replace(
+            claim.attempt,
+            note_downstream=lambda name: isinstance(state.ledger.record_downstream(claim.attempt, name), Renewed),
+        )
+        job.runner.run(RunContext.for_attempt(first, "reindex", schedule_time=parse_schedule_time(T0)))
+    assert len(google.run_operations) == 1
+    clock.advance(31)  # the lease is over
+    takeover = deliver(client, "reindex", status=200)
+    assert takeover.json["attempt"] == 2
+    assert takeover.json["result"]["adopted"] is True
+    assert takeover.json["result"]["execution"] == google.run_operations[0]["metadata"]["name"]
+    assert len(google.run_operations) == 1
+
+
+@pytest.mark.parametrize("job, path_part, created", [("etl", "/executions", "executions"), ("release", ":run", "builds")])
+def test_a_lost_answer_is_found_by_key_and_adopted(client, google, job, path_part, created):
+    # The API starts the execution but its answer is lost (a 503 after the effect):
+    # the retry finds the execution by its label / substitution instead of starting another.
+    google.fail(path_part, status=503, after_effect=True)
+    deliver(client, job, status=500)
+    retried = deliver(client, job, status=200)
+    assert retried.json["result"]["adopted"] is True
+    assert len(getattr(google, created)) == 1
+    assert retried.json["downstream"] == getattr(google, created)[0]["name"]
+
+
+@pytest.mark.parametrize("status, api_status", [(429, "RESOURCE_EXHAUSTED"), (500, "INTERNAL"),
+                                                (503, "UNAVAILABLE"), (504, "DEADLINE_EXCEEDED")])
+def test_retryable_api_errors_release_the_run(client, google, status, api_status):
+    google.fail(":run", status=status, api_status=api_status, message="try later")
+    failed = deliver(client, "reindex", status=500)
+    assert failed.json["cause"]["details"] == {"http_status": status, "status": api_status, "message": "try later"}
+    assert deliver(client, "reindex", status=200).json["duplicate"] is False
+    assert len(google.run_operations) == 1
+
+
+@pytest.mark.parametrize("status, api_status", [(400, "INVALID_ARGUMENT"), (403, "PERMISSION_DENIED"),
+                                                (404, "NOT_FOUND"), (400, "FAILED_PRECONDITION")])
+def test_permanent_api_errors_keep_the_apis_message(client, google, status, api_status):
+    message = f"Permission 'run.jobs.runWithOverrides' denied ({api_status})"
+    google.fail(":run", status=status, api_status=api_status, message=message)
+    failed = deliver(client, "reindex", status=422)
+    assert message in failed.json["error"]["message"]
+    assert failed.json["error"]["details"]["status"] == api_status
+    assert deliver(client, "reindex", status=422).json["duplicate"] is True
+    assert len(google.api_calls("POST")) == 1
+
+
+def test_an_unreachable_api_is_retryable(make_client, google):
+    from devtools.emulator import free_port
+
+    client = make_client(jobs_yaml(f"http://127.0.0.1:{free_port()}"))
+    assert "failed" in deliver(client, "etl", status=500).json["message"]
+
+
+@pytest.mark.parametrize("job", ["etl", "reindex", "release"])
+def test_manual_runs_merge_parameters(client, google, job):
+    parameters = {"etl": {"tables": ["refunds"], "dry_run": True},
+                  "reindex": {"SHARD": 3, "args": ["--shard", "3"]},
+                  "release": {"_VERSION": "1.2.3"}}[job]
+    first = client.post_json(f"/api/v1/jobs/{job}/runs", {"clientToken": "manual-1", "parameters": parameters}, status=201)
+    again = client.post_json(f"/api/v1/jobs/{job}/runs", {"clientToken": "manual-1", "parameters": parameters}, status=200)
+    assert again.json == first.json
+    [call] = google.api_calls("POST")
+    key = first.json["run_id"]
+    if job == "etl":
+        argument = json.loads(call.body["argument"])
+        assert argument == {"tables": ["refunds"], "dry_run": True, "idempotency_key": key, "schedule_time": None}
+    elif job == "reindex":
+        [override] = call.body["overrides"]["containerOverrides"]
+        env = {item["name"]: item["value"] for item in override["env"]}
+        assert env == {"MODE": "nightly", "SHARD": "3", "IDEMPOTENCY_KEY": key, "SCHEDULE_TIME": ""}
+        assert override["args"] == ["--shard", "3"]
+    else:
+        assert call.body["source"]["substitutions"] == {
+            "_ENV": "prod", "_VERSION": "1.2.3", "_IDEMPOTENCY_KEY": key, "_SCHEDULE_TIME": ""}
+
+
+@pytest.mark.parametrize("job, parameters, words", [
+    ("reindex", {"bad-name": "x"}, "not a valid environment variable name"),
+    ("reindex", {"IDEMPOTENCY_KEY": "mine"}, "set by the app"),
+    ("release", {"VERSION": "1"}, "not a user substitution"),
+    ("release", {"_N": 1}, "must be a string"),
+])
+def test_bad_manual_parameters_are_permanent_and_call_nothing(client, google, job, parameters, words):
+    response = client.post_json(f"/api/v1/jobs/{job}/runs", {"parameters": parameters}, status=422)
+    assert words in response.json["error"]["message"]
+    assert google.api_calls() == []
+
+
+def test_the_metadata_server_supplied_the_credentials(client, google):
+    deliver(client, "etl", status=200)
+    token_calls = [c for c in google.calls if c.path.endswith("/token")]
+    assert all(c.headers.get("Metadata-Flavor") == "Google" for c in token_calls)
+    assert SERVICE_ACCOUNT.endswith(".iam.gserviceaccount.com")
