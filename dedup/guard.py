@@ -10,6 +10,7 @@ use this one implementation; the Flask decorator lives in handlers/guard.py.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
 import hashlib
@@ -63,18 +64,36 @@ def differing_names(
 
 @dataclasses.dataclass(frozen=True)
 class StoredResponse:
-    """An HTTP response as a guard keeps it: status, text body, chosen headers."""
+    """An HTTP response as a guard keeps it: status, body, chosen headers.
+
+    The body is kept as text when it is UTF-8, else base64 (``binary``).
+    """
 
     status: int
     body: str = ""
     headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    binary: bool = False
+
+    @classmethod
+    def from_body(cls, status: int, body: bytes, headers: Mapping[str, str]) -> "StoredResponse":
+        try:
+            return cls(status, body.decode("utf-8"), headers)
+        except UnicodeDecodeError:
+            return cls(status, base64.b64encode(body).decode("ascii"), headers, binary=True)
+
+    def body_bytes(self) -> bytes:
+        return base64.b64decode(self.body) if self.binary else self.body.encode("utf-8")
 
     def document(self) -> dict:
-        return {"status": self.status, "body": self.body, "headers": dict(self.headers)}
+        document = {"status": self.status, "body": self.body, "headers": dict(self.headers)}
+        if self.binary:
+            document["binary"] = True
+        return document
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> "StoredResponse":
-        return cls(int(document["status"]), document.get("body", ""), dict(document.get("headers") or {}))
+        return cls(int(document["status"]), document.get("body", ""), dict(document.get("headers") or {}),
+                   bool(document.get("binary")))
 
     @staticmethod
     def is_document(value: Any) -> bool:

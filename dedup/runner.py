@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from dedup.errors import PermanentJobError
 from dedup.ledger import Ledger, RunDescription, RunPolicy
-from dedup.outcomes import Attempt, Claimed, InProgress, RunOutcome, Stale
+from dedup.outcomes import Attempt, Claimed, Contended, InProgress, RunOutcome, Stale
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def run_once(
         outcome = _replay_or_claim(ledger, run_id, description, policy)
         if not isinstance(outcome, Claimed):
             remaining = deadline - time.monotonic()
-            if not isinstance(outcome, InProgress) or remaining <= 0:
+            if not isinstance(outcome, (InProgress, Contended)) or remaining <= 0:
                 return outcome
             time.sleep(min(next(polls, WAIT_POLL_SECONDS[-1]), remaining))
             continue

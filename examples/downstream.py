@@ -48,8 +48,10 @@ def create_downstream_app(clock: Clock | None = None, ndb_client: ndb.Client | N
         "crm-sync",
         # The fields that make two calls the same request.  The attempt
         # number and id differ between a first call and a takeover's, so
-        # they stay out of the fingerprint.
-        fields=["job_id", "schedule_time", "parameters", "body"],
+        # they stay out; so do manual-run parameters, which the scheduler
+        # target has already matched against the key (minus the names its
+        # job leaves out of the fingerprint, which may differ here).
+        fields=["job_id", "schedule_time", "body"],
     )
     def apply_sync():
         payload = request.get_json(silent=True) or {}

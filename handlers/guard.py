@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import json
 import logging
 import re
 import uuid
@@ -27,10 +28,17 @@ from flask import Response, current_app, g, make_response, request
 from werkzeug.exceptions import HTTPException
 
 from dedup.clock import SystemClock
-from dedup.guard import DEFAULT_POLICY, IdempotencyGuard, StoredResponse, classify_response, differing_names
+from dedup.guard import (
+    DEFAULT_POLICY,
+    IdempotencyGuard,
+    StoredResponse,
+    canonical_json,
+    classify_response,
+    differing_names,
+)
 from dedup.keys import format_utc
 from dedup.ledger import Ledger, RunPolicy
-from dedup.outcomes import Attempt, Finished, Mismatch, Released, Replayed, RunOutcome
+from dedup.outcomes import Attempt, Finished, InProgress, Mismatch, Released, Replayed, RunOutcome
 from handlers.errors import json_error
 from handlers.responses import busy_response
 from models import RunRecord, RunStatus
@@ -39,9 +47,12 @@ log = logging.getLogger(__name__)
 
 LEDGER_EXTENSION = "dedup.ledger"
 MAX_WAIT_SECONDS = 60  # Prefer: wait=N is capped here
+MAX_RETRY_AFTER_SECONDS = 30
 EXPIRES_HEADER = "Idempotency-Expires"
 _fallback_ledger: Ledger | None = None
-_PREFER_WAIT = re.compile(r"^\s*wait\s*=\s*(\d{1,6})\s*$", re.IGNORECASE)
+_PREFER_WAIT = re.compile(r'^\s*wait\s*=\s*"?(\d+)"?\s*$', re.IGNORECASE)
+# A kept response must fit in the record beside everything else.
+MAX_KEPT_BODY_BYTES = 256 * 1024
 
 
 class GuardRejected(Exception):
@@ -128,25 +139,28 @@ def idempotent(
                 if token is None:
                     token, generated = str(uuid.uuid4()), True
                 given = dict(parameters()) if parameters else _fields_of_request(fields)
+                _check_fingerprintable(given)
                 skipped = frozenset(exclude() if callable(exclude) else exclude)
                 chosen_scope = scope() if scope else ""
                 chosen_policy = policy() if callable(policy) else policy
             except GuardRejected as exc:
                 return json_error(400, bad_request_error, exc.message)
             wait = _preferred_wait()
+            live: list[Response] = []  # this request's own response, when it ran the view
 
             def work(attempt: Attempt) -> dict:
                 g.idempotency = GuardedCall(token, generated, attempt)
-                return _document(_run_view(view, args, kwargs), replay_headers)
+                live.append(_run_view(view, args, kwargs))
+                return _document(live[0], replay_headers)
 
             guard = IdempotencyGuard(current_ledger(), namespace, chosen_policy, source)
             outcome = guard.run(
                 token, work, scope=chosen_scope, parameters=given, exclude=skipped,
                 classify=classify_response, wait_seconds=wait,
             )
-            response = _outcome_response(outcome, given, skipped, replayed_status or {})
+            response = _outcome_response(outcome, live, given, skipped, replayed_status or {})
             response.headers["Idempotency-Key"] = token
-            if wait:
+            if wait and not live:
                 response.headers["Preference-Applied"] = f"wait={wait}"
             return response
 
@@ -155,15 +169,37 @@ def idempotent(
     return decorate
 
 
+_NO_PAYLOAD = object()
+
+
 def json_payload() -> Any:
-    """The request's JSON body (None when empty); GuardRejected when it is not JSON."""
+    """The request's JSON body (None when empty), parsed once; GuardRejected when it is not
+    strict JSON (NaN, Infinity, invalid UTF-8, lone surrogates, absurd nesting)."""
+    cached = g.get("_idempotency_payload", _NO_PAYLOAD)
+    if cached is not _NO_PAYLOAD:
+        return cached
     raw = request.get_data(cache=True)
-    if not raw.strip():
-        return None
-    payload = request.get_json(force=True, silent=True, cache=True)
-    if payload is None:
-        raise GuardRejected("the request body is not valid JSON")
+    payload = None
+    if raw.strip():
+        try:
+            payload = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+            canonical_json(payload).encode("utf-8")
+        except (ValueError, RecursionError, UnicodeError) as exc:
+            reason = "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+            raise GuardRejected(f"the request body is not valid JSON: {reason}") from None
+    g._idempotency_payload = payload
     return payload
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _check_fingerprintable(given: Mapping[str, Any]) -> None:
+    try:
+        canonical_json(given).encode("utf-8")
+    except (TypeError, ValueError, RecursionError, UnicodeError):
+        raise GuardRejected("the request's parameters cannot be fingerprinted as JSON") from None
 
 
 def _request_key(
@@ -207,12 +243,12 @@ def _fields_of_request(fields: Collection[str] | None) -> dict:
 
 
 def _preferred_wait() -> int:
-    """``Prefer: wait=N`` (RFC 7240), capped at MAX_WAIT_SECONDS; 0 when absent."""
+    """``Prefer: wait=N`` (RFC 7240, N may be quoted), capped at MAX_WAIT_SECONDS; 0 when absent."""
     for header in request.headers.getlist("Prefer"):
         for preference in header.split(","):
             match = _PREFER_WAIT.match(preference.split(";")[0])
             if match:
-                return min(int(match.group(1)), MAX_WAIT_SECONDS)
+                return min(int(match.group(1)[:9]), MAX_WAIT_SECONDS)
     return 0
 
 
@@ -227,21 +263,41 @@ def _run_view(view: Callable[..., Any], args: tuple, kwargs: dict) -> Response:
 
 
 def _document(response: Response, replay_headers: Collection[str]) -> dict:
+    """What is kept of a response: status, chosen headers, the body (base64 when not UTF-8).
+
+    A body too large to keep is replaced by a note, so replays still say the
+    request took effect (the first caller got the whole body).
+    """
     kept = {"Content-Type": response.headers.get("Content-Type", "application/octet-stream")}
     for name in ("Location", *replay_headers):
         if name in response.headers:
             kept[name] = response.headers[name]
-    return StoredResponse(response.status_code, response.get_data(as_text=True), kept).document()
+    response.direct_passthrough = False  # send_file and friends: read the body once, here
+    body = response.get_data()
+    if len(body) > MAX_KEPT_BODY_BYTES:
+        kept["Content-Type"] = "application/json"
+        body = json.dumps({
+            "error": "ResponseNotKept",
+            "message": f"the original response ({len(body)} bytes) was too large to keep; "
+                       "the request took effect",
+        }).encode()
+    return StoredResponse.from_body(response.status_code, body, kept).document()
 
 
 def _outcome_response(
-    outcome: RunOutcome, given: Mapping[str, Any], exclude: Collection[str], replayed_status: Mapping[int, int]
+    outcome: RunOutcome,
+    live: list[Response],
+    given: Mapping[str, Any],
+    exclude: Collection[str],
+    replayed_status: Mapping[int, int],
 ) -> Response:
+    if isinstance(outcome, Finished) and live:
+        return _with_expiry(live[0], outcome.record)  # the view's own response, untouched
     if isinstance(outcome, (Finished, Replayed)):
         record = outcome.record
         stored = record.result if record.status == RunStatus.COMPLETED else record.error
-        if not StoredResponse.is_document(stored):  # the view's response could not be kept
-            return json_error(500, "InternalError", "the guarded call failed; retry it")
+        if not StoredResponse.is_document(stored):  # not written by a guard: never expected
+            return json_error(500, "InternalError", "this key's record holds no response")
         response = _rebuild(StoredResponse.from_document(stored))
         if isinstance(outcome, Replayed):
             response.status_code = replayed_status.get(response.status_code, response.status_code)
@@ -258,17 +314,20 @@ def _outcome_response(
             run_id=record.run_id, differing=differing,
         )
         return _with_expiry(response, record)
+    if isinstance(outcome, Released) and live:
+        return live[0]  # a retryable answer, not kept: the key is free again
     if isinstance(outcome, Released):
-        if StoredResponse.is_document(outcome.error):
-            return _rebuild(StoredResponse.from_document(outcome.error))
-        return json_error(500, "InternalError", "the guarded call failed; retry it")
+        return json_error(500, "InternalError", "the guarded call failed and was not kept; retry it")
     response = busy_response(outcome)
-    record = getattr(outcome, "record", None)
+    if isinstance(outcome, InProgress):
+        # A client polls a manual run: suggest a short wait, not the whole lease.
+        response.headers["Retry-After"] = str(min(outcome.retry_after_seconds, MAX_RETRY_AFTER_SECONDS))
+    record = getattr(outcome, "record", None) or getattr(outcome, "current", None)
     return _with_expiry(response, record) if record is not None else response
 
 
 def _rebuild(stored: StoredResponse) -> Response:
-    return Response(stored.body, status=stored.status, headers=dict(stored.headers))
+    return Response(stored.body_bytes(), status=stored.status, headers=dict(stored.headers))
 
 
 def _with_expiry(response: Response, record: RunRecord) -> Response:

@@ -70,7 +70,7 @@ def busy_response(outcome: RunOutcome) -> Response:
         return response
     if isinstance(outcome, Stale):
         current = outcome.current
-        return json_error(
+        response = json_error(
             409, "StaleAttempt",
             f"attempt {outcome.attempt} lost its lease and another attempt took the run over; "
             "its outcome was not recorded",
@@ -78,6 +78,8 @@ def busy_response(outcome: RunOutcome) -> Response:
             current_attempt=current.attempt if current else None,
             current_status=current.status if current else None,
         )
+        response.headers["Retry-After"] = "1"  # the next delivery sees what the new owner did
+        return response
     raise TypeError(f"unexpected outcome {outcome!r}")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import webtest
-from flask import Flask, g, jsonify, request
+from flask import Flask, Response, g, jsonify, request, send_file
 
 from dedup.errors import PermanentJobError
 from dedup.guard import IdempotencyConflict, IdempotencyGuard, differing_names, fingerprint
@@ -86,6 +86,25 @@ def service(datastore, ndb_client, clock):
         response.headers["X-Served-By"] = "instance-1"
         return response, 201
 
+    @app.post("/files/<name>")
+    @idempotent("files")
+    def make_file(name):
+        effects.append(name)
+        if name == "binary":
+            return Response(bytes(range(256)) * 4, status=201, mimetype="application/octet-stream")
+        if name == "sent":
+            import io
+
+            return send_file(io.BytesIO(b"\x89PNG\r\n\x1a\n" + bytes(100)), mimetype="image/png")
+        if name == "latin1":
+            return Response("café".encode("latin-1"), mimetype="text/plain; charset=latin-1")
+        if name == "huge":
+            return jsonify({"rows": ["x" * 100] * 5000}), 201
+        response = jsonify({"ok": True})
+        response.set_cookie("session", "abc")
+        response.headers["ETag"] = '"v1"'
+        return response, 201
+
     @app.post("/optional")
     @idempotent("optional", key_field="requestId", key_header=None, required=False)
     def optional():
@@ -155,3 +174,31 @@ def test_an_optional_key_guards_only_when_given(service):
     replay = app.post_json("/optional", {"requestId": "r-1"}, status=200)
     assert replay.headers["Idempotent-Replayed"] == "true"
     assert effects == ["optional"] * 3
+
+
+@pytest.mark.parametrize("name", ["binary", "sent", "latin1"])
+def test_bodies_that_are_not_utf8_text_are_kept_byte_for_byte(service, name):
+    app, effects = service
+    first = app.post(f"/files/{name}", headers={"Idempotency-Key": name})
+    again = app.post(f"/files/{name}", headers={"Idempotency-Key": name})
+    assert again.body == first.body and again.status_int == first.status_int
+    assert again.headers["Content-Type"] == first.headers["Content-Type"]
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert effects == [name]
+
+
+def test_a_response_too_large_to_keep_is_replayed_as_a_note(service):
+    app, effects = service
+    first = app.post("/files/huge", headers={"Idempotency-Key": "h"}, status=201)
+    assert len(first.json["rows"]) == 5000  # the first caller gets everything
+    again = app.post("/files/huge", headers={"Idempotency-Key": "h"}, status=201)
+    assert again.json["error"] == "ResponseNotKept" and "took effect" in again.json["message"]
+    assert effects == ["huge"]
+
+
+def test_the_first_response_is_the_views_own(service):
+    app, effects = service
+    first = app.post("/files/plain", headers={"Idempotency-Key": "p"}, status=201)
+    assert "session=abc" in first.headers["Set-Cookie"]
+    assert first.headers["ETag"] == '"v1"'
+    assert "Idempotency-Expires" in first.headers

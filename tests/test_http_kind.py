@@ -141,3 +141,9 @@ def test_a_refused_connection_is_retryable(make_client):
     failed = deliver(client, status=500)
     assert failed.json["error"] == "RetryableFailure"
     assert "failed" in failed.json["message"]
+
+
+def test_get_jobs_carry_manual_run_parameters_in_the_query(client, downstream):
+    client.post_json("/api/v1/jobs/ping/runs", {"parameters": {"since": "2026-11-28", "limit": 5}}, status=201)
+    [sent] = downstream.requests
+    assert sent.path == "/ping?since=2026-11-28&limit=5"

@@ -249,7 +249,7 @@ def test_in_progress_is_409_with_retry_after(client, clock):
     clock.advance(10)
     busy = start(client, job="slow", parameters={"gate": "g1"}, status=409)
     assert busy.json["error"] == "RunInProgress"
-    assert busy.headers["Retry-After"] == str(86000 - 10)
+    assert busy.headers["Retry-After"] == "30"  # a polling hint, not the whole 86000 s lease
     assert "Idempotency-Expires" in busy.headers
     job_targets.GATES["g1"].set()
     thread.join(10)
@@ -276,6 +276,36 @@ def test_prefer_wait_replays_the_first_runs_result(client):
     assert waited.headers["Preference-Applied"] == "wait=10"
     assert waited.json == results[0].json
     assert len(job_targets.EFFECTS) == 1
+
+
+def test_prefer_wait_accepts_quoted_and_huge_values_capped_at_60(client):
+    results = []
+    thread = _start_slow(client, "g1", results)
+    threading.Timer(0.5, job_targets.GATES["g1"].set).start()
+    waited = start(client, job="slow", parameters={"gate": "g1"}, headers={"Prefer": 'wait="99999999"'}, status=200)
+    thread.join(10)
+    assert waited.headers["Preference-Applied"] == "wait=60"
+    fresh = start(client, token="fresh", headers={"Prefer": "wait=5"}, status=201)
+    assert "Preference-Applied" not in fresh.headers  # nothing to wait for
+
+
+@pytest.mark.parametrize("body", [
+    '{"clientToken": "t", "parameters": {"x": NaN}}',
+    '{"clientToken": "t", "parameters": {"x": 1e400}}',
+    '{"clientToken": "t", "parameters": {"x": "\\ud800"}}',
+    '{"clientToken": "t", "parameters": {"\\udfff": 1}}',
+    '{"clientToken": "t", "parameters": ' + "[" * 100000 + "]" * 100000 + "}",
+])
+def test_json_that_cannot_be_fingerprinted_is_400(client, body):
+    response = start(client, body=body, status=400)
+    assert response.json["error"] == "InvalidParameterException"
+    assert "not valid JSON" in response.json["message"]
+    assert job_targets.EFFECTS == []
+
+
+def test_a_body_that_is_not_utf8_is_400(client):
+    response = start(client, body=b'{"clientToken": "t\xff"}', status=400)
+    assert response.json["error"] == "InvalidParameterException"
 
 
 def test_prefer_wait_gives_up_with_409_and_is_capped(client):

@@ -220,6 +220,7 @@ def test_expired_lease_is_taken_over_and_the_stale_attempt_changes_nothing(clien
     assert stale.status_int == 409
     assert stale.json["error"] == "StaleAttempt"
     assert stale.json["attempt"] == 1 and stale.json["current_attempt"] == 2
+    assert stale.headers["Retry-After"] == "1"
     replay = deliver(client, job="slow", body=b"g3", status=200)
     assert replay.json["duplicate"] is True
     assert replay.json["result"] == {"gate": "g2", "attempt": 2}

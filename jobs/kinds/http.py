@@ -104,13 +104,20 @@ class HttpJob(JobKind):
         if schedule_time:
             headers["X-Dedup-Schedule-Time"] = schedule_time
         body = None
+        url = self.url
+        if self.method == "GET" and context.parameters:
+            # No body on a GET: manual-run parameters travel in the query string.
+            extra = urllib.parse.urlencode(
+                {name: value if isinstance(value, str) else json.dumps(value) for name, value in context.parameters.items()}
+            )
+            url = f"{url}{'&' if urllib.parse.urlsplit(url).query else '?'}{extra}"
         if self.method != "GET":
             headers["Content-Type"] = "application/json"
             body = json.dumps(self.downstream_body(context, schedule_time)).encode("utf-8")
         deadline = time.monotonic() + self.timeout_seconds
         try:
             response = requests.request(
-                self.method, self.url, headers=headers, data=body,
+                self.method, url, headers=headers, data=body,
                 # total: connecting and waiting for the headers share one budget.
                 timeout=urllib3.Timeout(total=self.timeout_seconds),
                 allow_redirects=False, stream=True,
