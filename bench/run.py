@@ -82,6 +82,7 @@ def main() -> int:
 
     with DatastoreEmulator(project="dedup-bench") as emulator:
         os.environ.update(emulator.env)
+        os.environ.setdefault("DEDUP_AUTH", "none")  # measure the ledger, not token checks
         from handlers import create_app
         from dedup.ledger import RunDescription, RunPolicy
 

@@ -26,7 +26,8 @@ def main() -> int:
           f"with jobs from {args.jobs}", flush=True)
     print(f"Example downstream service (examples/downstream.py) on http://127.0.0.1:{args.downstream_port}",
           flush=True)
-    env = {**os.environ, **emulator.env, "DEDUP_JOBS_FILE": args.jobs}
+    # Local development: no caller verification unless DEDUP_AUTH says otherwise.
+    env = {"DEDUP_AUTH": "none", **os.environ, **emulator.env, "DEDUP_JOBS_FILE": args.jobs}
     servers = [
         _gunicorn(args.port, "main:app", env),
         _gunicorn(args.downstream_port, "examples.downstream_main:app", env, workers=1),

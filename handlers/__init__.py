@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 from typing import Mapping
 
-from flask import Flask, current_app
+import click
+from flask import Flask, current_app, request
 from google.cloud import ndb
 
 from dedup.clock import Clock, SystemClock
 from dedup.ledger import Ledger
+from handlers.auth import REFUSE_ALL, AuthConfigError, AuthSettings, CallerVerifier
 from jobs.config import JobSpec, jobs_file_path, load_jobs
 
 # Larger bodies than Cloud Scheduler can send are refused with 413 unread.
@@ -28,12 +31,14 @@ def create_app(
     jobs_file: str | None = None,
     clock: Clock | None = None,
     ndb_client: ndb.Client | None = None,
+    auth: AuthSettings | None = None,
 ) -> Flask:
-    """Build the app; a bad jobs file raises JobsConfigError here, before serving."""
+    """Build the app; a bad jobs file or auth setting raises here, before serving."""
     from handlers import errors, runs_api, scheduler
     from handlers.guard import LEDGER_EXTENSION
 
     clock = clock or SystemClock()
+    verifier = CallerVerifier(auth or _auth_from_environ())
     jobs = load_jobs(jobs_file or jobs_file_path(os.environ))
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
@@ -42,10 +47,32 @@ def create_app(
     app.extensions["dedup"] = AppState(jobs=jobs, ledger=ledger, clock=clock)
     app.extensions[LEDGER_EXTENSION] = ledger  # the guard's ledger: one ledger for everything
     errors.register(app)
+
+    @app.before_request
+    def verify_caller():
+        rejection = verifier.check(request.headers)
+        if rejection is not None:
+            response = errors.json_error(rejection.status, rejection.error, rejection.message)
+            if rejection.status == 401:
+                response.headers["WWW-Authenticate"] = 'Bearer realm="dedup"'
+            return response
+        return None
+
     app.register_blueprint(scheduler.blueprint)
     app.register_blueprint(runs_api.blueprint)
-    app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client or ndb.Client())
+    app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)
     return app
+
+
+def _auth_from_environ() -> AuthSettings:
+    try:
+        return AuthSettings.from_environ(os.environ)
+    except AuthConfigError:
+        if click.get_current_context(silent=True) is not None and not os.environ.get("DEDUP_AUTH"):
+            # `flask --app main <ops command>` needs no caller verification; anything
+            # this app might serve from the CLI (`flask run`) is refused instead.
+            return AuthSettings(mode=REFUSE_ALL)
+        raise
 
 
 def app_state() -> AppState:
@@ -53,11 +80,23 @@ def app_state() -> AppState:
 
 
 class NdbContextMiddleware:
-    """Give every request its own NDB context (Google's documented pattern for Flask)."""
+    """Give every request its own NDB context (Google's documented pattern for Flask).
 
-    def __init__(self, wsgi_app, client: ndb.Client) -> None:
+    The client is made on the first request, so building the app (and its CLI)
+    needs no credentials.
+    """
+
+    def __init__(self, wsgi_app, client: ndb.Client | None = None) -> None:
         self.wsgi_app = wsgi_app
-        self.client = client
+        self._client = client
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> ndb.Client:
+        with self._lock:
+            if self._client is None:
+                self._client = ndb.Client()
+            return self._client
 
     def __call__(self, environ, start_response):
         with self.client.context():

@@ -13,6 +13,11 @@ from devtools.emulator import DatastoreEmulator
 from dedup.clock import ManualClock
 from tests import job_targets
 
+# Tests run outside App Engine: caller verification is chosen explicitly, and
+# the tests of the other modes pass their own settings.
+os.environ["DEDUP_AUTH"] = "none"
+os.environ.pop("GAE_ENV", None)
+
 
 @pytest.fixture(scope="session")
 def emulator():
