@@ -77,7 +77,7 @@ def test_workflow_execution_carries_the_key_in_argument_and_label(client, google
     argument = json.loads(create.body["argument"])
     assert argument == {"tables": ["orders", "refunds"], "idempotency_key": run_id_for("etl"),
                         "schedule_time": "2025-10-17T23:50:00.000000Z"}
-    label = create.body["labels"]["idempotency-key"]
+    label = create.body["labels"]["idempotency_key"]
     assert label == run_id_for("etl")[:63] and len(label) <= 63
     name = google.executions[0]["name"]
     assert response.json["downstream"] == name
@@ -227,3 +227,59 @@ def test_the_metadata_server_supplied_the_credentials(client, google):
     token_calls = [c for c in google.calls if c.path.endswith("/token")]
     assert all(c.headers.get("Metadata-Flavor") == "Google" for c in token_calls)
     assert SERVICE_ACCOUNT.endswith(".iam.gserviceaccount.com")
+
+
+def test_a_takeover_finds_an_unrecorded_execution_by_its_label(client, google, clock):
+    # Attempt 1's executions.create succeeds downstream but its answer is slow; the
+    # lease runs out meanwhile and attempt 2 takes over before anything was recorded.
+    google.fail("/executions", status=200, delay=1.5)
+    results = []
+    first = threading.Thread(target=lambda: results.append(deliver(client, "etl")))
+    first.start()
+    for _ in range(100):
+        if google.executions:
+            break
+        threading.Event().wait(0.02)
+    clock.advance(31)
+    takeover = deliver(client, "etl", status=200)
+    first.join(10)
+    assert takeover.json["attempt"] == 2
+    assert takeover.json["result"] == {"execution": google.executions[0]["name"], "adopted": True}
+    assert results[0].status_int == 409 and results[0].json["error"] == "StaleAttempt"
+    assert len(google.executions) == 1
+
+
+def test_a_reused_expired_token_does_not_adopt_the_old_requests_execution(client, google, clock):
+    client.post_json("/api/v1/jobs/etl/runs", {"clientToken": "t1", "parameters": {"tables": ["a"]}}, status=201)
+    clock.advance(2 * 3600)  # past finished + 1 h: the token is free again
+    second = client.post_json("/api/v1/jobs/etl/runs", {"clientToken": "t1", "parameters": {"tables": ["z"]}}, status=201)
+    assert second.json["result"]["adopted"] is False
+    assert len(google.executions) == 2
+
+
+def test_a_lost_cloud_run_answer_is_not_retried_into_a_second_execution(client, google):
+    google.fail(":run", status=200, delay=3)  # longer than the job's 2 s timeout
+    failed = deliver(client, "reindex", status=422)
+    assert "may have started an execution" in failed.json["error"]["message"]
+    assert deliver(client, "reindex", status=422).json["duplicate"] is True
+    threading.Event().wait(1.5)
+    assert len(google.run_operations) == 1
+
+
+def test_408_is_retryable(client, google):
+    google.fail(":run", status=408, api_status="", message="request timeout")
+    deliver(client, "reindex", status=500)
+
+
+def test_an_empty_args_parameter_clears_the_args(client, google):
+    client.post_json("/api/v1/jobs/reindex/runs", {"parameters": {"args": []}}, status=201)
+    [override] = google.api_calls("POST")[0].body["overrides"]["containerOverrides"]
+    assert override["clearArgs"] is True and "args" not in override
+
+
+def test_builds_are_found_through_documented_filters_only(client, google):
+    google.fail(":run", status=503, after_effect=True)
+    deliver(client, "release", status=500)
+    deliver(client, "release", status=200)
+    lists = [c for c in google.api_calls("GET") if c.path.endswith("/builds")]
+    assert lists and all(c.query["filter"] == 'trigger_id="uuid-release"' for c in lists)

@@ -2,8 +2,9 @@
 
 ``triggers.run`` takes no request id.  The run's key travels in the
 substitutions ``_IDEMPOTENCY_KEY`` and ``_SCHEDULE_TIME``; an attempt looks
-for a build an earlier attempt started (recorded name, else builds filtered
-by the substitution) and adopts it instead of starting another.
+for a build an earlier attempt started (the recorded name, else the
+trigger's recent builds carrying the key) and adopts it instead of starting
+another.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from jobs.kinds.google_api import GoogleApi, resource_name
 DEFAULT_API_BASE = "https://cloudbuild.googleapis.com"
 KEY_SUBSTITUTION = "_IDEMPOTENCY_KEY"
 TIME_SUBSTITUTION = "_SCHEDULE_TIME"
+# Where to look for a build an earlier attempt started: the newest builds of the trigger.
+BUILDS_PAGE_SIZE = 50
+BUILDS_PAGES = 2
 # User-defined substitutions: an underscore, then upper-case letters, digits and underscores.
 _SUBSTITUTION = re.compile(r"_[A-Z0-9_]+")
 
@@ -46,6 +50,7 @@ class CloudBuildTriggerJob(JobKind):
         self.substitutions = dict(substitutions)
         self.revision = revision
         self.api = api
+        self._trigger_uuid: str | None = None
 
     @classmethod
     def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> "CloudBuildTriggerJob":
@@ -63,8 +68,9 @@ class CloudBuildTriggerJob(JobKind):
                 revision[field] = _text(job_id, key, options[key])
         if len(revision) > 1:
             raise JobsConfigError(job_id, "branch", "give at most one of branch, tag and commit")
-        return cls(trigger, parts, substitutions, revision,
-                   GoogleApi.from_config(job_id, options, lease_seconds, DEFAULT_API_BASE))
+        # triggers.get (first run only), builds.list, triggers.run
+        api = GoogleApi.from_config(job_id, options, lease_seconds, DEFAULT_API_BASE, calls_per_attempt=3)
+        return cls(trigger, parts, substitutions, revision, api)
 
     def run(self, context: RunContext) -> Any:
         substitutions = dict(self.substitutions)
@@ -73,13 +79,13 @@ class CloudBuildTriggerJob(JobKind):
             if problem:
                 raise PermanentJobError(f"parameter {name!r}: {problem}")
             substitutions[name] = value
-        existing = context.downstream or self._find_build(context.idempotency_key)
+        substitutions[KEY_SUBSTITUTION] = context.idempotency_key
+        substitutions[TIME_SUBSTITUTION] = format_utc(context.schedule_time) if context.schedule_time else ""
+        existing = context.downstream or self._find_build(substitutions)
         if existing:
             if existing != context.downstream:
                 context.record_downstream(existing)
             return {"build": existing, "adopted": True}
-        substitutions[KEY_SUBSTITUTION] = context.idempotency_key
-        substitutions[TIME_SUBSTITUTION] = format_utc(context.schedule_time) if context.schedule_time else ""
         operation = self.api.call(
             "POST", f"v1/{self.trigger}:run",
             body={
@@ -98,18 +104,47 @@ class CloudBuildTriggerJob(JobKind):
         context.record_downstream(name)
         return {"build": name, "operation": operation.get("name"), "adopted": False}
 
-    def _find_build(self, key: str) -> str | None:
-        listing = self.api.call(
-            "GET", f"v1/projects/{self.parts['project']}/locations/{self.parts['location']}/builds",
-            params={"filter": f'substitutions.{KEY_SUBSTITUTION}="{key}"', "pageSize": "10"},
-        )
-        builds = sorted(listing.get("builds") or [], key=lambda b: b.get("createTime", ""))
-        if not builds:
+    def _find_build(self, substitutions: Mapping[str, str]) -> str | None:
+        """A build an earlier attempt of this run started.
+
+        builds.list filters only on documented fields, so list this trigger's
+        builds (newest first) and match here: the key and every other
+        substitution (an expired client token reused for another request
+        must not adopt the old request's build).
+        """
+        params = {"filter": f'trigger_id="{self._trigger_id()}"', "pageSize": str(BUILDS_PAGE_SIZE)}
+        matches = []
+        for _ in range(BUILDS_PAGES):
+            listing = self.api.call(
+                "GET", f"v1/projects/{self.parts['project']}/locations/{self.parts['location']}/builds", params=params,
+            )
+            matches += [
+                build for build in listing.get("builds") or []
+                if _carries(build.get("substitutions") or {}, substitutions)
+            ]
+            if not listing.get("nextPageToken"):
+                break
+            params = {**params, "pageToken": listing["nextPageToken"]}
+        if not matches:
             return None
-        build = builds[0]
+        build = min(matches, key=lambda b: b.get("createTime", ""))
         return build.get("name") or (
             f"projects/{self.parts['project']}/locations/{self.parts['location']}/builds/{build['id']}"
         )
+
+    def _trigger_id(self) -> str:
+        """The trigger's UUID (what builds record), from triggers.get once per process."""
+        if self._trigger_uuid is None:
+            trigger = self.api.call("GET", f"v1/{self.trigger}")
+            if not trigger.get("id"):
+                raise RuntimeError(f"triggers.get answered without an id: {trigger!r}")
+            self._trigger_uuid = trigger["id"]
+        return self._trigger_uuid
+
+
+def _carries(found: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
+    """The build carries every substitution this run sends (Cloud Build may add built-in ones)."""
+    return all(found.get(name) == value for name, value in wanted.items())
 
 
 def _text(job_id: str, field: str, value: Any) -> str:

@@ -2,11 +2,11 @@
 
 ``jobs.run`` takes no request id.  The run's key reaches the container as
 the environment variables IDEMPOTENCY_KEY and SCHEDULE_TIME (overrides), so
-the job's own code can deduplicate; the operation's name is recorded as
+the job's own code can deduplicate; the execution's name is recorded as
 soon as the API answers, and a takeover adopts it.  Cloud Run cannot list
-executions by such a key, so a ``jobs.run`` whose answer was lost before it
-could be recorded may start a second execution: that is what the
-container's IDEMPOTENCY_KEY is for.
+executions by such a key, so a ``jobs.run`` whose answer is lost after the
+request was sent is recorded as a permanent failure (to be checked by a
+person) rather than retried into a possible second execution.
 """
 
 from __future__ import annotations
@@ -73,11 +73,16 @@ class CloudRunJob(JobKind):
         env["IDEMPOTENCY_KEY"] = context.idempotency_key
         env["SCHEDULE_TIME"] = format_utc(context.schedule_time) if context.schedule_time else ""
         override: dict[str, Any] = {"env": [{"name": k, "value": v} for k, v in env.items()]}
-        if args is not None:
+        if args:
             override["args"] = args
+        elif args is not None:
+            override["clearArgs"] = True  # an empty list would mean "no override"
         if self.container:
             override["name"] = self.container
-        operation = self.api.call("POST", f"v2/{self.job}:run", body={"overrides": {"containerOverrides": [override]}})
+        operation = self.api.call(
+            "POST", f"v2/{self.job}:run", body={"overrides": {"containerOverrides": [override]}},
+            starts_execution_without_search=True,
+        )
         name = operation.get("name")
         if not name:
             raise RuntimeError(f"jobs.run answered without an operation name: {operation!r}")

@@ -70,37 +70,62 @@ class GoogleApi:
 
     @classmethod
     def from_config(
-        cls, job_id: str, options: Mapping[str, Any], lease_seconds: float, default_base: str
+        cls, job_id: str, options: Mapping[str, Any], lease_seconds: float, default_base: str,
+        calls_per_attempt: int = 1,
     ) -> "GoogleApi":
+        """``calls_per_attempt`` calls in a row must all fit in the lease."""
         base = text_value(job_id, "api_base", options.get("api_base", default_base))
         parsed = urllib.parse.urlsplit(base)
         if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.query:
             raise JobsConfigError(job_id, "api_base", f"must be an http(s) base URL, got {base!r}")
         timeout = positive_number(
             job_id, "timeout_seconds",
-            options.get("timeout_seconds", min(DEFAULT_TIMEOUT_SECONDS, lease_seconds / 2)),
+            options.get("timeout_seconds", min(DEFAULT_TIMEOUT_SECONDS, lease_seconds / (calls_per_attempt + 1))),
         )
-        if timeout >= lease_seconds:
-            raise JobsConfigError(job_id, "timeout_seconds", f"must be shorter than lease_seconds ({lease_seconds})")
+        if timeout * calls_per_attempt >= lease_seconds:
+            raise JobsConfigError(
+                job_id, "timeout_seconds",
+                f"{calls_per_attempt} call(s) of up to {timeout}s must end inside lease_seconds ({lease_seconds})",
+            )
         return cls(base, timeout)
 
-    def call(self, method: str, path: str, *, body: Any = None, params: Mapping[str, str] | None = None) -> dict:
+    def call(
+        self, method: str, path: str, *, body: Any = None, params: Mapping[str, str] | None = None,
+        starts_execution_without_search: bool = False,
+    ) -> dict:
+        """One API call; raise RetryableJobError / PermanentJobError as the answer says.
+
+        With ``starts_execution_without_search`` (a start that no later attempt
+        could find), an answer lost after the request was sent is a permanent
+        failure: retrying might start a second execution.
+        """
         url = f"{self.base_url}/{path.lstrip('/')}"
         try:
             response = _session().request(method, url, json=body, params=params, timeout=self.timeout_seconds)
         except google.auth.exceptions.GoogleAuthError as exc:
             # Missing or unreachable credentials get fixed by a deploy; keep retrying until then.
             raise RetryableJobError(f"no Google credentials for {method} {url}: {exc}") from None
-        except requests.Timeout:
-            raise RetryableJobError(f"{method} {url} timed out after {self.timeout_seconds}s") from None
+        except (requests.ConnectTimeout, requests.exceptions.InvalidURL) as exc:
+            raise RetryableJobError(f"{method} {url} failed before sending: {exc}") from None
         except requests.RequestException as exc:
-            raise RetryableJobError(f"{method} {url} failed: {exc}") from None
+            raise self._uncertain(method, url, f"{type(exc).__name__}: {exc}", starts_execution_without_search) from None
         if 200 <= response.status_code < 300:
             try:
                 return response.json() if response.content else {}
             except ValueError:
-                raise RetryableJobError(f"{method} {url} answered {response.status_code} with a body that is not JSON") from None
+                raise self._uncertain(
+                    method, url, f"a {response.status_code} answer whose body is not JSON", starts_execution_without_search,
+                ) from None
         raise api_error(method, url, response)
+
+    def _uncertain(self, method: str, url: str, what: str, no_search: bool) -> Exception:
+        if no_search:
+            return PermanentJobError(
+                f"{method} {url}: {what}. The request was sent, so it may have started an execution; "
+                "it is not retried, because nothing could find that execution and a retry could start "
+                "a second. Check the executions (their IDEMPOTENCY_KEY is this run's key)."
+            )
+        return RetryableJobError(f"{method} {url}: {what}")
 
 
 def api_error(method: str, url: str, response: requests.Response) -> Exception:
@@ -114,6 +139,7 @@ def api_error(method: str, url: str, response: requests.Response) -> Exception:
         pass
     details = {"http_status": code, "status": status, "message": message}
     text = f"{method} {url}: {code} {status}: {message}".replace(":  ", ": ")
-    if code == 429 or code >= 500 or status in RETRYABLE_API_STATUSES:
+    # 401 comes after AuthorizedSession has refreshed the token and tried again: permanent.
+    if code in (408, 429) or code >= 500 or status in RETRYABLE_API_STATUSES:
         return RetryableJobError(text, details=details)
     return PermanentJobError(text, details=details)

@@ -17,7 +17,7 @@ from jobs.errors import JobsConfigError
 from jobs.kinds.google_api import GoogleApi, resource_name
 
 DEFAULT_API_BASE = "https://workflowexecutions.googleapis.com"
-LABEL_KEY = "idempotency-key"
+LABEL_KEY = "idempotency_key"  # "-" would read as negation in a list filter
 MAX_LABEL_LENGTH = 63
 
 
@@ -50,21 +50,22 @@ class WorkflowJob(JobKind):
             json.dumps(argument)
         except (TypeError, ValueError) as exc:
             raise JobsConfigError(job_id, "argument", f"must be JSON-serialisable: {exc}") from None
-        return cls(workflow, argument, GoogleApi.from_config(job_id, options, lease_seconds, DEFAULT_API_BASE))
+        api = GoogleApi.from_config(job_id, options, lease_seconds, DEFAULT_API_BASE, calls_per_attempt=2)
+        return cls(workflow, argument, api)
 
     def run(self, context: RunContext) -> Any:
         label = label_value(context.run_id)
-        existing = context.downstream or self._find_execution(label)
-        if existing:
-            if existing != context.downstream:
-                context.record_downstream(existing)
-            return {"execution": existing, "adopted": True}
         argument = {
             **self.argument,
             **context.parameters,
             "idempotency_key": context.idempotency_key,
             "schedule_time": format_utc(context.schedule_time) if context.schedule_time else None,
         }
+        existing = context.downstream or self._find_execution(label, argument)
+        if existing:
+            if existing != context.downstream:
+                context.record_downstream(existing)
+            return {"execution": existing, "adopted": True}
         execution = self.api.call(
             "POST", f"v1/{self.workflow}/executions",
             body={"argument": json.dumps(argument), "labels": {LABEL_KEY: label}},
@@ -75,11 +76,22 @@ class WorkflowJob(JobKind):
         context.record_downstream(name)
         return {"execution": name, "state": execution.get("state"), "adopted": False}
 
-    def _find_execution(self, label: str) -> str | None:
-        """An execution an earlier attempt started, found by its label (the oldest, if several)."""
+    def _find_execution(self, label: str, argument: dict) -> str | None:
+        """An execution an earlier attempt of this run started: its label and its argument match.
+
+        The argument check keeps an expired client token, reused for another
+        request, from adopting the old request's execution.
+        """
         listing = self.api.call(
             "GET", f"v1/{self.workflow}/executions",
-            params={"filter": f'labels.{LABEL_KEY}="{label}"', "pageSize": "10"},
+            params={"filter": f'labels.{LABEL_KEY}="{label}"', "view": "FULL", "pageSize": "10"},
         )
-        executions = sorted(listing.get("executions") or [], key=lambda e: e.get("startTime", ""))
-        return executions[0]["name"] if executions else None
+        matches = [e for e in listing.get("executions") or [] if _argument_of(e) == argument]
+        return min(matches, key=lambda e: e.get("startTime", ""))["name"] if matches else None
+
+
+def _argument_of(execution: Mapping[str, Any]) -> Any:
+    try:
+        return json.loads(execution.get("argument") or "null")
+    except ValueError:
+        return None

@@ -174,9 +174,11 @@ class GoogleFakes:
                 self.executions.append(execution)
             return 200, execution, {}
         if workflow and call.method == "GET":
-            key, value = _parse_filter(call.query.get("filter", ""), "labels")
+            match = re.fullmatch(r'labels\.([a-z0-9_]+)="([a-z0-9_-]*)"', call.query.get("filter", ""))
+            if match is None:
+                return _error(400, "INVALID_ARGUMENT", f"invalid filter: {call.query.get('filter')!r}")
             found = [e for e in self.executions if e["name"].startswith(workflow[1] + "/")
-                     and (key is None or e["labels"].get(key) == value)]
+                     and e["labels"].get(match[1]) == match[2]]
             return 200, ({"executions": found} if found else {}), {}
         run = re.fullmatch(r"/v2/(projects/([^/]+)/locations/([^/]+)/jobs/([^/]+)):run", call.path)
         if run and call.method == "POST":
@@ -187,11 +189,14 @@ class GoogleFakes:
             with self._lock:
                 self.run_operations.append(operation)
             return 200, operation, {}
+        got_trigger = re.fullmatch(r"/v1/projects/([^/]+)/locations/([^/]+)/triggers/([^/:]+)", call.path)
+        if got_trigger and call.method == "GET":
+            return 200, {"id": f"uuid-{got_trigger[3]}", "name": got_trigger[3]}, {}
         trigger = re.fullmatch(r"/v1/projects/([^/]+)/locations/([^/]+)/triggers/([^/]+):run", call.path)
         if trigger and call.method == "POST":
             build_id = f"build-{number}"
             build = {"id": build_id, "name": f"projects/{trigger[1]}/locations/{trigger[2]}/builds/{build_id}",
-                     "buildTriggerId": trigger[3], "status": "QUEUED", "createTime": now,
+                     "buildTriggerId": f"uuid-{trigger[3]}", "status": "QUEUED", "createTime": now,
                      "substitutions": (call.body.get("source") or {}).get("substitutions", {}),
                      "source": call.body.get("source")}
             with self._lock:
@@ -201,15 +206,15 @@ class GoogleFakes:
                                       "build": build}}, {}
         builds = re.fullmatch(r"/v1/projects/([^/]+)/locations/([^/]+)/builds", call.path)
         if builds and call.method == "GET":
-            key, value = _parse_filter(call.query.get("filter", ""), "substitutions")
-            found = [b for b in self.builds if key is None or b["substitutions"].get(key) == value]
+            # Like the real API: documented fields only (substitutions are not filterable).
+            match = re.fullmatch(r'trigger_id="([^"]+)"', call.query.get("filter", ""))
+            if match is None:
+                return _error(400, "INVALID_ARGUMENT", f"invalid filter: {call.query.get('filter')!r}")
+            found = sorted((b for b in self.builds if b["buildTriggerId"] == match[1]
+                            and b["name"].startswith(f"projects/{builds[1]}/locations/{builds[2]}/")),
+                           key=lambda b: b["createTime"], reverse=True)
             return 200, ({"builds": found} if found else {}), {}
         return _error(404, "NOT_FOUND", f"no such method: {call.method} {call.path}")
-
-
-def _parse_filter(text: str, prefix: str) -> tuple[str | None, str | None]:
-    match = re.fullmatch(rf'{prefix}\.([A-Za-z0-9_-]+)="([^"]*)"', text.strip())
-    return (match[1], match[2]) if match else (None, None)
 
 
 def _error(code: int, status: str, message: str):
