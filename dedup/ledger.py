@@ -237,6 +237,30 @@ class Ledger:
 
         return self._fenced(attempt, release)
 
+    def delete_expired(self, batch_size: int = 100) -> tuple[int, bool]:
+        """Delete one batch of records past ``expire_at``; return (deleted, more may remain).
+
+        The fallback where no TTL policy is set.  A keys-only query finds
+        candidates; one transaction re-reads them and deletes only those still
+        expired and not under a live lease, so two cleanups at once, or a claim
+        racing one, never lose a live record.
+        """
+        now = self.clock.now()
+        keys = RunRecord.query(RunRecord.expire_at <= now).fetch(batch_size, keys_only=True)
+        if not keys:
+            return 0, False
+
+        def delete_batch() -> int:
+            current = self.clock.now()
+            doomed = [
+                record.key for record in ndb.get_multi(keys)
+                if record is not None and record.is_expired(current) and not record.lease_is_live(current)
+            ]
+            ndb.delete_multi(doomed)
+            return len(doomed)
+
+        return _transaction(delete_batch, FINISH_PATIENCE_SECONDS), len(keys) == batch_size
+
     # -- internals -----------------------------------------------------------
 
     @staticmethod

@@ -34,7 +34,7 @@ def create_app(
     auth: AuthSettings | None = None,
 ) -> Flask:
     """Build the app; a bad jobs file or auth setting raises here, before serving."""
-    from handlers import errors, runs_api, scheduler
+    from handlers import errors, runs_api, scheduler, tasks
     from handlers.guard import LEDGER_EXTENSION
 
     clock = clock or SystemClock()
@@ -60,6 +60,7 @@ def create_app(
 
     app.register_blueprint(scheduler.blueprint)
     app.register_blueprint(runs_api.blueprint)
+    app.register_blueprint(tasks.blueprint)
     app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)
     return app
 

@@ -21,12 +21,10 @@ class RunStatus(str, enum.Enum):
 class RunRecord(ndb.Model):
     """A scheduled (or, later, manual) run and the state of its current attempt.
 
-    ``attempt`` is a monotonic fencing number and ``attempt_id`` a random id
-    unique to one attempt; an attempt may change the record only while the
-    stored ``attempt_id`` is still its own.  ``expire_at`` is a timestamp so a
-    Firestore TTL policy can delete the record; it is unindexed because TTL
-    needs no index and a monotonically increasing indexed timestamp
-    hotspots.
+    ``attempt`` counts the attempts (takeovers raise it) and ``attempt_id`` is
+    a random id unique to one attempt; an attempt may change the record only
+    while the stored ``attempt_id`` is still its own.  ``expire_at`` is a
+    timestamp so a Firestore TTL policy can delete the record.
     """
 
     # Never serve run records from NDB's caches: every read must be a
@@ -58,9 +56,9 @@ class RunRecord(ndb.Model):
     lease_expires = ndb.DateTimeProperty(
         required=True, indexed=False, tzinfo=datetime.timezone.utc
     )
-    expire_at = ndb.DateTimeProperty(
-        required=True, indexed=False, tzinfo=datetime.timezone.utc
-    )
+    # Indexed: the cleanup task finds expired records with a keys-only query
+    # on it (the fallback where no TTL policy is set).
+    expire_at = ndb.DateTimeProperty(required=True, tzinfo=datetime.timezone.utc)
     created = ndb.DateTimeProperty(required=True, tzinfo=datetime.timezone.utc)
     updated = ndb.DateTimeProperty(required=True, indexed=False, tzinfo=datetime.timezone.utc)
     started = ndb.DateTimeProperty(indexed=False, tzinfo=datetime.timezone.utc)

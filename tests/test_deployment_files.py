@@ -24,6 +24,8 @@ def test_every_handler_is_admin_only_and_https_only():
     for handler in config["handlers"]:
         assert handler.get("login") == "admin", handler
         assert handler.get("secure") == "always", handler
+        # A scheduler, a task queue or an API client cannot follow a login redirect.
+        assert handler.get("auth_fail_action") == "unauthorized", handler
 
 
 def test_runtime_is_python3_and_entrypoint_serves_main_app_with_gunicorn():

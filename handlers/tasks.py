@@ -1,0 +1,29 @@
+"""``/tasks/cleanup``: cron.yaml's fallback for deleting expired records."""
+
+from __future__ import annotations
+
+import time
+
+from flask import Blueprint, jsonify
+
+from handlers import app_state
+
+blueprint = Blueprint("tasks", __name__, url_prefix="/tasks")
+
+# One request stays well inside the 10-minute automatic-scaling timeout; the
+# next cron run carries on where this one stopped.
+CLEANUP_BUDGET_SECONDS = 60
+CLEANUP_BATCH = 100
+
+
+@blueprint.route("/cleanup", methods=["GET", "POST"], provide_automatic_options=False)
+def cleanup_expired_runs():
+    ledger = app_state().ledger
+    deadline = time.monotonic() + CLEANUP_BUDGET_SECONDS
+    deleted = batches = 0
+    more = True
+    while more and time.monotonic() < deadline:
+        count, more = ledger.delete_expired(CLEANUP_BATCH)
+        deleted += count
+        batches += 1
+    return jsonify({"deleted": deleted, "batches": batches, "more": more})

@@ -1,0 +1,72 @@
+"""The cleanup task deletes exactly the expired records, even run twice at once."""
+
+from __future__ import annotations
+
+import datetime
+import threading
+
+import pytest
+import yaml
+from google.cloud import ndb
+
+from models import RunRecord, RunStatus
+from tests.test_scheduler_endpoint import JOBS
+
+UTC = datetime.timezone.utc
+
+
+def make_records(clock, count, *, expired, status=RunStatus.COMPLETED, live_lease=False, prefix="r"):
+    now = clock.now()
+    expire_at = now - datetime.timedelta(seconds=1) if expired else now + datetime.timedelta(hours=1)
+    lease = now + datetime.timedelta(minutes=5) if live_lease else now - datetime.timedelta(minutes=5)
+    return [
+        RunRecord(id=f"{prefix}-{index}", source="scheduler", job_id="invoice", status=status.value,
+                  attempt_id="a", attempt=1, lease_expires=lease, expire_at=expire_at,
+                  created=now - datetime.timedelta(days=8), updated=now)
+        for index in range(count)
+    ]
+
+
+@pytest.fixture
+def seeded(make_client, ndb_client, clock):
+    client = make_client(JOBS)
+    with ndb_client.context():
+        records = (make_records(clock, 1000, expired=True, prefix="old")
+                   + make_records(clock, 300, expired=False, prefix="fresh")
+                   + make_records(clock, 5, expired=False, status=RunStatus.IN_PROGRESS, live_lease=True, prefix="running")
+                   # Never expected (a live lease keeps expire_at ahead), but never deleted either.
+                   + make_records(clock, 3, expired=True, status=RunStatus.IN_PROGRESS, live_lease=True, prefix="odd"))
+        for start in range(0, len(records), 400):
+            ndb.put_multi(records[start:start + 400])
+    return client
+
+
+def remaining_ids(ndb_client):
+    with ndb_client.context():
+        return {key.id().split("-")[0] for key in RunRecord.query().fetch(keys_only=True)}, \
+            RunRecord.query().count()
+
+
+def test_cleanup_deletes_exactly_the_expired_records(seeded, ndb_client):
+    response = seeded.get("/tasks/cleanup", status=200)
+    assert response.json["deleted"] == 1000 and response.json["more"] is False
+    prefixes, count = remaining_ids(ndb_client)
+    assert prefixes == {"fresh", "running", "odd"} and count == 308
+
+
+def test_two_cleanups_at_once_are_safe(seeded, ndb_client):
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(seeded.get("/tasks/cleanup", status=200).json))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert sum(r["deleted"] for r in results) == 1000
+    assert remaining_ids(ndb_client)[1] == 308
+
+
+def test_cron_yaml_calls_the_cleanup_task():
+    with open("cron.yaml") as handle:
+        jobs = yaml.safe_load(handle)["cron"]
+    assert any(job["url"] == "/tasks/cleanup" for job in jobs)
