@@ -34,6 +34,7 @@ def create_app(
     auth: AuthSettings | None = None,
 ) -> Flask:
     """Build the app; a bad jobs file or auth setting raises here, before serving."""
+    from deploy import cli as deploy_cli
     from handlers import errors, runs_api, scheduler, tasks
     from handlers.guard import LEDGER_EXTENSION
 
@@ -61,6 +62,7 @@ def create_app(
     app.register_blueprint(scheduler.blueprint)
     app.register_blueprint(runs_api.blueprint)
     app.register_blueprint(tasks.blueprint)
+    deploy_cli.register(app)
     app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)
     return app
 

@@ -1,0 +1,140 @@
+"""``flask --app main scheduler|firewall|ttl``: print the gcloud commands; run them with --apply."""
+
+from __future__ import annotations
+
+import ipaddress
+import shutil
+import subprocess
+
+import click
+from flask import Flask, current_app
+from flask.cli import AppGroup
+
+from deploy.scheduler_config import (
+    DEFAULT_FILE,
+    ScheduleFileError,
+    SchedulerJob,
+    dedup_problems,
+    gcloud_command,
+    load_scheduler_file,
+    shell_line,
+)
+from models import RunRecord
+
+SCHEDULER_IPS = (("0.1.0.2/32", "Cloud Scheduler App Engine jobs, Cloud Tasks and cron"),
+                 ("0.1.0.1/32", "App Engine cron jobs created with older tools"))
+
+
+def register(app: Flask) -> None:
+    app.cli.add_command(scheduler)
+    app.cli.add_command(firewall)
+    app.cli.add_command(ttl)
+
+
+def _print_and_maybe_run(commands: list[list[str]], apply: bool) -> None:
+    for command in commands:
+        click.echo(shell_line(command))
+    if not apply:
+        return
+    for command in commands:
+        click.echo(f"running: {shell_line(command)}", err=True)
+        completed = subprocess.run(command, check=False)
+        if completed.returncode != 0:
+            raise click.ClickException(f"{shell_line(command)} failed with exit code {completed.returncode}")
+
+
+@click.group(cls=AppGroup, help="Cloud Scheduler jobs declared in scheduler.yaml.")
+def scheduler() -> None:
+    pass
+
+
+def _validated(file: str) -> list[SchedulerJob]:
+    try:
+        jobs = load_scheduler_file(file)
+    except ScheduleFileError as exc:
+        for problem in exc.problems:
+            click.echo(str(problem), err=True)
+        raise click.exceptions.Exit(1) from None
+    problems = dedup_problems(jobs, current_app.extensions["dedup"].jobs)
+    for problem in problems:
+        click.echo(str(problem), err=True)
+    if problems:
+        raise click.exceptions.Exit(1)
+    return jobs
+
+
+@scheduler.command(help="Check scheduler.yaml against jobs.yaml; exit 1 with every problem found.")
+@click.argument("file", default=DEFAULT_FILE)
+def validate(file: str) -> None:
+    jobs = _validated(file)
+    click.echo(f"{file}: {len(jobs)} job(s) valid")
+
+
+def _existing_jobs(project: str, location: str) -> set[str]:
+    if shutil.which("gcloud") is None:
+        raise click.ClickException("gcloud is not on PATH; install the Google Cloud CLI, or pass --assume-new")
+    command = ["gcloud", "scheduler", "jobs", "list", f"--project={project}", f"--location={location}",
+               "--format=value(name)"]
+    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    if completed.returncode != 0:
+        raise click.ClickException(f"{shell_line(command)} failed: {completed.stderr.strip()}")
+    return {line.strip().rsplit("/", 1)[-1] for line in completed.stdout.splitlines() if line.strip()}
+
+
+def _plan(file: str, assume_new: bool) -> list[list[str]]:
+    jobs = _validated(file)
+    existing: dict[tuple[str, str], set[str]] = {}
+    commands = []
+    for job in jobs:
+        scope = (job.project, job.location)
+        if scope not in existing:
+            existing[scope] = set() if assume_new else _existing_jobs(*scope)
+        commands.append(gcloud_command(job, exists=job.name in existing[scope]))
+    return commands
+
+
+@scheduler.command(help="Print the gcloud commands that create or update the declared jobs.")
+@click.argument("file", default=DEFAULT_FILE)
+@click.option("--assume-new", is_flag=True, help="Do not ask gcloud which jobs exist; plan creates.")
+def plan(file: str, assume_new: bool) -> None:
+    _print_and_maybe_run(_plan(file, assume_new), apply=False)
+
+
+@scheduler.command(help="Create or update the declared jobs with gcloud.")
+@click.argument("file", default=DEFAULT_FILE)
+@click.option("--assume-new", is_flag=True, help="Do not ask gcloud which jobs exist; create them.")
+def apply(file: str, assume_new: bool) -> None:
+    _print_and_maybe_run(_plan(file, assume_new), apply=True)
+
+
+@click.command(help="App Engine firewall: deny by default, allow Scheduler/cron/Tasks and admin ranges.")
+@click.option("--project", help="Google Cloud project (default: gcloud's).")
+@click.option("--admin-range", "admin_ranges", multiple=True, help="A CIDR range to allow (repeatable).")
+@click.option("--apply", "apply_", is_flag=True, help="Run the commands instead of printing them only.")
+def firewall(project: str | None, admin_ranges: tuple[str, ...], apply_: bool) -> None:
+    scope = [f"--project={project}"] if project else []
+    commands = [["gcloud", "app", "firewall-rules", "update", "default", "--action=deny", *scope]]
+    rules = list(SCHEDULER_IPS)
+    for cidr in admin_ranges:
+        try:
+            rules.append((str(ipaddress.ip_network(cidr, strict=False)), "admin range"))
+        except ValueError:
+            raise click.BadParameter(f"{cidr!r} is not a CIDR range", param_hint="--admin-range") from None
+    for priority, (source, description) in enumerate(rules, start=1000):
+        commands.append(["gcloud", "app", "firewall-rules", "create", str(priority), "--action=allow",
+                         f"--source-range={source}", f"--description={description}", *scope])
+    _print_and_maybe_run(commands, apply_)
+
+
+@click.command(help="Enable the Firestore TTL policy on expire_at for the dedup records.")
+@click.option("--project", help="Google Cloud project (default: gcloud's).")
+@click.option("--database", help="Firestore database (default: '(default)').")
+@click.option("--apply", "apply_", is_flag=True, help="Run the command instead of printing it only.")
+def ttl(project: str | None, database: str | None, apply_: bool) -> None:
+    command = ["gcloud", "firestore", "fields", "ttls", "update", "expire_at",
+               f"--collection-group={RunRecord._get_kind()}", "--enable-ttl"]
+    if project:
+        command.append(f"--project={project}")
+    if database:
+        command.append(f"--database={database}")
+    _print_and_maybe_run([command], apply_)

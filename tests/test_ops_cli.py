@@ -1,0 +1,224 @@
+"""flask --app main scheduler|firewall|ttl: validation rules, plans, and --apply through gcloud."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from deploy.scheduler_config import RetryConfig, retry_intervals
+from handlers import create_app
+from handlers.auth import AuthSettings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+APP_JOBS = """
+jobs:
+  report:
+    kind: python
+    target: tests.job_targets:record
+    lease_seconds: 600
+  quick:
+    kind: python
+    target: tests.job_targets:record
+    lease_seconds: 60
+    retention_seconds: 3600
+  monthly-friendly:
+    kind: python
+    target: tests.job_targets:record
+    lease_seconds: 600
+    retention_seconds: 3000000
+"""
+
+
+@pytest.fixture
+def cli(jobs_file, tmp_path):
+    app = create_app(jobs_file=jobs_file(APP_JOBS), auth=AuthSettings(mode="none"))
+    runner = app.test_cli_runner()  # result.output holds stdout and stderr
+
+    def invoke(*args, schedule: str | None = None, env=None):
+        arguments = list(args)
+        if schedule is not None:
+            path = tmp_path / "scheduler.yaml"
+            path.write_text(textwrap.dedent(schedule))
+            arguments.append(str(path))
+        return runner.invoke(args=arguments, env=env)
+
+    return invoke
+
+
+VALID = """
+defaults:
+  project: acme-prod
+  location: us-central1
+jobs:
+  nightly:
+    target: report
+    schedule: "0 2 * * *"
+    attempt_deadline: 10m
+    retry: {retry_count: 3, min_backoff: 30s, max_backoff: 10m, max_doublings: 3}
+"""
+
+
+def test_a_valid_file_passes(cli):
+    result = cli("scheduler", "validate", schedule=VALID)
+    assert result.exit_code == 0, result.output
+    assert "1 job(s) valid" in result.output
+
+
+def test_the_shipped_scheduler_yaml_is_valid_against_the_shipped_jobs_yaml():
+    env = {**os.environ}
+    env.pop("DEDUP_JOBS_FILE", None)
+    completed = subprocess.run([sys.executable, "-m", "flask", "--app", "main", "scheduler", "validate"],
+                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    assert "valid" in completed.stdout
+
+
+def job(**overrides) -> str:
+    settings = {"target": "report", "schedule": '"0 2 * * *"', "attempt_deadline": "10m",
+                "project": "acme-prod", "location": "us-central1", **overrides}
+    lines = "\n".join(f"    {key}: {value}" for key, value in settings.items() if value is not None)
+    return f"jobs:\n  nightly:\n{lines}\n"
+
+
+@pytest.mark.parametrize("overrides, field, words", [
+    ({"schedule": "every 5 minutes"}, "schedule", "not a unix-cron schedule"),
+    ({"schedule": '"0 0 2 * * *"'}, "schedule", "not a unix-cron schedule"),
+    ({"schedule": '"0 25 * * *"'}, "schedule", "not a unix-cron schedule"),
+    ({"target": "missing-job"}, "target", "not a job in jobs.yaml"),
+    ({"target": "quick", "attempt_deadline": "5m"}, "attempt_deadline", "longer than the lease"),
+    ({"attempt_deadline": "20m", "target": "monthly-friendly"}, "attempt_deadline", "request timeout of automatic scaling"),
+    ({"attempt_deadline": "10s"}, "attempt_deadline", "15s to 24h15m"),
+    ({"attempt_deadline": "25h", "scaling": "basic"}, "attempt_deadline", "15s to 24h15m"),
+    ({"target": "quick", "attempt_deadline": "1m", "schedule": '"0 0 * * *"'}, "schedule", "longer than the retention"),
+    ({"schedule": '"0 0 1 * *"'}, "schedule", "executions are up to"),
+    ({"target": "quick", "attempt_deadline": "1m", "schedule": '"0 0 * * *"',
+      "retry": "{retry_count: 5, min_backoff: 10m, max_backoff: 1h}"}, "retry", "deliveries can arrive for"),
+    ({"retry": "{retry_count: 6}"}, "retry.retry_count", "0 to 5"),
+    ({"retry": "{retry_count: -1}"}, "retry.retry_count", "0 to 5"),
+    ({"retry": "{max_doublings: 17}"}, "retry.max_doublings", "0 to 16"),
+    ({"retry": "{min_backoff: 1h, max_backoff: 1m}"}, "retry.max_backoff", "shorter than min_backoff"),
+    ({"retry": "{min_backoff: soon}"}, "retry.min_backoff", "not a duration"),
+    ({"retry": "{backoff: 1s}"}, "retry.backoff", "unknown key"),
+    ({"time_zone": "Mars/Olympus"}, "time_zone", "IANA"),
+    ({"method": "DELETE"}, "method", "serves POST and GET"),
+    ({"method": "GET", "body": "x"}, "body", "POST only"),
+    ({"headers": "{X-CloudScheduler-JobName: forged}"}, "headers", "set by Google"),
+    ({"scaling": "elastic"}, "scaling", "automatic"),
+    ({"project": "Acme"}, "project", "not a project id"),
+    ({"location": "mars"}, "location", "not a location"),
+    ({"colour": "red"}, "colour", "unknown key"),
+    ({"schedule": None}, "schedule", "missing"),
+])
+def test_each_rule_names_the_job_and_field(cli, overrides, field, words):
+    result = cli("scheduler", "validate", schedule=job(**overrides))
+    assert result.exit_code == 1
+    output = result.output
+    assert f"job 'nightly'" in output and f"field '{field}'" in output, output
+    assert words in output
+
+
+def test_a_job_id_shared_across_scopes_must_pass_its_scope(cli):
+    declarations = """
+    jobs:
+      nightly-us:
+        name: nightly
+        target: report
+        schedule: "0 2 * * *"
+        project: acme-prod
+        location: us-central1
+        pass_scope: {us}
+      nightly-eu:
+        name: nightly
+        target: report
+        schedule: "0 2 * * *"
+        project: acme-prod
+        location: europe-west1
+    """
+    assert cli("scheduler", "validate", schedule=declarations.format(us="true")).exit_code == 0
+    result = cli("scheduler", "validate", schedule=declarations.format(us="false"))
+    assert result.exit_code == 1
+    assert "job 'nightly-us' field 'pass_scope'" in result.output and "share keys" in result.output
+
+
+def test_retry_intervals_follow_schedulers_documented_example():
+    # min 10s, max 300s, 3 doublings: 10, 20, 40, 80, 160, 240, 300, 300 (job.proto's example)
+    assert retry_intervals(RetryConfig(retry_count=5, min_backoff=10, max_backoff=300, max_doublings=3)) == [10, 20, 40, 80, 160]
+    assert retry_intervals(RetryConfig(retry_count=5, min_backoff=80, max_backoff=300, max_doublings=0)) == [80, 160, 240, 300, 300]
+
+
+@pytest.fixture
+def fake_gcloud(tmp_path):
+    """A gcloud on PATH that records its arguments and knows one existing Scheduler job."""
+    log = tmp_path / "gcloud.log"
+    script = tmp_path / "bin" / "gcloud"
+    script.parent.mkdir()
+    script.write_text(textwrap.dedent(f"""\
+        #!/usr/bin/env python3
+        import sys
+        with open({str(log)!r}, "a") as handle:
+            handle.write("\\x1f".join(sys.argv[1:]) + "\\n")
+        if sys.argv[1:4] == ["scheduler", "jobs", "list"]:
+            print("projects/acme-prod/locations/us-central1/jobs/nightly")
+    """))
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    env = {"PATH": f"{script.parent}:{os.environ['PATH']}"}
+
+    def calls():
+        return [line.split("\x1f") for line in log.read_text().splitlines()] if log.exists() else []
+
+    return env, calls
+
+
+TWO_JOBS = VALID + """
+  weekly:
+    target: report
+    schedule: "0 3 * * 1"
+    retry: {retry_count: 1}
+"""
+
+
+def test_plan_updates_existing_jobs_and_creates_new_ones(cli, fake_gcloud, monkeypatch):
+    env, calls = fake_gcloud
+    monkeypatch.setenv("PATH", env["PATH"])
+    result = cli("scheduler", "plan", schedule=TWO_JOBS.replace("weekly:", "weekly:\n    attempt_deadline: 5m"))
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[0].startswith("gcloud scheduler jobs update app-engine nightly ")
+    assert "--relative-url=/jobs/report?project=acme-prod&location=us-central1" in lines[0]
+    assert "--attempt-deadline=600s" in lines[0] and "--max-retry-attempts=3" in lines[0]
+    assert lines[1].startswith("gcloud scheduler jobs create app-engine weekly ")
+    assert [c[:3] for c in calls()] == [["scheduler", "jobs", "list"]]  # plan runs nothing else
+
+
+def test_apply_runs_the_commands(cli, fake_gcloud, monkeypatch):
+    env, calls = fake_gcloud
+    monkeypatch.setenv("PATH", env["PATH"])
+    result = cli("scheduler", "apply", schedule=VALID)
+    assert result.exit_code == 0, result.output
+    assert [c[:5] for c in calls()][-1] == ["scheduler", "jobs", "update", "app-engine", "nightly"]
+
+
+def test_plan_refuses_an_invalid_file(cli):
+    result = cli("scheduler", "plan", "--assume-new", schedule=job(schedule="every 5 minutes"))
+    assert result.exit_code == 1 and "gcloud scheduler" not in result.output
+
+
+def test_firewall_and_ttl_print_and_apply(cli, fake_gcloud, monkeypatch):
+    env, calls = fake_gcloud
+    monkeypatch.setenv("PATH", env["PATH"])
+    printed = cli("firewall", "--admin-range", "203.0.113.0/24", "--project", "acme-prod")
+    assert printed.exit_code == 0
+    assert printed.output.splitlines()[0] == "gcloud app firewall-rules update default --action=deny --project=acme-prod"
+    assert "--source-range=0.1.0.2/32" in printed.output and "--source-range=0.1.0.1/32" in printed.output
+    assert "--source-range=203.0.113.0/24" in printed.output
+    assert calls() == []
+    assert cli("firewall", "--admin-range", "not-a-range").exit_code != 0
+    applied = cli("ttl", "--project", "acme-prod", "--apply")
+    assert applied.exit_code == 0
+    assert calls()[-1] == ["firestore", "fields", "ttls", "update", "expire_at", "--collection-group=DedupRun",
+                           "--enable-ttl", "--project=acme-prod"]
