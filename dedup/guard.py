@@ -149,11 +149,13 @@ class IdempotencyGuard:
         policy: RunPolicy | None = None,
         classify: Callable[[Any], Verdict] | None = None,
         wait_seconds: float = 0,
+        job_id: str | None = None,
     ) -> RunOutcome:
+        """``job_id`` names what ran in the record (default: the namespace)."""
         parameters = dict(parameters or {})
         description = RunDescription(
             source=self.source,
-            job_id=self.namespace,
+            job_id=job_id or self.namespace,
             idempotency_key=key,
             scope=scope,
             parameters=parameters,

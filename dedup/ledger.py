@@ -96,6 +96,17 @@ class RunDescription:
     fingerprint: str | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class RunFilter:
+    """What the run API and the dashboard ask for; every field optional."""
+
+    job_id: str | None = None
+    status: str | None = None
+    source: str | None = None
+    since: datetime.datetime | None = None  # created at or after
+    until: datetime.datetime | None = None  # created before
+
+
 class Ledger:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
@@ -119,6 +130,33 @@ class Ledger:
         if record.status != RunStatus.IN_PROGRESS:
             return Replayed(record)
         return None
+
+    def find_runs(
+        self, run_filter: RunFilter, page_size: int, cursor: str | None = None
+    ) -> tuple[list[RunRecord], str | None]:
+        """Runs newest first, one page at a time (an NDB query cursor, URL-safe).
+
+        Expired records are left out, as every read leaves them out.  The
+        composite indexes these queries use are in index.yaml.
+        """
+        query = RunRecord.query()
+        if run_filter.job_id:
+            query = query.filter(RunRecord.job_id == run_filter.job_id)
+        if run_filter.status:
+            query = query.filter(RunRecord.status == run_filter.status)
+        if run_filter.source:
+            query = query.filter(RunRecord.source == run_filter.source)
+        if run_filter.since:
+            query = query.filter(RunRecord.created >= run_filter.since)
+        if run_filter.until:
+            query = query.filter(RunRecord.created < run_filter.until)
+        query = query.order(-RunRecord.created)
+        start = ndb.Cursor(urlsafe=cursor) if cursor else None
+        records, next_cursor, more = query.fetch_page(page_size, start_cursor=start)
+        now = self.clock.now()
+        visible = [record for record in records if not record.is_expired(now)]
+        more = more and next_cursor is not None and len(records) == page_size  # a short page is the last
+        return visible, (next_cursor.urlsafe().decode("ascii") if more else None)
 
     # -- writes (each one transaction) -----------------------------------------
 

@@ -33,8 +33,13 @@ def free_port() -> int:
 class DatastoreEmulator:
     """One emulator process on a free port with its own data directory."""
 
-    def __init__(self, project: str = "dedup-local", port: int | None = None) -> None:
+    def __init__(self, project: str = "dedup-local", port: int | None = None,
+                 require_indexes: str | None = None) -> None:
+        """``require_indexes``: an index.yaml; queries needing an index it lacks then fail,
+        as in production.  (gcloud does not pass this option, so the emulator binary
+        gcloud ships is started directly, with the same flags gcloud uses.)"""
         self.project = project
+        self.require_indexes = require_indexes
         self.port = port or free_port()
         self.host = f"127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
@@ -56,14 +61,17 @@ class DatastoreEmulator:
             raise EmulatorError("gcloud is not on PATH.\n" + INSTALL_HINT)
         self._data_dir = tempfile.mkdtemp(prefix="datastore-emulator-")
         self._log_path = os.path.join(self._data_dir, "emulator.log")
+        command = [
+            gcloud, "beta", "emulators", "datastore", "start",
+            f"--project={self.project}", "--no-store-on-disk",
+            "--use-firestore-in-datastore-mode", f"--host-port={self.host}",
+            f"--data-dir={self._data_dir}",
+        ]
+        if self.require_indexes:
+            command = self._direct_command(gcloud)
         log = open(self._log_path, "wb")
         self.process = subprocess.Popen(
-            [
-                gcloud, "beta", "emulators", "datastore", "start",
-                f"--project={self.project}", "--no-store-on-disk",
-                "--use-firestore-in-datastore-mode", f"--host-port={self.host}",
-                f"--data-dir={self._data_dir}",
-            ],
+            command,
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             env={**os.environ, "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"},
             start_new_session=True,  # its own process group: stop() ends the Java child too
@@ -80,6 +88,19 @@ class DatastoreEmulator:
             time.sleep(0.25)
         self.stop()
         raise EmulatorError(f"the emulator did not answer within {timeout}s:\n{self.log_tail()}")
+
+    def _direct_command(self, gcloud: str) -> list[str]:
+        sdk_root = os.path.dirname(os.path.dirname(os.path.realpath(gcloud)))
+        binary = os.path.join(sdk_root, "platform", "cloud-datastore-emulator", "cloud_datastore_emulator")
+        if not os.path.exists(binary):
+            raise EmulatorError(f"no emulator at {binary}.\n" + INSTALL_HINT)
+        project_dir = os.path.join(self._data_dir, "project")
+        subprocess.run([binary, "create", f"--project_id={self.project}", project_dir],
+                       check=True, capture_output=True)
+        host, port = self.host.split(":")
+        return [binary, "start", f"--host={host}", f"--port={port}", "--store_on_disk=False",
+                "--firestore_in_datastore_mode", "--require_indexes",
+                f"--index_file={os.path.abspath(self.require_indexes)}", project_dir]
 
     def healthy(self) -> bool:
         try:

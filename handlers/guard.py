@@ -116,6 +116,7 @@ def idempotent(
     policy: RunPolicy | Callable[[], RunPolicy] = DEFAULT_POLICY,
     replayed_status: Mapping[int, int] | None = None,
     source: str = "guard",
+    job_id: Callable[[], str] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Response]]:
     """Make a Flask view idempotent under a client-supplied key.
 
@@ -156,7 +157,7 @@ def idempotent(
             guard = IdempotencyGuard(current_ledger(), namespace, chosen_policy, source)
             outcome = guard.run(
                 token, work, scope=chosen_scope, parameters=given, exclude=skipped,
-                classify=classify_response, wait_seconds=wait,
+                classify=classify_response, wait_seconds=wait, job_id=job_id() if job_id else None,
             )
             response = _outcome_response(outcome, live, given, skipped, replayed_status or {})
             response.headers["Idempotency-Key"] = token

@@ -10,20 +10,26 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from typing import Any, Callable
 
-from flask import Blueprint, g, jsonify
+from flask import Blueprint, g, jsonify, request
+from google.api_core import exceptions as google_exceptions
 from werkzeug.exceptions import NotFound
 
-from dedup.errors import PermanentJobError
+from dedup.errors import InvalidRunRequest, PermanentJobError
+from dedup.keys import parse_schedule_time
+from dedup.ledger import RunFilter
 from dedup.guard import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS
 from dedup.ledger import RunPolicy
 from dedup.runner import error_document, storable_json_problem
 from handlers import app_state
 from handlers.errors import json_error
 from handlers.guard import GuardedCall, GuardRejected, idempotent, json_payload
+from handlers.run_documents import run_document
 from jobs.base import RunContext
 from jobs.config import JobSpec
+from models import RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +69,6 @@ def manual_run_parameters() -> dict[str, Any]:
 
 
 def current_job() -> JobSpec:
-    from flask import request
-
     return app_state().jobs[request.view_args["job_id"]]
 
 
@@ -93,6 +97,7 @@ def manual_run_policy() -> RunPolicy:
 @idempotent(
     "manual-run",
     source="api",
+    job_id=lambda: current_job().job_id,
     key_field="clientToken",
     key_header="Idempotency-Key",
     required=False,
@@ -128,3 +133,54 @@ def start_manual_run(job_id: str):
         error = {"type": "InvalidResult", "message": problem}
         return jsonify({**answer, "status": "failed", "error": error}), 422
     return jsonify({**answer, "status": "completed", "result": result}), 201
+
+
+MAX_PAGE_SIZE = 100
+DEFAULT_PAGE_SIZE = 50
+SOURCES = ("scheduler", "api", "guard")
+
+
+def _bad(message: str):
+    return json_error(400, "InvalidParameterException", message)
+
+
+@blueprint.get("/runs", provide_automatic_options=False)
+def list_runs():
+    """Runs newest first: filters job, status, source, since, until; cursor pagination."""
+    args = request.args
+    try:
+        limit = int(args.get("limit", DEFAULT_PAGE_SIZE))
+    except ValueError:
+        return _bad("limit must be an integer")
+    if not 1 <= limit <= MAX_PAGE_SIZE:
+        return _bad(f"limit must be from 1 to {MAX_PAGE_SIZE}")
+    status = args.get("status")
+    if status and status not in [s.value for s in RunStatus]:
+        return _bad(f"status must be one of {', '.join(s.value for s in RunStatus)}")
+    source = args.get("source")
+    if source and source not in SOURCES:
+        return _bad(f"source must be one of {', '.join(SOURCES)}")
+    bounds = {}
+    for name in ("since", "until"):
+        if args.get(name):
+            try:
+                bounds[name] = parse_schedule_time(args[name])
+            except InvalidRunRequest:
+                return _bad(f"{name} must be an RFC 3339 timestamp such as 2026-11-29T00:00:00Z")
+    run_filter = RunFilter(job_id=args.get("job") or None, status=status or None, source=source or None, **bounds)
+    state = app_state()
+    try:
+        records, next_cursor = state.ledger.find_runs(run_filter, limit, args.get("cursor") or None)
+    except (ValueError, TypeError, google_exceptions.BadRequest):
+        return _bad("cursor is not one this API returned")
+    now = state.clock.now()
+    return jsonify({"runs": [run_document(r, now) for r in records], "next_cursor": next_cursor})
+
+
+@blueprint.get("/runs/<run_id>", provide_automatic_options=False)
+def get_run(run_id: str):
+    state = app_state()
+    record = state.ledger.lookup(run_id) if re.fullmatch(r"[0-9a-f]{64}", run_id) else None
+    if record is None:
+        raise NotFound(f"no run {run_id!r} (or it has expired)")
+    return jsonify(run_document(record, state.clock.now()))

@@ -19,9 +19,13 @@ os.environ["DEDUP_AUTH"] = "none"
 os.environ.pop("GAE_ENV", None)
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 @pytest.fixture(scope="session")
 def emulator():
-    with DatastoreEmulator(project="dedup-test") as running:
+    # Every query in every test must be served by an index in index.yaml, as in production.
+    with DatastoreEmulator(project="dedup-test", require_indexes=os.path.join(ROOT, "index.yaml")) as running:
         os.environ.update(running.env)
         yield running
 

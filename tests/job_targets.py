@@ -46,9 +46,9 @@ def record(context: RunContext) -> dict:
 
 
 def echo_value(context: RunContext):
-    """Return body["value"]: lets tests store falsy results."""
+    """Return body["value"] (or parameters["value"]): lets tests store falsy results."""
     _effect(context)
-    return context.body_json()["value"]
+    return (context.body_json() or context.parameters)["value"]
 
 
 def scripted_failures(context: RunContext):

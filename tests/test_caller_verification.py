@@ -52,7 +52,8 @@ def nothing_written(ndb_client):
 
 
 ENDPOINTS = [("POST", "/jobs/invoice"), ("GET", "/jobs/invoice"), ("POST", "/api/v1/jobs/invoice/runs"),
-             ("POST", "/jobs/unknown"), ("GET", "/no/such/page")]
+             ("POST", "/jobs/unknown"), ("GET", "/no/such/page"), ("GET", "/api/v1/runs"),
+             ("GET", "/api/v1/runs/" + "0" * 64), ("GET", "/tasks/cleanup")]
 
 
 @pytest.mark.parametrize("method, path", ENDPOINTS)

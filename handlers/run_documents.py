@@ -1,0 +1,69 @@
+"""How the run API and the dashboard present a run record."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from typing import Any
+
+from dedup.guard import StoredResponse
+from dedup.keys import format_utc
+from models import RunRecord, RunStatus
+
+
+def _time(value: datetime.datetime | None) -> str | None:
+    return format_utc(value) if value else None
+
+
+def run_document(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "run_id": record.run_id,
+        "job_id": record.job_id,
+        "source": record.source,
+        "status": record.status,
+        "attempt": record.attempt,
+        "stuck": is_stuck(record, now),
+        "scheduler_job_name": record.scheduler_job_name,
+        "schedule_time": _time(record.schedule_time),
+        "project": record.project or None,
+        "location": record.location or None,
+        "client_token": record.idempotency_key if record.source != "scheduler" else None,
+        "parameters": record.parameters,
+        "downstream": record.downstream,
+        "created": _time(record.created),
+        "started": _time(record.started),
+        "finished": _time(record.finished),
+        "lease_expires": _time(record.lease_expires),
+        "expire_at": _time(record.expire_at),
+        "duration_seconds": duration_seconds(record),
+    }
+    kept = record.result if record.status == RunStatus.COMPLETED else record.error
+    if record.source != "scheduler" and StoredResponse.is_document(kept):
+        document["response"] = response_view(StoredResponse.from_document(kept))
+    elif record.status == RunStatus.COMPLETED:
+        document["result"] = record.result
+    elif record.status == RunStatus.FAILED:
+        document["error"] = record.error
+    return document
+
+
+def response_view(stored: StoredResponse) -> dict[str, Any]:
+    """A kept HTTP response (manual runs, guarded calls): its status and its body, parsed when JSON."""
+    body: Any = stored.body
+    if not stored.binary and "json" in stored.headers.get("Content-Type", ""):
+        try:
+            body = json.loads(stored.body)
+        except ValueError:
+            pass
+    return {"status": stored.status, "body": body, "binary": stored.binary}
+
+
+def is_stuck(record: RunRecord, now: datetime.datetime) -> bool:
+    """In progress with its lease over: the attempt is gone and nobody has taken over yet."""
+    return record.status == RunStatus.IN_PROGRESS and record.lease_expires <= now
+
+
+def duration_seconds(record: RunRecord) -> float | None:
+    if record.finished and record.started:
+        return round((record.finished - record.started).total_seconds(), 3)
+    return None
