@@ -275,18 +275,22 @@ class Ledger:
 
         return self._fenced(attempt, release)
 
-    def delete_expired(self, batch_size: int = 100) -> tuple[int, bool]:
-        """Delete one batch of records past ``expire_at``; return (deleted, more may remain).
+    def delete_expired(self, batch_size: int = 100, cursor: str | None = None) -> tuple[int, str | None]:
+        """Delete one batch of records past ``expire_at``; return (deleted, cursor of the next batch).
 
         The fallback where no TTL policy is set.  A keys-only query finds
         candidates; one transaction re-reads them and deletes only those still
         expired and not under a live lease, so two cleanups at once, or a claim
-        racing one, never lose a live record.
+        racing one, never lose a live record.  The cursor moves past records
+        that had to be kept, so they never stall the batches behind them.
         """
         now = self.clock.now()
-        keys = RunRecord.query(RunRecord.expire_at <= now).fetch(batch_size, keys_only=True)
+        start = ndb.Cursor(urlsafe=cursor) if cursor else None
+        keys, next_cursor, more = RunRecord.query(RunRecord.expire_at <= now).fetch_page(
+            batch_size, keys_only=True, start_cursor=start,
+        )
         if not keys:
-            return 0, False
+            return 0, None
 
         def delete_batch() -> int:
             current = self.clock.now()
@@ -297,7 +301,9 @@ class Ledger:
             ndb.delete_multi(doomed)
             return len(doomed)
 
-        return _transaction(delete_batch, FINISH_PATIENCE_SECONDS), len(keys) == batch_size
+        deleted = _transaction(delete_batch, FINISH_PATIENCE_SECONDS)
+        more = more and next_cursor is not None and len(keys) == batch_size
+        return deleted, (next_cursor.urlsafe().decode("ascii") if more else None)
 
     # -- internals -----------------------------------------------------------
 

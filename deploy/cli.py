@@ -15,9 +15,10 @@ from deploy.scheduler_config import (
     ScheduleFileError,
     SchedulerJob,
     dedup_problems,
-    gcloud_command,
+    gcloud_commands,
     load_scheduler_file,
     shell_line,
+    update_warnings,
 )
 from models import RunRecord
 
@@ -89,7 +90,10 @@ def _plan(file: str, assume_new: bool) -> list[list[str]]:
         scope = (job.project, job.location)
         if scope not in existing:
             existing[scope] = set() if assume_new else _existing_jobs(*scope)
-        commands.append(gcloud_command(job, exists=job.name in existing[scope]))
+        exists = job.name in existing[scope]
+        commands += gcloud_commands(job, exists=exists)
+        for warning in update_warnings(job) if exists else []:
+            click.echo(f"warning: {warning}", err=True)
     return commands
 
 
@@ -111,19 +115,35 @@ def apply(file: str, assume_new: bool) -> None:
 @click.option("--project", help="Google Cloud project (default: gcloud's).")
 @click.option("--admin-range", "admin_ranges", multiple=True, help="A CIDR range to allow (repeatable).")
 @click.option("--apply", "apply_", is_flag=True, help="Run the commands instead of printing them only.")
-def firewall(project: str | None, admin_ranges: tuple[str, ...], apply_: bool) -> None:
+@click.option("--assume-new", is_flag=True, help="Do not ask gcloud which rules exist; create them.")
+def firewall(project: str | None, admin_ranges: tuple[str, ...], apply_: bool, assume_new: bool) -> None:
+    """Allow rules first and the default deny last, so a failure part-way never locks anyone out;
+    rules that exist are updated, so the command can be run again."""
     scope = [f"--project={project}"] if project else []
-    commands = [["gcloud", "app", "firewall-rules", "update", "default", "--action=deny", *scope]]
     rules = list(SCHEDULER_IPS)
     for cidr in admin_ranges:
         try:
             rules.append((str(ipaddress.ip_network(cidr, strict=False)), "admin range"))
         except ValueError:
             raise click.BadParameter(f"{cidr!r} is not a CIDR range", param_hint="--admin-range") from None
+    existing = set() if assume_new else _existing_firewall_priorities(scope)
+    commands = []
     for priority, (source, description) in enumerate(rules, start=1000):
-        commands.append(["gcloud", "app", "firewall-rules", "create", str(priority), "--action=allow",
+        verb = "update" if str(priority) in existing else "create"
+        commands.append(["gcloud", "app", "firewall-rules", verb, str(priority), "--action=allow",
                          f"--source-range={source}", f"--description={description}", *scope])
+    commands.append(["gcloud", "app", "firewall-rules", "update", "default", "--action=deny", *scope])
     _print_and_maybe_run(commands, apply_)
+
+
+def _existing_firewall_priorities(scope: list[str]) -> set[str]:
+    if shutil.which("gcloud") is None:
+        raise click.ClickException("gcloud is not on PATH; install the Google Cloud CLI, or pass --assume-new")
+    command = ["gcloud", "app", "firewall-rules", "list", "--format=value(priority)", *scope]
+    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    if completed.returncode != 0:
+        raise click.ClickException(f"{shell_line(command)} failed: {completed.stderr.strip()}")
+    return {line.strip() for line in completed.stdout.splitlines() if line.strip()}
 
 
 @click.command(help="Enable the Firestore TTL policy on expire_at for the dedup records.")

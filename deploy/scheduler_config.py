@@ -24,7 +24,7 @@ from jobs.config import JobSpec
 DEFAULT_FILE = "scheduler.yaml"
 REQUEST_TIMEOUT_SECONDS = {"automatic": 600, "basic": 24 * 3600, "manual": 24 * 3600}
 MIN_ATTEMPT_DEADLINE = 15
-MAX_ATTEMPT_DEADLINE = 24 * 3600 + 15 * 60  # App Engine targets: 15 s to 24 h 15 min
+MAX_ATTEMPT_DEADLINE = 24 * 3600 + 15  # App Engine targets: 15 s to 24 h 15 s (job.proto)
 METHODS = ("POST", "GET")  # what /jobs/<job_id> serves
 JOB_KEYS = frozenset({
     "name", "target", "schedule", "time_zone", "method", "body", "headers", "attempt_deadline", "retry",
@@ -155,7 +155,7 @@ def _parse_job(key: str, settings: dict, problems: list[Problem]) -> SchedulerJo
         return None
     schedule = settings["schedule"].strip()
     fields = schedule.split()
-    if len(fields) != 5 or not croniter.is_valid(schedule):
+    if len(fields) != 5 or not croniter.is_valid(schedule) or not all(_plain_cron_field(f) for f in fields):
         problem("schedule", f"{schedule!r} is not a unix-cron schedule ('MIN HOUR DOM MON DOW', e.g. '*/5 * * * *'): "
                 "Cloud Scheduler sends X-CloudScheduler-ScheduleTime only for unix-cron schedules, and without it "
                 "no delivery can be deduplicated")
@@ -186,7 +186,7 @@ def _parse_job(key: str, settings: dict, problems: list[Problem]) -> SchedulerJo
         problem("scaling", f"{scaling!r}: one of {', '.join(REQUEST_TIMEOUT_SECONDS)} (the target service's scaling type)")
     deadline = _duration(settings.get("attempt_deadline", REQUEST_TIMEOUT_SECONDS.get(scaling, 600)), "attempt_deadline", problem)
     if deadline is not None and not MIN_ATTEMPT_DEADLINE <= deadline <= MAX_ATTEMPT_DEADLINE:
-        problem("attempt_deadline", f"{deadline:g}s: App Engine targets take 15s to 24h15m")
+        problem("attempt_deadline", f"{int(deadline)}s: App Engine targets take 15s to 24h15s")
     retry_settings = settings.get("retry") or {}
     retry = None
     if not isinstance(retry_settings, dict):
@@ -206,6 +206,15 @@ def _parse_job(key: str, settings: dict, problems: list[Problem]) -> SchedulerJo
         attempt_deadline=deadline, retry=retry, service=settings.get("service"), version=settings.get("version"),
         scaling=scaling, pass_scope=settings.get("pass_scope", True), description=settings.get("description"),
     )
+
+
+_CRON_TOKEN = re.compile(r"\*|\d+|JAN|FEB|MAR|APR|MAY|JUN|JUL|AUG|SEP|OCT|NOV|DEC|SUN|MON|TUE|WED|THU|FRI|SAT", re.I)
+
+
+def _plain_cron_field(field: str) -> bool:
+    """Unix-cron as Cloud Scheduler takes it: numbers, names, *, ranges, lists and steps
+    (croniter also accepts L, W, # and ?, which Scheduler does not)."""
+    return all(_CRON_TOKEN.fullmatch(token) for token in re.split(r"[,/-]", field))
 
 
 def _parse_retry(settings: dict, problem) -> RetryConfig | None:
@@ -280,7 +289,9 @@ def retry_window_seconds(job: SchedulerJob, period: float) -> float:
     """How long after an execution's first attempt deliveries of it can still arrive.
 
     Every attempt may run until its deadline; retries stop at the next
-    scheduled time.
+    scheduled time, so the window never exceeds the period (and a retention
+    that covers the period covers it; both are reported, the window's message
+    being the more telling).
     """
     attempts = job.retry.retry_count + 1
     by_count = sum(retry_intervals(job.retry)) + attempts * job.attempt_deadline
@@ -298,24 +309,24 @@ def dedup_problems(jobs: list[SchedulerJob], app_jobs: Mapping[str, JobSpec]) ->
         lease, retention = spec.policy.lease_seconds, spec.policy.retention_seconds
         if lease < job.attempt_deadline:
             problems.append(Problem(job.key, "attempt_deadline", (
-                f"{job.attempt_deadline:g}s is longer than the lease of {job.target!r} ({lease:g}s): "
+                f"{int(job.attempt_deadline)}s is longer than the lease of {job.target!r} ({int(lease)}s): "
                 "Scheduler would retry while the first attempt still holds the run, the lease would have "
                 "run out, and two attempts would run at once. Raise lease_seconds or lower the deadline")))
         limit = REQUEST_TIMEOUT_SECONDS[job.scaling]
         if job.attempt_deadline > limit:
             problems.append(Problem(job.key, "attempt_deadline", (
-                f"{job.attempt_deadline:g}s is longer than the request timeout of {job.scaling} scaling ({limit}s): "
+                f"{int(job.attempt_deadline)}s is longer than the request timeout of {job.scaling} scaling ({limit}s): "
                 "App Engine ends the request first")))
         period = schedule_period_seconds(job.schedule, job.time_zone)
         window = retry_window_seconds(job, period)
         if retention < window:
             problems.append(Problem(job.key, "retry", (
-                f"deliveries can arrive for {window:g}s, longer than the retention of {job.target!r} "
-                f"({retention:g}s): a late retry would find no record and run again")))
+                f"deliveries can arrive for {int(window)}s, longer than the retention of {job.target!r} "
+                f"({int(retention)}s): a late retry would find no record and run again")))
         if retention < period:
             problems.append(Problem(job.key, "schedule", (
-                f"executions are up to {period:g}s apart, longer than the retention of {job.target!r} "
-                f"({retention:g}s); raise retention_seconds to at least the period")))
+                f"executions are up to {int(period)}s apart, longer than the retention of {job.target!r} "
+                f"({int(retention)}s); raise retention_seconds to at least the period")))
     by_name: dict[str, list[SchedulerJob]] = {}
     for job in jobs:
         by_name.setdefault(job.name, []).append(job)
@@ -335,28 +346,35 @@ def dedup_problems(jobs: list[SchedulerJob], app_jobs: Mapping[str, JobSpec]) ->
 # -- gcloud ---------------------------------------------------------------------------------
 
 
-def gcloud_command(job: SchedulerJob, exists: bool) -> list[str]:
-    """The gcloud command that makes Cloud Scheduler's job match the declaration."""
+def gcloud_commands(job: SchedulerJob, exists: bool) -> list[list[str]]:
+    """The gcloud commands that make Cloud Scheduler's job match the declaration.
+
+    An update clears the headers, then sets the declared ones (gcloud cannot
+    replace them in one command), so a header removed from the file goes too.
+    """
     verb = "update" if exists else "create"
     retry = job.retry
+    target = [job.name, f"--project={job.project}", f"--location={job.location}"]
     command = [
-        "gcloud", "scheduler", "jobs", verb, "app-engine", job.name,
-        f"--project={job.project}", f"--location={job.location}",
+        "gcloud", "scheduler", "jobs", verb, "app-engine", *target,
         f"--schedule={job.schedule}", f"--time-zone={job.time_zone}",
         f"--relative-url={job.relative_url}", f"--http-method={job.method.lower()}",
-        f"--attempt-deadline={job.attempt_deadline:g}s",
-        f"--max-retry-attempts={retry.retry_count}", f"--max-retry-duration={retry.max_retry_duration:g}s",
-        f"--min-backoff={retry.min_backoff:g}s", f"--max-backoff={retry.max_backoff:g}s",
+        f"--attempt-deadline={_seconds(job.attempt_deadline)}",
+        f"--max-retry-attempts={retry.retry_count}", f"--max-retry-duration={_seconds(retry.max_retry_duration)}",
+        f"--min-backoff={_seconds(retry.min_backoff)}", f"--max-backoff={_seconds(retry.max_backoff)}",
         f"--max-doublings={retry.max_doublings}",
     ]
-    headers = ",".join(f"{k}={v}" for k, v in sorted(job.headers.items()))
+    commands = [command]
     if exists:
-        command.append(f"--update-headers={headers}" if headers else "--clear-headers")
+        command.append("--clear-headers")
         command.append(f"--message-body={job.body}" if job.body is not None else "--clear-message-body")
         command.append(f"--service={job.service}" if job.service else "--clear-service")
+        if job.headers:
+            commands.append(["gcloud", "scheduler", "jobs", "update", "app-engine", *target,
+                             _mapping_flag("--update-headers", job.headers)])
     else:
-        if headers:
-            command.append(f"--headers={headers}")
+        if job.headers:
+            command.append(_mapping_flag("--headers", job.headers))
         if job.body is not None:
             command.append(f"--message-body={job.body}")
         if job.service:
@@ -365,7 +383,28 @@ def gcloud_command(job: SchedulerJob, exists: bool) -> list[str]:
         command.append(f"--version={job.version}")
     if job.description:
         command.append(f"--description={job.description}")
-    return command
+    return commands
+
+
+def update_warnings(job: SchedulerJob) -> list[str]:
+    """What an update cannot undo: gcloud has no --clear-version or --clear-description."""
+    return [
+        f"{job.name}: no {field} declared; gcloud cannot clear it, so the live job keeps any it has"
+        for field, value in (("version", job.version), ("description", job.description)) if not value
+    ]
+
+
+def _seconds(value: float) -> str:
+    return f"{int(round(value))}s"
+
+
+def _mapping_flag(flag: str, pairs: Mapping[str, str]) -> str:
+    """``--flag=K=V,K2=V2``, switching gcloud's list delimiter when a value holds a comma
+    (``gcloud topic escaping``)."""
+    items = [f"{k}={v}" for k, v in sorted(pairs.items())]
+    delimiter = next(d for d in (",", ";", "|", "~", "#", "@") if not any(d in item for item in items))
+    prefix = "" if delimiter == "," else f"^{delimiter}^"
+    return f"{flag}={prefix}{delimiter.join(items)}"
 
 
 def shell_line(command: list[str]) -> str:

@@ -27,7 +27,9 @@ DEFAULT_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"
 GOOGLE_ISSUERS = frozenset({"accounts.google.com", "https://accounts.google.com"})
 MODES = ("appengine", "oidc", "none")
 REFUSE_ALL = "refuse-all"  # the CLI without DEDUP_AUTH: commands work, requests are refused
-# App Engine markers this app trusts in `appengine` mode (DEDUP_APPENGINE_TRUSTED changes the set).
+# App Engine markers this app can trust in `appengine` mode (DEDUP_APPENGINE_TRUSTED chooses).
+# "admin" is off by default: App Engine does not list X-Appengine-User-Is-Admin among the
+# headers it strips from client requests, and it counts project Viewers as admins.
 APPENGINE_MARKERS = {
     "cron": "X-Appengine-Cron: true (cron.yaml jobs)",
     "queue": "X-AppEngine-QueueName present (Cloud Tasks / task queues)",
@@ -37,6 +39,7 @@ APPENGINE_MARKERS = {
 }
 CLOCK_SKEW_SECONDS = 10
 CERTS_MAX_AGE_SECONDS = 3600
+FAILED_FETCH_PAUSE_SECONDS = 5
 
 
 class AuthConfigError(ValueError):
@@ -53,7 +56,7 @@ class Rejection:
 @dataclasses.dataclass(frozen=True)
 class AuthSettings:
     mode: str
-    trusted_markers: frozenset[str] = frozenset(APPENGINE_MARKERS)
+    trusted_markers: frozenset[str] = frozenset(APPENGINE_MARKERS) - {"admin"}
     audience: str = ""
     allowed_emails: frozenset[str] = frozenset()
     certs_url: str = DEFAULT_CERTS_URL
@@ -167,12 +170,20 @@ class CertificateCache:
         self.url = url
         self._certs: dict | None = None
         self._expires = 0.0
+        self._failed_until = 0.0
         self._lock = threading.Lock()
 
     def get(self) -> dict:
         with self._lock:
+            if time.monotonic() < self._failed_until:
+                raise CertificatesUnavailable(f"fetching {self.url} failed moments ago; not retrying yet")
             if self._certs is None or time.monotonic() >= self._expires:
-                self._certs, max_age = self._fetch()
+                try:
+                    self._certs, max_age = self._fetch()
+                except CertificatesUnavailable:
+                    # Answer the next requests at once (500) instead of each waiting on a dead endpoint.
+                    self._failed_until = time.monotonic() + FAILED_FETCH_PAUSE_SECONDS
+                    raise
                 self._expires = time.monotonic() + max_age
             return self._certs
 

@@ -21,9 +21,11 @@ def cleanup_expired_runs():
     ledger = app_state().ledger
     deadline = time.monotonic() + CLEANUP_BUDGET_SECONDS
     deleted = batches = 0
-    more = True
-    while more and time.monotonic() < deadline:
-        count, more = ledger.delete_expired(CLEANUP_BATCH)
+    cursor = None
+    while time.monotonic() < deadline:
+        count, cursor = ledger.delete_expired(CLEANUP_BATCH, cursor)
         deleted += count
         batches += 1
-    return jsonify({"deleted": deleted, "batches": batches, "more": more})
+        if cursor is None:
+            break
+    return jsonify({"deleted": deleted, "batches": batches, "more": cursor is not None})

@@ -23,7 +23,10 @@ def ledger_digest(context: RunContext) -> dict:
     query = RunRecord.query(RunRecord.created >= since, RunRecord.created < until)
     by_job: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     retried = scanned = 0
+    now = datetime.datetime.now(datetime.timezone.utc)
     for record in query.iter(batch_size=500, limit=DIGEST_SCAN_LIMIT):
+        if record.is_expired(now):  # as every read does: past expire_at is gone
+            continue
         scanned += 1
         by_job[record.job_id][record.status] += 1
         retried += record.attempt > 1

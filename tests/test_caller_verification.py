@@ -66,14 +66,21 @@ def test_spoofed_scheduler_headers_are_rejected_in_appengine_mode(appengine_app,
 
 @pytest.mark.parametrize("marker", [
     {"X-Appengine-Cron": "true"},
+    {"x-appengine-cron": "TRUE"},
     {"X-AppEngine-QueueName": "__cron"},
-    {"X-Appengine-User-Is-Admin": "1"},
     {"X-Appengine-User-Ip": "0.1.0.2"},
     {"X-Appengine-User-Ip": "0.1.0.1"},
 ])
 def test_each_app_engine_marker_is_accepted(appengine_app, marker):
     # On App Engine only App Engine can set these (it strips client-sent ones); here the test sends them.
     appengine_app.post("/jobs/invoice", headers=scheduler_headers(**marker), status=200)
+
+
+def test_the_admin_marker_counts_only_when_chosen(appengine_app, datastore, ndb_client, jobs_file, clock):
+    # App Engine does not document stripping a client-sent X-Appengine-User-Is-Admin.
+    appengine_app.post("/jobs/invoice", headers=scheduler_headers(**{"X-Appengine-User-Is-Admin": "1"}), status=403)
+    opted_in = app_with({"DEDUP_AUTH": "appengine", "DEDUP_APPENGINE_TRUSTED": "admin"}, datastore, ndb_client, jobs_file, clock)
+    opted_in.post("/jobs/invoice", headers=scheduler_headers(**{"X-Appengine-User-Is-Admin": "1"}), status=200)
 
 
 @pytest.mark.parametrize("marker", [{"X-Appengine-Cron": "false"}, {"X-Appengine-User-Is-Admin": "0"},
@@ -86,7 +93,7 @@ def test_the_trusted_marker_set_is_configurable(datastore, ndb_client, jobs_file
     app = app_with({"DEDUP_AUTH": "appengine", "DEDUP_APPENGINE_TRUSTED": "cron, ip:0.1.0.2"},
                    datastore, ndb_client, jobs_file, clock)
     app.post("/jobs/invoice", headers=scheduler_headers(**{"X-Appengine-User-Ip": "0.1.0.2"}), status=200)
-    app.post("/jobs/invoice", headers=scheduler_headers(**{"X-Appengine-User-Is-Admin": "1"}), status=403)
+    app.post("/jobs/invoice", headers=scheduler_headers(**{"X-AppEngine-QueueName": "default"}), status=403)
 
 
 def bearer(token):

@@ -70,3 +70,12 @@ def test_cron_yaml_calls_the_cleanup_task():
     with open("cron.yaml") as handle:
         jobs = yaml.safe_load(handle)["cron"]
     assert any(job["url"] == "/tasks/cleanup" for job in jobs)
+
+
+def test_records_that_must_stay_never_stall_the_batches_behind_them(make_client, ndb_client, clock):
+    client = make_client(JOBS)
+    with ndb_client.context():
+        ndb.put_multi(make_records(clock, 150, expired=True, status=RunStatus.IN_PROGRESS, live_lease=True, prefix="a-odd"))
+        ndb.put_multi(make_records(clock, 10, expired=True, prefix="z-old"))
+    assert client.get("/tasks/cleanup", status=200).json["deleted"] == 10
+    assert remaining_ids(ndb_client) == ({"a"}, 150)

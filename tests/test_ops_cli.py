@@ -89,11 +89,14 @@ def job(**overrides) -> str:
     ({"schedule": "every 5 minutes"}, "schedule", "not a unix-cron schedule"),
     ({"schedule": '"0 0 2 * * *"'}, "schedule", "not a unix-cron schedule"),
     ({"schedule": '"0 25 * * *"'}, "schedule", "not a unix-cron schedule"),
+    ({"schedule": '"0 0 L * *"'}, "schedule", "not a unix-cron schedule"),
+    ({"schedule": '"0 0 * * 1#2"'}, "schedule", "not a unix-cron schedule"),
+    ({"schedule": '"0 0 ? * MON"'}, "schedule", "not a unix-cron schedule"),
     ({"target": "missing-job"}, "target", "not a job in jobs.yaml"),
     ({"target": "quick", "attempt_deadline": "5m"}, "attempt_deadline", "longer than the lease"),
     ({"attempt_deadline": "20m", "target": "monthly-friendly"}, "attempt_deadline", "request timeout of automatic scaling"),
-    ({"attempt_deadline": "10s"}, "attempt_deadline", "15s to 24h15m"),
-    ({"attempt_deadline": "25h", "scaling": "basic"}, "attempt_deadline", "15s to 24h15m"),
+    ({"attempt_deadline": "10s"}, "attempt_deadline", "15s to 24h15s"),
+    ({"attempt_deadline": "25h", "scaling": "basic"}, "attempt_deadline", "15s to 24h15s"),
     ({"target": "quick", "attempt_deadline": "1m", "schedule": '"0 0 * * *"'}, "schedule", "longer than the retention"),
     ({"schedule": '"0 0 1 * *"'}, "schedule", "executions are up to"),
     ({"target": "quick", "attempt_deadline": "1m", "schedule": '"0 0 * * *"',
@@ -187,11 +190,13 @@ def test_plan_updates_existing_jobs_and_creates_new_ones(cli, fake_gcloud, monke
     monkeypatch.setenv("PATH", env["PATH"])
     result = cli("scheduler", "plan", schedule=TWO_JOBS.replace("weekly:", "weekly:\n    attempt_deadline: 5m"))
     assert result.exit_code == 0, result.output
-    lines = result.output.strip().splitlines()
+    lines = [line for line in result.output.strip().splitlines() if line.startswith("gcloud ")]
     assert lines[0].startswith("gcloud scheduler jobs update app-engine nightly ")
     assert "--relative-url=/jobs/report?project=acme-prod&location=us-central1" in lines[0]
     assert "--attempt-deadline=600s" in lines[0] and "--max-retry-attempts=3" in lines[0]
+    assert "--clear-headers" in lines[0]  # a header removed from the file goes from the job too
     assert lines[1].startswith("gcloud scheduler jobs create app-engine weekly ")
+    assert "warning: nightly: no version declared" in result.output
     assert [c[:3] for c in calls()] == [["scheduler", "jobs", "list"]]  # plan runs nothing else
 
 
@@ -208,15 +213,29 @@ def test_plan_refuses_an_invalid_file(cli):
     assert result.exit_code == 1 and "gcloud scheduler" not in result.output
 
 
+def test_headers_with_commas_long_durations_and_updated_headers(cli, fake_gcloud, monkeypatch):
+    env, _ = fake_gcloud
+    monkeypatch.setenv("PATH", env["PATH"])
+    result = cli("scheduler", "plan", schedule=VALID.replace(
+        "    retry:", '    headers: {Accept: "text/plain, application/json", X-Mode: full}\n    retry:'
+    ).replace("max_doublings: 3}", "max_doublings: 3, max_retry_duration: 12d}"))
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("gcloud ")]
+    assert "--max-retry-duration=1036800s" in lines[0]
+    assert lines[1].endswith("'--update-headers=^;^Accept=text/plain, application/json;X-Mode=full'")
+
+
 def test_firewall_and_ttl_print_and_apply(cli, fake_gcloud, monkeypatch):
     env, calls = fake_gcloud
     monkeypatch.setenv("PATH", env["PATH"])
     printed = cli("firewall", "--admin-range", "203.0.113.0/24", "--project", "acme-prod")
     assert printed.exit_code == 0
-    assert printed.output.splitlines()[0] == "gcloud app firewall-rules update default --action=deny --project=acme-prod"
-    assert "--source-range=0.1.0.2/32" in printed.output and "--source-range=0.1.0.1/32" in printed.output
-    assert "--source-range=203.0.113.0/24" in printed.output
-    assert calls() == []
+    lines = printed.output.splitlines()
+    # Allow rules first, the default deny last: a failure part-way locks nobody out.
+    assert lines[-1] == "gcloud app firewall-rules update default --action=deny --project=acme-prod"
+    assert "--source-range=0.1.0.2/32" in lines[0] and "--source-range=0.1.0.1/32" in lines[1]
+    assert "--source-range=203.0.113.0/24" in lines[2]
+    assert [c[:3] for c in calls()] == [["app", "firewall-rules", "list"]]
     assert cli("firewall", "--admin-range", "not-a-range").exit_code != 0
     applied = cli("ttl", "--project", "acme-prod", "--apply")
     assert applied.exit_code == 0
