@@ -1,9 +1,8 @@
 """The WSGI entry point App Engine (and gunicorn) loads: ``main:app``."""
 
-import logging
-
 from handlers import create_app
+from handlers.logs import configure_logging
 
-logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+configure_logging()
 
 app = create_app()

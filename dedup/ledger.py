@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
+import os
 import random
+import socket
 import time
 import uuid
 from typing import Any, Callable
@@ -44,6 +46,9 @@ log = logging.getLogger(__name__)
 # already performed keeps trying for FINISH_PATIENCE_SECONDS.
 CLAIM_PATIENCE_SECONDS = 3.0
 FINISH_PATIENCE_SECONDS = 30.0
+# Attempt history kept on each record, and who this process is in it.
+MAX_ATTEMPT_HISTORY = 10
+INSTANCE = os.environ.get("GAE_INSTANCE") or f"{socket.gethostname()}:{os.getpid()}"
 _RETRYABLE_ERRORS = (
     api_exceptions.Aborted,
     api_exceptions.ServiceUnavailable,
@@ -182,6 +187,9 @@ class Ledger:
                 run_id, uuid.uuid4().hex, (current.attempt if current else 0) + 1,
                 downstream=current.downstream if live else None,
             )
+            history = list(current.attempts or []) if live else []
+            if history and history[-1].get("outcome") is None:
+                history[-1] = {**history[-1], "outcome": "lease_expired"}  # taken over
             created = current.created if live else now
             record = RunRecord(
                 id=run_id,
@@ -196,6 +204,10 @@ class Ledger:
                 parameters=description.parameters,
                 fingerprint=description.fingerprint,
                 downstream=attempt.downstream,
+                attempts=(history + [{
+                    "attempt": attempt.attempt, "attempt_id": attempt.attempt_id, "started": _iso(now),
+                    "finished": None, "outcome": None, "instance": INSTANCE,
+                }])[-MAX_ATTEMPT_HISTORY:],
                 status=RunStatus.IN_PROGRESS.value,
                 attempt_id=attempt.attempt_id,
                 attempt=attempt.attempt,
@@ -311,6 +323,11 @@ class Ledger:
     def _finish(record: RunRecord, now: datetime.datetime, policy: RunPolicy) -> Finished:
         record.finished = now
         record.updated = now
+        record.attempts = [
+            {**entry, "finished": _iso(now), "outcome": record.status}
+            if entry.get("attempt_id") == record.attempt_id else entry
+            for entry in record.attempts or []
+        ]
         if policy.finished_retention_seconds is None:
             record.expire_at = max(record.expire_at, now + _seconds(policy.retention_seconds))
         else:
@@ -360,6 +377,10 @@ def _transaction(callback: Callable[[], Any], patience_seconds: float) -> Any:
             log.info("transaction failed (%s); trying again", type(exc).__name__)
             time.sleep(random.uniform(delay / 2, delay))
             delay = min(delay * 2, 1.0)
+
+
+def _iso(instant: datetime.datetime) -> str:
+    return instant.astimezone(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def _seconds(value: float) -> datetime.timedelta:

@@ -35,7 +35,7 @@ def create_app(
 ) -> Flask:
     """Build the app; a bad jobs file or auth setting raises here, before serving."""
     from deploy import cli as deploy_cli
-    from handlers import errors, runs_api, scheduler, tasks
+    from handlers import errors, logs, runs_api, scheduler, tasks
     from handlers.guard import LEDGER_EXTENSION
 
     clock = clock or SystemClock()
@@ -48,6 +48,7 @@ def create_app(
     app.extensions["dedup"] = AppState(jobs=jobs, ledger=ledger, clock=clock)
     app.extensions[LEDGER_EXTENSION] = ledger  # the guard's ledger: one ledger for everything
     errors.register(app)
+    logs.install_request_logging(app)
 
     @app.before_request
     def verify_caller():

@@ -40,7 +40,7 @@ from dedup.keys import format_utc
 from dedup.ledger import Ledger, RunPolicy
 from dedup.outcomes import Attempt, Finished, InProgress, Mismatch, Released, Replayed, RunOutcome
 from handlers.errors import json_error
-from handlers.responses import busy_response
+from handlers.responses import busy_response, note_outcome
 from models import RunRecord, RunStatus
 
 log = logging.getLogger(__name__)
@@ -159,6 +159,7 @@ def idempotent(
                 token, work, scope=chosen_scope, parameters=given, exclude=skipped,
                 classify=classify_response, wait_seconds=wait, job_id=job_id() if job_id else None,
             )
+            note_outcome(outcome)
             response = _outcome_response(outcome, live, given, skipped, replayed_status or {})
             response.headers["Idempotency-Key"] = token
             if wait and not live:

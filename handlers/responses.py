@@ -17,13 +17,33 @@ from flask import Response, jsonify
 from dedup.keys import format_utc
 from dedup.outcomes import Contended, Finished, InProgress, Mismatch, Released, Replayed, RunOutcome, Stale
 from handlers.errors import json_error
+from handlers.logs import note_run
 from models import RunRecord, RunStatus
 
 
 def outcome_response(outcome: RunOutcome) -> Response:
+    note_outcome(outcome)
     response = _outcome_response(outcome)
     response.headers["X-Dedup-Run-Id"] = _run_id_of(outcome)
     return response
+
+
+OUTCOME_NAMES = {
+    Replayed: "duplicate", InProgress: "in_progress", Contended: "contended", Stale: "stale",
+    Released: "released", Mismatch: "conflict",
+}
+
+
+def note_outcome(outcome: RunOutcome) -> None:
+    """Name the outcome for the request's log line (log-based metrics count them)."""
+    record = getattr(outcome, "record", None) or getattr(outcome, "current", None)
+    name = record.status if isinstance(outcome, Finished) else OUTCOME_NAMES[type(outcome)]
+    fields = {"outcome": name, "run_id": _run_id_of(outcome)}
+    if record is not None:
+        fields.update(job_id=record.job_id, source=record.source, attempt=record.attempt)
+    if isinstance(outcome, (Stale, Released)):
+        fields["attempt"] = outcome.attempt
+    note_run(**fields)
 
 
 def _run_id_of(outcome: RunOutcome) -> str:

@@ -36,6 +36,8 @@ def run_document(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
         "lease_expires": _time(record.lease_expires),
         "expire_at": _time(record.expire_at),
         "duration_seconds": duration_seconds(record),
+        "attempts": record.attempts or [],
+        "takeovers": sum(1 for entry in record.attempts or [] if entry.get("outcome") == "lease_expired"),
     }
     kept = record.result if record.status == RunStatus.COMPLETED else record.error
     if record.source != "scheduler" and StoredResponse.is_document(kept):

@@ -69,6 +69,11 @@ class RunRecord(ndb.Model):
     # takeover adopts it instead of starting another.
     downstream = ndb.TextProperty()
 
+    # The last MAX_ATTEMPT_HISTORY attempts: {attempt, attempt_id, started,
+    # finished, outcome, instance}, written by the transactions that already
+    # claim and finish runs (no extra round trip).
+    attempts = ndb.JsonProperty(compressed=True)
+
     # Results and errors are JSON documents of the job's choosing.  A result
     # of None, 0, {} or [] is a real result: "completed" is decided by
     # ``status``, never by the truthiness of ``result``.

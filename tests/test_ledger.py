@@ -176,3 +176,27 @@ def test_contended_transactions_are_tried_again(ndb_context):
     always = iter(lambda: api_exceptions.Aborted("contention"), None)
     with pytest.raises(api_exceptions.Aborted):
         _transaction(lambda: (_ for _ in ()).throw(next(always)), patience_seconds=0.3)
+
+
+def test_attempt_history_is_kept_in_the_existing_transactions(ledger, clock):
+    first = claim(ledger)
+    clock.advance(61)
+    second = claim(ledger)
+    clock.advance(5)
+    ledger.complete_run(second.attempt, {"ok": True}, POLICY)
+    history = RunRecord.get_by_id("run-1").attempts
+    assert [(h["attempt"], h["outcome"]) for h in history] == [(1, "lease_expired"), (2, "completed")]
+    assert history[0]["attempt_id"] == first.attempt.attempt_id and history[0]["finished"] is None
+    assert history[1]["started"] == "2030-01-01T00:01:01Z" and history[1]["finished"] == "2030-01-01T00:01:06Z"
+    assert history[1]["instance"]
+
+
+def test_attempt_history_is_bounded(ledger, clock):
+    from dedup.ledger import MAX_ATTEMPT_HISTORY
+
+    for _ in range(MAX_ATTEMPT_HISTORY + 5):
+        claim(ledger)
+        clock.advance(61)
+    history = RunRecord.get_by_id("run-1").attempts
+    assert len(history) == MAX_ATTEMPT_HISTORY
+    assert history[-1]["attempt"] == MAX_ATTEMPT_HISTORY + 5

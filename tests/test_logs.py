@@ -1,0 +1,67 @@
+"""Structured logs: one JSON line per request with the run, the outcome and the trace."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+
+from handlers.logs import configure_logging
+from tests import job_targets
+from tests.test_scheduler_endpoint import JOBS, scheduler_headers
+
+TRACE = "105445aa7843bc8bf206b12000100000/1;o=1"
+
+
+@pytest.fixture
+def json_logs():
+    stream = io.StringIO()
+    saved = logging.getLogger().handlers[:], logging.getLogger().level
+    configure_logging({"DEDUP_LOG_FORMAT": "json", "GOOGLE_CLOUD_PROJECT": "acme-prod"}, stream)
+    yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
+    logging.getLogger().handlers[:], _ = saved[0], logging.getLogger().setLevel(saved[1])
+
+
+def request_lines(lines):
+    return [line for line in lines if line["logger"] == "dedup.requests"]
+
+
+def test_each_request_logs_its_run_outcome_and_trace(make_client, json_logs):
+    client = make_client(JOBS)
+    headers = scheduler_headers(**{"X-Cloud-Trace-Context": TRACE})
+    first = client.post("/jobs/invoice", headers=headers, status=200)
+    client.post("/jobs/invoice", headers=headers, status=200)
+    job_targets.FAILURES["flaky"] = ["retryable"]
+    client.post("/jobs/flaky", headers={**headers, "X-CloudScheduler-JobName": "flaky-job"}, status=500)
+    fresh, duplicate, released = request_lines(json_logs())
+    assert fresh["outcome"] == "completed" and duplicate["outcome"] == "duplicate" and released["outcome"] == "released"
+    assert fresh["run_id"] == first.json["run_id"] and fresh["job_id"] == "invoice" and fresh["attempt"] == 1
+    assert fresh["severity"] == "INFO" and fresh["status"] == 200 and fresh["latency_ms"] >= 0
+    assert fresh["logging.googleapis.com/trace"] == "projects/acme-prod/traces/105445aa7843bc8bf206b12000100000"
+    assert fresh["logging.googleapis.com/spanId"] == "1"
+    # The job's own warning for the release carries the same trace, so the lines group together.
+    warnings = [l for l in json_logs() if l["severity"] == "WARNING" and "releasing" in l["message"]]
+    assert warnings and warnings[0]["logging.googleapis.com/trace"] == fresh["logging.googleapis.com/trace"]
+
+
+def test_manual_runs_and_conflicts_are_logged_too(make_client, json_logs):
+    client = make_client(JOBS)
+    client.post_json("/api/v1/jobs/invoice/runs", {"clientToken": "t", "parameters": {"a": 1}}, status=201)
+    client.post_json("/api/v1/jobs/invoice/runs", {"clientToken": "t", "parameters": {"a": 2}}, status=422)
+    created, conflict = request_lines(json_logs())
+    assert created["outcome"] == "completed" and created["source"] == "api"
+    assert conflict["outcome"] == "conflict" and conflict["status"] == 422
+
+
+def test_plain_text_by_default_outside_app_engine():
+    stream = io.StringIO()
+    saved = logging.getLogger().handlers[:]
+    try:
+        configure_logging({}, stream)
+        logging.getLogger("dedup.test").warning("hello", extra={"run_id": "r1", "attempt": 2})
+    finally:
+        logging.getLogger().handlers[:] = saved
+    line = stream.getvalue().strip()
+    assert "WARNING dedup.test: hello [run_id=r1 attempt=2]" in line and not line.startswith("{")
