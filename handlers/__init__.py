@@ -35,7 +35,7 @@ def create_app(
 ) -> Flask:
     """Build the app; a bad jobs file or auth setting raises here, before serving."""
     from deploy import cli as deploy_cli
-    from handlers import errors, logs, runs_api, scheduler, tasks
+    from handlers import admin, errors, logs, runs_api, scheduler, tasks
     from handlers.guard import LEDGER_EXTENSION
 
     clock = clock or SystemClock()
@@ -63,6 +63,7 @@ def create_app(
     app.register_blueprint(scheduler.blueprint)
     app.register_blueprint(runs_api.blueprint)
     app.register_blueprint(tasks.blueprint)
+    app.register_blueprint(admin.blueprint)
     deploy_cli.register(app)
     app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)
     return app

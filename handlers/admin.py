@@ -1,0 +1,120 @@
+"""``/admin/``: the operator dashboard, server-rendered (no front-end build step).
+
+What ran, what is running (and how long its lease has left), what is stuck
+(lease over, not finished) and what failed, per job, with a timeline that
+reads at a glance.  Every value goes through Jinja's autoescaping:
+downstream error bodies are untrusted data.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import statistics
+from typing import Any
+
+from flask import Blueprint, abort, render_template, request
+
+from dedup.keys import format_utc
+from dedup.ledger import RunFilter
+from handlers import app_state
+from handlers.run_documents import duration_seconds, is_stuck, run_document
+from models import RunRecord, RunStatus
+
+blueprint = Blueprint("admin", __name__, url_prefix="/admin", template_folder="templates")
+
+RECENT_RUNS = 100
+RUNS_PER_JOB = 50
+CHART_WIDTH, CHART_LEFT, CHART_ROW = 960, 170, 30
+
+
+def outcome_of(record: RunRecord, now: datetime.datetime) -> str:
+    return "stuck" if is_stuck(record, now) else record.status
+
+
+@blueprint.get("/", provide_automatic_options=False)
+def dashboard():
+    state = app_state()
+    now = state.clock.now()
+    chosen = {name: request.args.get(name) or None for name in ("job", "status", "source")}
+    if chosen["status"] not in (None, *[s.value for s in RunStatus]) or chosen["source"] not in (None, "scheduler", "api", "guard"):
+        abort(400, "unknown status or source")
+    recent, _ = state.ledger.find_runs(
+        RunFilter(job_id=chosen["job"], status=chosen["status"], source=chosen["source"]), RECENT_RUNS
+    )
+    summaries = [job_summary(job_id, state.ledger.find_runs(RunFilter(job_id=job_id), RUNS_PER_JOB)[0], now)
+                 for job_id in sorted(state.jobs) if not chosen["job"] or job_id == chosen["job"]]
+    return render_template(
+        "admin/dashboard.html", now=format_utc(now), summaries=summaries, chosen=chosen,
+        runs=[row(record, now) for record in recent], chart=timeline(recent, now),
+        job_ids=sorted(state.jobs), statuses=[s.value for s in RunStatus],
+    )
+
+
+@blueprint.get("/runs/<run_id>", provide_automatic_options=False)
+def run_page(run_id: str):
+    state = app_state()
+    record = state.ledger.lookup(run_id) if len(run_id) == 64 else None
+    if record is None:
+        abort(404, f"no run {run_id} (or it has expired)")
+    now = state.clock.now()
+    document = run_document(record, now)
+    stored = {key: document[key] for key in ("result", "error", "response") if key in document}
+    return render_template(
+        "admin/run.html", run=document, outcome=outcome_of(record, now), now=format_utc(now),
+        lease_left=lease_left(record, now), stored=json.dumps(stored, indent=2, ensure_ascii=False, default=str),
+        parameters=json.dumps(record.parameters, indent=2, ensure_ascii=False) if record.parameters else None,
+    )
+
+
+def lease_left(record: RunRecord, now: datetime.datetime) -> int | None:
+    if record.status != RunStatus.IN_PROGRESS or record.lease_expires <= now:
+        return None
+    return int((record.lease_expires - now).total_seconds())
+
+
+def row(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
+    return {
+        "run_id": record.run_id, "job_id": record.job_id, "source": record.source,
+        "outcome": outcome_of(record, now), "attempt": record.attempt,
+        "when": format_utc(record.schedule_time or record.created), "duration": duration_seconds(record),
+        "lease_left": lease_left(record, now),
+    }
+
+
+def job_summary(job_id: str, runs: list[RunRecord], now: datetime.datetime) -> dict[str, Any]:
+    finished = [r for r in runs if r.status != RunStatus.IN_PROGRESS]
+    completed = [r for r in finished if r.status == RunStatus.COMPLETED]
+    durations = [d for d in (duration_seconds(r) for r in finished) if d is not None]
+    return {
+        "job_id": job_id,
+        "runs": len(runs),
+        "success_rate": round(100 * len(completed) / len(finished)) if finished else None,
+        "median_duration": round(statistics.median(durations), 2) if durations else None,
+        "running": [row(r, now) for r in runs if r.status == RunStatus.IN_PROGRESS and not is_stuck(r, now)],
+        "stuck": [row(r, now) for r in runs if is_stuck(r, now)],
+        "latest": [row(r, now) for r in runs[:5]],
+    }
+
+
+def timeline(runs: list[RunRecord], now: datetime.datetime) -> dict[str, Any]:
+    """An SVG-ready chart: one row per job, one mark per run at its schedule (or start) time."""
+    if not runs:
+        return {"rows": [], "marks": [], "height": CHART_ROW, "width": CHART_WIDTH, "ticks": []}
+    jobs = sorted({r.job_id for r in runs})
+    times = [(r.schedule_time or r.created) for r in runs]
+    start, end = min(times), max(times)
+    span = max((end - start).total_seconds(), 1.0)
+    plot = CHART_WIDTH - CHART_LEFT - 20
+
+    def x(instant: datetime.datetime) -> float:
+        return round(CHART_LEFT + 10 + plot * (instant - start).total_seconds() / span, 1)
+
+    marks = [{
+        "x": x(when), "y": 20 + CHART_ROW * jobs.index(r.job_id), "outcome": outcome_of(r, now),
+        "run_id": r.run_id, "label": f"{r.job_id} {format_utc(when)} {outcome_of(r, now)} (attempt {r.attempt})",
+    } for r, when in zip(runs, times)]
+    ticks = [{"x": x(start), "label": format_utc(start)[:16].replace("T", " "), "anchor": "start"},
+             {"x": x(end), "label": format_utc(end)[:16].replace("T", " "), "anchor": "end"}]
+    return {"rows": [{"job_id": job, "y": 20 + CHART_ROW * i} for i, job in enumerate(jobs)],
+            "marks": marks, "height": 40 + CHART_ROW * len(jobs), "width": CHART_WIDTH, "ticks": ticks}
