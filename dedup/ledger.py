@@ -83,6 +83,10 @@ class RunPolicy:
     lease_seconds: float
     retention_seconds: float
     finished_retention_seconds: float | None = None
+    # Renew the lease every third of it while the work runs (dedup.heartbeat),
+    # for at most max_run_seconds.
+    heartbeat: bool = False
+    max_run_seconds: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,6 +25,8 @@ class Attempt:
     # Records what this attempt started downstream (fenced); False when the
     # attempt has lost the run.  Bound by the runner.
     note_downstream: Callable[[str], bool] | None = dataclasses.field(default=None, compare=False, repr=False)
+    # True once a lease renewal found the run taken over.  Bound by the runner.
+    lease_lost: Callable[[], bool] | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)

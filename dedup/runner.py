@@ -7,6 +7,7 @@ the claim and returns a JSON-serialisable result, or raises.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import json
@@ -15,6 +16,7 @@ import time
 from typing import Any, Callable
 
 from dedup.errors import PermanentJobError
+from dedup.heartbeat import LeaseHeartbeat
 from dedup.ledger import Ledger, RunDescription, RunPolicy
 from dedup.outcomes import Attempt, Claimed, Contended, InProgress, RunOutcome, Stale
 
@@ -79,12 +81,18 @@ def _run_claimed(
 ) -> RunOutcome:
     run_id = attempt.run_id
     claimed = attempt
+    heartbeat = (
+        LeaseHeartbeat(ledger, claimed, policy.lease_seconds, policy.max_run_seconds)
+        if policy.heartbeat else contextlib.nullcontext()
+    )
     attempt = dataclasses.replace(
         claimed,
         note_downstream=lambda name: not isinstance(ledger.record_downstream(claimed, name), Stale),
+        lease_lost=heartbeat.lost.is_set if policy.heartbeat else (lambda: False),
     )
     try:
-        result = work(attempt)
+        with heartbeat:
+            result = work(attempt)
     except PermanentJobError as exc:
         log.info("run %s attempt %d failed permanently: %s", run_id, attempt.attempt, exc)
         return ledger.fail_run(attempt, error_document(exc, details=exc.details), policy)

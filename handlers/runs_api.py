@@ -8,6 +8,7 @@ this module only says what a manual run is.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import re
@@ -21,7 +22,7 @@ from dedup.errors import InvalidRunRequest, PermanentJobError
 from dedup.keys import parse_schedule_time
 from dedup.ledger import RunFilter
 from dedup.guard import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS
-from dedup.ledger import RunPolicy
+from dedup.ledger import RunPolicy  # noqa: F401 - the type manual_run_policy returns
 from dedup.runner import error_document, storable_json_problem
 from handlers import app_state
 from handlers.errors import json_error
@@ -85,8 +86,9 @@ def require_job(view: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def manual_run_policy() -> RunPolicy:
-    return RunPolicy(
-        lease_seconds=current_job().policy.lease_seconds,
+    job_policy = current_job().policy
+    return dataclasses.replace(
+        job_policy,
         retention_seconds=TOKEN_LIFETIME_SECONDS,
         finished_retention_seconds=FINISHED_TOKEN_LIFETIME_SECONDS,
     )

@@ -35,6 +35,7 @@ class RunContext:
     # What an earlier attempt of this run started downstream, if it recorded it.
     downstream: str | None = None
     _note_downstream: Callable[[str], bool] | None = dataclasses.field(default=None, repr=False, compare=False)
+    _lease_lost: Callable[[], bool] | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @classmethod
     def for_attempt(cls, attempt: Attempt, job_id: str, **fields: Any) -> "RunContext":
@@ -45,12 +46,17 @@ class RunContext:
             job_id=job_id,
             downstream=attempt.downstream,
             _note_downstream=attempt.note_downstream,
+            _lease_lost=attempt.lease_lost,
             **{"scheduler_job_name": None, "schedule_time": None, **fields},
         )
 
     @property
     def idempotency_key(self) -> str:
         return self.run_id
+
+    def lease_lost(self) -> bool:
+        """True once the lease heartbeat found the run taken over: stop; nothing more will be recorded."""
+        return self._lease_lost() if self._lease_lost else False
 
     def record_downstream(self, resource_name: str) -> bool:
         """Record, as soon as it exists, what this run started downstream.

@@ -22,7 +22,9 @@ from jobs.kinds import KINDS
 DEFAULT_JOBS_FILE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "jobs.yaml")
 DEFAULT_LEASE_SECONDS = 600  # the automatic-scaling request timeout
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600
-COMMON_KEYS = frozenset({"kind", "lease_seconds", "retention_seconds", "fingerprint_exclude"})
+COMMON_KEYS = frozenset({"kind", "lease_seconds", "retention_seconds", "fingerprint_exclude", "heartbeat", "max_run_seconds"})
+# The request timeout of the service's scaling type (DEDUP_SCALING): how long a run may last.
+REQUEST_TIMEOUT_SECONDS = {"automatic": 600, "basic": 24 * 3600, "manual": 24 * 3600}
 # Served at /jobs/<job_id>: keep ids to URL-safe characters.
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 
@@ -106,14 +108,26 @@ def _parse_job(job_id: Any, settings: Any) -> JobSpec:
             f"must be longer than lease_seconds ({lease}): a record must outlive the attempt "
             "that holds it and the retries after it",
         )
+    heartbeat = settings.get("heartbeat", True)
+    if not isinstance(heartbeat, bool):
+        raise JobsConfigError(job_id, "heartbeat", f"must be true or false, got {heartbeat!r}")
+    max_run = positive_number(job_id, "max_run_seconds", settings.get("max_run_seconds", _request_timeout()))
     exclude = settings.get("fingerprint_exclude", [])
     if not isinstance(exclude, list) or not all(isinstance(name, str) and name for name in exclude):
         raise JobsConfigError(job_id, "fingerprint_exclude", "must be a list of parameter names")
     options = {key: value for key, value in settings.items() if key not in COMMON_KEYS}
     runner = kind.from_config(job_id, options, lease)
     return JobSpec(
-        job_id, text_value(job_id, "kind", kind_name), RunPolicy(lease, retention), runner, frozenset(exclude)
+        job_id, text_value(job_id, "kind", kind_name),
+        RunPolicy(lease, retention, heartbeat=heartbeat, max_run_seconds=max_run), runner, frozenset(exclude)
     )
+
+
+def _request_timeout() -> float:
+    scaling = os.environ.get("DEDUP_SCALING", "automatic")
+    if scaling not in REQUEST_TIMEOUT_SECONDS:
+        raise JobsConfigError(None, None, f"DEDUP_SCALING={scaling!r}: one of {', '.join(REQUEST_TIMEOUT_SECONDS)}")
+    return REQUEST_TIMEOUT_SECONDS[scaling]
 
 
 class _StrictLoader(yaml.SafeLoader):

@@ -200,3 +200,44 @@ def test_attempt_history_is_bounded(ledger, clock):
     history = RunRecord.get_by_id("run-1").attempts
     assert len(history) == MAX_ATTEMPT_HISTORY
     assert history[-1]["attempt"] == MAX_ATTEMPT_HISTORY + 5
+
+
+def test_a_heartbeat_that_finds_the_run_taken_over_says_so(ledger, clock):
+    from dedup.heartbeat import LeaseHeartbeat
+
+    first = claim(ledger)
+    clock.advance(61)
+    claim(ledger)  # attempt 2 takes over while attempt 1 still runs
+    with LeaseHeartbeat(ledger, first.attempt, lease_seconds=0.3, max_run_seconds=None) as heartbeat:
+        assert heartbeat.lost.wait(5)
+    record = RunRecord.get_by_id("run-1")
+    assert record.attempt == 2 and record.attempt_id != first.attempt.attempt_id
+
+
+def test_renewals_stop_after_max_run_seconds(ndb_context):
+    import time
+
+    from dedup.clock import SystemClock
+    from dedup.heartbeat import LeaseHeartbeat
+
+    real = Ledger(SystemClock())
+    policy = RunPolicy(lease_seconds=0.6, retention_seconds=3600)
+    first = real.claim_run("run-hb", DESCRIPTION, policy)
+    with LeaseHeartbeat(real, first.attempt, lease_seconds=0.6, max_run_seconds=0.7):
+        time.sleep(1.0)  # renewed at 0.2, 0.4, 0.6 s: live past the first 0.6 s
+        assert isinstance(real.claim_run("run-hb", DESCRIPTION, policy), InProgress)
+        time.sleep(1.5)  # no renewal after 0.7 s: the lease has run out
+        taken = real.claim_run("run-hb", DESCRIPTION, policy)
+    assert isinstance(taken, Claimed) and taken.attempt.attempt == 2
+
+
+def test_jobs_get_heartbeats_by_default(jobs_file):
+    from jobs.config import load_jobs
+
+    jobs = load_jobs(jobs_file("""
+        jobs:
+          a: {kind: python, target: tests.job_targets:record}
+          b: {kind: python, target: tests.job_targets:record, heartbeat: false, max_run_seconds: 7200}
+    """))
+    assert jobs["a"].policy.heartbeat is True and jobs["a"].policy.max_run_seconds == 600
+    assert jobs["b"].policy.heartbeat is False and jobs["b"].policy.max_run_seconds == 7200

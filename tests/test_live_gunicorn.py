@@ -25,6 +25,11 @@ jobs:
     kind: python
     target: tests.job_targets:file_effect
     lease_seconds: 2
+    heartbeat: false
+  renewed:
+    kind: python
+    target: tests.job_targets:file_effect
+    lease_seconds: 1.5
 """
 
 
@@ -99,10 +104,24 @@ def test_distinct_executions_in_parallel_each_run_once(server, effects_dir):
     assert len({line["pid"] for line in effects(effects_dir)}) >= 1
 
 
+def test_a_heartbeat_keeps_a_short_lease_alive_while_the_job_runs(server, effects_dir):
+    # A 1.5 s lease renewed every 0.5 s: a duplicate 3 s into a 4 s run finds the
+    # lease live (409), not expired, and the job runs once.
+    slow = {"dir": str(effects_dir), "sleep": 4}
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        first = pool.submit(deliver, server, "renewed", "2026-03-01T00:00:00Z", slow)
+        threading.Event().wait(3)
+        busy = deliver(server, "renewed", "2026-03-01T00:00:00Z", slow)
+        done = first.result()
+    assert busy.status_code == 409 and busy.json()["error"] == "RunInProgress"
+    assert done.status_code == 200 and done.json()["attempt"] == 1
+    assert len(effects(effects_dir)) == 1
+
+
 def test_an_overrunning_attempt_is_taken_over_after_its_lease(server, effects_dir):
-    # Attempt 1 outlives its 2 s lease (as when Scheduler's attemptDeadline
-    # passes); the next delivery takes over as attempt 2 and the late
-    # attempt 1 is refused as stale.
+    # Without a heartbeat, attempt 1 outlives its 2 s lease (as when Scheduler's
+    # attemptDeadline passes); the next delivery takes over as attempt 2 and
+    # the late attempt 1 is refused as stale.
     slow = {"dir": str(effects_dir), "sleep": 4}
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         first = pool.submit(deliver, server, "short-lease", "2026-02-01T00:00:00Z", slow)
