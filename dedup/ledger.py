@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 # already performed keeps trying for FINISH_PATIENCE_SECONDS.
 CLAIM_PATIENCE_SECONDS = 3.0
 FINISH_PATIENCE_SECONDS = 30.0
+# How many batches one page of find_runs may read to skip expired records.
+FIND_BATCHES = 5
 # Attempt history kept on each record, and who this process is in it.
 MAX_ATTEMPT_HISTORY = 10
 INSTANCE = os.environ.get("GAE_INSTANCE") or f"{socket.gethostname()}:{os.getpid()}"
@@ -161,11 +163,16 @@ class Ledger:
             query = query.filter(RunRecord.created < run_filter.until)
         query = query.order(-RunRecord.created)
         start = ndb.Cursor(urlsafe=cursor) if cursor else None
-        records, next_cursor, more = query.fetch_page(page_size, start_cursor=start)
         now = self.clock.now()
-        visible = [record for record in records if not record.is_expired(now)]
-        more = more and next_cursor is not None and len(records) == page_size  # a short page is the last
-        return visible, (next_cursor.urlsafe().decode("ascii") if more else None)
+        visible: list[RunRecord] = []
+        # Expired records (not yet deleted) are skipped; fetch on until the page is full.
+        for _ in range(FIND_BATCHES):
+            records, start, more = query.fetch_page(page_size - len(visible), start_cursor=start)
+            visible += [record for record in records if not record.is_expired(now)]
+            more = more and start is not None and bool(records)
+            if len(visible) >= page_size or not more:
+                break
+        return visible, (start.urlsafe().decode("ascii") if more else None)
 
     # -- writes (each one transaction) -----------------------------------------
 
@@ -224,20 +231,22 @@ class Ledger:
                 started=now,
             )
             record.put()
-            if live:
-                log.warning(
-                    "run %s: lease of attempt %d expired at %s; attempt %d takes over",
-                    run_id, current.attempt, current.lease_expires.isoformat(), attempt.attempt,
-                )
             return Claimed(record, attempt)
 
         try:
-            return _transaction(claim, CLAIM_PATIENCE_SECONDS)
+            outcome = _transaction(claim, CLAIM_PATIENCE_SECONDS)
         except _RETRYABLE_ERRORS as exc:
             if not _is_contention(exc):
                 raise
             log.warning("run %s: claim lost to contention (%s); answering 409", run_id, exc)
             return Contended(run_id)
+        history = outcome.record.attempts or [] if isinstance(outcome, Claimed) else []
+        if len(history) > 1 and history[-2].get("outcome") == "lease_expired":
+            # Logged once, after the commit (the callback may have run more than once).
+            log.warning("run %s: lease of attempt %d expired; attempt %d takes over",
+                        run_id, history[-2]["attempt"], outcome.attempt.attempt,
+                        extra={"run_id": run_id, "attempt": outcome.attempt.attempt, "outcome": "takeover"})
+        return outcome
 
     def renew_lease(self, attempt: Attempt, lease_seconds: float) -> Renewed | Stale:
         """Extend the lease of a running attempt, if it still owns the run."""

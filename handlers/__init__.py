@@ -52,7 +52,10 @@ def create_app(
 
     @app.before_request
     def verify_caller():
-        rejection = verifier.check(request.headers)
+        read_only = request.method == "GET" and (
+            request.path.startswith("/admin/") or request.path.startswith("/api/v1/runs")
+        )
+        rejection = verifier.check(request.headers, read_only=read_only)
         if rejection is not None:
             response = errors.json_error(rejection.status, rejection.error, rejection.message)
             if rejection.status == 401:

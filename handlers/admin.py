@@ -42,8 +42,16 @@ def dashboard():
     recent, _ = state.ledger.find_runs(
         RunFilter(job_id=chosen["job"], status=chosen["status"], source=chosen["source"]), RECENT_RUNS
     )
-    summaries = [job_summary(job_id, state.ledger.find_runs(RunFilter(job_id=job_id), RUNS_PER_JOB)[0], now)
-                 for job_id in sorted(state.jobs) if not chosen["job"] or job_id == chosen["job"]]
+    summaries = [
+        job_summary(
+            job_id,
+            state.ledger.find_runs(RunFilter(job_id=job_id), RUNS_PER_JOB)[0],
+            # Every run in progress, however old: a stuck one must not hide behind newer runs.
+            state.ledger.find_runs(RunFilter(job_id=job_id, status=RunStatus.IN_PROGRESS.value), RUNS_PER_JOB)[0],
+            now,
+        )
+        for job_id in sorted(state.jobs) if not chosen["job"] or job_id == chosen["job"]
+    ]
     return render_template(
         "admin/dashboard.html", now=format_utc(now), summaries=summaries, chosen=chosen,
         runs=[row(record, now) for record in recent], chart=timeline(recent, now),
@@ -82,7 +90,7 @@ def row(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
     }
 
 
-def job_summary(job_id: str, runs: list[RunRecord], now: datetime.datetime) -> dict[str, Any]:
+def job_summary(job_id: str, runs: list[RunRecord], unfinished: list[RunRecord], now: datetime.datetime) -> dict[str, Any]:
     finished = [r for r in runs if r.status != RunStatus.IN_PROGRESS]
     completed = [r for r in finished if r.status == RunStatus.COMPLETED]
     durations = [d for d in (duration_seconds(r) for r in finished) if d is not None]
@@ -91,8 +99,8 @@ def job_summary(job_id: str, runs: list[RunRecord], now: datetime.datetime) -> d
         "runs": len(runs),
         "success_rate": round(100 * len(completed) / len(finished)) if finished else None,
         "median_duration": round(statistics.median(durations), 2) if durations else None,
-        "running": [row(r, now) for r in runs if r.status == RunStatus.IN_PROGRESS and not is_stuck(r, now)],
-        "stuck": [row(r, now) for r in runs if is_stuck(r, now)],
+        "running": [row(r, now) for r in unfinished if not is_stuck(r, now)],
+        "stuck": [row(r, now) for r in unfinished if is_stuck(r, now)],
         "latest": [row(r, now) for r in runs[:5]],
     }
 

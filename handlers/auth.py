@@ -107,9 +107,16 @@ class CallerVerifier:
         self.settings = settings
         self._certs = CertificateCache(settings.certs_url)
 
-    def check(self, headers: Mapping[str, str]) -> Rejection | None:
-        """None when the caller is accepted, else why not."""
+    def check(self, headers: Mapping[str, str], read_only: bool = False) -> Rejection | None:
+        """None when the caller is accepted, else why not.
+
+        ``read_only`` (the dashboard, the run API's GETs): in ``appengine`` mode a
+        signed-in admin is accepted there too, so operators can open the
+        dashboard in a browser; nothing such a request does changes a run.
+        """
         if self.settings.mode == "none":
+            return None
+        if read_only and self.settings.mode == "appengine" and headers.get("X-Appengine-User-Is-Admin") == "1":
             return None
         if self.settings.mode == REFUSE_ALL:
             return Rejection(403, "Forbidden", "DEDUP_AUTH is not set, so no request is served")

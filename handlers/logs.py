@@ -71,8 +71,9 @@ class TraceFilter(logging.Filter):
             if trace and self.project:
                 setattr(record, TRACE_FIELD, f"projects/{self.project}/traces/{trace}")
                 span = rest.split(";")[0]
-                if span:
-                    setattr(record, SPAN_FIELD, span)
+                if span.isdigit() and int(span) < 2 ** 64:
+                    # The header carries the span id in decimal; Cloud Logging wants 16 hex digits.
+                    setattr(record, SPAN_FIELD, f"{int(span):016x}")
         return True
 
 
@@ -102,8 +103,10 @@ def install_request_logging(app: Flask) -> None:
         latency = (time.monotonic() - g.get("request_started", time.monotonic())) * 1000
         fields = g.get("run_log", {})
         outcome = fields.get("outcome")
-        log.info(
-            "%s %s %d%s", request.method, request.path, response.status_code, f" {outcome}" if outcome else "",
+        status = response.status_code
+        level = logging.ERROR if status >= 500 else logging.WARNING if status >= 400 else logging.INFO
+        log.log(
+            level, "%s %s %d%s", request.method, request.path, status, f" {outcome}" if outcome else "",
             extra={**fields, "method": request.method, "path": request.path, "status": response.status_code,
                    "latency_ms": round(latency, 1)},
         )

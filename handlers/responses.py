@@ -39,7 +39,7 @@ def note_outcome(outcome: RunOutcome) -> None:
     record = getattr(outcome, "record", None) or getattr(outcome, "current", None)
     name = record.status if isinstance(outcome, Finished) else OUTCOME_NAMES[type(outcome)]
     fields = {"outcome": name, "run_id": _run_id_of(outcome)}
-    if record is not None:
+    if record is not None and not isinstance(outcome, Stale):
         fields.update(job_id=record.job_id, source=record.source, attempt=record.attempt)
     if isinstance(outcome, (Stale, Released)):
         fields["attempt"] = outcome.attempt

@@ -27,6 +27,7 @@ from dedup.runner import error_document, storable_json_problem
 from handlers import app_state
 from handlers.errors import json_error
 from handlers.guard import GuardedCall, GuardRejected, idempotent, json_payload
+from handlers.logs import note_run
 from handlers.run_documents import run_document
 from jobs.base import RunContext
 from jobs.config import JobSpec
@@ -80,6 +81,7 @@ def require_job(view: Callable[..., Any]) -> Callable[..., Any]:
     def checked(job_id: str, **kwargs: Any):
         if job_id not in app_state().jobs:
             raise NotFound(f"no job {job_id!r} is declared in the jobs file")
+        note_run(job_id=job_id, source="api")
         return view(job_id, **kwargs)
 
     return checked

@@ -12,6 +12,7 @@ from dedup.outcomes import Attempt
 from dedup.runner import run_once
 from handlers import app_state
 from handlers.errors import json_error
+from handlers.logs import note_run
 from handlers.responses import outcome_response
 from jobs.base import RunContext
 
@@ -39,6 +40,7 @@ def deliver(job_id: str):
         )
     except InvalidRunRequest as exc:
         return json_error(400, "InvalidRequest", exc.message, field=exc.field)
+    note_run(job_id=job_id, source="scheduler", run_id=key.run_id)
     body = request.get_data(cache=False)
     description = RunDescription(
         source="scheduler",

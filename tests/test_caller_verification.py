@@ -165,3 +165,11 @@ def test_the_app_refuses_none_on_app_engine_at_start_up():
                                capture_output=True, text=True, timeout=60)
     assert completed.returncode != 0
     assert "DEDUP_AUTH=none is for local development; it is refused on App Engine" in completed.stderr
+
+
+def test_signed_in_admins_may_read_but_not_run(appengine_app):
+    admin = {"X-Appengine-User-Is-Admin": "1"}
+    appengine_app.get("/admin/", headers=admin, status=200)
+    appengine_app.get("/api/v1/runs", headers=admin, status=200)
+    appengine_app.post("/jobs/invoice", headers=scheduler_headers(**admin), status=403)
+    appengine_app.post_json("/api/v1/jobs/invoice/runs", {}, headers=admin, status=403)

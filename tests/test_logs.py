@@ -40,7 +40,7 @@ def test_each_request_logs_its_run_outcome_and_trace(make_client, json_logs):
     assert fresh["run_id"] == first.json["run_id"] and fresh["job_id"] == "invoice" and fresh["attempt"] == 1
     assert fresh["severity"] == "INFO" and fresh["status"] == 200 and fresh["latency_ms"] >= 0
     assert fresh["logging.googleapis.com/trace"] == "projects/acme-prod/traces/105445aa7843bc8bf206b12000100000"
-    assert fresh["logging.googleapis.com/spanId"] == "1"
+    assert fresh["logging.googleapis.com/spanId"] == "0000000000000001"  # hex, as Cloud Logging wants
     # The job's own warning for the release carries the same trace, so the lines group together.
     warnings = [l for l in json_logs() if l["severity"] == "WARNING" and "releasing" in l["message"]]
     assert warnings and warnings[0]["logging.googleapis.com/trace"] == fresh["logging.googleapis.com/trace"]
@@ -65,3 +65,13 @@ def test_plain_text_by_default_outside_app_engine():
         logging.getLogger().handlers[:] = saved
     line = stream.getvalue().strip()
     assert "WARNING dedup.test: hello [run_id=r1 attempt=2]" in line and not line.startswith("{")
+
+
+def test_failed_requests_log_at_error_or_warning_with_their_job(make_client, json_logs):
+    client = make_client(JOBS)
+    job_targets.FAILURES["flaky"] = ["retryable"]
+    client.post("/jobs/flaky", headers=scheduler_headers(job_name="f"), status=500)
+    client.post("/jobs/invoice", headers=scheduler_headers(schedule_time="nope"), status=400)
+    released, bad = request_lines(json_logs())
+    assert released["severity"] == "ERROR" and released["job_id"] == "flaky" and released["source"] == "scheduler"
+    assert bad["severity"] == "WARNING"

@@ -107,3 +107,17 @@ def test_a_query_without_its_index_fails(ndb_context):
     # The emulator runs with --require_indexes against index.yaml: this query has no index.
     with pytest.raises(api_exceptions.FailedPrecondition, match="composite index"):
         RunRecord.query(RunRecord.job_id == "x").order(-RunRecord.schedule_time).fetch(1, retries=0)
+
+
+def test_pages_are_filled_past_expired_records(make_client, clock):
+    client = make_client(JOBS)
+    for minute in range(3):
+        client.post("/jobs/invoice", headers=scheduler_headers(schedule_time=f"2026-02-01T00:0{minute}:00Z"), status=200)
+        clock.advance(1)
+    for token in ("a", "b", "c", "d"):
+        client.post_json("/api/v1/jobs/invoice/runs", {"clientToken": token}, status=201)
+        clock.advance(1)
+    clock.advance(2 * 3600)  # the manual runs (newest) have expired; the scheduled ones have not
+    page = listing(client, limit=2)
+    assert len(page["runs"]) == 2 and all(r["source"] == "scheduler" for r in page["runs"])
+    assert len(listing(client, limit=2, cursor=page["next_cursor"])["runs"]) == 1
