@@ -89,6 +89,9 @@ def gated(context: RunContext) -> dict:
 def file_effect(context: RunContext) -> dict:
     """For live tests: body {"dir": D, "sleep": S}; append one line to D/<run_id> per execution."""
     options = dict(context.parameters) or context.body_json() or {}
+    if options.get("pidfile"):
+        with open(options["pidfile"], "w", encoding="utf-8") as handle:
+            handle.write(f"{os.getpid()} {context.attempt}")
     time.sleep(float(options.get("sleep", 0)))
     path = os.path.join(options["dir"], context.run_id)
     with open(path, "a", encoding="utf-8") as handle:

@@ -154,3 +154,38 @@ def test_16_concurrent_manual_runs_with_one_token_run_once(server, effects_dir):
     replay = requests.post(f"{server.url}/api/v1/jobs/effect/runs", json=payload, timeout=30)
     assert replay.status_code == 200 and replay.headers["Idempotent-Replayed"] == "true"
     assert len(effects(effects_dir)) == 1
+
+
+def test_64_concurrent_deliveries_of_one_execution(server, effects_dir):
+    body = {"dir": str(effects_dir), "sleep": 1}
+    responses = deliver_concurrently(server, 64, "effect", "2026-04-01T00:00:00Z", body)
+    statuses = [r.status_code for r in responses]
+    assert all(status in (200, 409) for status in statuses), sorted(set(statuses))
+    assert sum(1 for r in responses if r.status_code == 200 and not r.json()["duplicate"]) == 1
+    assert len(effects(effects_dir)) == 1
+
+
+def test_a_worker_killed_mid_job_is_taken_over_after_its_lease(server, effects_dir, tmp_path_factory):
+    import os
+    import signal
+    import time
+
+    pidfile = tmp_path_factory.mktemp("kill") / "pid"
+    body = {"dir": str(effects_dir), "sleep": 30, "pidfile": str(pidfile)}
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        first = pool.submit(deliver, server, "renewed", "2026-05-01T00:00:00Z", body, 60)
+        for _ in range(100):
+            if pidfile.exists() and pidfile.read_text():
+                break
+            time.sleep(0.1)
+        pid, attempt = map(int, pidfile.read_text().split())
+        assert attempt == 1
+        os.kill(pid, signal.SIGKILL)  # the worker dies mid-job, with its heartbeat
+        with pytest.raises(requests.RequestException):
+            first.result()
+    busy = deliver(server, "renewed", "2026-05-01T00:00:00Z", {"dir": str(effects_dir)})
+    assert busy.status_code == 409  # the lease outlives the worker by at most one lease
+    time.sleep(2)  # one 1.5 s lease later
+    taken = deliver(server, "renewed", "2026-05-01T00:00:00Z", {"dir": str(effects_dir), "sleep": 0})
+    assert taken.status_code == 200 and taken.json()["attempt"] == 2
+    assert [line["attempt"] for line in effects(effects_dir)] == [2]  # the side effect happened once
