@@ -29,6 +29,10 @@ jobs:
     kind: python
     target: bench.jobs:noop
     lease_seconds: 600
+  half-second:
+    kind: python
+    target: bench.jobs:half_second
+    lease_seconds: 60
 """
 RESULTS_FILE = os.path.join(os.path.dirname(__file__), "results.md")
 
@@ -78,8 +82,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--no-write", action="store_true", help="print only; do not update bench/results.md")
+    parser.add_argument("--concurrency", type=int, default=64, help="concurrent duplicates of one execution")
+    parser.add_argument("--throughput-requests", type=int, default=400, help="distinct runs per throughput row")
     args = parser.parse_args()
 
+    import logging
+
+    logging.getLogger("dedup.requests").setLevel(logging.ERROR)  # one line per request is noise here
     with DatastoreEmulator(project="dedup-bench") as emulator:
         os.environ.update(emulator.env)
         os.environ.setdefault("DEDUP_AUTH", "none")  # measure the ledger, not token checks
@@ -122,13 +131,93 @@ def main() -> int:
         rows.append(measure("same job without dedup", args.requests,
                             lambda i: baseline.post("/plain").status_code, counter, 200))
 
-    report = render(rows, args.requests)
+        live = measure_live(emulator, args.concurrency, args.throughput_requests)
+
+    report = render(rows, args.requests) + render_live(live, args.concurrency, args.throughput_requests)
     print(report)
     if not args.no_write:
         with open(RESULTS_FILE, "w", encoding="utf-8") as handle:
             handle.write(report)
         print(f"written to {os.path.relpath(RESULTS_FILE)}")
     return 0
+
+
+def measure_live(emulator, concurrency: int, throughput_requests: int) -> dict:
+    """Against gunicorn over HTTP, as App Engine serves it (2 workers x 8 threads)."""
+    import concurrent.futures
+    import threading
+
+    import requests
+
+    from devtools.gunicorn import GunicornServer
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
+        handle.write(BENCH_JOBS)
+    results: dict = {}
+    try:
+        with GunicornServer(emulator, handle.name, quiet=True) as server, \
+                GunicornServer(emulator, handle.name, app="bench.baseline_app:app", quiet=True) as baseline:
+            session = requests.Session()
+            barrier = threading.Barrier(concurrency)
+
+            def duplicate(_):
+                barrier.wait()
+                started = time.perf_counter()
+                response = requests.post(f"{server.url}/jobs/half-second", timeout=60, headers={
+                    "X-CloudScheduler-JobName": "contended", "X-CloudScheduler-ScheduleTime": "2032-01-01T00:00:00Z"})
+                return response.status_code, (time.perf_counter() - started) * 1000
+
+            with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+                outcomes = list(pool.map(duplicate, range(concurrency)))
+            latencies = [ms for _, ms in outcomes]
+            results["contention"] = {
+                "statuses": {code: sum(1 for c, _ in outcomes if c == code) for code in sorted({c for c, _ in outcomes})},
+                "median": statistics.median(latencies), "p95": percentile(latencies, 0.95), "max": max(latencies),
+            }
+
+            def throughput(url: str, label: str) -> float:
+                def one(index: int) -> int:
+                    return requests.post(url, timeout=60, headers={
+                        "X-CloudScheduler-JobName": f"tp-{label}",
+                        "X-CloudScheduler-ScheduleTime": f"2033-01-01T00:00:00.{index:06d}Z"}).status_code
+
+                started = time.perf_counter()
+                with concurrent.futures.ThreadPoolExecutor(16) as pool:
+                    codes = list(pool.map(one, range(throughput_requests)))
+                elapsed = time.perf_counter() - started
+                if set(codes) != {200}:
+                    raise SystemExit(f"throughput {label}: unexpected statuses {sorted(set(codes))}")
+                return throughput_requests / elapsed
+
+            results["with_dedup"] = throughput(f"{server.url}/jobs/noop", "dedup")
+            results["without_dedup"] = throughput(f"{baseline.url}/jobs/noop", "plain")
+            session.close()
+    finally:
+        os.unlink(handle.name)
+    return results
+
+
+def render_live(live: dict, concurrency: int, throughput_requests: int) -> str:
+    contention = live["contention"]
+    statuses = ", ".join(f"{count} x {code}" for code, count in contention["statuses"].items())
+    return "\n".join([
+        "",
+        f"## Over HTTP, gunicorn 2 workers x 8 threads (gthread), as in app.yaml",
+        "",
+        f"{concurrency} concurrent deliveries of one execution (a 0.5 s job): {statuses}.",
+        "",
+        "| latency under contention | median ms | p95 ms | max ms |",
+        "|---|---|---|---|",
+        f"| {concurrency} duplicates | {contention['median']:.0f} | {contention['p95']:.0f} | {contention['max']:.0f} |",
+        "",
+        f"Throughput of distinct runs ({throughput_requests} runs of a no-op job, 16 client threads):",
+        "",
+        "| | runs / s |",
+        "|---|---|",
+        f"| with dedup | {live['with_dedup']:.0f} |",
+        f"| without dedup (same job, same server, no ledger) | {live['without_dedup']:.0f} |",
+        "",
+    ])
 
 
 def render(rows: list[dict], requests_: int) -> str:

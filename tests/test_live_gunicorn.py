@@ -11,7 +11,7 @@ import threading
 import pytest
 import requests
 
-from tests.support.server import GunicornServer
+from devtools.gunicorn import GunicornServer
 
 pytestmark = pytest.mark.live
 

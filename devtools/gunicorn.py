@@ -11,11 +11,12 @@ import urllib.request
 
 from devtools.emulator import free_port
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class GunicornServer:
-    def __init__(self, emulator, jobs_file: str, workers: int = 2, threads: int = 8) -> None:
+    def __init__(self, emulator, jobs_file: str, workers: int = 2, threads: int = 8,
+                 app: str = "main:app", extra_env: dict | None = None, quiet: bool = False) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.emulator = emulator
@@ -23,14 +24,18 @@ class GunicornServer:
         self.workers = workers
         self.threads = threads
         self.process: subprocess.Popen | None = None
+        self.app = app
+        self.extra_env = extra_env or {}
+        self.quiet = quiet
 
     def start(self, timeout: float = 60) -> "GunicornServer":
-        env = {**os.environ, **self.emulator.env, "DEDUP_JOBS_FILE": self.jobs_file}
+        env = {**os.environ, **self.emulator.env, "DEDUP_JOBS_FILE": self.jobs_file, **self.extra_env}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{self.port}",
              "--workers", str(self.workers), "--threads", str(self.threads),
-             "--worker-class", "gthread", "--timeout", "120", "--no-control-socket", "main:app"],
+             "--worker-class", "gthread", "--timeout", "120", "--no-control-socket", self.app],
             cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL if self.quiet else None, stderr=subprocess.DEVNULL if self.quiet else None,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
