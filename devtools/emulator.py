@@ -34,12 +34,13 @@ class DatastoreEmulator:
     """One emulator process on a free port with its own data directory."""
 
     def __init__(self, project: str = "dedup-local", port: int | None = None,
-                 require_indexes: str | None = None) -> None:
+                 require_indexes: str | None = None, store_on_disk: bool = False) -> None:
         """``require_indexes``: an index.yaml; queries needing an index it lacks then fail,
         as in production.  (gcloud does not pass this option, so the emulator binary
         gcloud ships is started directly, with the same flags gcloud uses.)"""
         self.project = project
         self.require_indexes = require_indexes
+        self.store_on_disk = store_on_disk  # survives restart() (chaos tests)
         self.port = port or free_port()
         self.host = f"127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
@@ -59,17 +60,17 @@ class DatastoreEmulator:
         gcloud = shutil.which("gcloud")
         if gcloud is None:
             raise EmulatorError("gcloud is not on PATH.\n" + INSTALL_HINT)
-        self._data_dir = tempfile.mkdtemp(prefix="datastore-emulator-")
+        self._data_dir = self._data_dir or tempfile.mkdtemp(prefix="datastore-emulator-")
         self._log_path = os.path.join(self._data_dir, "emulator.log")
         command = [
             gcloud, "beta", "emulators", "datastore", "start",
-            f"--project={self.project}", "--no-store-on-disk",
+            f"--project={self.project}", "--store-on-disk" if self.store_on_disk else "--no-store-on-disk",
             "--use-firestore-in-datastore-mode", f"--host-port={self.host}",
             f"--data-dir={self._data_dir}",
         ]
         if self.require_indexes:
             command = self._direct_command(gcloud)
-        log = open(self._log_path, "wb")
+        log = open(self._log_path, "ab")
         self.process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -116,7 +117,19 @@ class DatastoreEmulator:
             if response.status != 200:
                 raise EmulatorError(f"reset answered {response.status}")
 
+    def restart(self, down_seconds: float = 0) -> None:
+        """Stop the process and start it again on the same port and data (store_on_disk)."""
+        self._stop_process()
+        time.sleep(down_seconds)
+        self.start()
+
     def stop(self) -> None:
+        self._stop_process()
+        if self._data_dir:
+            shutil.rmtree(self._data_dir, ignore_errors=True)
+            self._data_dir = None
+
+    def _stop_process(self) -> None:
         if self.process is not None and self.process.poll() is None:
             try:
                 os.killpg(self.process.pid, signal.SIGTERM)
@@ -128,9 +141,6 @@ class DatastoreEmulator:
                     pass
                 self.process.wait(timeout=10)
         self.process = None
-        if self._data_dir:
-            shutil.rmtree(self._data_dir, ignore_errors=True)
-            self._data_dir = None
 
     def log_tail(self, lines: int = 30) -> str:
         if not self._log_path or not os.path.exists(self._log_path):
