@@ -1,12 +1,13 @@
 # make run   - serve the app with gunicorn on the Datastore emulator (http://127.0.0.1:8080)
 # make test  - the whole test suite, against its own emulator
 # make bench - RPC counts and latencies per outcome, against the emulator
+# make simulate - Cloud Scheduler's deliveries (retries, deadlines, duplicates, lost acks) on a compressed clock
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test bench clean browser
+.PHONY: venv run test bench simulate clean browser
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +32,9 @@ browser:
 
 bench: $(STAMP)
 	$(PY) -m bench.run
+
+simulate: $(STAMP)
+	$(PY) -m devtools.simulate
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,287 @@
+"""`make simulate`: Cloud Scheduler's delivery, played locally on a compressed clock.
+
+Reads scheduler.yaml, generates executions from the unix-cron schedules and
+delivers them to this app (served by gunicorn on the emulator) as Scheduler
+does: an attempt deadline that cuts the HTTP wait while the attempt goes on
+running, retries with Scheduler's backoff (minBackoff doubling maxDoublings
+times, then linear, capped at maxBackoff; retryCount; maxRetryDuration), 503
+retried outside the count; plus injected duplicate deliveries and lost
+acknowledgements.  Each job's side effect is an HTTP call to a local sink that
+counts calls by the run's key (so "exactly once" is counted where it
+matters, downstream) and is sometimes slow or failing.  The report is a
+table and an HTML chart (one cell per execution: green once, red otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures
+import dataclasses
+import datetime
+import html
+import http.server
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+import zoneinfo
+
+import requests
+from croniter import croniter
+
+from deploy.scheduler_config import SchedulerJob, load_scheduler_file, retry_intervals
+from jobs.config import DEFAULT_JOBS_FILE, load_jobs
+
+
+@dataclasses.dataclass
+class Faults:
+    duplicates: float = 0.3  # an extra concurrent delivery of an attempt
+    lost_acks: float = 0.1  # a 2xx that never reaches Scheduler
+    slow: float = 0.1  # the side effect outlasts the attempt deadline
+    transient: float = 0.1  # the side effect fails with a 503 (the job's retryable failure)
+    worker_kills: float = 0.05  # per execution: a gunicorn worker is SIGKILLed at a random moment
+
+
+class EffectSink:
+    """The downstream: applies a side effect per call, sometimes slowly, sometimes failing.
+
+    ``calls`` counts the calls that applied an effect, per Idempotency-Key.
+    ``effects`` counts what the downstream keeps when it deduplicates on that
+    key, as the README asks the most downstream service to: a second call
+    with a key happens only when an attempt died after the effect and before
+    it could record it (a killed worker), and the key absorbs it.
+    """
+
+    def __init__(self, faults: Faults, slow_seconds: float, rng: random.Random) -> None:
+        self.effects: collections.Counter[str] = collections.Counter()
+        self.calls: collections.Counter[str] = collections.Counter()
+        self.lock = threading.Lock()
+        sink = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                key = self.headers.get("Idempotency-Key", "")
+                with sink.lock:
+                    roll = rng.random()
+                if roll < faults.transient:
+                    status = 503  # nothing applied; the job's retryable failure
+                else:
+                    if roll < faults.transient + faults.slow:
+                        time.sleep(slow_seconds)
+                    with sink.lock:
+                        sink.calls[key] += 1
+                        sink.effects[key] = 1
+                    status = 200
+                body = b"{}"
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    self.wfile.write(body)
+                except OSError:
+                    pass
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/effect"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@dataclasses.dataclass
+class Execution:
+    job: SchedulerJob
+    schedule_time: datetime.datetime
+    attempts: list[str] = dataclasses.field(default_factory=list)  # what Scheduler saw, per attempt
+    run_id: str | None = None
+    effects: int = 0
+    calls: int = 0
+
+
+def executions_of(jobs: list[SchedulerJob], count: int, start: datetime.datetime) -> list[Execution]:
+    """The first ``count`` executions of all jobs from ``start``, in time order."""
+    upcoming = []
+    for job in jobs:
+        iterator = croniter(job.schedule, start.astimezone(zoneinfo.ZoneInfo(job.time_zone)))
+        upcoming += [Execution(job, iterator.get_next(datetime.datetime).astimezone(datetime.timezone.utc))
+                     for _ in range(count)]
+    return sorted(upcoming, key=lambda e: e.schedule_time)[:count]
+
+
+def deliver_execution(app_url: str, execution: Execution, compress: float, faults: Faults,
+                      rng: random.Random, lock: threading.Lock) -> None:
+    """Scheduler's attempts for one execution until a 2xx gets through or retries run out."""
+    job = execution.job
+    deadline = job.attempt_deadline / compress
+    waits = iter(retry_intervals(dataclasses.replace(job.retry, retry_count=job.retry.retry_count + 50)))
+    counted_failures = 0
+    started = time.monotonic()
+    headers = {"X-CloudScheduler-JobName": job.name, "X-CloudScheduler": "true",
+               "X-CloudScheduler-ScheduleTime": execution.schedule_time.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    url = app_url + job.relative_url
+
+    def attempt() -> str:
+        try:
+            response = requests.post(url, headers=headers, data=job.body or "", timeout=deadline)
+        except requests.Timeout:
+            return "deadline"
+        except requests.RequestException:
+            return "error"
+        if response.ok:
+            execution.run_id = response.json().get("run_id") or execution.run_id
+        return str(response.status_code)
+
+    while True:
+        with lock:
+            duplicate = rng.random() < faults.duplicates
+            lost = rng.random() < faults.lost_acks
+        if duplicate:
+            extra = threading.Thread(target=lambda: execution.attempts.append("dup:" + attempt()))
+            extra.start()
+        outcome = attempt()
+        if outcome.startswith("2") and lost:
+            outcome = "lost-ack"
+        execution.attempts.append(outcome)
+        if duplicate:
+            extra.join(deadline + 5)
+        if outcome.startswith("2"):
+            return
+        if outcome != "503" and outcome != "lost-ack":
+            counted_failures += 1  # 503 is retried outside retryCount; a lost ack is retried regardless
+        out_of_count = counted_failures > job.retry.retry_count
+        out_of_time = job.retry.max_retry_duration and time.monotonic() - started > job.retry.max_retry_duration / compress
+        if outcome not in ("503", "lost-ack") and out_of_count and (out_of_time or not job.retry.max_retry_duration):
+            return
+        time.sleep(next(waits) / compress)
+
+
+def simulate(app_url: str, jobs: list[SchedulerJob], executions: int, compress: float, faults: Faults,
+             seed: int, sink: EffectSink, parallel: int = 8, server_pid: int | None = None) -> list[Execution]:
+    rng = random.Random(seed)
+    lock = threading.Lock()
+    plan = executions_of(jobs, executions, datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc))
+    stop = threading.Event()
+    killer = threading.Thread(target=kill_workers, args=(server_pid, faults.worker_kills, stop, rng, lock), daemon=True)
+    if server_pid and faults.worker_kills:
+        killer.start()
+    with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
+        list(pool.map(lambda e: (deliver_execution(app_url, e, compress, faults, rng, lock), stop.is_set()), plan))
+    stop.set()
+    time.sleep(1)  # attempts cut by their deadline may still be finishing
+    for execution in plan:
+        execution.effects = sink.effects.get(execution.run_id, 0) if execution.run_id else 0
+        execution.calls = sink.calls.get(execution.run_id, 0) if execution.run_id else 0
+    return plan
+
+
+def kill_workers(server_pid: int, per_execution: float, stop: threading.Event, rng: random.Random,
+                 lock: threading.Lock, every: float = 0.25) -> None:
+    """SIGKILL a random gunicorn worker now and then (gunicorn starts a new one)."""
+    import signal
+
+    while not stop.wait(every):
+        with lock:
+            kill = rng.random() < per_execution
+        workers = _children(server_pid)
+        if kill and workers:
+            try:
+                os.kill(rng.choice(workers), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _children(pid: int) -> list[int]:
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8") as handle:
+                    if int(handle.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        children.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return children
+
+
+def simulation_jobs_file(jobs: list[SchedulerJob], sink_url: str, compress: float) -> str:
+    """jobs.yaml for the simulation: each target an http job calling the sink.
+
+    The lease is three attempt deadlines and the call's timeout two, so a slow
+    side effect (1.5 deadlines) outlives Scheduler's wait but not the attempt:
+    the case where Scheduler retries while the first attempt still runs.
+    """
+    app_jobs = load_jobs(os.environ.get("DEDUP_JOBS_FILE") or DEFAULT_JOBS_FILE)
+    lines = ["jobs:"]
+    for target in sorted({job.target for job in jobs}):
+        deadline = max(job.attempt_deadline for job in jobs if job.target == target) / compress
+        retention = app_jobs[target].policy.retention_seconds
+        lines += [f"  {target}:", "    kind: http", f"    url: {sink_url}",
+                  f"    lease_seconds: {3 * deadline}", f"    timeout_seconds: {2 * deadline}",
+                  f"    retention_seconds: {max(retention, 3 * deadline + 1)}"]
+    handle = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
+    handle.write("\n".join(lines) + "\n")
+    handle.close()
+    return handle.name
+
+
+def report(plan: list[Execution]) -> tuple[str, str]:
+    rows = [f"{'execution':<44} {'effects':>7} {'calls':>5}  attempts"]
+    for e in plan:
+        rows.append(f"{e.job.name + ' ' + e.schedule_time.strftime('%Y-%m-%d %H:%M'):<44} {e.effects:>7} {e.calls:>5}  {' '.join(e.attempts)}")
+    once = sum(1 for e in plan if e.effects == 1)
+    rows.append(f"\n{once} of {len(plan)} executions took effect exactly once; "
+                f"{sum(1 for e in plan if e.effects > 1)} more than once; {sum(1 for e in plan if e.effects == 0)} never.")
+    cells = "".join(
+        f'<div class="cell {"ok" if e.effects == 1 else "bad"}" title="{html.escape(e.job.name)} '
+        f'{e.schedule_time:%Y-%m-%d %H:%M}: {e.effects} effect(s); {html.escape(" ".join(e.attempts))}"></div>'
+        for e in plan)
+    page = (f"<!doctype html><meta charset=utf-8><title>Simulated deliveries</title>"
+            f"<style>body{{font:14px system-ui;margin:1.5rem}} .grid{{display:flex;flex-wrap:wrap;gap:3px;max-width:900px}}"
+            f" .cell{{width:16px;height:16px;border-radius:3px}} .ok{{background:#1a7f37}} .bad{{background:#cf222e}}</style>"
+            f"<h1>Simulated Cloud Scheduler deliveries</h1><p>{html.escape(rows[-1].strip())}</p>"
+            f"<p>One square per execution, in time order: green = its side effect happened exactly once; "
+            f"red = not. Hover for its attempts.</p><div class=grid>{cells}</div>"
+            f"<pre>{html.escape(chr(10).join(rows))}</pre>")
+    return "\n".join(rows), page
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--scheduler-file", default="scheduler.yaml")
+    parser.add_argument("--executions", type=int, default=60)
+    parser.add_argument("--compress", type=float, default=60, help="seconds of Scheduler time per real second")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--report", default="simulation-report.html")
+    args = parser.parse_args()
+
+    from devtools.emulator import DatastoreEmulator
+    from devtools.gunicorn import GunicornServer
+
+    faults = Faults()
+    jobs = load_scheduler_file(args.scheduler_file)
+    sink = EffectSink(faults, slow_seconds=min(j.attempt_deadline for j in jobs) / args.compress * 1.5,
+                      rng=random.Random(args.seed + 1))
+    jobs_file = simulation_jobs_file(jobs, sink.url, args.compress)
+    with DatastoreEmulator(project="dedup-simulate") as emulator, \
+            GunicornServer(emulator, jobs_file, quiet=True, extra_env={"DEDUP_AUTH": "none"}) as server:
+        plan = simulate(server.url, jobs, args.executions, args.compress, faults, args.seed, sink,
+                        server_pid=server.process.pid)
+    os.unlink(jobs_file)
+    table, page = report(plan)
+    print(table)
+    with open(args.report, "w", encoding="utf-8") as handle:
+        handle.write(page)
+    print(f"chart: {args.report}")
+    return 0 if all(e.effects == 1 for e in plan) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
