@@ -48,8 +48,10 @@ class LeaseHeartbeat:
                     log.warning("run %s attempt %d: max_run_seconds reached; no more lease renewals",
                                 self.attempt.run_id, self.attempt.attempt)
                     return
+                # The last renewal ends the lease at max_run_seconds, not a lease later.
+                lease = min(self.lease_seconds, self.stop_at - time.monotonic())
                 try:
-                    outcome = self.ledger.renew_lease(self.attempt, self.lease_seconds)
+                    outcome = self.ledger.renew_lease(self.attempt, lease)
                 except Exception as exc:  # noqa: BLE001 - a failed renewal is retried at the next beat
                     log.warning("run %s: lease renewal failed (%r); trying again", self.attempt.run_id, exc)
                     continue

@@ -40,6 +40,7 @@ def test_an_outage_mid_run(outage):
         if "outage" in job_targets.STARTED and job_targets.STARTED["outage"].is_set():
             break
         time.sleep(0.05)
+    assert job_targets.STARTED["outage"].is_set(), "the slow job never started"
     effects_before = len(job_targets.EFFECTS)
     emulator._stop_process()
 
