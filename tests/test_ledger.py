@@ -223,10 +223,10 @@ def test_renewals_stop_after_max_run_seconds(ndb_context):
     real = Ledger(SystemClock())
     policy = RunPolicy(lease_seconds=0.6, retention_seconds=3600)
     first = real.claim_run("run-hb", DESCRIPTION, policy)
-    with LeaseHeartbeat(real, first.attempt, lease_seconds=0.6, max_run_seconds=0.7):
-        time.sleep(1.0)  # renewed at 0.2, 0.4, 0.6 s: live past the first 0.6 s
+    with LeaseHeartbeat(real, first.attempt, lease_seconds=0.6, max_run_seconds=1.5):
+        time.sleep(1.0)  # renewed every 0.2 s: live well past the first 0.6 s
         assert isinstance(real.claim_run("run-hb", DESCRIPTION, policy), InProgress)
-        time.sleep(1.5)  # no renewal after 0.7 s: the lease has run out
+        time.sleep(1.5)  # renewals stop at 1.5 s and the last one ends the lease there
         taken = real.claim_run("run-hb", DESCRIPTION, policy)
     assert isinstance(taken, Claimed) and taken.attempt.attempt == 2
 
