@@ -43,6 +43,7 @@ def snapshot(run_id):
 def play(ledger, clock, run_id, schedule):
     """Run one ordering; check the safety properties at every step."""
     owned: dict[str, object] = {}  # attempt name -> Attempt, while it believes it owns the run
+    owner: str | None = None  # the model: the last successful claimer, until it finishes
     completions = 0
     for actor, step in schedule:
         if actor == "clock":
@@ -52,13 +53,15 @@ def play(ledger, clock, run_id, schedule):
             outcome = ledger.claim_run(run_id, DESCRIPTION, POLICY)
             if isinstance(outcome, Claimed):
                 owned[actor] = outcome.attempt
+                owner = actor
             continue
         attempt = owned.get(actor)
         if attempt is None:
             continue  # this delivery did not get the run (409 / duplicate): it is gone
-        current = RunRecord.get_by_id(run_id)
-        stale = current is None or current.attempt_id != attempt.attempt_id or current.status != RunStatus.IN_PROGRESS
+        stale = owner != actor  # taken over since its claim, or the run was finished by another
         before = snapshot(run_id)
+        if not stale and step in ("complete", "release"):
+            owner = None
         if step == "renew":
             outcome = ledger.renew_lease(attempt, LEASE)
         elif step == "complete":
