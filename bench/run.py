@@ -127,6 +127,16 @@ def main() -> int:
         with client.context():
             state.ledger.claim_run(run_id, RunDescription("scheduler", "noop"), RunPolicy(3600, 7200))
         rows.append(measure("in-progress duplicate", args.requests, lambda i: deliver(held), counter, 409))
+        # One heartbeat renewal of a running attempt (every third of the lease while a job runs).
+        renewing = datetime.datetime(2031, 6, 1, tzinfo=datetime.timezone.utc)
+        with client.context():
+            owner = state.ledger.claim_run(ScheduledRunKey("", "", "bench", renewing).run_id,
+                                           RunDescription("scheduler", "noop"), RunPolicy(3600, 7200)).attempt
+
+            def renew(_: int) -> int:
+                return 200 if state.ledger.renew_lease(owner, 3600).__class__.__name__ == "Renewed" else 409
+
+            rows.append(measure("heartbeat renewal (each)", args.requests, renew, counter, 200))
         baseline = werkzeug.test.Client(plain_app(state.jobs["noop"], client))
         rows.append(measure("same job without dedup", args.requests,
                             lambda i: baseline.post("/plain").status_code, counter, 200))

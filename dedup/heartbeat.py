@@ -51,7 +51,7 @@ class LeaseHeartbeat:
                 # The last renewal ends the lease at max_run_seconds, not a lease later.
                 lease = min(self.lease_seconds, self.stop_at - time.monotonic())
                 try:
-                    outcome = self.ledger.renew_lease(self.attempt, lease)
+                    outcome = self.ledger.renew_lease(self.attempt, lease, patience_seconds=self.interval)
                 except Exception as exc:  # noqa: BLE001 - a failed renewal is retried at the next beat
                     log.warning("run %s: lease renewal failed (%r); trying again", self.attempt.run_id, exc)
                     continue

@@ -248,8 +248,12 @@ class Ledger:
                         extra={"run_id": run_id, "attempt": outcome.attempt.attempt, "outcome": "takeover"})
         return outcome
 
-    def renew_lease(self, attempt: Attempt, lease_seconds: float) -> Renewed | Stale:
-        """Extend the lease of a running attempt, if it still owns the run."""
+    def renew_lease(self, attempt: Attempt, lease_seconds: float, patience_seconds: float | None = None) -> Renewed | Stale:
+        """Extend the lease of a running attempt, if it still owns the run.
+
+        ``patience_seconds`` bounds the retries (the heartbeat gives a third of the
+        lease: a renewal that cannot land in time is no use).
+        """
 
         def renew(record: RunRecord, now: datetime.datetime) -> Renewed:
             record.lease_expires = now + _seconds(lease_seconds)
@@ -258,7 +262,7 @@ class Ledger:
             record.put()
             return Renewed(record)
 
-        return self._fenced(attempt, renew)
+        return self._fenced(attempt, renew, patience_seconds)
 
     def record_downstream(self, attempt: Attempt, resource_name: str) -> Renewed | Stale:
         """Note what this attempt started downstream, so a takeover can adopt it."""
@@ -348,7 +352,8 @@ class Ledger:
         record.put()
         return Finished(record)
 
-    def _fenced(self, attempt: Attempt, change: Callable[[RunRecord, datetime.datetime], object]):
+    def _fenced(self, attempt: Attempt, change: Callable[[RunRecord, datetime.datetime], object],
+                patience_seconds: float | None = None):
         """Apply ``change`` in a transaction only while ``attempt`` owns the run."""
 
         def fenced():
@@ -365,7 +370,7 @@ class Ledger:
         # Only the owner writes a run, but every duplicate's claim reads it and
         # can abort the owner's commit; giving up would leave a performed job
         # unrecorded (and run again after the lease), so the owner persists.
-        outcome = _transaction(fenced, FINISH_PATIENCE_SECONDS)
+        outcome = _transaction(fenced, FINISH_PATIENCE_SECONDS if patience_seconds is None else patience_seconds)
         if isinstance(outcome, Stale):
             current = outcome.current
             log.warning(
