@@ -141,6 +141,10 @@ class DatastoreEmulator:
                     pass
                 self.process.wait(timeout=10)
         self.process = None
+        # The Java server can outlive its wrapper for a moment: wait until the port is dead.
+        deadline = time.monotonic() + 15
+        while self.healthy() and time.monotonic() < deadline:
+            time.sleep(0.1)
 
     def log_tail(self, lines: int = 30) -> str:
         if not self._log_path or not os.path.exists(self._log_path):

@@ -43,6 +43,7 @@ def test_an_outage_mid_run(outage):
     assert job_targets.STARTED["outage"].is_set(), "the slow job never started"
     effects_before = len(job_targets.EFFECTS)
     emulator._stop_process()
+    assert not emulator.healthy()
 
     # While it is down: 500 (never 503), and no job runs without a committed claim.
     down = app.post("/jobs/invoice", headers=scheduler_headers(schedule_time="2026-06-01T02:00:00Z"), status="*")
