@@ -75,7 +75,10 @@ def scripted_failures(context: RunContext):
 
 def gated(context: RunContext) -> dict:
     """Block until the test opens GATES[body] (signals STARTED[body] first)."""
-    name = context.body.decode()
+    return _wait_at_gate(context.body.decode(), context)
+
+
+def _wait_at_gate(name: str, context: RunContext) -> dict:
     with _lock:
         gate = GATES.setdefault(name, threading.Event())
         started = STARTED.setdefault(name, threading.Event())
@@ -108,12 +111,4 @@ def echo_parameter(context: RunContext):
 
 def gated_parameter(context: RunContext) -> dict:
     """Like gated, with the gate named by parameters["gate"] (manual runs)."""
-    name = context.parameters["gate"]
-    with _lock:
-        gate = GATES.setdefault(name, threading.Event())
-        started = STARTED.setdefault(name, threading.Event())
-    started.set()
-    if not gate.wait(timeout=30):
-        raise RuntimeError("gate never opened")
-    _effect(context)
-    return {"gate": name, "attempt": context.attempt}
+    return _wait_at_gate(context.parameters["gate"], context)
