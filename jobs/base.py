@@ -126,3 +126,14 @@ def text_value(job_id: str, field: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise JobsConfigError(job_id, field, f"must be a non-empty string, got {value!r}")
     return value
+
+
+def checked_mapping(job_id: str, field: str, value: Any, problem: Callable[[Any, Any], str | None]) -> dict:
+    """A mapping whose every (name, value) passes ``problem`` (which says what is wrong, or None)."""
+    if not isinstance(value, dict):
+        raise JobsConfigError(job_id, field, "must be a mapping")
+    for name, item in value.items():
+        reason = problem(name, item)
+        if reason:
+            raise JobsConfigError(job_id, field, reason)
+    return dict(value)

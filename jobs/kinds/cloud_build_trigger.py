@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from dedup.errors import PermanentJobError
 from dedup.keys import format_utc
-from jobs.base import JobKind, RunContext
+from jobs.base import JobKind, RunContext, checked_mapping
 from jobs.errors import JobsConfigError
 from jobs.kinds.google_api import GoogleApi, resource_name
 
@@ -55,13 +55,7 @@ class CloudBuildTriggerJob(JobKind):
     @classmethod
     def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> "CloudBuildTriggerJob":
         trigger, parts = resource_name(job_id, "trigger", options["trigger"], "triggers")
-        substitutions = options.get("substitutions", {})
-        if not isinstance(substitutions, dict):
-            raise JobsConfigError(job_id, "substitutions", "must be a mapping")
-        for name, value in substitutions.items():
-            problem = substitution_problem(name, value)
-            if problem:
-                raise JobsConfigError(job_id, "substitutions", problem)
+        substitutions = checked_mapping(job_id, "substitutions", options.get("substitutions", {}), substitution_problem)
         revision = {}
         for key, field in (("branch", "branchName"), ("tag", "tagName"), ("commit", "commitSha")):
             if key in options:

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from dedup.errors import PermanentJobError
 from dedup.keys import format_utc
-from jobs.base import JobKind, RunContext
+from jobs.base import JobKind, RunContext, checked_mapping
 from jobs.errors import JobsConfigError
 from jobs.kinds.google_api import GoogleApi, resource_name
 
@@ -43,13 +43,7 @@ class CloudRunJob(JobKind):
         args = options.get("args")
         if args is not None and not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
             raise JobsConfigError(job_id, "args", "must be a list of strings")
-        env = options.get("env", {})
-        if not isinstance(env, dict):
-            raise JobsConfigError(job_id, "env", "must be a mapping of variable names to values")
-        for name, value in env.items():
-            problem = env_problem(name, value)
-            if problem:
-                raise JobsConfigError(job_id, "env", problem)
+        env = checked_mapping(job_id, "env", options.get("env", {}), env_problem)
         container = options.get("container")
         if container is not None and not isinstance(container, str):
             raise JobsConfigError(job_id, "container", "must be the name of the container to override")
