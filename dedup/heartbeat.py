@@ -2,9 +2,14 @@
 
 A job can then keep a short lease (a crashed instance is taken over within
 one lease) while it runs for as long as ``max_run_seconds`` allows; past
-that the renewals stop, so a hung attempt is eventually taken over.  When a
-renewal finds the run taken over, the attempt is told (``lost``) so the job
-can stop cooperatively; its completion will be refused as stale anyway.
+that the renewals stop, so a hung attempt is eventually taken over.
+
+``lease_lost()`` tells the job when it can no longer count on its lease, so
+it can stop cooperatively (its completion would be refused as stale if the
+run was taken over): when a renewal found the run taken over, or when the
+lease it last secured has run out, because renewals stopped at
+``max_run_seconds``, kept failing (Datastore unreachable), or are off
+(``renew=False``: the claim's lease is the only one).
 """
 
 from __future__ import annotations
@@ -21,43 +26,65 @@ log = logging.getLogger(__name__)
 
 
 class LeaseHeartbeat:
-    def __init__(self, ledger, attempt: Attempt, lease_seconds: float, max_run_seconds: float | None) -> None:
+    def __init__(
+        self, ledger, attempt: Attempt, lease_seconds: float, max_run_seconds: float | None, renew: bool = True,
+    ) -> None:
         self.ledger = ledger
         self.attempt = attempt
         self.lease_seconds = lease_seconds
         self.interval = lease_seconds / 3
-        self.stop_at = time.monotonic() + (max_run_seconds if max_run_seconds else float("inf"))
-        self.lost = threading.Event()
+        started = time.monotonic()
+        self.stop_at = started + (max_run_seconds if max_run_seconds else float("inf"))
+        # When the lease this attempt last secured ends (monotonic).  Counted
+        # from before each request, so never later than the stored lease.
+        # The claim was committed just before this object was made.
+        self._lease_ends = started + lease_seconds
+        self._taken_over = threading.Event()
         self._stopped = threading.Event()
+        self._renew = renew
         # The thread needs an NDB context of its own, from the same client.
-        self._client = ndb.get_context().client
+        self._client = ndb.get_context().client if renew else None
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{attempt.run_id[:8]}", daemon=True)
 
+    def lease_lost(self) -> bool:
+        """True once the run was found taken over, or the last secured lease has run out."""
+        return self._taken_over.is_set() or time.monotonic() >= self._lease_ends
+
+    def wait_until_taken_over(self, timeout: float) -> bool:
+        return self._taken_over.wait(timeout)
+
     def __enter__(self) -> "LeaseHeartbeat":
-        self._thread.start()
+        if self._renew:
+            self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stopped.set()
-        self._thread.join(timeout=30)
+        if self._thread.is_alive():
+            # A renewal in flight gives up within one interval (its patience).
+            # Not waiting longer is safe: a renewal that lands after the run
+            # finished is fenced out (the record is no longer in progress).
+            self._thread.join(timeout=self.interval + 1)
 
     def _beat(self) -> None:
         with self._client.context():
             while not self._stopped.wait(self.interval):
-                if time.monotonic() >= self.stop_at:
+                began = time.monotonic()
+                if began >= self.stop_at:
                     log.warning("run %s attempt %d: max_run_seconds reached; no more lease renewals",
                                 self.attempt.run_id, self.attempt.attempt)
                     return
                 # The last renewal ends the lease at max_run_seconds, not a lease later.
-                lease = min(self.lease_seconds, self.stop_at - time.monotonic())
+                lease = min(self.lease_seconds, self.stop_at - began)
                 try:
                     outcome = self.ledger.renew_lease(self.attempt, lease, patience_seconds=self.interval)
                 except Exception as exc:  # noqa: BLE001 - a failed renewal is retried at the next beat
                     log.warning("run %s: lease renewal failed (%r); trying again", self.attempt.run_id, exc)
                     continue
                 if isinstance(outcome, Stale):
-                    self.lost.set()
+                    self._taken_over.set()
                     log.warning("run %s attempt %d: lease lost to attempt %s; the job should stop",
                                 self.attempt.run_id, self.attempt.attempt,
                                 outcome.current.attempt if outcome.current else "none")
                     return
+                self._lease_ends = began + lease

@@ -25,7 +25,8 @@ class Attempt:
     # Records what this attempt started downstream (fenced); False when the
     # attempt has lost the run.  Bound by the runner.
     note_downstream: Callable[[str], bool] | None = dataclasses.field(default=None, compare=False, repr=False)
-    # True once a lease renewal found the run taken over.  Bound by the runner.
+    # True once a renewal found the run taken over, or the lease last secured
+    # has run out (dedup.heartbeat).  Bound by the runner.
     lease_lost: Callable[[], bool] | None = dataclasses.field(default=None, compare=False, repr=False)
 
 

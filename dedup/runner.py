@@ -7,7 +7,6 @@ the claim and returns a JSON-serialisable result, or raises.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import enum
 import json
@@ -81,14 +80,11 @@ def _run_claimed(
 ) -> RunOutcome:
     run_id = attempt.run_id
     claimed = attempt
-    heartbeat = (
-        LeaseHeartbeat(ledger, claimed, policy.lease_seconds, policy.max_run_seconds)
-        if policy.heartbeat else contextlib.nullcontext()
-    )
+    heartbeat = LeaseHeartbeat(ledger, claimed, policy.lease_seconds, policy.max_run_seconds, renew=policy.heartbeat)
     attempt = dataclasses.replace(
         claimed,
         note_downstream=lambda name: not isinstance(ledger.record_downstream(claimed, name), Stale),
-        lease_lost=heartbeat.lost.is_set if policy.heartbeat else (lambda: False),
+        lease_lost=heartbeat.lease_lost,
     )
     try:
         with heartbeat:

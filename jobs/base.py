@@ -55,7 +55,7 @@ class RunContext:
         return self.run_id
 
     def lease_lost(self) -> bool:
-        """True once the lease heartbeat found the run taken over: stop; nothing more will be recorded."""
+        """True once the run was taken over or this attempt's lease ran out: stop, a result may be refused."""
         return self._lease_lost() if self._lease_lost else False
 
     def record_downstream(self, resource_name: str) -> bool:

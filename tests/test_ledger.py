@@ -209,26 +209,83 @@ def test_a_heartbeat_that_finds_the_run_taken_over_says_so(ledger, clock):
     clock.advance(61)
     claim(ledger)  # attempt 2 takes over while attempt 1 still runs
     with LeaseHeartbeat(ledger, first.attempt, lease_seconds=0.3, max_run_seconds=None) as heartbeat:
-        assert heartbeat.lost.wait(5)
+        assert heartbeat.wait_until_taken_over(10)
+        assert heartbeat.lease_lost()
     record = RunRecord.get_by_id("run-1")
     assert record.attempt == 2 and record.attempt_id != first.attempt.attempt_id
 
 
-def test_renewals_stop_after_max_run_seconds(ndb_context):
+def test_renewals_stop_after_max_run_seconds_and_the_job_is_told(ndb_context):
     import time
 
     from dedup.clock import SystemClock
     from dedup.heartbeat import LeaseHeartbeat
 
     real = Ledger(SystemClock())
-    policy = RunPolicy(lease_seconds=0.6, retention_seconds=3600)
+    policy = RunPolicy(lease_seconds=1.5, retention_seconds=3600)
     first = real.claim_run("run-hb", DESCRIPTION, policy)
-    with LeaseHeartbeat(real, first.attempt, lease_seconds=0.6, max_run_seconds=1.5):
-        time.sleep(1.0)  # renewed every 0.2 s: live well past the first 0.6 s
+    with LeaseHeartbeat(real, first.attempt, lease_seconds=1.5, max_run_seconds=4) as heartbeat:
+        time.sleep(2.5)  # renewed every 0.5 s: live a second past the first lease
         assert isinstance(real.claim_run("run-hb", DESCRIPTION, policy), InProgress)
-        time.sleep(1.5)  # renewals stop at 1.5 s and the last one ends the lease there
+        assert not heartbeat.lease_lost()
+        time.sleep(2.5)  # renewals stop at 4 s and the last one ends the lease there
+        assert heartbeat.lease_lost()  # the job is told before anyone takes over
         taken = real.claim_run("run-hb", DESCRIPTION, policy)
     assert isinstance(taken, Claimed) and taken.attempt.attempt == 2
+
+
+def test_without_renewals_the_job_is_told_when_its_claimed_lease_runs_out(ledger):
+    import time
+
+    from dedup.heartbeat import LeaseHeartbeat
+
+    first = claim(ledger)
+    with LeaseHeartbeat(ledger, first.attempt, lease_seconds=0.5, max_run_seconds=None, renew=False) as heartbeat:
+        assert not heartbeat.lease_lost()
+        time.sleep(0.6)
+        assert heartbeat.lease_lost()
+        assert not heartbeat._thread.is_alive()  # nothing renews
+
+
+def test_a_heartbeat_that_cannot_reach_datastore_says_the_lease_ran_out(ledger):
+    import time
+
+    from dedup.heartbeat import LeaseHeartbeat
+
+    class Unreachable(Ledger):
+        def renew_lease(self, attempt, lease_seconds, patience_seconds=None):
+            from google.api_core import exceptions
+
+            raise exceptions.ServiceUnavailable("Datastore is away")
+
+    first = claim(ledger)
+    with LeaseHeartbeat(Unreachable(ledger.clock), first.attempt, lease_seconds=0.9, max_run_seconds=None) as heartbeat:
+        time.sleep(0.4)
+        assert not heartbeat.lease_lost()  # renewals failing, but the claimed lease still holds
+        time.sleep(0.8)
+        assert heartbeat.lease_lost()
+
+
+def test_the_runner_tells_the_job_when_its_lease_runs_out(ndb_context):
+    """``attempt.lease_lost()`` (``context.lease_lost()`` for job kinds) is wired through run_once."""
+    import time
+
+    from dedup.clock import SystemClock
+    from dedup.runner import run_once
+
+    real = Ledger(SystemClock())
+
+    def slow_job(attempt):
+        before = attempt.lease_lost()
+        time.sleep(1.2)
+        return {"before": before, "after": attempt.lease_lost()}
+
+    unrenewed = RunPolicy(lease_seconds=0.9, retention_seconds=3600, heartbeat=False)
+    renewed = RunPolicy(lease_seconds=0.9, retention_seconds=3600, heartbeat=True)
+    assert run_once(real, "run-unrenewed", DESCRIPTION, unrenewed, slow_job).record.result == {
+        "before": False, "after": True}
+    assert run_once(real, "run-renewed", DESCRIPTION, renewed, slow_job).record.result == {
+        "before": False, "after": False}
 
 
 def test_jobs_get_heartbeats_by_default(jobs_file):

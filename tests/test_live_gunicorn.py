@@ -29,7 +29,7 @@ jobs:
   renewed:
     kind: python
     target: tests.job_targets:file_effect
-    lease_seconds: 1.5
+    lease_seconds: 3
 """
 
 
@@ -105,12 +105,12 @@ def test_distinct_executions_in_parallel_each_run_once(server, effects_dir):
 
 
 def test_a_heartbeat_keeps_a_short_lease_alive_while_the_job_runs(server, effects_dir):
-    # A 1.5 s lease renewed every 0.5 s: a duplicate 3 s into a 4 s run finds the
+    # A 3 s lease renewed every second: a duplicate 5 s into a 7 s run finds the
     # lease live (409), not expired, and the job runs once.
-    slow = {"dir": str(effects_dir), "sleep": 4}
+    slow = {"dir": str(effects_dir), "sleep": 7}
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         first = pool.submit(deliver, server, "renewed", "2026-03-01T00:00:00Z", slow)
-        threading.Event().wait(3)
+        threading.Event().wait(5)
         busy = deliver(server, "renewed", "2026-03-01T00:00:00Z", slow)
         done = first.result()
     assert busy.status_code == 409 and busy.json()["error"] == "RunInProgress"
@@ -185,7 +185,7 @@ def test_a_worker_killed_mid_job_is_taken_over_after_its_lease(server, effects_d
             first.result()
     busy = deliver(server, "renewed", "2026-05-01T00:00:00Z", {"dir": str(effects_dir)})
     assert busy.status_code == 409  # the lease outlives the worker by at most one lease
-    time.sleep(2)  # one 1.5 s lease later
+    time.sleep(3.5)  # one 3 s lease later
     taken = deliver(server, "renewed", "2026-05-01T00:00:00Z", {"dir": str(effects_dir), "sleep": 0})
     assert taken.status_code == 200 and taken.json()["attempt"] == 2
     assert [line["attempt"] for line in effects(effects_dir)] == [2]  # the side effect happened once
