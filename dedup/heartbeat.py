@@ -24,20 +24,25 @@ from dedup.outcomes import Attempt, Stale
 
 log = logging.getLogger(__name__)
 
+# How long a finished job waits for a renewal still in flight.
+EXIT_WAIT_SECONDS = 5.0
+
 
 class LeaseHeartbeat:
     def __init__(
-        self, ledger, attempt: Attempt, lease_seconds: float, max_run_seconds: float | None, renew: bool = True,
+        self, ledger, attempt: Attempt, lease_seconds: float, max_run_seconds: float | None,
+        renew: bool = True, claim_began: float | None = None,
     ) -> None:
+        """``claim_began``: ``time.monotonic()`` taken before the claim was sent (default: now)."""
         self.ledger = ledger
         self.attempt = attempt
         self.lease_seconds = lease_seconds
         self.interval = lease_seconds / 3
-        started = time.monotonic()
+        started = time.monotonic() if claim_began is None else claim_began
         self.stop_at = started + (max_run_seconds if max_run_seconds else float("inf"))
         # When the lease this attempt last secured ends (monotonic).  Counted
-        # from before each request, so never later than the stored lease.
-        # The claim was committed just before this object was made.
+        # from before each request (the claim's, then each renewal's), so never
+        # later than the stored lease (as far as the hosts' clocks agree).
         self._lease_ends = started + lease_seconds
         self._taken_over = threading.Event()
         self._stopped = threading.Event()
@@ -61,10 +66,10 @@ class LeaseHeartbeat:
     def __exit__(self, *exc) -> None:
         self._stopped.set()
         if self._thread.is_alive():
-            # A renewal in flight gives up within one interval (its patience).
-            # Not waiting longer is safe: a renewal that lands after the run
-            # finished is fenced out (the record is no longer in progress).
-            self._thread.join(timeout=self.interval + 1)
+            # Wait briefly for a renewal in flight, no longer: one that lands
+            # after the run finished is fenced out (the record is no longer in
+            # progress), and the job's outcome should not wait on Datastore.
+            self._thread.join(timeout=min(self.interval, EXIT_WAIT_SECONDS))
 
     def _beat(self) -> None:
         with self._client.context():
@@ -82,6 +87,8 @@ class LeaseHeartbeat:
                     log.warning("run %s: lease renewal failed (%r); trying again", self.attempt.run_id, exc)
                     continue
                 if isinstance(outcome, Stale):
+                    if self._stopped.is_set():
+                        return  # the job finished first: its own finish ended the lease
                     self._taken_over.set()
                     log.warning("run %s attempt %d: lease lost to attempt %s; the job should stop",
                                 self.attempt.run_id, self.attempt.attempt,

@@ -192,8 +192,9 @@ class Ledger:
             if live and current.lease_is_live(now):
                 return InProgress.until(current, now)
             # Absent, expired, or an in-progress record whose lease ran out
-            # (takeover).  The attempt number keeps rising across all of them,
-            # so it stays a usable fencing token.
+            # (takeover).  The attempt number rises with every takeover, so it
+            # is a usable fencing token (a release deletes the record: the
+            # next claim is attempt 1 again).
             attempt = Attempt(
                 run_id, uuid.uuid4().hex, (current.attempt if current else 0) + 1,
                 downstream=current.downstream if live else None,

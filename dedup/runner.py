@@ -54,6 +54,9 @@ def run_once(
     deadline = time.monotonic() + max(0.0, wait_seconds)
     polls = iter(WAIT_POLL_SECONDS)
     while True:
+        # The stored lease is counted from inside the claim's transaction, so
+        # never earlier than this: the job's view of its lease errs short.
+        claim_began = time.monotonic()
         outcome = _replay_or_claim(ledger, run_id, description, policy)
         if not isinstance(outcome, Claimed):
             remaining = deadline - time.monotonic()
@@ -61,7 +64,7 @@ def run_once(
                 return outcome
             time.sleep(min(next(polls, WAIT_POLL_SECONDS[-1]), remaining))
             continue
-        return _run_claimed(ledger, outcome.attempt, policy, work, classify)
+        return _run_claimed(ledger, outcome.attempt, policy, work, classify, claim_began)
 
 
 def _replay_or_claim(ledger: Ledger, run_id: str, description: RunDescription, policy: RunPolicy):
@@ -77,10 +80,12 @@ def _run_claimed(
     policy: RunPolicy,
     work: Callable[[Attempt], Any],
     classify: Callable[[Any], Verdict] | None,
+    claim_began: float,
 ) -> RunOutcome:
     run_id = attempt.run_id
     claimed = attempt
-    heartbeat = LeaseHeartbeat(ledger, claimed, policy.lease_seconds, policy.max_run_seconds, renew=policy.heartbeat)
+    heartbeat = LeaseHeartbeat(ledger, claimed, policy.lease_seconds, policy.max_run_seconds,
+                               renew=policy.heartbeat, claim_began=claim_began)
     attempt = dataclasses.replace(
         claimed,
         note_downstream=lambda name: not isinstance(ledger.record_downstream(claimed, name), Stale),

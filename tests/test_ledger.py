@@ -79,7 +79,13 @@ def test_a_finished_run_is_terminal(ledger, clock):
     assert isinstance(ledger.claim_run("run-1", DESCRIPTION, POLICY), Replayed)
     assert isinstance(ledger.complete_run(first.attempt, {"n": 2}, POLICY), Stale)
     assert isinstance(ledger.release_run(first.attempt, {}), Stale)
-    assert RunRecord.get_by_id("run-1").result == {"n": 1}
+    assert isinstance(ledger.fail_run(first.attempt, {"n": 3}, POLICY), Stale)
+    before = RunRecord.get_by_id("run-1").to_dict()
+    # The attempt's own late heartbeat or downstream note, landing after its completion.
+    assert isinstance(ledger.renew_lease(first.attempt, 60), Stale)
+    assert isinstance(ledger.record_downstream(first.attempt, "late"), Stale)
+    assert RunRecord.get_by_id("run-1").to_dict() == before
+    assert before["result"] == {"n": 1} and before["status"] == RunStatus.COMPLETED
 
 
 def test_release_deletes_the_record(ledger):
@@ -277,11 +283,13 @@ def test_the_runner_tells_the_job_when_its_lease_runs_out(ndb_context):
 
     def slow_job(attempt):
         before = attempt.lease_lost()
-        time.sleep(1.2)
+        time.sleep(2.6)
         return {"before": before, "after": attempt.lease_lost()}
 
-    unrenewed = RunPolicy(lease_seconds=0.9, retention_seconds=3600, heartbeat=False)
-    renewed = RunPolicy(lease_seconds=0.9, retention_seconds=3600, heartbeat=True)
+    # A 2 s lease: run out at 2.6 s without renewals; renewed every 2/3 s it
+    # ends at 3.3 s or later once any renewal after the first has landed.
+    unrenewed = RunPolicy(lease_seconds=2, retention_seconds=3600, heartbeat=False)
+    renewed = RunPolicy(lease_seconds=2, retention_seconds=3600, heartbeat=True)
     assert run_once(real, "run-unrenewed", DESCRIPTION, unrenewed, slow_job).record.result == {
         "before": False, "after": True}
     assert run_once(real, "run-renewed", DESCRIPTION, renewed, slow_job).record.result == {
