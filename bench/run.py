@@ -127,6 +127,10 @@ def main() -> int:
         with client.context():
             state.ledger.claim_run(run_id, RunDescription("scheduler", "noop"), RunPolicy(3600, 7200))
         rows.append(measure("in-progress duplicate", args.requests, lambda i: deliver(held), counter, 409))
+        # Refused before the ledger is asked: a schedule time that is not RFC 3339.
+        rows.append(measure("bad input (400)", args.requests, lambda i: http.post("/jobs/noop", headers={
+            "X-CloudScheduler-JobName": "bench", "X-CloudScheduler-ScheduleTime": "yesterday"}).status_code,
+            counter, 400))
         # One heartbeat renewal of a running attempt (every third of the lease while a job runs).
         renewing = datetime.datetime(2031, 6, 1, tzinfo=datetime.timezone.utc)
         with client.context():

@@ -79,6 +79,10 @@ class GuardedCall:
     def attempt(self) -> int:
         return self.claim.attempt
 
+    @property
+    def attempt_id(self) -> str:
+        return self.claim.attempt_id
+
 
 def default_key_problem(key: str) -> str | None:
     """The IETF draft leaves the key's form open: 1 to 255 printable ASCII characters."""

@@ -36,6 +36,13 @@ def test_runtime_is_python3_and_entrypoint_serves_main_app_with_gunicorn():
     assert "--bind :$PORT" in entrypoint
 
 
+def test_dedup_scaling_names_the_scaling_type_app_yaml_declares():
+    """Renewals stop at the scaling type's request timeout: 600 s unless told otherwise."""
+    config = app_yaml()
+    declared = next((kind for kind in ("basic", "manual") if f"{kind}_scaling" in config), "automatic")
+    assert config.get("env_variables", {}).get("DEDUP_SCALING", "automatic") == declared
+
+
 def test_gunicorn_timeout_exceeds_every_lease():
     timeout = int(re.search(r"--timeout (\d+)", app_yaml()["entrypoint"]).group(1))
     longest_lease = max(job.policy.lease_seconds for job in load_jobs(DEFAULT_JOBS_FILE).values())
