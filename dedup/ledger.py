@@ -51,11 +51,16 @@ FIND_BATCHES = 5
 # Attempt history kept on each record, and who this process is in it.
 MAX_ATTEMPT_HISTORY = 10
 INSTANCE = os.environ.get("GAE_INSTANCE") or f"{socket.gethostname()}:{os.getpid()}"
+# A commit that failed with one of these may still have been applied (only
+# Aborted says for sure it was not): every write below recognises its own
+# landed commit when it tries again, so trying again is always safe.
 _RETRYABLE_ERRORS = (
     api_exceptions.Aborted,
     api_exceptions.ServiceUnavailable,
     api_exceptions.InternalServerError,
     api_exceptions.Unknown,
+    api_exceptions.DeadlineExceeded,
+    api_exceptions.ResourceExhausted,
     api_exceptions.RetryError,
 )
 
@@ -180,10 +185,15 @@ class Ledger:
         self, run_id: str, description: RunDescription, policy: RunPolicy
     ) -> ClaimOutcome:
         """Take the run for a new attempt, or say why not."""
+        # Chosen once, outside the transaction: if a commit lands but its answer
+        # is lost, the retry finds this id in the record and knows the claim is its own.
+        attempt_id = uuid.uuid4().hex
 
         def claim() -> ClaimOutcome:
             now = self.clock.now()
             current = RunRecord.get_by_id(run_id)
+            if current is not None and current.attempt_id == attempt_id:
+                return Claimed(current, Attempt(run_id, attempt_id, current.attempt, downstream=current.downstream))
             live = current is not None and not current.is_expired(now)
             if live and current.fingerprint != description.fingerprint:
                 return Mismatch(current)
@@ -196,7 +206,7 @@ class Ledger:
             # is a usable fencing token (a release deletes the record: the
             # next claim is attempt 1 again).
             attempt = Attempt(
-                run_id, uuid.uuid4().hex, (current.attempt if current else 0) + 1,
+                run_id, attempt_id, (current.attempt if current else 0) + 1,
                 downstream=current.downstream if live else None,
             )
             history = list(current.attempts or []) if live else []
@@ -284,7 +294,7 @@ class Ledger:
             record.result = result
             return self._finish(record, now, policy)
 
-        return self._fenced(attempt, complete)
+        return self._fenced(attempt, complete, landed=_finish_landed(attempt, RunStatus.COMPLETED))
 
     def fail_run(self, attempt: Attempt, error: dict, policy: RunPolicy) -> Finished | Stale:
         """Record a permanent failure, replayed to every later delivery."""
@@ -294,7 +304,7 @@ class Ledger:
             record.error = error
             return self._finish(record, now, policy)
 
-        return self._fenced(attempt, fail)
+        return self._fenced(attempt, fail, landed=_finish_landed(attempt, RunStatus.FAILED))
 
     def release_run(self, attempt: Attempt, error: dict) -> Released | Stale:
         """Give the run up after a retryable failure: delete the record."""
@@ -303,7 +313,10 @@ class Ledger:
             record.key.delete()
             return Released(attempt.run_id, attempt.attempt, error)
 
-        return self._fenced(attempt, release)
+        def landed(record: RunRecord | None) -> Released | None:
+            return Released(attempt.run_id, attempt.attempt, error) if record is None else None
+
+        return self._fenced(attempt, release, landed=landed)
 
     def delete_expired(self, batch_size: int = 100, cursor: str | None = None) -> tuple[int, str | None]:
         """Delete one batch of records past ``expire_at``; return (deleted, cursor of the next batch).
@@ -354,12 +367,24 @@ class Ledger:
         return Finished(record)
 
     def _fenced(self, attempt: Attempt, change: Callable[[RunRecord, datetime.datetime], object],
-                patience_seconds: float | None = None):
-        """Apply ``change`` in a transaction only while ``attempt`` owns the run."""
+                patience_seconds: float | None = None,
+                landed: Callable[[RunRecord | None], object | None] | None = None):
+        """Apply ``change`` in a transaction only while ``attempt`` owns the run.
+
+        ``landed`` recognises, when the transaction is tried again, that an
+        earlier try's commit was applied although it reported an error.
+        """
+        tries = 0
 
         def fenced():
+            nonlocal tries
+            tries += 1
             now = self.clock.now()
             record = RunRecord.get_by_id(attempt.run_id)
+            if tries > 1 and landed is not None:
+                outcome = landed(record)
+                if outcome is not None:
+                    return outcome
             if (
                 record is None
                 or record.attempt_id != attempt.attempt_id
@@ -383,13 +408,33 @@ class Ledger:
         return outcome
 
 
+def _finish_landed(attempt: Attempt, status: RunStatus) -> Callable[[RunRecord | None], Finished | None]:
+    """This attempt's own finish, found already recorded."""
+
+    def landed(record: RunRecord | None) -> Finished | None:
+        if record is not None and record.attempt_id == attempt.attempt_id and record.status == status:
+            return Finished(record)
+        return None
+
+    return landed
+
+
 def _transaction(callback: Callable[[], Any], patience_seconds: float) -> Any:
     """One NDB transaction, tried again on contention and transient errors until patience runs out."""
     deadline = time.monotonic() + patience_seconds
     delay = 0.02
     while True:
         try:
-            return ndb.transaction(callback, retries=0)
+            try:
+                return ndb.transaction(callback, retries=0)
+            except api_exceptions.GoogleAPICallError as exc:
+                # NDB rolls back after a failed commit.  When the commit was in
+                # fact applied, the rollback fails too ("transaction has expired
+                # or is invalid") and its error hides the commit's: the commit's
+                # error is the one that says what happened.
+                if not isinstance(exc, _RETRYABLE_ERRORS) and isinstance(exc.__context__, _RETRYABLE_ERRORS):
+                    raise exc.__context__ from exc
+                raise
         except _RETRYABLE_ERRORS as exc:
             if time.monotonic() + delay > deadline:
                 raise

@@ -40,10 +40,15 @@ class RpcCounter(grpc.UnaryUnaryClientInterceptor):
 
 def counting_client(project: str) -> tuple[ndb.Client, RpcCounter]:
     """An ndb.Client whose every RPC is counted (emulator or production alike)."""
-    client = ndb.Client(project=project)
     counter = RpcCounter()
-    channel = grpc.intercept_channel(client.stub.grpc_channel, counter)
+    return intercepted_client(project, counter), counter
+
+
+def intercepted_client(project: str, interceptor: grpc.UnaryUnaryClientInterceptor) -> ndb.Client:
+    """An ndb.Client whose every RPC passes through ``interceptor`` on its way to Datastore."""
+    client = ndb.Client(project=project)
+    channel = grpc.intercept_channel(client.stub.grpc_channel, interceptor)
     client.stub = datastore_grpc.DatastoreGrpcTransport(
         host=client.host, credentials=client._credentials, channel=channel
     )
-    return client, counter
+    return client

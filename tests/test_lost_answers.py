@@ -1,0 +1,91 @@
+"""A commit applied although Datastore reported an error: every write knows its own.
+
+Without this, a claim whose answer was lost would find its own record on
+the retry, see a live lease held by "someone else", and answer 409 for a whole
+lease while nothing runs; a completion would be refused as stale.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dedup.ledger import Ledger, RunDescription, RunPolicy
+from dedup.outcomes import Claimed, Finished, Released, Replayed
+from devtools.rpc_counter import intercepted_client
+from models import RunRecord, RunStatus
+from tests.support.lost_answers import LostCommitAnswers
+
+POLICY = RunPolicy(lease_seconds=60, retention_seconds=3600)
+DESCRIPTION = RunDescription(source="scheduler", job_id="j", scheduler_job_name="j")
+
+
+@pytest.fixture(scope="module")
+def lost_answers():
+    return LostCommitAnswers()
+
+
+@pytest.fixture
+def ledger(datastore, lost_answers, clock):
+    client = intercepted_client(datastore.project, lost_answers)
+    with client.context():
+        yield Ledger(clock)
+
+
+def test_a_claim_whose_answer_was_lost_is_still_this_attempts(ledger, lost_answers):
+    before = lost_answers.lost
+    lost_answers.lose_next_commits(1)
+    outcome = ledger.claim_run("run-1", DESCRIPTION, POLICY)
+    assert lost_answers.lost == before + 1
+    assert isinstance(outcome, Claimed), outcome  # not a 409 against itself
+    record = RunRecord.get_by_id("run-1")
+    assert (record.attempt, record.attempt_id) == (1, outcome.attempt.attempt_id)
+    assert len(record.attempts) == 1
+
+
+@pytest.mark.parametrize("finish, status", [("complete_run", RunStatus.COMPLETED), ("fail_run", RunStatus.FAILED)])
+def test_a_finish_whose_answer_was_lost_is_recorded_once(ledger, lost_answers, finish, status):
+    claimed = ledger.claim_run("run-1", DESCRIPTION, POLICY)
+    lost_answers.lose_next_commits(1)
+    outcome = getattr(ledger, finish)(claimed.attempt, {"n": 1}, POLICY)
+    assert isinstance(outcome, Finished), outcome  # not refused as stale
+    assert outcome.record.status == status
+    assert isinstance(ledger.claim_run("run-1", DESCRIPTION, POLICY), Replayed)
+
+
+def test_a_release_whose_answer_was_lost_is_released(ledger, lost_answers):
+    claimed = ledger.claim_run("run-1", DESCRIPTION, POLICY)
+    lost_answers.lose_next_commits(1)
+    assert isinstance(ledger.release_run(claimed.attempt, {"message": "busy"}), Released)
+    retried = ledger.claim_run("run-1", DESCRIPTION, POLICY)
+    assert isinstance(retried, Claimed) and retried.attempt.attempt == 1
+
+
+def test_a_second_claim_is_still_refused(ledger, lost_answers):
+    """Knowing its own commit does not let another claimer in."""
+    first = ledger.claim_run("run-1", DESCRIPTION, POLICY)
+    lost_answers.lose_next_commits(0)
+    second = ledger.claim_run("run-1", DESCRIPTION, POLICY)
+    assert isinstance(first, Claimed) and not isinstance(second, Claimed)
+
+
+def test_a_delivery_whose_commits_lose_their_answers_runs_the_job_once(datastore, lost_answers, jobs_file, clock):
+    """Through the scheduler endpoint: the claim's and the completion's answers are both lost."""
+    import webtest
+
+    from handlers import create_app
+    from tests import job_targets
+
+    client = intercepted_client(datastore.project, lost_answers)
+    app = webtest.TestApp(create_app(jobs_file=jobs_file("""
+        jobs:
+          invoice: {kind: python, target: "tests.job_targets:record", lease_seconds: 60}
+    """), clock=clock, ndb_client=client))
+    headers = {"X-CloudScheduler-JobName": "nightly", "X-CloudScheduler-ScheduleTime": "2025-10-17T23:50:00Z"}
+    before = lost_answers.lost
+    lost_answers.lose_next_commits(2)
+    first = app.post("/jobs/invoice", headers=headers, status="*")
+    assert lost_answers.lost == before + 2  # the claim's and the completion's
+    assert first.status_code == 200 and first.json["status"] == "completed" and first.json["attempt"] == 1
+    again = app.post("/jobs/invoice", headers=headers, status="*")
+    assert again.status_code == 200 and again.json["duplicate"] is True
+    assert len(job_targets.EFFECTS) == 1
