@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 # already performed keeps trying for FINISH_PATIENCE_SECONDS.
 CLAIM_PATIENCE_SECONDS = 3.0
 FINISH_PATIENCE_SECONDS = 30.0
+# The longest string a filter may compare (Datastore's limit for indexed strings).
+MAX_FILTER_BYTES = 1500
 # How many batches one page of find_runs may read to skip expired records.
 FIND_BATCHES = 5
 # Attempt history kept on each record, and who this process is in it.
@@ -121,6 +123,13 @@ class RunFilter:
     source: str | None = None
     since: datetime.datetime | None = None  # created at or after
     until: datetime.datetime | None = None  # created before
+
+    def __post_init__(self) -> None:
+        # Datastore refuses to compare an indexed string longer than this.
+        for name in ("job_id", "status", "source"):
+            value = getattr(self, name)
+            if value is not None and len(value.encode("utf-8")) > MAX_FILTER_BYTES:
+                raise ValueError(f"{name} filter is longer than {MAX_FILTER_BYTES} bytes")
 
 
 class Ledger:

@@ -39,9 +39,11 @@ def dashboard():
     chosen = {name: request.args.get(name) or None for name in ("job", "status", "source")}
     if chosen["status"] not in (None, *[s.value for s in RunStatus]) or chosen["source"] not in (None, "scheduler", "api", "guard"):
         abort(400, "unknown status or source")
-    recent, _ = state.ledger.find_runs(
-        RunFilter(job_id=chosen["job"], status=chosen["status"], source=chosen["source"]), RECENT_RUNS
-    )
+    try:
+        run_filter = RunFilter(job_id=chosen["job"], status=chosen["status"], source=chosen["source"])
+    except ValueError as exc:
+        abort(400, str(exc).replace("job_id", "job"))
+    recent, _ = state.ledger.find_runs(run_filter, RECENT_RUNS)
     summaries = [
         job_summary(
             job_id,

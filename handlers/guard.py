@@ -39,6 +39,7 @@ from dedup.guard import (
 from dedup.keys import format_utc
 from dedup.ledger import Ledger, RunPolicy
 from dedup.outcomes import Attempt, Finished, InProgress, Mismatch, Released, Replayed, RunOutcome
+from dedup.runner import storable_json_problem
 from handlers.errors import json_error
 from handlers.responses import busy_response, note_outcome
 from models import RunRecord, RunStatus
@@ -53,6 +54,9 @@ _fallback_ledger: Ledger | None = None
 _PREFER_WAIT = re.compile(r'^\s*wait\s*=\s*"?(\d+)"?\s*$', re.IGNORECASE)
 # A kept response must fit in the record beside everything else.
 MAX_KEPT_BODY_BYTES = 256 * 1024
+# Request bodies nested deeper than this are refused: they parse, but the
+# JSON encoders that store and fingerprint them recurse once per level.
+MAX_JSON_DEPTH = 100
 
 
 class GuardRejected(Exception):
@@ -189,12 +193,28 @@ def json_payload() -> Any:
     if raw.strip():
         try:
             payload = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+            if _nesting_depth_exceeds(payload, MAX_JSON_DEPTH):
+                # Parsed fine, but storing it would overflow the stack of NDB's encoder.
+                raise RecursionError
             canonical_json(payload).encode("utf-8")
         except (ValueError, RecursionError, UnicodeError) as exc:
-            reason = "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+            reason = (f"it is nested more than {MAX_JSON_DEPTH} levels deep" if isinstance(exc, RecursionError)
+                      else str(exc)[:200])
             raise GuardRejected(f"the request body is not valid JSON: {reason}") from None
     g._idempotency_payload = payload
     return payload
+
+
+def _nesting_depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest deeper than ``limit`` (counted without recursion)."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            pending.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 def _reject_constant(name: str) -> Any:
@@ -280,14 +300,17 @@ def _document(response: Response, replay_headers: Collection[str]) -> dict:
             kept[name] = response.headers[name]
     response.direct_passthrough = False  # send_file and friends: read the body once, here
     body = response.get_data()
-    if len(body) > MAX_KEPT_BODY_BYTES:
+    document = StoredResponse.from_body(response.status_code, body, kept).document()
+    # Measured as stored too: escaped as JSON, non-ASCII text can grow sixfold.
+    if len(body) > MAX_KEPT_BODY_BYTES or storable_json_problem(document):
         kept["Content-Type"] = "application/json"
         body = json.dumps({
             "error": "ResponseNotKept",
             "message": f"the original response ({len(body)} bytes) was too large to keep; "
                        "the request took effect",
         }).encode()
-    return StoredResponse.from_body(response.status_code, body, kept).document()
+        document = StoredResponse.from_body(response.status_code, body, kept).document()
+    return document
 
 
 def _outcome_response(

@@ -171,7 +171,10 @@ def list_runs():
                 bounds[name] = parse_schedule_time(args[name])
             except InvalidRunRequest:
                 return _bad(f"{name} must be an RFC 3339 timestamp such as 2026-11-29T00:00:00Z")
-    run_filter = RunFilter(job_id=args.get("job") or None, status=status or None, source=source or None, **bounds)
+    try:
+        run_filter = RunFilter(job_id=args.get("job") or None, status=status or None, source=source or None, **bounds)
+    except ValueError as exc:
+        return _bad(str(exc).replace("job_id", "job"))
     state = app_state()
     try:
         records, next_cursor = state.ledger.find_runs(run_filter, limit, args.get("cursor") or None)

@@ -100,6 +100,8 @@ def service(datastore, ndb_client, clock):
             return Response("café".encode("latin-1"), mimetype="text/plain; charset=latin-1")
         if name == "huge":
             return jsonify({"rows": ["x" * 100] * 5000}), 201
+        if name == "cyrillic":  # under the kept limit as bytes, far over it escaped as JSON
+            return Response("щ" * 120_000, status=201, mimetype="text/plain")
         response = jsonify({"ok": True})
         response.set_cookie("session", "abc")
         response.headers["ETag"] = '"v1"'
@@ -187,13 +189,15 @@ def test_bodies_that_are_not_utf8_text_are_kept_byte_for_byte(service, name):
     assert effects == [name]
 
 
-def test_a_response_too_large_to_keep_is_replayed_as_a_note(service):
+@pytest.mark.parametrize("name, size", [("huge", 5000 * 100), ("cyrillic", 120_000 * 2)])
+def test_a_response_too_large_to_keep_is_replayed_as_a_note(service, name, size):
     app, effects = service
-    first = app.post("/files/huge", headers={"Idempotency-Key": "h"}, status=201)
-    assert len(first.json["rows"]) == 5000  # the first caller gets everything
-    again = app.post("/files/huge", headers={"Idempotency-Key": "h"}, status=201)
+    first = app.post(f"/files/{name}", headers={"Idempotency-Key": "h"}, status=201)
+    assert len(first.body) >= size  # the first caller gets everything
+    again = app.post(f"/files/{name}", headers={"Idempotency-Key": "h"}, status=201)
     assert again.json["error"] == "ResponseNotKept" and "took effect" in again.json["message"]
-    assert effects == ["huge"]
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert effects == [name]
 
 
 def test_the_first_response_is_the_views_own(service):

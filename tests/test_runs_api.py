@@ -77,12 +77,18 @@ def test_cursor_pagination_visits_every_run_once(populated):
 @pytest.mark.parametrize("params, words", [
     ({"limit": "101"}, "1 to 100"), ({"limit": "0"}, "1 to 100"), ({"limit": "ten"}, "integer"),
     ({"status": "done"}, "status"), ({"source": "cron"}, "source"), ({"since": "yesterday"}, "RFC 3339"),
-    ({"cursor": "not-a-cursor"}, "cursor"),
+    ({"cursor": "not-a-cursor"}, "cursor"), ({"job": "j" * 1501}, "job filter is longer than 1500 bytes"),
 ])
 def test_bad_parameters_are_400(populated, params, words):
     client, _ = populated
     response = client.get("/api/v1/runs", params=params, status=400)
     assert words in response.json["message"]
+
+
+def test_the_dashboard_refuses_a_job_filter_datastore_cannot_compare(populated):
+    client, _ = populated
+    assert "1500 bytes" in client.get("/admin/", params={"job": "é" * 751}, status=400).text
+    client.get("/admin/", params={"job": "é" * 750}, status=200)
 
 
 def test_one_run_in_full(populated):
