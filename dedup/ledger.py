@@ -202,7 +202,8 @@ class Ledger:
             now = self.clock.now()
             current = RunRecord.get_by_id(run_id)
             if current is not None and current.attempt_id == attempt_id:
-                return Claimed(current, Attempt(run_id, attempt_id, current.attempt, downstream=current.downstream))
+                return Claimed(current, Attempt(run_id, attempt_id, current.attempt, downstream=current.downstream,
+                                                run_created=current.created))
             live = current is not None and not current.is_expired(now)
             if live and current.fingerprint != description.fingerprint:
                 return Mismatch(current)
@@ -214,14 +215,14 @@ class Ledger:
             # (takeover).  The attempt number rises with every takeover, so it
             # is a usable fencing token (a release deletes the record: the
             # next claim is attempt 1 again).
+            created = current.created if live else now
             attempt = Attempt(
                 run_id, attempt_id, (current.attempt if current else 0) + 1,
-                downstream=current.downstream if live else None,
+                downstream=current.downstream if live else None, run_created=created,
             )
             history = list(current.attempts or []) if live else []
             if history and history[-1].get("outcome") is None:
                 history[-1] = {**history[-1], "outcome": "lease_expired"}  # taken over
-            created = current.created if live else now
             record = RunRecord(
                 id=run_id,
                 source=description.source,

@@ -53,8 +53,9 @@ def google_fakes(emulator, tmp_path_factory):
 
 
 @pytest.fixture
-def google(google_fakes, datastore):
+def google(google_fakes, datastore, clock):
     google_fakes.reset()
+    google_fakes.clock = clock
     return google_fakes
 
 

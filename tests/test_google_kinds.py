@@ -257,6 +257,17 @@ def test_a_reused_expired_token_does_not_adopt_the_old_requests_execution(client
     assert len(google.executions) == 2
 
 
+@pytest.mark.parametrize("job, started", [("etl", "executions"), ("release", "builds")])
+def test_a_token_reused_after_expiry_for_the_same_request_starts_anew(client, google, clock, job, started):
+    """Same token, same parameters, after the token expired: a new run, not an adoption of the old one."""
+    first = client.post_json(f"/api/v1/jobs/{job}/runs", {"clientToken": "t1"}, status=201)
+    clock.advance(2 * 3600)  # past finished + 1 h: the token is free again
+    second = client.post_json(f"/api/v1/jobs/{job}/runs", {"clientToken": "t1"}, status=201)
+    assert second.json["run_id"] == first.json["run_id"]
+    assert second.json["result"]["adopted"] is False
+    assert len(getattr(google, started)) == 2
+
+
 def test_a_lost_cloud_run_answer_is_not_retried_into_a_second_execution(client, google):
     google.fail(":run", status=200, delay=3)  # longer than the job's 2 s timeout
     failed = deliver(client, "reindex", status=422)

@@ -25,6 +25,8 @@ import urllib.parse
 
 from requests.structures import CaseInsensitiveDict
 
+from dedup.clock import Clock, SystemClock
+
 TOKEN = "fake-access-token"
 SERVICE_ACCOUNT = "dedup-app@fake-project.iam.gserviceaccount.com"
 
@@ -59,6 +61,9 @@ class GoogleFakes:
         self.builds: list[dict] = []
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        # The API servers' clock: the tests' manual clock, so start times and
+        # the app's records agree (the google fixture sets it).
+        self.clock: Clock = SystemClock()
         fakes = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -79,6 +84,7 @@ class GoogleFakes:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def reset(self) -> None:
+        self.clock = SystemClock()
         with self._lock:
             self.calls.clear()
             self.faults.clear()
@@ -163,7 +169,7 @@ class GoogleFakes:
         return 404, b"not found", flavor
 
     def _api(self, call: Call):
-        now = datetime.datetime.now(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+        now = self.clock.now().isoformat().replace("+00:00", "Z")
         number = next(self._ids)
         workflow = re.fullmatch(r"/v1/(projects/[^/]+/locations/[^/]+/workflows/[^/]+)/executions", call.path)
         if workflow and call.method == "POST":
