@@ -57,6 +57,9 @@ MAX_KEPT_BODY_BYTES = 256 * 1024
 # Request bodies nested deeper than this are refused: they parse, but the
 # JSON encoders that store and fingerprint them recurse once per level.
 MAX_JSON_DEPTH = 100
+# The most a run's parameters may take as stored JSON: with the kept response
+# (at most 512 KiB) and the rest of the record they stay under Datastore's 1 MiB.
+MAX_STORED_PARAMETER_BYTES = 256 * 1024
 
 
 class GuardRejected(Exception):
@@ -222,10 +225,22 @@ def _reject_constant(name: str) -> Any:
 
 
 def _check_fingerprintable(given: Mapping[str, Any]) -> None:
+    """Fingerprintable, and small enough to be stored beside the largest result.
+
+    The record holds the parameters and the kept response in one entity
+    (1 MiB): parameters over MAX_STORED_PARAMETER_BYTES could push the
+    completion past it after the work was done.
+    """
     try:
         canonical_json(given).encode("utf-8")
+        stored = len(json.dumps(given))  # as NDB stores it: escaped to ASCII
     except (TypeError, ValueError, RecursionError, UnicodeError):
         raise GuardRejected("the request's parameters cannot be fingerprinted as JSON") from None
+    if stored > MAX_STORED_PARAMETER_BYTES:
+        raise GuardRejected(
+            f"the request's parameters take {stored} bytes as stored JSON; at most "
+            f"{MAX_STORED_PARAMETER_BYTES} are kept with a run"
+        )
 
 
 def _request_key(

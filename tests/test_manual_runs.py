@@ -304,6 +304,16 @@ def test_json_that_cannot_be_fingerprinted_is_400(client, body):
     assert job_targets.EFFECTS == []
 
 
+def test_parameters_too_large_to_store_beside_a_result_are_400(client):
+    # 100,000 two-byte characters: 200 kB on the wire, 600 kB as stored (escaped) JSON.
+    body = json.dumps({"clientToken": "big", "parameters": {"text": "щ" * 100_000}}, ensure_ascii=False)
+    response = start(client, body=body.encode("utf-8"), status=400)
+    assert response.json["error"] == "InvalidParameterException"
+    assert "at most 262144 are kept" in response.json["message"]
+    assert job_targets.EFFECTS == []
+    start(client, body=json.dumps({"clientToken": "ok", "parameters": {"text": "щ" * 40_000}}), status=201)
+
+
 def test_a_body_that_is_not_utf8_is_400(client):
     response = start(client, body=b'{"clientToken": "t\xff"}', status=400)
     assert response.json["error"] == "InvalidParameterException"
