@@ -202,8 +202,7 @@ class Ledger:
             now = self.clock.now()
             current = RunRecord.get_by_id(run_id)
             if current is not None and current.attempt_id == attempt_id:
-                return Claimed(current, Attempt(run_id, attempt_id, current.attempt, downstream=current.downstream,
-                                                run_created=current.created))
+                return Claimed(current, Attempt(run_id, attempt_id, current.attempt, downstream=current.downstream))
             live = current is not None and not current.is_expired(now)
             if live and current.fingerprint != description.fingerprint:
                 return Mismatch(current)
@@ -215,14 +214,14 @@ class Ledger:
             # (takeover).  The attempt number rises with every takeover, so it
             # is a usable fencing token (a release deletes the record: the
             # next claim is attempt 1 again).
-            created = current.created if live else now
             attempt = Attempt(
                 run_id, attempt_id, (current.attempt if current else 0) + 1,
-                downstream=current.downstream if live else None, run_created=created,
+                downstream=current.downstream if live else None,
             )
             history = list(current.attempts or []) if live else []
             if history and history[-1].get("outcome") is None:
                 history[-1] = {**history[-1], "outcome": "lease_expired"}  # taken over
+            created = current.created if live else now
             record = RunRecord(
                 id=run_id,
                 source=description.source,
@@ -384,14 +383,13 @@ class Ledger:
         ``landed`` recognises, when the transaction is tried again, that an
         earlier try's commit was applied although it reported an error.
         """
-        tries = 0
+        changed_before = False  # an earlier try got as far as writing
 
         def fenced():
-            nonlocal tries
-            tries += 1
+            nonlocal changed_before
             now = self.clock.now()
             record = RunRecord.get_by_id(attempt.run_id)
-            if tries > 1 and landed is not None:
+            if changed_before and landed is not None:
                 outcome = landed(record)
                 if outcome is not None:
                     return outcome
@@ -401,6 +399,7 @@ class Ledger:
                 or record.status != RunStatus.IN_PROGRESS
             ):
                 return Stale(attempt.run_id, attempt.attempt, record)
+            changed_before = True
             return change(record, now)
 
         # Only the owner writes a run, but every duplicate's claim reads it and

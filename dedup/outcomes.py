@@ -7,7 +7,6 @@ Only infrastructure errors (Datastore unreachable) propagate as exceptions.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import math
 from typing import Callable
 
@@ -23,9 +22,6 @@ class Attempt:
     attempt: int
     # What an earlier attempt started downstream, when it recorded it.
     downstream: str | None = None
-    # When this run's record was created: anything downstream that started
-    # well before it belongs to an earlier run with the same key (expired).
-    run_created: datetime.datetime | None = None
     # Records what this attempt started downstream (fenced); False when the
     # attempt has lost the run.  Bound by the runner.
     note_downstream: Callable[[str], bool] | None = dataclasses.field(default=None, compare=False, repr=False)

@@ -22,6 +22,7 @@ import json
 import logging
 import re
 import uuid
+import zlib
 from typing import Any, Callable, Collection, Mapping
 
 from flask import Response, current_app, g, make_response, request
@@ -210,13 +211,13 @@ def json_payload() -> Any:
 
 def _nesting_depth_exceeds(value: Any, limit: int) -> bool:
     """Whether arrays and objects nest deeper than ``limit`` (counted without recursion)."""
-    pending = [(value, 1)]
+    pending = [(value, 1)] if isinstance(value, (dict, list)) else []
     while pending:
         item, depth = pending.pop()
-        if isinstance(item, (dict, list)):
-            if depth > limit:
-                return True
-            pending.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+        if depth > limit:
+            return True
+        pending.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item)
+                       if isinstance(child, (dict, list)))
     return False
 
 
@@ -233,12 +234,13 @@ def _check_fingerprintable(given: Mapping[str, Any]) -> None:
     """
     try:
         canonical_json(given).encode("utf-8")
-        stored = len(json.dumps(given))  # as NDB stores it: escaped to ASCII
+        # As NDB stores a compressed JsonProperty: compact ASCII JSON, zlib-compressed.
+        stored = len(zlib.compress(json.dumps(given, separators=(",", ":")).encode("ascii")))
     except (TypeError, ValueError, RecursionError, UnicodeError):
         raise GuardRejected("the request's parameters cannot be fingerprinted as JSON") from None
     if stored > MAX_STORED_PARAMETER_BYTES:
         raise GuardRejected(
-            f"the request's parameters take {stored} bytes as stored JSON; at most "
+            f"the request's parameters take {stored} bytes as stored (compressed JSON); at most "
             f"{MAX_STORED_PARAMETER_BYTES} are kept with a run"
         )
 

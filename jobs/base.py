@@ -34,9 +34,6 @@ class RunContext:
     client_token: str | None = None  # manual runs: the caller's token
     # What an earlier attempt of this run started downstream, if it recorded it.
     downstream: str | None = None
-    # When this run's record was created (the first claim since the key was
-    # last free): what started downstream well before belongs to another run.
-    run_created: datetime.datetime | None = None
     _note_downstream: Callable[[str], bool] | None = dataclasses.field(default=None, repr=False, compare=False)
     _lease_lost: Callable[[], bool] | None = dataclasses.field(default=None, repr=False, compare=False)
 
@@ -48,7 +45,6 @@ class RunContext:
             attempt=attempt.attempt,
             job_id=job_id,
             downstream=attempt.downstream,
-            run_created=attempt.run_created,
             _note_downstream=attempt.note_downstream,
             _lease_lost=attempt.lease_lost,
             **{"scheduler_job_name": None, "schedule_time": None, **fields},

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from dedup.ledger import Ledger, RunDescription, RunPolicy
-from dedup.outcomes import Claimed, Finished, Released, Replayed
+from dedup.outcomes import Claimed, Finished, InProgress, Released, Replayed
 from devtools.rpc_counter import intercepted_client
 from models import RunRecord, RunStatus
 from tests.support.lost_answers import LostCommitAnswers
@@ -61,11 +61,11 @@ def test_a_release_whose_answer_was_lost_is_released(ledger, lost_answers):
 
 
 def test_a_second_claim_is_still_refused(ledger, lost_answers):
-    """Knowing its own commit does not let another claimer in."""
+    """Knowing its own landed commit does not let another claimer in."""
+    lost_answers.lose_next_commits(1)
     first = ledger.claim_run("run-1", DESCRIPTION, POLICY)
-    lost_answers.lose_next_commits(0)
     second = ledger.claim_run("run-1", DESCRIPTION, POLICY)
-    assert isinstance(first, Claimed) and not isinstance(second, Claimed)
+    assert isinstance(first, Claimed) and isinstance(second, InProgress)
 
 
 def test_a_delivery_whose_commits_lose_their_answers_runs_the_job_once(datastore, lost_answers, jobs_file, clock):
@@ -89,3 +89,17 @@ def test_a_delivery_whose_commits_lose_their_answers_runs_the_job_once(datastore
     again = app.post("/jobs/invoice", headers=headers, status="*")
     assert again.status_code == 200 and again.json["duplicate"] is True
     assert len(job_targets.EFFECTS) == 1
+
+
+def test_a_stale_release_whose_answer_was_lost_is_still_stale(ledger, lost_answers, clock):
+    """Only a try that got as far as writing can have landed: a stale one stays stale."""
+    from dedup.outcomes import Stale
+
+    first = ledger.claim_run("run-1", DESCRIPTION, POLICY)
+    clock.advance(61)
+    second = ledger.claim_run("run-1", DESCRIPTION, POLICY)  # takes over
+    assert isinstance(ledger.release_run(second.attempt, {"message": "busy"}), Released)
+    before = lost_answers.lost
+    lost_answers.lose_next_commits(1)  # the stale attempt's (read-only) commit
+    assert isinstance(ledger.release_run(first.attempt, {"message": "late"}), Stale)
+    assert lost_answers.lost == before + 1

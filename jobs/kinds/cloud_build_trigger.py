@@ -9,7 +9,6 @@ another.
 
 from __future__ import annotations
 
-import datetime
 import re
 from typing import Any, Mapping
 
@@ -17,7 +16,7 @@ from dedup.errors import PermanentJobError
 from dedup.keys import format_utc
 from jobs.base import JobKind, RunContext, checked_mapping
 from jobs.errors import JobsConfigError
-from jobs.kinds.google_api import GoogleApi, resource_name, started_for_this_run
+from jobs.kinds.google_api import GoogleApi, resource_name
 
 DEFAULT_API_BASE = "https://cloudbuild.googleapis.com"
 KEY_SUBSTITUTION = "_IDEMPOTENCY_KEY"
@@ -76,7 +75,7 @@ class CloudBuildTriggerJob(JobKind):
             substitutions[name] = value
         substitutions[KEY_SUBSTITUTION] = context.idempotency_key
         substitutions[TIME_SUBSTITUTION] = format_utc(context.schedule_time) if context.schedule_time else ""
-        existing = context.downstream or self._find_build(substitutions, context.run_created)
+        existing = context.downstream or self._find_build(substitutions)
         if existing:
             if existing != context.downstream:
                 context.record_downstream(existing)
@@ -99,14 +98,13 @@ class CloudBuildTriggerJob(JobKind):
         context.record_downstream(name)
         return {"build": name, "operation": operation.get("name"), "adopted": False}
 
-    def _find_build(self, substitutions: Mapping[str, str], run_created: datetime.datetime | None) -> str | None:
+    def _find_build(self, substitutions: Mapping[str, str]) -> str | None:
         """A build an earlier attempt of this run started.
 
         builds.list filters only on documented fields, so list this trigger's
         builds (newest first) and match here: the key and every other
         substitution (an expired client token reused for another request
-        must not adopt the old request's build), created since this run's
-        record (nor one reused for the same request).
+        must not adopt the old request's build).
         """
         params = {"filter": f'trigger_id="{self._trigger_id()}"', "pageSize": str(BUILDS_PAGE_SIZE)}
         matches = []
@@ -117,7 +115,6 @@ class CloudBuildTriggerJob(JobKind):
             matches += [
                 build for build in listing.get("builds") or []
                 if _carries(build.get("substitutions") or {}, substitutions)
-                and started_for_this_run(build.get("createTime"), run_created)
             ]
             if not listing.get("nextPageToken"):
                 break

@@ -9,13 +9,11 @@ errors are permanent, with the API's own message.
 
 from __future__ import annotations
 
-import datetime
 import re
 import threading
 import urllib.parse
 from typing import Any, Mapping
 
-import ciso8601
 import google.auth
 import google.auth.exceptions
 import requests
@@ -30,25 +28,10 @@ RETRYABLE_API_STATUSES = frozenset(
     {"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED", "INTERNAL", "UNKNOWN"}
 )
 DEFAULT_TIMEOUT_SECONDS = 30
-# How much earlier than its run's record an execution may seem to start (the
-# clocks of App Engine and of the API): one older than that was started by an
-# earlier run with the same key, whose record has expired, and is not adopted.
-ADOPTION_CLOCK_SKEW = datetime.timedelta(seconds=60)
 
 _credentials_lock = threading.Lock()
 _credentials = None
 _sessions = threading.local()
-
-
-def started_for_this_run(started: str | None, run_created: datetime.datetime | None) -> bool:
-    """Whether a downstream execution that started at ``started`` (RFC 3339) may be this run's."""
-    if not started or run_created is None:
-        return True  # nothing to tell them apart by: adopt rather than start a second
-    try:
-        started_at = ciso8601.parse_rfc3339(started)
-    except ValueError:
-        return True
-    return started_at >= run_created - ADOPTION_CLOCK_SKEW
 
 
 def _session() -> AuthorizedSession:

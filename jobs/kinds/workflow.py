@@ -8,14 +8,13 @@ started but could not record (a lost lease, a lost response) and adopts it.
 
 from __future__ import annotations
 
-import datetime
 import json
 from typing import Any, Mapping
 
 from dedup.keys import format_utc
 from jobs.base import JobKind, RunContext
 from jobs.errors import JobsConfigError
-from jobs.kinds.google_api import GoogleApi, resource_name, started_for_this_run
+from jobs.kinds.google_api import GoogleApi, resource_name
 
 DEFAULT_API_BASE = "https://workflowexecutions.googleapis.com"
 LABEL_KEY = "idempotency_key"  # "-" would read as negation in a list filter
@@ -62,7 +61,7 @@ class WorkflowJob(JobKind):
             "idempotency_key": context.idempotency_key,
             "schedule_time": format_utc(context.schedule_time) if context.schedule_time else None,
         }
-        existing = context.downstream or self._find_execution(label, argument, context.run_created)
+        existing = context.downstream or self._find_execution(label, argument)
         if existing:
             if existing != context.downstream:
                 context.record_downstream(existing)
@@ -77,20 +76,17 @@ class WorkflowJob(JobKind):
         context.record_downstream(name)
         return {"execution": name, "state": execution.get("state"), "adopted": False}
 
-    def _find_execution(self, label: str, argument: dict, run_created: datetime.datetime | None) -> str | None:
+    def _find_execution(self, label: str, argument: dict) -> str | None:
         """An execution an earlier attempt of this run started: its label and its argument match.
 
         The argument check keeps an expired client token, reused for another
-        request, from adopting the old request's execution; the start time keeps
-        one reused for the same request (or a scheduled run delivered after its
-        retention) from adopting the old run's.
+        request, from adopting the old request's execution.
         """
         listing = self.api.call(
             "GET", f"v1/{self.workflow}/executions",
             params={"filter": f'labels.{LABEL_KEY}="{label}"', "view": "FULL", "pageSize": "10"},
         )
-        matches = [e for e in listing.get("executions") or []
-                   if _argument_of(e) == argument and started_for_this_run(e.get("startTime"), run_created)]
+        matches = [e for e in listing.get("executions") or [] if _argument_of(e) == argument]
         return min(matches, key=lambda e: e.get("startTime", ""))["name"] if matches else None
 
 
