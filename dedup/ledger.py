@@ -442,7 +442,8 @@ def _transaction(callback: Callable[[], Any], patience_seconds: float) -> Any:
                 # or is invalid") and its error hides the commit's: the commit's
                 # error is the one that says what happened.
                 if not isinstance(exc, _RETRYABLE_ERRORS) and isinstance(exc.__context__, _RETRYABLE_ERRORS):
-                    raise exc.__context__ from exc
+                    commit_error, exc.__context__ = exc.__context__, None  # no cycle in the chain
+                    raise commit_error from exc
                 raise
         except _RETRYABLE_ERRORS as exc:
             if time.monotonic() + delay > deadline:
