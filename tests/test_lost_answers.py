@@ -7,6 +7,7 @@ lease while nothing runs; a completion would be refused as stale.
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
 from dedup.ledger import Ledger, RunDescription, RunPolicy
@@ -31,9 +32,11 @@ def ledger(datastore, lost_answers, clock):
         yield Ledger(clock)
 
 
-def test_a_claim_whose_answer_was_lost_is_still_this_attempts(ledger, lost_answers):
+@pytest.mark.parametrize("code", [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                                  grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN])
+def test_a_claim_whose_answer_was_lost_is_still_this_attempts(ledger, lost_answers, code):
     before = lost_answers.lost
-    lost_answers.lose_next_commits(1)
+    lost_answers.lose_next_commits(1, code)
     outcome = ledger.claim_run("run-1", DESCRIPTION, POLICY)
     assert lost_answers.lost == before + 1
     assert isinstance(outcome, Claimed), outcome  # not a 409 against itself

@@ -16,11 +16,12 @@ class LostCommitAnswers(grpc.UnaryUnaryClientInterceptor):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._to_lose = 0
+        self._code = grpc.StatusCode.UNAVAILABLE
         self.lost = 0
 
-    def lose_next_commits(self, count: int = 1) -> None:
+    def lose_next_commits(self, count: int = 1, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE) -> None:
         with self._lock:
-            self._to_lose = count
+            self._to_lose, self._code = count, code
 
     def intercept_unary_unary(self, continuation, client_call_details, request):
         call = continuation(client_call_details, request)
@@ -30,10 +31,11 @@ class LostCommitAnswers(grpc.UnaryUnaryClientInterceptor):
             if self._to_lose <= 0:
                 return call
             self._to_lose -= 1
+            code = self._code
         call.result()  # the commit is applied
         with self._lock:
             self.lost += 1
-        return _FailedCall(grpc.StatusCode.UNAVAILABLE, "the commit was applied; its answer was lost (injected)")
+        return _FailedCall(code, "the commit was applied; its answer was lost (injected)")
 
 
 class _FailedCall(grpc.RpcError, grpc.Call, grpc.Future):
