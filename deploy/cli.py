@@ -71,26 +71,41 @@ def validate(file: str) -> None:
     click.echo(f"{file}: {len(jobs)} job(s) valid")
 
 
-def _existing_jobs(project: str, location: str) -> set[str]:
+def _existing_jobs(project: str, location: str) -> dict[str, str]:
+    """The Scheduler jobs of one project and location: name -> App Engine HTTP method ("" for other targets)."""
     if shutil.which("gcloud") is None:
         raise click.ClickException("gcloud is not on PATH; install the Google Cloud CLI, or pass --assume-new")
     command = ["gcloud", "scheduler", "jobs", "list", f"--project={project}", f"--location={location}",
-               "--format=value(name)"]
+               "--format=value(name,appEngineHttpTarget.httpMethod)"]
     completed = subprocess.run(command, capture_output=True, text=True, check=False)
     if completed.returncode != 0:
         raise click.ClickException(f"{shell_line(command)} failed: {completed.stderr.strip()}")
-    return {line.strip().rsplit("/", 1)[-1] for line in completed.stdout.splitlines() if line.strip()}
+    jobs = {}
+    for line in completed.stdout.splitlines():
+        if line.strip():
+            name, _, method = line.strip().partition("\t")
+            jobs[name.rsplit("/", 1)[-1]] = method.strip().upper()
+    return jobs
 
 
 def _plan(file: str, assume_new: bool) -> list[list[str]]:
     jobs = _validated(file)
-    existing: dict[tuple[str, str], set[str]] = {}
+    existing: dict[tuple[str, str], dict[str, str]] = {}
     commands = []
     for job in jobs:
         scope = (job.project, job.location)
         if scope not in existing:
-            existing[scope] = set() if assume_new else _existing_jobs(*scope)
+            existing[scope] = {} if assume_new else _existing_jobs(*scope)
         exists = job.name in existing[scope]
+        live_method = existing[scope].get(job.name)
+        if exists and live_method != job.method:
+            # gcloud's update leaves the HTTP method (and the target type) as they
+            # are, whatever it is told: the job must be made again.
+            click.echo(f"warning: {job.name}: the live job sends {live_method or 'no App Engine request'}, "
+                       f"the file says {job.method}; it is deleted and created again", err=True)
+            commands.append(["gcloud", "scheduler", "jobs", "delete", job.name, f"--project={job.project}",
+                             f"--location={job.location}", "--quiet"])
+            exists = False
         commands += gcloud_commands(job, exists=exists)
         for warning in update_warnings(job) if exists else []:
             click.echo(f"warning: {warning}", err=True)

@@ -26,6 +26,7 @@ REQUEST_TIMEOUT_SECONDS = {"automatic": 600, "basic": 24 * 3600, "manual": 24 * 
 MIN_ATTEMPT_DEADLINE = 15
 MAX_ATTEMPT_DEADLINE = 24 * 3600 + 15  # App Engine targets: 15 s to 24 h 15 s (job.proto)
 METHODS = ("POST", "GET")  # what /jobs/<job_id> serves
+LIST_DELIMITERS = (",", ";", "|", "~", "#", "@")  # gcloud's dict flags ("gcloud topic escaping")
 JOB_KEYS = frozenset({
     "name", "target", "schedule", "time_zone", "method", "body", "headers", "attempt_deadline", "retry",
     "project", "location", "service", "version", "scaling", "pass_scope", "description",
@@ -160,10 +161,8 @@ def _parse_job(key: str, settings: dict, problems: list[Problem]) -> SchedulerJo
                 "Cloud Scheduler sends X-CloudScheduler-ScheduleTime only for unix-cron schedules, and without it "
                 "no delivery can be deduplicated")
     time_zone = settings.get("time_zone", "Etc/UTC")
-    try:
-        zoneinfo.ZoneInfo(str(time_zone))
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        problem("time_zone", f"{time_zone!r} is not an IANA time zone")
+    if not _known_time_zone(str(time_zone)):
+        problem("time_zone", f"{time_zone!r} is not a tz database time zone (e.g. Etc/UTC, utc, Europe/Paris)")
     if not _PROJECT.fullmatch(settings["project"]):
         problem("project", f"{settings['project']!r} is not a project id")
     if not _LOCATION.fullmatch(settings["location"]):
@@ -181,6 +180,8 @@ def _parse_job(key: str, settings: dict, problems: list[Problem]) -> SchedulerJo
     for header in headers:
         if _RESERVED_HEADER.match(header):
             problem("headers", f"{header!r}: X-Google-*, X-AppEngine-* and X-CloudScheduler* are set by Google, not by jobs")
+    if headers and all(any(d in f"{k}={v}" for k, v in headers.items()) for d in LIST_DELIMITERS):
+        problem("headers", f"between them the headers use every list delimiter gcloud offers ({' '.join(LIST_DELIMITERS)})")
     scaling = settings.get("scaling", "automatic")
     if scaling not in REQUEST_TIMEOUT_SECONDS:
         problem("scaling", f"{scaling!r}: one of {', '.join(REQUEST_TIMEOUT_SECONDS)} (the target service's scaling type)")
@@ -257,9 +258,15 @@ def _duration(value: Any, field: str, problem) -> float | None:
 # -- what breaks deduplication ---------------------------------------------------------
 
 
+def _known_time_zone(name: str) -> bool:
+    """A tz database zone name as Scheduler takes them ("utc" too, as gcloud suggests);
+    not the local-system aliases zoneinfo also resolves."""
+    return name.lower() == "utc" or (name in zoneinfo.available_timezones() and name not in ("Factory", "localtime"))
+
+
 def schedule_period_seconds(schedule: str, time_zone: str) -> float:
     """The longest gap between two executions over the coming year (at most 2000 of them)."""
-    zone = zoneinfo.ZoneInfo(time_zone)
+    zone = zoneinfo.ZoneInfo("Etc/UTC" if time_zone.lower() == "utc" else time_zone)
     start = datetime.datetime(2026, 1, 1, tzinfo=zone)
     iterator = croniter(schedule, start)
     previous = iterator.get_next(datetime.datetime)
@@ -285,18 +292,18 @@ def retry_intervals(retry: RetryConfig) -> list[float]:
     return intervals
 
 
-def retry_window_seconds(job: SchedulerJob, period: float) -> float:
+def retry_window_seconds(job: SchedulerJob) -> float:
     """How long after an execution's first attempt deliveries of it can still arrive.
 
-    Every attempt may run until its deadline; retries stop at the next
-    scheduled time, so the window never exceeds the period (and a retention
-    that covers the period covers it; both are reported, the window's message
-    being the more telling).
+    Every attempt may run until its deadline.  Retries stop when both
+    ``retry_count`` and ``max_retry_duration`` are used up (no retries only when
+    both are 0), and they may run past the next scheduled time (Scheduler then
+    skips that execution), so the window is not capped at the period.
     """
-    attempts = job.retry.retry_count + 1
-    by_count = sum(retry_intervals(job.retry)) + attempts * job.attempt_deadline
-    window = max(by_count, job.retry.max_retry_duration) if job.retry.retry_count else job.attempt_deadline
-    return min(window, period)
+    retry = job.retry
+    by_count = sum(retry_intervals(retry)) + (retry.retry_count + 1) * job.attempt_deadline
+    by_duration = retry.max_retry_duration + job.attempt_deadline if retry.max_retry_duration else 0
+    return max(by_count, by_duration)
 
 
 def dedup_problems(jobs: list[SchedulerJob], app_jobs: Mapping[str, JobSpec]) -> list[Problem]:
@@ -318,7 +325,7 @@ def dedup_problems(jobs: list[SchedulerJob], app_jobs: Mapping[str, JobSpec]) ->
                 f"{int(job.attempt_deadline)}s is longer than the request timeout of {job.scaling} scaling ({limit}s): "
                 "App Engine ends the request first")))
         period = schedule_period_seconds(job.schedule, job.time_zone)
-        window = retry_window_seconds(job, period)
+        window = retry_window_seconds(job)
         if retention < window:
             problems.append(Problem(job.key, "retry", (
                 f"deliveries can arrive for {int(window)}s, longer than the retention of {job.target!r} "
@@ -402,7 +409,7 @@ def _mapping_flag(flag: str, pairs: Mapping[str, str]) -> str:
     """``--flag=K=V,K2=V2``, switching gcloud's list delimiter when a value holds a comma
     (``gcloud topic escaping``)."""
     items = [f"{k}={v}" for k, v in sorted(pairs.items())]
-    delimiter = next(d for d in (",", ";", "|", "~", "#", "@") if not any(d in item for item in items))
+    delimiter = next(d for d in LIST_DELIMITERS if not any(d in item for item in items))
     prefix = "" if delimiter == "," else f"^{delimiter}^"
     return f"{flag}={prefix}{delimiter.join(items)}"
 

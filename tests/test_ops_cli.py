@@ -107,7 +107,15 @@ def job(**overrides) -> str:
     ({"retry": "{min_backoff: 1h, max_backoff: 1m}"}, "retry.max_backoff", "shorter than min_backoff"),
     ({"retry": "{min_backoff: soon}"}, "retry.min_backoff", "not a duration"),
     ({"retry": "{backoff: 1s}"}, "retry.backoff", "unknown key"),
-    ({"time_zone": "Mars/Olympus"}, "time_zone", "IANA"),
+    ({"time_zone": "Mars/Olympus"}, "time_zone", "tz database"),
+    ({"time_zone": "localtime"}, "time_zone", "tz database"),  # the machine's zone, not a name Scheduler knows
+    ({"headers": '{X-A: ",;|~#@"}'}, "headers", "every list delimiter"),
+    # Retries may run past the next execution: the window is not capped at the 5-minute period.
+    ({"target": "quick", "schedule": '"*/5 * * * *"', "attempt_deadline": "1m",
+      "retry": "{retry_count: 5, min_backoff: 10m, max_backoff: 1h}"}, "retry", "deliveries can arrive for 11760s"),
+    # retry_count 0 with a max_retry_duration still retries (for that long).
+    ({"target": "quick", "attempt_deadline": "1m", "retry": "{retry_count: 0, max_retry_duration: 2h}"},
+     "retry", "deliveries can arrive for 7260s"),
     ({"method": "DELETE"}, "method", "serves POST and GET"),
     ({"method": "GET", "body": "x"}, "body", "POST only"),
     ({"headers": "{X-CloudScheduler-JobName: forged}"}, "headers", "set by Google"),
@@ -166,7 +174,7 @@ def fake_gcloud(tmp_path):
         with open({str(log)!r}, "a") as handle:
             handle.write("\\x1f".join(sys.argv[1:]) + "\\n")
         if sys.argv[1:4] == ["scheduler", "jobs", "list"]:
-            print("projects/acme-prod/locations/us-central1/jobs/nightly")
+            print("projects/acme-prod/locations/us-central1/jobs/nightly\tPOST")
     """))
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     env = {"PATH": f"{script.parent}:{os.environ['PATH']}"}
@@ -200,6 +208,22 @@ def test_plan_updates_existing_jobs_and_creates_new_ones(cli, fake_gcloud, monke
     assert [c[:3] for c in calls()] == [["scheduler", "jobs", "list"]]  # plan runs nothing else
 
 
+def test_a_changed_http_method_recreates_the_job(cli, fake_gcloud, monkeypatch):
+    """gcloud's update keeps the live method whatever it is told: the plan deletes and creates."""
+    env, _ = fake_gcloud
+    monkeypatch.setenv("PATH", env["PATH"])
+    result = cli("scheduler", "plan", schedule=job(method="GET"))
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("gcloud ")]
+    assert lines[0] == "gcloud scheduler jobs delete nightly --project=acme-prod --location=us-central1 --quiet"
+    assert lines[1].startswith("gcloud scheduler jobs create app-engine nightly ") and "--http-method=get" in lines[1]
+    assert "the live job sends POST, the file says GET" in result.output
+
+
+def test_utc_is_a_time_zone(cli):
+    assert cli("scheduler", "validate", schedule=job(time_zone="utc")).exit_code == 0
+
+
 def test_apply_runs_the_commands(cli, fake_gcloud, monkeypatch):
     env, calls = fake_gcloud
     monkeypatch.setenv("PATH", env["PATH"])
@@ -218,10 +242,10 @@ def test_headers_with_commas_long_durations_and_updated_headers(cli, fake_gcloud
     monkeypatch.setenv("PATH", env["PATH"])
     result = cli("scheduler", "plan", schedule=VALID.replace(
         "    retry:", '    headers: {Accept: "text/plain, application/json", X-Mode: full}\n    retry:'
-    ).replace("max_doublings: 3}", "max_doublings: 3, max_retry_duration: 12d}"))
+    ).replace("max_doublings: 3}", "max_doublings: 3, max_retry_duration: 5d}"))
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if line.startswith("gcloud ")]
-    assert "--max-retry-duration=1036800s" in lines[0]
+    assert "--max-retry-duration=432000s" in lines[0]
     assert lines[1].endswith("'--update-headers=^;^Accept=text/plain, application/json;X-Mode=full'")
 
 
