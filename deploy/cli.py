@@ -24,6 +24,8 @@ from models import RunRecord
 
 SCHEDULER_IPS = (("0.1.0.2/32", "Cloud Scheduler App Engine jobs, Cloud Tasks and cron"),
                  ("0.1.0.1/32", "App Engine cron jobs created with older tools"))
+ADMIN_RANGE = "admin range"
+FIRST_PRIORITY = 1000
 
 
 def register(app: Flask) -> None:
@@ -133,32 +135,48 @@ def apply(file: str, assume_new: bool) -> None:
 @click.option("--assume-new", is_flag=True, help="Do not ask gcloud which rules exist; create them.")
 def firewall(project: str | None, admin_ranges: tuple[str, ...], apply_: bool, assume_new: bool) -> None:
     """Allow rules first and the default deny last, so a failure part-way never locks anyone out;
-    rules that exist are updated, so the command can be run again."""
+    rules that exist are updated, so the command can be run again.  Admin-range rules an
+    earlier run made that are no longer asked for are deleted; another rule in the way is
+    replaced, with a warning."""
     scope = [f"--project={project}"] if project else []
     rules = list(SCHEDULER_IPS)
     for cidr in admin_ranges:
         try:
-            rules.append((str(ipaddress.ip_network(cidr, strict=False)), "admin range"))
+            rules.append((str(ipaddress.ip_network(cidr, strict=False)), ADMIN_RANGE))
         except ValueError:
             raise click.BadParameter(f"{cidr!r} is not a CIDR range", param_hint="--admin-range") from None
-    existing = set() if assume_new else _existing_firewall_priorities(scope)
+    existing = {} if assume_new else _existing_firewall_rules(scope)
+    ours = {description for _, description in (*SCHEDULER_IPS, (None, ADMIN_RANGE))}
     commands = []
-    for priority, (source, description) in enumerate(rules, start=1000):
-        verb = "update" if str(priority) in existing else "create"
-        commands.append(["gcloud", "app", "firewall-rules", verb, str(priority), "--action=allow",
-                         f"--source-range={source}", f"--description={description}", *scope])
+    for priority, (source, description) in enumerate(rules, start=FIRST_PRIORITY):
+        found = existing.get(priority)
+        if found and found[2] not in ours:
+            click.echo(f"warning: priority {priority} holds another rule ({found[0]} {found[1]}, "
+                       f"{found[2]!r}); it is replaced", err=True)
+        commands.append(["gcloud", "app", "firewall-rules", "update" if found else "create", str(priority),
+                         "--action=allow", f"--source-range={source}", f"--description={description}", *scope])
+    for priority, (_, _, description) in sorted(existing.items()):
+        if priority >= FIRST_PRIORITY + len(rules) and description == ADMIN_RANGE:
+            commands.append(["gcloud", "app", "firewall-rules", "delete", str(priority), "--quiet", *scope])
     commands.append(["gcloud", "app", "firewall-rules", "update", "default", "--action=deny", *scope])
     _print_and_maybe_run(commands, apply_)
 
 
-def _existing_firewall_priorities(scope: list[str]) -> set[str]:
+def _existing_firewall_rules(scope: list[str]) -> dict[int, tuple[str, str, str]]:
+    """priority -> (action, source range, description) of the rules that exist (not the default)."""
     if shutil.which("gcloud") is None:
         raise click.ClickException("gcloud is not on PATH; install the Google Cloud CLI, or pass --assume-new")
-    command = ["gcloud", "app", "firewall-rules", "list", "--format=value(priority)", *scope]
+    command = ["gcloud", "app", "firewall-rules", "list", "--format=value(priority,action,sourceRange,description)",
+               *scope]
     completed = subprocess.run(command, capture_output=True, text=True, check=False)
     if completed.returncode != 0:
         raise click.ClickException(f"{shell_line(command)} failed: {completed.stderr.strip()}")
-    return {line.strip() for line in completed.stdout.splitlines() if line.strip()}
+    rules = {}
+    for line in completed.stdout.splitlines():
+        priority, action, source, description = (line.split("\t") + ["", "", "", ""])[:4]
+        if priority.strip().isdigit():
+            rules[int(priority)] = (action.strip(), source.strip(), description.strip())
+    return rules
 
 
 @click.command(help="Enable the Firestore TTL policy on expire_at for the dedup records.")

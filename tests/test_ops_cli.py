@@ -175,6 +175,11 @@ def fake_gcloud(tmp_path):
             handle.write("\\x1f".join(sys.argv[1:]) + "\\n")
         if sys.argv[1:4] == ["scheduler", "jobs", "list"]:
             print("projects/acme-prod/locations/us-central1/jobs/nightly\tPOST")
+        if sys.argv[1:4] == ["app", "firewall-rules", "list"]:
+            print("1000\tALLOW\t0.1.0.2/32\tCloud Scheduler App Engine jobs, Cloud Tasks and cron")
+            print("1002\tDENY\t192.0.2.7\tblock a scraper")
+            print("1003\tALLOW\t198.51.100.0/24\tadmin range")
+            print("2147483647\tDENY\t*\tThe default action.")
     """))
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     env = {"PATH": f"{script.parent}:{os.environ['PATH']}"}
@@ -254,11 +259,16 @@ def test_firewall_and_ttl_print_and_apply(cli, fake_gcloud, monkeypatch):
     monkeypatch.setenv("PATH", env["PATH"])
     printed = cli("firewall", "--admin-range", "203.0.113.0/24", "--project", "acme-prod")
     assert printed.exit_code == 0
-    lines = printed.output.splitlines()
+    lines = [line for line in printed.output.splitlines() if line.startswith("gcloud ")]
     # Allow rules first, the default deny last: a failure part-way locks nobody out.
     assert lines[-1] == "gcloud app firewall-rules update default --action=deny --project=acme-prod"
-    assert "--source-range=0.1.0.2/32" in lines[0] and "--source-range=0.1.0.1/32" in lines[1]
-    assert "--source-range=203.0.113.0/24" in lines[2]
+    assert lines[0].startswith("gcloud app firewall-rules update 1000 ") and "--source-range=0.1.0.2/32" in lines[0]
+    assert lines[1].startswith("gcloud app firewall-rules create 1001 ") and "--source-range=0.1.0.1/32" in lines[1]
+    assert lines[2].startswith("gcloud app firewall-rules update 1002 ") and "--source-range=203.0.113.0/24" in lines[2]
+    assert "warning: priority 1002 holds another rule (DENY 192.0.2.7, 'block a scraper')" in printed.output
+    # An admin range an earlier run allowed and this one does not ask for goes.
+    assert lines[3] == "gcloud app firewall-rules delete 1003 --quiet --project=acme-prod"
+    assert len(lines) == 5
     assert [c[:3] for c in calls()] == [["app", "firewall-rules", "list"]]
     assert cli("firewall", "--admin-range", "not-a-range").exit_code != 0
     applied = cli("ttl", "--project", "acme-prod", "--apply")
