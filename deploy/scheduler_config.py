@@ -19,7 +19,7 @@ from typing import Any, Mapping
 import yaml
 from croniter import croniter
 
-from jobs.config import JobSpec
+from jobs.config import JobSpec, load_strict_yaml
 
 DEFAULT_FILE = "scheduler.yaml"
 REQUEST_TIMEOUT_SECONDS = {"automatic": 600, "basic": 24 * 3600, "manual": 24 * 3600}
@@ -35,8 +35,9 @@ RETRY_KEYS = frozenset({"retry_count", "max_retry_duration", "min_backoff", "max
 _JOB_NAME = re.compile(r"[A-Za-z0-9_-]{1,500}")
 _PROJECT = re.compile(r"(?:[a-z0-9][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
 _LOCATION = re.compile(r"[a-z]+-[a-z]+[0-9]+")
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(s|m|h|d)?")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+_DURATION = re.compile(r"(?:\d+(?:\.\d+)?[dhms])+|\d+(?:\.\d+)?")  # 600, 600s, 10m, 1h30m, 1d
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms]?)")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 1}
 _RESERVED_HEADER = re.compile(r"(?i)(x-google-|x-appengine-|x-cloudscheduler)")
 
 
@@ -97,7 +98,7 @@ class ScheduleFileError(ValueError):
 def load_scheduler_file(path: str) -> list[SchedulerJob]:
     try:
         with open(path, encoding="utf-8") as handle:
-            document = yaml.safe_load(handle)
+            document = load_strict_yaml(handle)
     except OSError as exc:
         raise ScheduleFileError([Problem(None, None, f"cannot read {path}: {exc.strerror}")]) from None
     except yaml.YAMLError as exc:
@@ -242,16 +243,16 @@ def _parse_retry(settings: dict, problem) -> RetryConfig | None:
 
 
 def _duration(value: Any, field: str, problem) -> float | None:
-    """Seconds from 600, '600s', '10m', '1h' or '1d'."""
+    """Seconds from 600, '600s', '10m', '1h', '1h30m' or '1d' (gcloud's duration forms)."""
     if isinstance(value, bool):
         value = None
     elif isinstance(value, (int, float)) and value >= 0:
         return float(value)
     elif isinstance(value, str):
-        match = _DURATION.fullmatch(value.strip())
-        if match:
-            return float(match[1]) * _UNITS[match[2]]
-    problem(field, f"{value!r} is not a duration (seconds, or e.g. '30s', '10m', '1h')")
+        text = value.strip().lower()
+        if _DURATION.fullmatch(text):
+            return sum(float(number) * _UNITS[unit] for number, unit in _DURATION_PART.findall(text))
+    problem(field, f"{value!r} is not a duration (seconds, or e.g. '30s', '10m', '1h30m')")
     return None
 
 
@@ -402,7 +403,8 @@ def update_warnings(job: SchedulerJob) -> list[str]:
 
 
 def _seconds(value: float) -> str:
-    return f"{int(round(value))}s"
+    """gcloud's duration form, in seconds: ``600s``, or ``0.5s`` (never rounded to 0)."""
+    return f"{int(value)}s" if float(value).is_integer() else f"{value:.3f}".rstrip("0") + "s"
 
 
 def _mapping_flag(flag: str, pairs: Mapping[str, str]) -> str:

@@ -59,7 +59,10 @@ def load_jobs(path: str) -> dict[str, JobSpec]:
 
 def parse_jobs(text: str) -> dict[str, JobSpec]:
     try:
-        document = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - safe loader subclass
+        document = load_strict_yaml(text)
+    except DuplicateKeyError as exc:
+        raise JobsConfigError(None, str(exc.key), (
+            f"declared twice (again at line {exc.line}); job ids and the keys of a job must be unique")) from None
     except yaml.YAMLError as exc:
         raise JobsConfigError(None, None, f"not valid YAML: {exc}") from None
     if not isinstance(document, dict) or set(document) != {"jobs"}:
@@ -130,6 +133,12 @@ def _request_timeout() -> float:
     return REQUEST_TIMEOUT_SECONDS[scaling]
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    def __init__(self, key: Any, line: int) -> None:
+        super().__init__(f"{key!r} is declared twice (again at line {line})")
+        self.key, self.line = key, line
+
+
 class _StrictLoader(yaml.SafeLoader):
     """A safe loader that refuses duplicate keys (PyYAML keeps the last one silently)."""
 
@@ -138,10 +147,11 @@ class _StrictLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
-                raise JobsConfigError(
-                    None, str(key),
-                    f"declared twice (again at line {key_node.start_mark.line + 1}); "
-                    "job ids and the keys of a job must be unique",
-                )
+                raise DuplicateKeyError(key, key_node.start_mark.line + 1)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+def load_strict_yaml(stream: Any) -> Any:
+    """YAML as safe_load reads it, except that a key given twice is an error (DuplicateKeyError)."""
+    return yaml.load(stream, Loader=_StrictLoader)  # noqa: S506 - a safe loader subclass

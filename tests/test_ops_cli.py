@@ -106,6 +106,7 @@ def job(**overrides) -> str:
     ({"retry": "{max_doublings: 17}"}, "retry.max_doublings", "0 to 16"),
     ({"retry": "{min_backoff: 1h, max_backoff: 1m}"}, "retry.max_backoff", "shorter than min_backoff"),
     ({"retry": "{min_backoff: soon}"}, "retry.min_backoff", "not a duration"),
+    ({"retry": "{min_backoff: 1h30}"}, "retry.min_backoff", "not a duration"),  # a unit on every part
     ({"retry": "{backoff: 1s}"}, "retry.backoff", "unknown key"),
     ({"time_zone": "Mars/Olympus"}, "time_zone", "tz database"),
     ({"time_zone": "localtime"}, "time_zone", "tz database"),  # the machine's zone, not a name Scheduler knows
@@ -225,6 +226,11 @@ def test_a_changed_http_method_recreates_the_job(cli, fake_gcloud, monkeypatch):
     assert "the live job sends POST, the file says GET" in result.output
 
 
+def test_a_key_given_twice_is_refused(cli):
+    result = cli("scheduler", "validate", schedule=job(retry="{retry_count: 1, retry_count: 5}"))
+    assert result.exit_code == 1 and "declared twice" in result.output
+
+
 def test_utc_is_a_time_zone(cli):
     assert cli("scheduler", "validate", schedule=job(time_zone="utc")).exit_code == 0
 
@@ -247,10 +253,11 @@ def test_headers_with_commas_long_durations_and_updated_headers(cli, fake_gcloud
     monkeypatch.setenv("PATH", env["PATH"])
     result = cli("scheduler", "plan", schedule=VALID.replace(
         "    retry:", '    headers: {Accept: "text/plain, application/json", X-Mode: full}\n    retry:'
-    ).replace("max_doublings: 3}", "max_doublings: 3, max_retry_duration: 5d}"))
+    ).replace("min_backoff: 30s", "min_backoff: 0.5s").replace(
+        "max_doublings: 3}", "max_doublings: 3, max_retry_duration: 4d23h30m}"))
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if line.startswith("gcloud ")]
-    assert "--max-retry-duration=432000s" in lines[0]
+    assert "--max-retry-duration=430200s" in lines[0] and "--min-backoff=0.5s" in lines[0]
     assert lines[1].endswith("'--update-headers=^;^Accept=text/plain, application/json;X-Mode=full'")
 
 
