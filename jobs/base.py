@@ -66,6 +66,14 @@ class RunContext:
         """
         return self._note_downstream(resource_name) if self._note_downstream else True
 
+    def started_before(self, find: Callable[[], str | None]) -> str | None:
+        """What an earlier attempt of this run started downstream, to adopt: the recorded
+        resource, else what ``find()`` turns up (recorded then, so no later attempt searches)."""
+        existing = self.downstream or find()
+        if existing and existing != self.downstream:
+            self.record_downstream(existing)
+        return existing
+
     def body_text(self) -> str | None:
         """The request body as text, or None when it is not UTF-8."""
         try:

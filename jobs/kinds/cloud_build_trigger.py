@@ -75,10 +75,8 @@ class CloudBuildTriggerJob(JobKind):
             substitutions[name] = value
         substitutions[KEY_SUBSTITUTION] = context.idempotency_key
         substitutions[TIME_SUBSTITUTION] = format_utc(context.schedule_time) if context.schedule_time else ""
-        existing = context.downstream or self._find_build(substitutions)
+        existing = context.started_before(lambda: self._find_build(substitutions))
         if existing:
-            if existing != context.downstream:
-                context.record_downstream(existing)
             return {"build": existing, "adopted": True}
         operation = self.api.call(
             "POST", f"v1/{self.trigger}:run",

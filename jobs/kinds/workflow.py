@@ -61,10 +61,8 @@ class WorkflowJob(JobKind):
             "idempotency_key": context.idempotency_key,
             "schedule_time": format_utc(context.schedule_time) if context.schedule_time else None,
         }
-        existing = context.downstream or self._find_execution(label, argument)
+        existing = context.started_before(lambda: self._find_execution(label, argument))
         if existing:
-            if existing != context.downstream:
-                context.record_downstream(existing)
             return {"execution": existing, "adopted": True}
         execution = self.api.call(
             "POST", f"v1/{self.workflow}/executions",
