@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from wsgiref.simple_server import WSGIRequestHandler
 
 import pytest
 from werkzeug.serving import make_server

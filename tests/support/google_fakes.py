@@ -14,7 +14,6 @@ on demand.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import http.server
 import itertools
 import json
