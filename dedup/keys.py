@@ -27,6 +27,14 @@ _FULL_JOB_NAME = re.compile(
 )
 # Longer than any legal JobName, ScheduleTime or scope value: rejected unread.
 MAX_HEADER_LENGTH = 1024
+# Schedule times outside this range are refused (400): Cloud Scheduler sends
+# the time an execution was due, so anything else is a forged or broken
+# delivery, and every timestamp inside it has four digits and room for the
+# arithmetic (a day before, a retention after) that jobs and records do.
+EARLIEST_SCHEDULE_TIME = datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)
+LATEST_SCHEDULE_TIME = datetime.datetime(2100, 1, 1, tzinfo=datetime.timezone.utc)
+# A run id is SHA-256 in lower-case hex; nothing else is ever looked up.
+_RUN_ID = re.compile(r"[0-9a-f]{64}")
 _KEY_VERSION = "scheduler-run/v1"
 
 
@@ -59,9 +67,20 @@ def digest_parts(*parts: str) -> str:
     return hashlib.sha256(encoded).hexdigest()
 
 
+def is_run_id(value: str) -> bool:
+    """64 lower-case hex digits: the only shape of run id this app makes.
+
+    Routes check it before any lookup, so no other text (a reserved
+    Datastore name such as ``__x__``, an over-long key) reaches Datastore.
+    """
+    return isinstance(value, str) and _RUN_ID.fullmatch(value) is not None
+
+
 def format_utc(instant: datetime.datetime) -> str:
-    """One spelling per instant: UTC, microseconds, ``Z``."""
-    return instant.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """One spelling per instant: UTC, four-digit year, microseconds, ``Z`` (RFC 3339)."""
+    utc = instant.astimezone(datetime.timezone.utc)
+    # strftime's %Y drops leading zeros on Linux (year 1 -> "1"): spell it out.
+    return f"{utc.year:04d}-" + utc.strftime("%m-%dT%H:%M:%S.%fZ")
 
 
 def _checked_text(field: str, value: str) -> str:
@@ -74,16 +93,8 @@ def _checked_text(field: str, value: str) -> str:
     return value
 
 
-def parse_schedule_time(value: str | None) -> datetime.datetime:
-    """Parse an RFC 3339 ScheduleTime (``Z`` or ``±hh:mm``, any fraction) into UTC."""
-    field = "X-CloudScheduler-ScheduleTime"
-    if value is None or value == "":
-        raise InvalidRunRequest(
-            field,
-            f"missing {field} header: Cloud Scheduler sends it only for jobs with a "
-            "unix-cron schedule (e.g. '*/5 * * * *'); give the job one, since without "
-            "a schedule time there is no way to tell a retry from a new execution",
-        )
+def parse_rfc3339(value: str, field: str) -> datetime.datetime:
+    """Parse an RFC 3339 timestamp (``Z`` or ``±hh:mm``, any fraction) into UTC."""
     text = _checked_text(field, value).strip()
     try:
         # Fractions beyond microseconds are cut: Datastore keeps microseconds.
@@ -92,6 +103,30 @@ def parse_schedule_time(value: str | None) -> datetime.datetime:
         raise InvalidRunRequest(
             field, f"{field} {value!r} is not an RFC 3339 timestamp: {exc}"
         ) from None
+
+
+def check_schedule_time(field: str, instant: datetime.datetime) -> datetime.datetime:
+    """Refuse an instant outside [EARLIEST_SCHEDULE_TIME, LATEST_SCHEDULE_TIME)."""
+    if not EARLIEST_SCHEDULE_TIME <= instant < LATEST_SCHEDULE_TIME:
+        raise InvalidRunRequest(
+            field,
+            f"{field} {format_utc(instant)} is outside the accepted range: from "
+            f"{format_utc(EARLIEST_SCHEDULE_TIME)} up to (not including) {format_utc(LATEST_SCHEDULE_TIME)}",
+        )
+    return instant
+
+
+def parse_schedule_time(value: str | None) -> datetime.datetime:
+    """Parse an RFC 3339 ScheduleTime into UTC; refuse one outside the accepted range."""
+    field = "X-CloudScheduler-ScheduleTime"
+    if value is None or value == "":
+        raise InvalidRunRequest(
+            field,
+            f"missing {field} header: Cloud Scheduler sends it only for jobs with a "
+            "unix-cron schedule (e.g. '*/5 * * * *'); give the job one, since without "
+            "a schedule time there is no way to tell a retry from a new execution",
+        )
+    return check_schedule_time(field, parse_rfc3339(value, field))
 
 
 def _scope_value(

@@ -19,7 +19,7 @@ from google.api_core import exceptions as google_exceptions
 from werkzeug.exceptions import NotFound
 
 from dedup.errors import InvalidRunRequest, PermanentJobError
-from dedup.keys import parse_schedule_time
+from dedup.keys import parse_rfc3339
 from dedup.ledger import RunFilter
 from dedup.guard import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS
 from dedup.ledger import RunPolicy  # noqa: F401 - the type manual_run_policy returns
@@ -119,7 +119,8 @@ def start_manual_run(job_id: str):
     call: GuardedCall = g.idempotency
     parameters = manual_run_parameters()
     context = RunContext.for_attempt(
-        call.claim, job_id, source="api", parameters=parameters, client_token=call.key
+        call.claim, job_id, source="api", parameters=parameters, client_token=call.key,
+        clock=app_state().clock,
     )
     answer = {"run_id": call.run_id, "job_id": job_id, "clientToken": call.key, "attempt": call.attempt}
     try:
@@ -168,7 +169,7 @@ def list_runs():
     for name in ("since", "until"):
         if args.get(name):
             try:
-                bounds[name] = parse_schedule_time(args[name])
+                bounds[name] = parse_rfc3339(args[name], name)
             except InvalidRunRequest:
                 return _bad(f"{name} must be an RFC 3339 timestamp such as 2026-11-29T00:00:00Z")
     try:

@@ -60,6 +60,7 @@ def deliver(job_id: str):
                 body=body,
                 project=key.project,
                 location=key.location,
+                clock=state.clock,
             )
         )
 

@@ -8,6 +8,7 @@ import datetime
 import json
 from typing import Any, Callable, ClassVar, Mapping
 
+from dedup.clock import Clock, SystemClock
 from dedup.outcomes import Attempt
 from jobs.errors import JobsConfigError
 
@@ -34,6 +35,8 @@ class RunContext:
     client_token: str | None = None  # manual runs: the caller's token
     # What an earlier attempt of this run started downstream, if it recorded it.
     downstream: str | None = None
+    # The app's clock (tests step it), for jobs that compare times with records'.
+    clock: Clock = dataclasses.field(default_factory=SystemClock, repr=False, compare=False)
     _note_downstream: Callable[[str], bool] | None = dataclasses.field(default=None, repr=False, compare=False)
     _lease_lost: Callable[[], bool] | None = dataclasses.field(default=None, repr=False, compare=False)
 
@@ -49,6 +52,10 @@ class RunContext:
             _lease_lost=attempt.lease_lost,
             **{"scheduler_job_name": None, "schedule_time": None, **fields},
         )
+
+    def now(self) -> datetime.datetime:
+        """The current time as the ledger sees it (aware, UTC)."""
+        return self.clock.now()
 
     @property
     def idempotency_key(self) -> str:

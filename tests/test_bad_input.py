@@ -37,6 +37,15 @@ def assert_nothing_happened(ndb_client):
         (scheduler_headers(schedule_time="2025-10-17T23:50:00Z" + "0" * 2000), "X-CloudScheduler-ScheduleTime", "longer"),
         (scheduler_headers(schedule_time="0001-01-01T00:00:00+01:00"), "X-CloudScheduler-ScheduleTime", "RFC 3339"),
         (scheduler_headers(schedule_time="9999-12-31T23:59:59-01:00"), "X-CloudScheduler-ScheduleTime", "RFC 3339"),
+        # Parseable, but no schedule Cloud Scheduler runs: outside the accepted range.
+        (scheduler_headers(schedule_time="0001-01-01T00:00:00Z"), "X-CloudScheduler-ScheduleTime", "outside"),
+        (scheduler_headers(schedule_time="0999-12-31T23:59:59Z"), "X-CloudScheduler-ScheduleTime", "outside"),
+        (scheduler_headers(schedule_time="1970-01-01T00:00:00Z"), "X-CloudScheduler-ScheduleTime", "outside"),
+        (scheduler_headers(schedule_time="1999-12-31T23:59:59.999999Z"), "X-CloudScheduler-ScheduleTime", "outside"),
+        (scheduler_headers(schedule_time="2000-01-01T00:30:00+01:00"), "X-CloudScheduler-ScheduleTime", "outside"),
+        (scheduler_headers(schedule_time="2100-01-01T00:00:00Z"), "X-CloudScheduler-ScheduleTime", "outside"),
+        (scheduler_headers(schedule_time="2099-12-31T23:30:00-01:00"), "X-CloudScheduler-ScheduleTime", "outside"),
+        (scheduler_headers(schedule_time="9999-12-31T23:59:59Z"), "X-CloudScheduler-ScheduleTime", "outside"),
         (scheduler_headers(job_name="nightly invoice"), "X-CloudScheduler-JobName", "job id"),
         (scheduler_headers(job_name="a/b"), "X-CloudScheduler-JobName", "job id"),
         (scheduler_headers(job_name="x" * 501), "X-CloudScheduler-JobName", "job id"),
@@ -54,6 +63,28 @@ def test_bad_headers_are_400_and_change_nothing(client, ndb_client, headers, fie
     assert response.json["field"] == field
     assert words in response.json["message"]
     assert_nothing_happened(ndb_client)
+
+
+@pytest.mark.parametrize("schedule_time, spelled", [
+    ("2000-01-01T00:00:00Z", "2000-01-01T00:00:00.000000Z"),
+    ("2000-01-01T01:00:00+01:00", "2000-01-01T00:00:00.000000Z"),
+    ("2099-12-31T23:59:59.999999Z", "2099-12-31T23:59:59.999999Z"),
+])
+def test_the_ends_of_the_schedule_time_range_are_accepted(client, schedule_time, spelled):
+    response = client.post("/jobs/invoice", headers=scheduler_headers(schedule_time=schedule_time), status=200)
+    assert response.json["schedule_time"] == spelled
+
+
+@pytest.mark.parametrize("year", [1, 9, 99, 999, 1000, 2026, 9999])
+def test_every_timestamp_is_spelled_with_a_four_digit_year(year):
+    import datetime
+
+    from dedup.keys import format_utc
+
+    spelled = format_utc(datetime.datetime(year, 6, 1, 12, 0, tzinfo=datetime.timezone.utc))
+    assert spelled == f"{year:04d}-06-01T12:00:00.000000Z"
+    import ciso8601
+    assert ciso8601.parse_rfc3339(spelled).year == year  # RFC 3339 again
 
 
 def test_control_characters_in_header_values_are_400(client, ndb_client):
