@@ -22,6 +22,7 @@ from dedup.ledger import Ledger
 from handlers import NdbContextMiddleware
 from handlers.errors import register as register_json_errors
 from handlers.guard import LEDGER_EXTENSION, idempotent
+from handlers.request_limits import limit_requests
 
 
 class SyncBatch(ndb.Model):
@@ -42,6 +43,7 @@ def create_downstream_app(clock: Clock | None = None, ndb_client: ndb.Client | N
     app = Flask(__name__)
     app.extensions[LEDGER_EXTENSION] = Ledger(clock)
     register_json_errors(app)
+    limit_requests(app)  # the guard reads the body: bound it, however it is sent
 
     @app.post("/hooks/sync")
     @idempotent(

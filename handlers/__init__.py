@@ -16,9 +16,6 @@ from dedup.ledger import Ledger
 from handlers.auth import REFUSE_ALL, AuthConfigError, AuthSettings, CallerVerifier
 from jobs.config import JobSpec, jobs_file_path, load_jobs
 
-# Larger bodies than Cloud Scheduler can send are refused with 413 unread.
-MAX_BODY_BYTES = 1024 * 1024
-
 
 @dataclasses.dataclass(frozen=True)
 class AppState:
@@ -37,12 +34,12 @@ def create_app(
     from deploy import cli as deploy_cli
     from handlers import admin, errors, logs, runs_api, scheduler, tasks
     from handlers.guard import LEDGER_EXTENSION
+    from handlers.request_limits import limit_requests
 
     clock = clock or SystemClock()
     verifier = CallerVerifier(auth or _auth_from_environ())
     jobs = load_jobs(jobs_file or jobs_file_path(os.environ))
     app = Flask(__name__)
-    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.json.sort_keys = False
     ledger = Ledger(clock)
     app.extensions["dedup"] = AppState(jobs=jobs, ledger=ledger, clock=clock)
@@ -63,6 +60,7 @@ def create_app(
             return response
         return None
 
+    limit_requests(app)  # after verify_caller: a stranger learns only 401/403
     app.register_blueprint(scheduler.blueprint)
     app.register_blueprint(runs_api.blueprint)
     app.register_blueprint(tasks.blueprint)

@@ -1,0 +1,85 @@
+"""What a request may be before any view sees it: one body limit, one HEAD rule, one value per parameter.
+
+Werkzeug enforces ``MAX_CONTENT_LENGTH`` against ``Content-Length`` only; a
+chunked body (no length) is cut silently at the limit, and a job would run
+on the truncated body.  So a chunked body is read here, up to one byte past
+the limit, and then presented with its length like any other: every route
+answers 413 for every body over the limit, however it was sent, before
+anything runs or is written.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any, Callable, Iterable
+
+from flask import Flask, request
+from werkzeug.exceptions import BadRequest, MethodNotAllowed, RequestEntityTooLarge
+
+# Larger bodies than Cloud Scheduler can send are refused with 413.
+MAX_BODY_BYTES = 1024 * 1024
+_READ_CHUNK = 64 * 1024
+
+
+class BodyLimitMiddleware:
+    """Give a body sent without Content-Length (chunked) a length, reading at most ``limit + 1`` bytes.
+
+    Over the limit, only the first ``limit + 1`` bytes are kept and the
+    length says so, so the app's check refuses the request (413) whatever
+    the rest of the stream holds.
+    """
+
+    def __init__(self, wsgi_app: Callable[..., Iterable[bytes]], limit: int) -> None:
+        self.wsgi_app = wsgi_app
+        self.limit = limit
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if not environ.get("CONTENT_LENGTH") and "wsgi.input_terminated" in environ:
+            body = self._read_head(environ["wsgi.input"])
+            environ["wsgi.input"] = io.BytesIO(body)
+            environ["CONTENT_LENGTH"] = str(len(body))
+            # The body is de-chunked now: its length is the truth werkzeug reads by
+            # (werkzeug ignores Content-Length beside Transfer-Encoding: chunked).
+            del environ["wsgi.input_terminated"]
+            environ.pop("HTTP_TRANSFER_ENCODING", None)
+        return self.wsgi_app(environ, start_response)
+
+    def _read_head(self, stream: Any) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while size <= self.limit:
+            chunk = stream.read(min(_READ_CHUNK, self.limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+
+
+def limit_requests(app: Flask, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+    """Install the rules on ``app`` (the scheduler target, or any app using the guard).
+
+    Register it after caller verification, so an unauthenticated request
+    learns nothing more than 401/403.
+    """
+    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
+    app.wsgi_app = BodyLimitMiddleware(app.wsgi_app, max_body_bytes)
+    app.before_request(refuse_unservable_requests)
+
+
+def refuse_unservable_requests() -> None:
+    """405 for HEAD, 413 for a body over the limit, 400 for a query parameter given twice."""
+    if request.routing_exception is not None:
+        return  # no such route (404) or method (405): routing says so
+    if request.method == "HEAD":
+        # Flask answers HEAD for GET routes by running the view; a HEAD must never do work.
+        rule = request.url_rule
+        methods = sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}) if rule else []
+        raise MethodNotAllowed(valid_methods=methods)
+    limit = request.max_content_length
+    if limit is not None and (request.content_length or 0) > limit:
+        raise RequestEntityTooLarge(f"the request body is larger than {limit} bytes; nothing was run or written")
+    for name in request.args:
+        count = len(request.args.getlist(name))
+        if count > 1:
+            raise BadRequest(f"query parameter {name!r} is given {count} times; give it once")
