@@ -20,7 +20,7 @@ from typing import Any, Callable, Collection, Mapping
 from dedup.errors import PermanentJobError
 from dedup.keys import digest_parts
 from dedup.ledger import Ledger, RunDescription, RunPolicy
-from dedup.outcomes import Attempt, Finished, InProgress, Mismatch, Released, Replayed, RunOutcome
+from dedup.outcomes import Attempt, Finished, InProgress, Mismatch, OtherJob, Released, Replayed, RunOutcome
 from dedup.runner import Verdict, run_once
 from models import RunStatus
 
@@ -219,6 +219,8 @@ def unwrap_plain_outcome(
         raise PermanentJobError(error.get("message", "failed"), details=error.get("details"))
     if isinstance(outcome, Mismatch):
         raise IdempotencyConflict(outcome.record.run_id, differing_names(outcome.record.parameters, given, exclude))
+    if isinstance(outcome, OtherJob):
+        raise IdempotencyConflict(outcome.record.run_id, ["job_id"])
     if isinstance(outcome, InProgress):
         raise IdempotencyInProgress(outcome.record.run_id, outcome.retry_after_seconds)
     if isinstance(outcome, Released) and raised:

@@ -30,6 +30,7 @@ from dedup.outcomes import (
     Finished,
     InProgress,
     Mismatch,
+    OtherJob,
     Released,
     Renewed,
     Replayed,
@@ -145,11 +146,19 @@ class Ledger:
             return None
         return record
 
-    def replay(self, run_id: str, fingerprint: str | None = None) -> Replayed | Mismatch | None:
-        """The fast path: a finished run answered without a transaction."""
+    def replay(
+        self, run_id: str, fingerprint: str | None = None, job_id: str | None = None
+    ) -> Replayed | Mismatch | OtherJob | None:
+        """The fast path: a finished run answered without a transaction.
+
+        ``job_id`` (when given) is the job the caller asked for: a record of
+        another job is never replayed to it.
+        """
         record = self.lookup(run_id)
         if record is None:
             return None
+        if job_id is not None and record.job_id != job_id:
+            return OtherJob(record, job_id)
         if record.fingerprint != fingerprint:
             return Mismatch(record)
         if record.status != RunStatus.IN_PROGRESS:
@@ -204,6 +213,8 @@ class Ledger:
             if current is not None and current.attempt_id == attempt_id:
                 return Claimed(current, Attempt(run_id, attempt_id, current.attempt, downstream=current.downstream))
             live = current is not None and not current.is_expired(now)
+            if live and current.job_id != description.job_id:
+                return OtherJob(current, description.job_id)
             if live and current.fingerprint != description.fingerprint:
                 return Mismatch(current)
             if live and current.status != RunStatus.IN_PROGRESS:

@@ -53,6 +53,18 @@ class Mismatch:
 
 
 @dataclasses.dataclass(frozen=True)
+class OtherJob:
+    """The key names a run of another job (two jobs' deliveries share a key): nothing runs.
+
+    Never replayed or taken over: answering one job with another's result,
+    or running it under another's record, would hide a configuration error.
+    """
+
+    record: RunRecord
+    job_id: str  # the job this request asked for
+
+
+@dataclasses.dataclass(frozen=True)
 class InProgress:
     """Another attempt holds a live lease."""
 
@@ -103,6 +115,6 @@ class Stale:
     current: RunRecord | None
 
 
-ClaimOutcome = Claimed | Replayed | Mismatch | InProgress | Contended
+ClaimOutcome = Claimed | Replayed | Mismatch | OtherJob | InProgress | Contended
 FinishOutcome = Finished | Released | Stale
-RunOutcome = Replayed | Mismatch | InProgress | Contended | Finished | Released | Stale
+RunOutcome = Replayed | Mismatch | OtherJob | InProgress | Contended | Finished | Released | Stale

@@ -68,7 +68,7 @@ def run_once(
 
 
 def _replay_or_claim(ledger: Ledger, run_id: str, description: RunDescription, policy: RunPolicy):
-    replay = ledger.replay(run_id, description.fingerprint)
+    replay = ledger.replay(run_id, description.fingerprint, description.job_id)
     if replay is not None:
         return replay
     return ledger.claim_run(run_id, description, policy)

@@ -15,7 +15,7 @@ from typing import Any
 
 from flask import Blueprint, abort, render_template, request
 
-from dedup.keys import format_utc
+from dedup.keys import format_utc, is_run_id
 from dedup.ledger import RunFilter
 from handlers import app_state
 from handlers.run_documents import duration_seconds, is_stuck, run_document
@@ -64,7 +64,7 @@ def dashboard():
 @blueprint.get("/runs/<run_id>", provide_automatic_options=False)
 def run_page(run_id: str):
     state = app_state()
-    record = state.ledger.lookup(run_id) if len(run_id) == 64 else None
+    record = state.ledger.lookup(run_id) if is_run_id(run_id) else None
     if record is None:
         abort(404, f"no run {run_id} (or it has expired)")
     now = state.clock.now()

@@ -39,10 +39,10 @@ from dedup.guard import (
 )
 from dedup.keys import format_utc
 from dedup.ledger import Ledger, RunPolicy
-from dedup.outcomes import Attempt, Finished, InProgress, Mismatch, Released, Replayed, RunOutcome
+from dedup.outcomes import Attempt, Finished, InProgress, Mismatch, OtherJob, Released, Replayed, RunOutcome
 from dedup.runner import storable_json_problem
 from handlers.errors import json_error
-from handlers.responses import busy_response, note_outcome
+from handlers.responses import busy_response, job_mismatch_response, note_outcome
 from models import RunRecord, RunStatus
 
 log = logging.getLogger(__name__)
@@ -360,6 +360,8 @@ def _outcome_response(
             run_id=record.run_id, differing=differing,
         )
         return _with_expiry(response, record)
+    if isinstance(outcome, OtherJob):
+        return job_mismatch_response(outcome)
     if isinstance(outcome, Released) and live:
         return live[0]  # a retryable answer, not kept: the key is free again
     if isinstance(outcome, Released):

@@ -5,6 +5,7 @@
 | finished: completed              | 200    |
 | replayed: completed (duplicate)  | 200    |
 | finished / replayed: failed      | 422    |
+| key belongs to another job       | 422 (logged at ERROR) |
 | in progress (live lease)         | 409 + Retry-After |
 | contended / stale attempt        | 409 + Retry-After / 409 |
 | released (retryable failure)     | 500    |
@@ -12,13 +13,19 @@
 
 from __future__ import annotations
 
+import logging
+
 from flask import Response, jsonify
 
 from dedup.keys import format_utc
-from dedup.outcomes import Contended, Finished, InProgress, Mismatch, Released, Replayed, RunOutcome, Stale
+from dedup.outcomes import (
+    Contended, Finished, InProgress, Mismatch, OtherJob, Released, Replayed, RunOutcome, Stale,
+)
 from handlers.errors import json_error
 from handlers.logs import note_run
 from models import RunRecord, RunStatus
+
+log = logging.getLogger(__name__)
 
 
 def outcome_response(outcome: RunOutcome) -> Response:
@@ -30,7 +37,7 @@ def outcome_response(outcome: RunOutcome) -> Response:
 
 OUTCOME_NAMES = {
     Replayed: "duplicate", InProgress: "in_progress", Contended: "contended", Stale: "stale",
-    Released: "released", Mismatch: "conflict",
+    Released: "released", Mismatch: "conflict", OtherJob: "job_mismatch",
 }
 
 
@@ -43,6 +50,8 @@ def note_outcome(outcome: RunOutcome) -> None:
         fields.update(job_id=record.job_id, source=record.source, attempt=record.attempt)
     if isinstance(outcome, (Stale, Released)):
         fields["attempt"] = outcome.attempt
+    if isinstance(outcome, OtherJob):
+        fields.update(job_id=outcome.job_id, attempt=None)  # the job asked for, not the record's
     note_run(**fields)
 
 
@@ -64,7 +73,32 @@ def _outcome_response(outcome: RunOutcome) -> Response:
     if isinstance(outcome, Mismatch):  # only client-token runs carry fingerprints
         return json_error(422, "ConflictException", "this key belongs to a run with other parameters",
                           run_id=outcome.record.run_id)
+    if isinstance(outcome, OtherJob):
+        return job_mismatch_response(outcome)
     return busy_response(outcome)
+
+
+def job_mismatch_response(outcome: OtherJob) -> Response:
+    """422 for a key that names another job's run: a configuration error, logged at ERROR.
+
+    Shared with the guard.  Nothing ran and nothing was replayed.
+    """
+    record = outcome.record
+    if record.source == "scheduler":
+        what = (f"the delivery of Scheduler job {record.scheduler_job_name!r} for "
+                f"{format_utc(record.schedule_time)}" if record.schedule_time else "this delivery")
+        fix = ("give each Scheduler job its own job id, or scope the deliveries (?project=P&location=L "
+               "on the target URI, or the X-Scheduler-Project and X-Scheduler-Location headers) so their "
+               "keys differ")
+    else:
+        what = "this idempotency key"
+        fix = "use a new key, or a scope that tells the jobs apart"
+    message = (f"{what} has the run key of a run of job {record.job_id!r}, not of job {outcome.job_id!r}; "
+               f"it was neither run nor answered from that run: {fix}")
+    log.error("run %s: %s", record.run_id, message,
+              extra={"run_id": record.run_id, "job_id": outcome.job_id, "outcome": "job_mismatch"})
+    return json_error(422, "JobMismatch", message, run_id=record.run_id,
+                      job_id=outcome.job_id, recorded_job_id=record.job_id)
 
 
 def busy_response(outcome: RunOutcome) -> Response:

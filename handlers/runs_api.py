@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import re
 from typing import Any, Callable
 
 from flask import Blueprint, g, jsonify, request
@@ -19,7 +18,7 @@ from google.api_core import exceptions as google_exceptions
 from werkzeug.exceptions import NotFound
 
 from dedup.errors import InvalidRunRequest, PermanentJobError
-from dedup.keys import parse_rfc3339
+from dedup.keys import is_run_id, parse_rfc3339
 from dedup.ledger import RunFilter
 from dedup.guard import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS
 from dedup.ledger import RunPolicy  # noqa: F401 - the type manual_run_policy returns
@@ -188,7 +187,7 @@ def list_runs():
 @blueprint.get("/runs/<run_id>", provide_automatic_options=False)
 def get_run(run_id: str):
     state = app_state()
-    record = state.ledger.lookup(run_id) if re.fullmatch(r"[0-9a-f]{64}", run_id) else None
+    record = state.ledger.lookup(run_id) if is_run_id(run_id) else None
     if record is None:
         raise NotFound(f"no run {run_id!r} (or it has expired)")
     return jsonify(run_document(record, state.clock.now()))

@@ -206,3 +206,30 @@ def test_the_first_response_is_the_views_own(service):
     assert "session=abc" in first.headers["Set-Cookie"]
     assert first.headers["ETag"] == '"v1"'
     assert "Idempotency-Expires" in first.headers
+
+
+def test_a_key_of_another_job_is_refused_by_the_decorator_and_the_wrapper(datastore, ndb_client, clock):
+    app = Flask("jobs-service")
+    app.extensions[LEDGER_EXTENSION] = Ledger(clock)
+    register_json_errors(app)
+    effects: list = []
+
+    # One namespace, the job named per request: two jobs can meet under one key.
+    @app.post("/exports/<kind>")
+    @idempotent("exports", job_id=lambda: request.view_args["kind"])
+    def export(kind):
+        effects.append(kind)
+        return {"kind": kind}, 201
+
+    app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)
+    client = webtest.TestApp(app)
+    client.post("/exports/csv", headers={"Idempotency-Key": "k-1"}, status=201)
+    refused = client.post("/exports/pdf", headers={"Idempotency-Key": "k-1"}, status=422)
+    assert refused.json["error"] == "JobMismatch" and refused.json["recorded_job_id"] == "csv"
+    assert effects == ["csv"]
+
+    with ndb_client.context():
+        guard = IdempotencyGuard(Ledger(clock), "exports")
+        with pytest.raises(IdempotencyConflict) as conflict:
+            guard.wrap(key=lambda: "k-1")(lambda: effects.append("wrapped"))()
+    assert conflict.value.differing == ["job_id"] and effects == ["csv"]

@@ -127,3 +127,26 @@ def test_pages_are_filled_past_expired_records(make_client, clock):
     page = listing(client, limit=2)
     assert len(page["runs"]) == 2 and all(r["source"] == "scheduler" for r in page["runs"])
     assert len(listing(client, limit=2, cursor=page["next_cursor"])["runs"]) == 1
+
+
+# Only 64 lower-case hex digits are ever looked up: reserved Datastore names, other
+# lengths, other alphabets and encodings are 404 without a Datastore call.
+NOT_RUN_IDS = ["__x__", "__" + "a" * 60 + "__", "A" * 64, "f" * 63, "f" * 65, "g" * 64, "\uff10" * 64,
+               "\u0660" * 64, " " + "f" * 63, "f" * 63 + "%0a", "f" * 64 + "%0a", "%00" * 64, "..", "%2e%2e"]
+
+
+@pytest.mark.parametrize("run_id", NOT_RUN_IDS)
+@pytest.mark.parametrize("prefix", ["/api/v1/runs/", "/admin/runs/"])
+def test_anything_but_a_run_id_is_404_without_a_lookup(datastore, jobs_file, clock, prefix, run_id):
+    import webtest
+
+    from devtools.rpc_counter import counting_client
+    from handlers import create_app
+
+    ndb_client, counter = counting_client(datastore.project)
+    app = webtest.TestApp(create_app(jobs_file=jobs_file(JOBS), clock=clock, ndb_client=ndb_client))
+    import urllib.parse
+
+    response = app.get(prefix + urllib.parse.quote(run_id, safe="%._"), status=404)
+    assert response.content_type == "application/json"
+    assert counter.total == 0

@@ -240,3 +240,49 @@ def test_datastore_down_is_a_500_and_no_job_runs_without_a_claim(jobs_file, cloc
     assert response.status_int == 500  # never 503: Scheduler would retry it outside retryCount
     assert response.json["error"] == "InternalError"
     assert job_targets.EFFECTS == []
+
+
+# -- a key shared by two jobs ------------------------------------------------------
+
+
+@pytest.mark.parametrize("first_status", ["completed", "failed", "in_progress", "lease_over"])
+def test_a_delivery_whose_key_names_another_jobs_run_is_refused_and_logged(client, ndb_client, clock, caplog,
+                                                                         first_status):
+    # Two Scheduler jobs with one id (other projects, no scope) target two jobs of this app.
+    if first_status == "failed":
+        job_targets.FAILURES["flaky"] = ["permanent"]
+    if first_status in ("in_progress", "lease_over"):
+        job_targets.GATES["hold"] = threading.Event()
+        worker = threading.Thread(target=deliver, args=(client, "slow"), kwargs={"body": b"hold"})
+        worker.start()
+        job_targets.STARTED.setdefault("hold", threading.Event()).wait(10)
+        if first_status == "lease_over":
+            clock.advance(61)
+    else:
+        deliver(client, "flaky")
+    before = len(job_targets.EFFECTS)
+    with caplog.at_level("ERROR"):
+        response = deliver(client, "invoice", status=422)
+    recorded = "flaky" if first_status in ("completed", "failed") else "slow"
+    assert response.json["error"] == "JobMismatch"
+    assert response.json["job_id"] == "invoice" and response.json["recorded_job_id"] == recorded
+    message = response.json["message"]
+    assert f"'{recorded}'" in message and "'invoice'" in message and "scope" in message and "job id" in message
+    assert "Idempotent-Replayed" not in response.headers
+    assert [r for r in caplog.records if r.levelname == "ERROR" and "invoice" in r.getMessage()]
+    assert len(job_targets.EFFECTS) == before  # invoice never ran
+    if first_status in ("in_progress", "lease_over"):
+        job_targets.GATES["hold"].set()
+        worker.join()
+    with ndb_client.context():
+        from models import RunRecord
+        (record,) = RunRecord.query().fetch()
+    assert record.job_id == recorded  # never taken over by the other job
+
+
+def test_the_same_scheduler_job_id_in_two_scopes_runs_both_jobs(client):
+    first = client.post("/jobs/flaky?project=alpha-project&location=us-central1", headers=scheduler_headers(),
+                        status=200)
+    second = client.post("/jobs/invoice?project=beta-project&location=us-central1", headers=scheduler_headers(),
+                         status=200)
+    assert first.json["run_id"] != second.json["run_id"]
