@@ -5,6 +5,11 @@ Every request ends with one line carrying its outcome (``completed``,
 latency, so log-based metrics count duplicates, 409s, takeovers and stale
 attempts without touching Datastore.  Lines of one request share
 ``logging.googleapis.com/trace`` (from ``X-Cloud-Trace-Context``).
+
+Log lines cannot be forged: a request's path, headers and body reach log
+messages (the closing line, a job's own logging, exception messages), so both
+formatters write every control character as an escape, and a record is always
+one line (in text, a traceback's further lines sit behind ``CONTINUATION``).
 """
 
 from __future__ import annotations
@@ -13,8 +18,10 @@ import datetime
 import json
 import logging
 import os
+import re
 import sys
 import time
+from types import TracebackType
 from typing import Any, Mapping, TextIO
 
 from flask import Flask, Response, g, has_request_context, request
@@ -23,10 +30,59 @@ TRACE_FIELD = "logging.googleapis.com/trace"
 SPAN_FIELD = "logging.googleapis.com/spanId"
 FIELDS = ("run_id", "job_id", "attempt", "outcome", "source", "method", "path", "status", "latency_ms")
 SEVERITIES = {"DEBUG": "DEBUG", "INFO": "INFO", "WARNING": "WARNING", "ERROR": "ERROR", "CRITICAL": "CRITICAL"}
+# What begins every further line of a text record (its traceback): nothing a
+# request sends can start a line at column 0.
+CONTINUATION = "    | "
+# Characters that end or rewrite a line somewhere a log is read (terminals,
+# `str.splitlines`, log viewers): C0 controls, DEL, C1 controls (NEL, CSI)
+# the Unicode line and paragraph separators, and the bidirectional controls
+# that make a terminal show text in another order than it was written.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# The documented X-Cloud-Trace-Context: TRACE_ID/SPAN_ID;o=OPTIONS, a 32-digit
+# hex trace id and a decimal span id; ASCII only (Python's \d takes any digit).
+_TRACE_CONTEXT = re.compile(r"([0-9a-f]{32})/([0-9]{1,20})(?:;o=[0-9]+)?", re.IGNORECASE | re.ASCII)
 log = logging.getLogger("dedup.requests")
+
+ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None]
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with each line-breaking or terminal-controlling character as a visible escape.
+
+    Paths, headers and bodies are the sender's choice: unescaped, a ``%0a`` in
+    a URL would end the line and write a forged one after it.
+    """
+    return _UNSAFE.sub(_visible_escape, text)
+
+
+def _visible_escape(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    return _NAMED_ESCAPES.get(char) or (f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}")
+
+
+def parse_trace_context(header: str) -> tuple[str, str] | None:
+    """(trace id, span id in 16 hex digits) from ``X-Cloud-Trace-Context``, or None.
+
+    Only the documented form is taken: anything else a caller sends would
+    otherwise become the trace of every line of its request (and group them
+    with a trace it does not own).
+    """
+    match = _TRACE_CONTEXT.fullmatch(header)
+    if match is None or int(match[1], 16) == 0 or int(match[2]) >= 2 ** 64:
+        return None
+    # The header carries the span id in decimal; Cloud Logging wants 16 hex digits.
+    return match[1], f"{int(match[2]):016x}"
 
 
 class JsonFormatter(logging.Formatter):
+    """One JSON object per line, as Cloud Logging parses it.
+
+    ``ensure_ascii`` escapes every control character and every non-ASCII one
+    (U+2028 too), so a request value cannot break the line.
+    """
+
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage()
         if record.exc_info:
@@ -45,16 +101,79 @@ class JsonFormatter(logging.Formatter):
             value = getattr(record, field, None)
             if value:
                 entry[field] = value
-        return json.dumps(entry, default=str)
+        return _one_json_line(entry)
+
+
+def _one_json_line(entry: dict[str, Any]) -> str:
+    """``entry`` as JSON; a field json cannot take (non-string keys, a cycle, a raising
+    ``__str__``) is written as text.
+
+    Without the fallback such a record would be lost and logging would print
+    its own traceback instead, over many lines.
+    """
+    try:
+        return json.dumps(entry, default=str, ensure_ascii=True)
+    except Exception:  # noqa: BLE001 - TypeError, ValueError, RecursionError, a raising __str__
+        return json.dumps({name: _json_safe(value) for name, value in entry.items()}, ensure_ascii=True)
+
+
+def _json_safe(value: Any) -> Any:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    try:
+        return str(value)
+    except Exception:  # noqa: BLE001 - a raising __str__ must not lose the record
+        return f"<unprintable {type(value).__name__}>"
 
 
 class TextFormatter(logging.Formatter):
+    """``time LEVEL logger: message [extras]``, one physical line per record.
+
+    The message and the extras are escaped here, not where they are logged, so
+    every log call (dedup/, jobs/, a job's own code) is covered.  A traceback
+    keeps its lines, each behind ``CONTINUATION``.
+    """
+
+    EXTRAS = ("run_id", "attempt", "outcome")
+
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
-        extras = " ".join(f"{f}={getattr(record, f)}" for f in ("run_id", "attempt", "outcome") if getattr(record, f, None) is not None)
-        return super().format(record) + (f" [{extras}]" if extras else "")
+        # A copy without the traceback: the base class would append it raw.
+        head = logging.makeLogRecord(
+            {**record.__dict__, "msg": record.getMessage(), "args": None,
+             "exc_info": None, "exc_text": None, "stack_info": None}
+        )
+        line = escape_controls(super().format(head) + self._extras(record))
+        return "\n".join([line, *(CONTINUATION + further for further in self._further_lines(record))])
+
+    def _extras(self, record: logging.LogRecord) -> str:
+        extras = " ".join(f"{f}={getattr(record, f)}" for f in self.EXTRAS if getattr(record, f, None) is not None)
+        return f" [{extras}]" if extras else ""
+
+    def _further_lines(self, record: logging.LogRecord) -> list[str]:
+        """The traceback and stack lines, each escaped: splitlines breaks wherever a reader might."""
+        texts = []
+        if record.exc_info:
+            texts.append(self._exception_text(record.exc_info))
+        elif record.exc_text:  # a record that arrived formatted (a queue, a socket)
+            texts.append(record.exc_text)
+        if record.stack_info:
+            texts.append(self.formatStack(record.stack_info))
+        return [escape_controls(line) for text in texts for line in text.splitlines()]
+
+    def _exception_text(self, exc_info: ExcInfo) -> str:
+        """The traceback, its last line (the exception's own message, often quoting
+        a request value) kept on one line."""
+        text = self.formatException(exc_info)
+        try:
+            message = str(exc_info[1])
+        except Exception:  # noqa: BLE001 - the traceback shows what it can
+            return text
+        if message and text.endswith(message):
+            text = text[: -len(message)] + escape_controls(message)
+        return text
 
 
 class TraceFilter(logging.Filter):
@@ -65,15 +184,11 @@ class TraceFilter(logging.Filter):
         self.project = project
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if has_request_context():
-            header = request.headers.get("X-Cloud-Trace-Context", "")
-            trace, _, rest = header.partition("/")
-            if trace and self.project:
-                setattr(record, TRACE_FIELD, f"projects/{self.project}/traces/{trace}")
-                span = rest.split(";")[0]
-                if span.isdigit() and int(span) < 2 ** 64:
-                    # The header carries the span id in decimal; Cloud Logging wants 16 hex digits.
-                    setattr(record, SPAN_FIELD, f"{int(span):016x}")
+        if has_request_context() and self.project:
+            ids = parse_trace_context(request.headers.get("X-Cloud-Trace-Context", ""))
+            if ids is not None:
+                setattr(record, TRACE_FIELD, f"projects/{self.project}/traces/{ids[0]}")
+                setattr(record, SPAN_FIELD, ids[1])
         return True
 
 
