@@ -21,7 +21,7 @@ from dedup.errors import PermanentJobError
 from dedup.keys import digest_parts
 from dedup.ledger import Ledger, RunDescription, RunPolicy
 from dedup.outcomes import Attempt, Finished, InProgress, Mismatch, OtherJob, Released, Replayed, RunOutcome
-from dedup.runner import Verdict, run_once
+from dedup.runner import Verdict, Waiting, run_once
 from models import RunStatus
 
 KEY_VERSION = "guard/v1"
@@ -148,7 +148,7 @@ class IdempotencyGuard:
         exclude: Collection[str] = (),
         policy: RunPolicy | None = None,
         classify: Callable[[Any], Verdict] | None = None,
-        wait_seconds: float = 0,
+        wait: Waiting | None = None,
         job_id: str | None = None,
     ) -> RunOutcome:
         """``job_id`` names what ran in the record (default: the namespace)."""
@@ -163,7 +163,7 @@ class IdempotencyGuard:
         )
         return run_once(
             self.ledger, self.run_id(key, scope), description, policy or self.policy, work,
-            classify=classify, wait_seconds=wait_seconds,
+            classify=classify, wait=wait,
         )
 
     def wrap(

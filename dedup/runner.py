@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import json
 import logging
+import threading
 import time
 from typing import Any, Callable
 
@@ -25,6 +26,62 @@ log = logging.getLogger(__name__)
 MAX_STORED_JSON_BYTES = 512 * 1024
 # How often a waiting duplicate looks at the record (Prefer: wait=N).
 WAIT_POLL_SECONDS = (0.1, 0.2, 0.4, 0.8, 1.0)
+
+
+class WaitSlots:
+    """How many calls of this process may wait for a lease holder at once.
+
+    A waiting call holds a server thread while it polls; without a bound,
+    enough ``Prefer: wait`` retries of one long run take every thread and
+    starve unrelated requests.  Beyond the bound a call answers at once, as
+    if it had not asked to wait.
+    """
+
+    def __init__(self, limit: int) -> None:
+        if limit < 0:
+            raise ValueError("the number of wait slots cannot be negative")
+        self.limit = limit
+        self._taken = 0
+        self._lock = threading.Lock()
+
+    @property
+    def taken(self) -> int:
+        """How many calls are waiting now."""
+        with self._lock:
+            return self._taken
+
+    def take(self) -> bool:
+        """Take a slot if one is free (never blocks)."""
+        with self._lock:
+            if self._taken >= self.limit:
+                return False
+            self._taken += 1
+            return True
+
+    def give_back(self) -> None:
+        with self._lock:
+            if self._taken <= 0:
+                raise RuntimeError("a wait slot was given back that was never taken")
+            self._taken -= 1
+
+
+@dataclasses.dataclass
+class Waiting:
+    """A call's wish to wait for the attempt holding the lease (``Prefer: wait=N``)."""
+
+    seconds: float
+    slots: WaitSlots | None = None  # None: no bound (library use)
+    waited: bool = False  # set by run_once once the call held a slot and waited
+
+    def begin(self) -> bool:
+        if self.slots is not None and not self.slots.take():
+            return False
+        self.waited = True
+        return True
+
+    def end(self) -> None:
+        if self.waited and self.slots is not None:
+            self.slots.give_back()
 
 
 class Verdict(enum.Enum):
@@ -43,28 +100,37 @@ def run_once(
     work: Callable[[Attempt], Any],
     *,
     classify: Callable[[Any], Verdict] | None = None,
-    wait_seconds: float = 0,
+    wait: Waiting | None = None,
 ) -> RunOutcome:
     """Replay a finished run, or claim it, run ``work`` once and record the outcome.
 
     ``classify`` sorts a returned result (default: every result completes).
-    With ``wait_seconds`` an in-progress duplicate waits that long for the
-    attempt holding the lease, instead of answering InProgress at once.
+    With ``wait`` an in-progress duplicate waits up to ``wait.seconds`` for
+    the attempt holding the lease, instead of answering InProgress at once,
+    when one of ``wait.slots`` is free.  The slot is held only while waiting.
     """
-    deadline = time.monotonic() + max(0.0, wait_seconds)
+    deadline = time.monotonic() + max(0.0, wait.seconds if wait else 0.0)
     polls = iter(WAIT_POLL_SECONDS)
-    while True:
-        # The stored lease is counted from inside the claim's transaction, so
-        # never earlier than this: the job's view of its lease errs short.
-        claim_began = time.monotonic()
-        outcome = _replay_or_claim(ledger, run_id, description, policy)
-        if not isinstance(outcome, Claimed):
+    holding = False
+    try:
+        while True:
+            # The stored lease is counted from inside the claim's transaction, so
+            # never earlier than this: the job's view of its lease errs short.
+            claim_began = time.monotonic()
+            outcome = _replay_or_claim(ledger, run_id, description, policy)
+            if isinstance(outcome, Claimed):
+                break
             remaining = deadline - time.monotonic()
             if not isinstance(outcome, (InProgress, Contended)) or remaining <= 0:
                 return outcome
+            if not holding and not wait.begin():
+                return outcome  # every slot is taken: answer now, as without waiting
+            holding = True
             time.sleep(min(next(polls, WAIT_POLL_SECONDS[-1]), remaining))
-            continue
-        return _run_claimed(ledger, outcome.attempt, policy, work, classify, claim_began)
+    finally:
+        if holding:
+            wait.end()
+    return _run_claimed(ledger, outcome.attempt, policy, work, classify, claim_began)
 
 
 def _replay_or_claim(ledger: Ledger, run_id: str, description: RunDescription, policy: RunPolicy):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import threading
 from typing import Mapping
 
@@ -29,21 +30,29 @@ def create_app(
     clock: Clock | None = None,
     ndb_client: ndb.Client | None = None,
     auth: AuthSettings | None = None,
+    max_waiters: int | None = None,
 ) -> Flask:
-    """Build the app; a bad jobs file or auth setting raises here, before serving."""
+    """Build the app; a bad jobs file or setting raises here, before serving.
+
+    ``max_waiters`` bounds the requests of this process that wait at once
+    (``Prefer: wait``); default DEDUP_MAX_WAITERS, else DEFAULT_MAX_WAITERS.
+    """
     from deploy import cli as deploy_cli
     from handlers import admin, errors, logs, runs_api, scheduler, tasks
-    from handlers.guard import LEDGER_EXTENSION
+    from dedup.runner import WaitSlots
+    from handlers.guard import LEDGER_EXTENSION, WAIT_SLOTS_EXTENSION
     from handlers.request_limits import limit_requests
 
     clock = clock or SystemClock()
     verifier = CallerVerifier(auth or _auth_from_environ())
     jobs = load_jobs(jobs_file or jobs_file_path(os.environ))
+    wait_slots = WaitSlots(max_waiters if max_waiters is not None else max_waiters_from_environ(os.environ))
     app = Flask(__name__)
     app.json.sort_keys = False
     ledger = Ledger(clock)
     app.extensions["dedup"] = AppState(jobs=jobs, ledger=ledger, clock=clock)
     app.extensions[LEDGER_EXTENSION] = ledger  # the guard's ledger: one ledger for everything
+    app.extensions[WAIT_SLOTS_EXTENSION] = wait_slots
     errors.register(app)
     logs.install_request_logging(app)
 
@@ -68,6 +77,28 @@ def create_app(
     deploy_cli.register(app)
     app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)
     return app
+
+
+MAX_WAITERS_LIMIT = 64
+
+
+class SettingError(ValueError):
+    """A bad DEDUP_* setting: the app refuses to start."""
+
+
+def max_waiters_from_environ(environ: Mapping[str, str]) -> int:
+    """DEDUP_MAX_WAITERS: a whole number from 0 (never wait) to MAX_WAITERS_LIMIT."""
+    from handlers.guard import DEFAULT_MAX_WAITERS
+
+    raw = environ.get("DEDUP_MAX_WAITERS", "").strip()
+    if not raw:
+        return DEFAULT_MAX_WAITERS
+    if not re.fullmatch(r"[0-9]{1,3}", raw) or int(raw) > MAX_WAITERS_LIMIT:
+        raise SettingError(
+            f"DEDUP_MAX_WAITERS={raw!r}: a whole number from 0 (Prefer: wait is never honoured) to "
+            f"{MAX_WAITERS_LIMIT}; keep it a small share of gunicorn's --threads"
+        )
+    return int(raw)
 
 
 def _auth_from_environ() -> AuthSettings:

@@ -40,7 +40,7 @@ from dedup.guard import (
 from dedup.keys import format_utc
 from dedup.ledger import Ledger, RunPolicy
 from dedup.outcomes import Attempt, Finished, InProgress, Mismatch, OtherJob, Released, Replayed, RunOutcome
-from dedup.runner import storable_json_problem
+from dedup.runner import WaitSlots, Waiting, storable_json_problem
 from handlers.errors import json_error
 from handlers.responses import busy_response, job_mismatch_response, note_outcome
 from models import RunRecord, RunStatus
@@ -48,10 +48,15 @@ from models import RunRecord, RunStatus
 log = logging.getLogger(__name__)
 
 LEDGER_EXTENSION = "dedup.ledger"
+WAIT_SLOTS_EXTENSION = "dedup.wait_slots"
 MAX_WAIT_SECONDS = 60  # Prefer: wait=N is capped here
+# How many requests of a process may wait at once (Prefer: wait) unless the app
+# says otherwise: a quarter of the 8 threads app.yaml gives each worker.
+DEFAULT_MAX_WAITERS = 2
 MAX_RETRY_AFTER_SECONDS = 30
 EXPIRES_HEADER = "Idempotency-Expires"
 _fallback_ledger: Ledger | None = None
+_fallback_wait_slots = WaitSlots(DEFAULT_MAX_WAITERS)
 _PREFER_WAIT = re.compile(r'^\s*wait\s*=\s*"?(\d+)"?\s*$', re.IGNORECASE)
 # A kept response must fit in the record beside everything else.
 MAX_KEPT_BODY_BYTES = 256 * 1024
@@ -110,6 +115,11 @@ def current_ledger() -> Ledger:
     return ledger
 
 
+def current_wait_slots() -> WaitSlots:
+    """The app's bound on waiting requests (one per process), else the default one."""
+    return current_app.extensions.get(WAIT_SLOTS_EXTENSION) or _fallback_wait_slots
+
+
 def idempotent(
     namespace: str,
     *,
@@ -158,7 +168,7 @@ def idempotent(
                 chosen_policy = policy() if callable(policy) else policy
             except GuardRejected as exc:
                 return json_error(400, bad_request_error, exc.message)
-            wait = _preferred_wait()
+            wait = Waiting(_preferred_wait(), current_wait_slots())
             live: list[Response] = []  # this request's own response, when it ran the view
 
             def work(attempt: Attempt) -> dict:
@@ -169,13 +179,14 @@ def idempotent(
             guard = IdempotencyGuard(current_ledger(), namespace, chosen_policy, source)
             outcome = guard.run(
                 token, work, scope=chosen_scope, parameters=given, exclude=skipped,
-                classify=classify_response, wait_seconds=wait, job_id=job_id() if job_id else None,
+                classify=classify_response, wait=wait, job_id=job_id() if job_id else None,
             )
             note_outcome(outcome)
             response = _outcome_response(outcome, live, given, skipped, replayed_status or {})
             response.headers["Idempotency-Key"] = token
-            if wait and not live:
-                response.headers["Preference-Applied"] = f"wait={wait}"
+            if wait.waited and not live:
+                # Only when it did wait: beyond the bound the answer is the immediate 409.
+                response.headers["Preference-Applied"] = f"wait={wait.seconds}"
             return response
 
         return guarded

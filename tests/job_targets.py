@@ -112,3 +112,13 @@ def echo_parameter(context: RunContext):
 def gated_parameter(context: RunContext) -> dict:
     """Like gated, with the gate named by parameters["gate"] (manual runs)."""
     return _wait_at_gate(context.parameters["gate"], context)
+
+
+def file_gate(context: RunContext) -> dict:
+    """For live tests: wait until parameters["gate_file"] exists (at most 30 s), then return."""
+    deadline = time.monotonic() + 30
+    while not os.path.exists(context.parameters["gate_file"]):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the gate file never appeared")
+        time.sleep(0.05)
+    return {"gate": "open", "attempt": context.attempt}
