@@ -8,16 +8,24 @@ request is accepted only on evidence its sender cannot forge:
   Scheduler, Cloud Tasks and cron);
 - ``oidc``: a Google-signed ID token, as Cloud Scheduler HTTP targets send,
   verified with google-auth (signature, expiry, issuer, audience, a verified
-  and allowed email);
+  and allowed email).  Whatever an unauthenticated caller sends as a token
+  (oversized, badly encoded, nested deep enough to exhaust the parser, claims
+  of the wrong type) is a 401 with a fixed message, never a 500: the message
+  names what is wrong, never the token or the configured audience or callers;
 - ``none``: local development only; refused on App Engine.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import json
+import logging
+import math
+import re
 import threading
 import time
-from typing import Mapping
+from typing import Any, Mapping
 
 import google.auth.exceptions
 import google.auth.jwt
@@ -37,9 +45,30 @@ APPENGINE_MARKERS = {
     "ip:0.1.0.2": "X-Appengine-User-Ip 0.1.0.2 (Cloud Scheduler App Engine jobs, Cloud Tasks, cron)",
     "ip:0.1.0.1": "X-Appengine-User-Ip 0.1.0.1 (cron jobs created with older tools)",
 }
+log = logging.getLogger(__name__)
 CLOCK_SKEW_SECONDS = 10
 CERTS_MAX_AGE_SECONDS = 3600
 FAILED_FETCH_PAUSE_SECONDS = 5
+# Google ID tokens are about 1 KB; a longer token is refused before any decoding,
+# so hostile input costs nothing to parse (nor memory to hold decoded).
+MAX_TOKEN_CHARS = 8 * 1024
+# JWS compact serialization: three unpadded base64url segments (RFC 7515 section 7.1).
+TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+SIGNING_ALGORITHM = "RS256"  # the only one Google signs ID tokens with
+# Claims this app reads, with the JSON type each must have when present.
+CLAIM_TYPES: Mapping[str, type] = {"iss": str, "aud": str, "email": str, "email_verified": bool}
+
+# 401 messages: fixed per kind of failure, so a refusal echoes neither the token nor
+# the configuration (audience, allowed emails, certificates URL).
+MISSING_TOKEN = "an Authorization: Bearer <Google-signed ID token> header is required"
+TOKEN_TOO_LARGE = "the ID token is too large"
+MALFORMED_TOKEN = "the ID token is malformed"
+BAD_SIGNATURE = "the ID token's signature does not verify"
+EXPIRED_TOKEN = "the ID token has expired or is not valid yet"
+WRONG_AUDIENCE = "the ID token has the wrong audience"
+WRONG_ISSUER = "the ID token's issuer is not Google"
+UNVERIFIED_EMAIL = "the ID token's email is not verified"
+UNLISTED_EMAIL = "the ID token's email is not an allowed caller"
 
 
 class AuthConfigError(ValueError):
@@ -142,28 +171,141 @@ class CallerVerifier:
         )
 
     def _check_oidc(self, headers: Mapping[str, str]) -> Rejection | None:
-        authorization = headers.get("Authorization", "")
-        scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            return Rejection(401, "Unauthenticated", "an Authorization: Bearer <Google-signed ID token> header is required")
+        """Shape, claim types and lifetime first, then the signature, then what the claims say.
+
+        The first checks need no key and reveal nothing configured.  The signature
+        comes before audience, issuer and email, so an unsigned token cannot probe
+        which of those this app accepts.
+        """
         try:
-            claims = google.auth.jwt.decode(
-                token.strip(), certs=self._certs.get(), audience=self.settings.audience,
-                clock_skew_in_seconds=CLOCK_SKEW_SECONDS,
-            )
+            token = _bearer_token(headers.get("Authorization", ""))
+            claims = _unverified_claims(token)
+            _check_lifetime(claims)
+            self._verify_signature(token)
+            self._check_claims(claims)
+        except InvalidToken as refused:
+            return Rejection(401, "Unauthenticated", refused.reason)
         except CertificatesUnavailable as exc:
-            # Not the caller's fault: a 500 makes Scheduler retry (never a 503).
-            return Rejection(500, "InternalError", f"cannot verify tokens now: {exc}")
-        except (ValueError, google.auth.exceptions.GoogleAuthError) as exc:
-            return Rejection(401, "Unauthenticated", f"the ID token is not valid: {exc}")
-        if claims.get("iss") not in GOOGLE_ISSUERS:
-            return Rejection(401, "Unauthenticated", f"the ID token's issuer {claims.get('iss')!r} is not Google")
-        if claims.get("email_verified") is not True:
-            return Rejection(401, "Unauthenticated", "the ID token's email is not verified")
-        email = str(claims.get("email", "")).lower()
-        if email not in self.settings.allowed_emails:
-            return Rejection(401, "Unauthenticated", f"{email or 'the token'} is not an allowed caller")
+            # Not the caller's fault: a 500 makes Scheduler retry (never a 503).  The
+            # details (the configured URL) go to the log, not to whoever is calling.
+            log.warning("cannot verify ID tokens: %s", exc)
+            return Rejection(500, "InternalError",
+                             "cannot verify tokens now: the token-signing certificates could not be fetched")
         return None
+
+    def _verify_signature(self, token: str) -> None:
+        """google-auth checks the signature (and again the lifetime) of a well-formed token.
+
+        The token's structure and claim types are already checked, so any failure
+        here is about the signature.  The exceptions caught are broader than
+        google-auth documents because its input is the caller's: a token nested
+        just below what ``_unverified_claims`` could parse can still exhaust the
+        stack a few frames deeper, and a library change must not make it a 500.
+        """
+        certs = self._certs.get()
+        try:
+            google.auth.jwt.decode(token, certs=certs, audience=None, clock_skew_in_seconds=CLOCK_SKEW_SECONDS)
+        except (ValueError, TypeError, LookupError, AttributeError, RecursionError,
+                google.auth.exceptions.GoogleAuthError):
+            raise InvalidToken(BAD_SIGNATURE) from None
+
+    def _check_claims(self, claims: Mapping[str, Any]) -> None:
+        """What a verified token says; the claims' types are already checked."""
+        if claims.get("aud") != self.settings.audience:
+            raise InvalidToken(WRONG_AUDIENCE)
+        if claims.get("iss") not in GOOGLE_ISSUERS:
+            raise InvalidToken(WRONG_ISSUER)
+        if claims.get("email_verified") is not True:
+            raise InvalidToken(UNVERIFIED_EMAIL)
+        if claims.get("email", "").lower() not in self.settings.allowed_emails:
+            raise InvalidToken(UNLISTED_EMAIL)
+
+
+class InvalidToken(Exception):
+    """Why a caller's token is refused (a 401); ``reason`` is one of the fixed messages."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _bearer_token(authorization: str) -> str:
+    """The token of ``Authorization: Bearer <token>``, refused unparsed if too large or misshapen."""
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise InvalidToken(MISSING_TOKEN)
+    if len(token) > MAX_TOKEN_CHARS:
+        raise InvalidToken(TOKEN_TOO_LARGE)
+    # Python's base64 silently skips characters outside the alphabet; refuse them instead.
+    if not TOKEN_SHAPE.fullmatch(token):
+        raise InvalidToken(MALFORMED_TOKEN)
+    return token
+
+
+def _unverified_claims(token: str) -> dict[str, Any]:
+    """The payload of a token whose three segments decode and hold what google-auth assumes.
+
+    Nothing here is trusted yet; it only makes sure that google-auth and the
+    claim checks see JSON objects and values of the types they expect.
+    """
+    encoded_header, encoded_payload, encoded_signature = token.split(".")
+    header = _json_object(_base64url(encoded_header))
+    claims = _json_object(_base64url(encoded_payload))
+    _base64url(encoded_signature)
+    if header.get("alg") != SIGNING_ALGORITHM:
+        raise InvalidToken(BAD_SIGNATURE)  # "none", HS256 keyed with the public certificate, ...
+    if not isinstance(header.get("kid", ""), str):
+        raise InvalidToken(MALFORMED_TOKEN)
+    _check_claim_types(claims)
+    return claims
+
+
+def _base64url(segment: str) -> bytes:
+    """An unpadded base64url segment (already known to hold only the alphabet), decoded."""
+    try:
+        return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
+    except ValueError:  # binascii.Error: a length no encoding produces
+        raise InvalidToken(MALFORMED_TOKEN) from None
+
+
+def _json_object(data: bytes) -> dict[str, Any]:
+    """A JSON object in UTF-8.
+
+    RecursionError is caught with the rest: deep nesting exhausts the JSON
+    parser's stack, and that is the caller's malformed token, not a crash.
+    """
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError, JSONDecodeError, too many digits
+        raise InvalidToken(MALFORMED_TOKEN) from None
+    if not isinstance(value, dict):
+        raise InvalidToken(MALFORMED_TOKEN)
+    return value
+
+
+def _check_claim_types(claims: Mapping[str, Any]) -> None:
+    """iat and exp are finite numbers; the claims this app reads have their JSON types."""
+    for name in ("iat", "exp"):
+        value = claims.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidToken(MALFORMED_TOKEN)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidToken(MALFORMED_TOKEN)
+    for name, kind in CLAIM_TYPES.items():
+        if name in claims and not isinstance(claims[name], kind):
+            raise InvalidToken(MALFORMED_TOKEN)
+
+
+def _check_lifetime(claims: Mapping[str, Any]) -> None:
+    """Issued before now and not expired, give or take the clock skew google-auth allows.
+
+    google-auth checks this too, after the signature; checking it here first
+    tells an expired token so, and leaves google-auth only the signature to refuse.
+    """
+    now = time.time()
+    if not claims["iat"] - CLOCK_SKEW_SECONDS <= now <= claims["exp"] + CLOCK_SKEW_SECONDS:
+        raise InvalidToken(EXPIRED_TOKEN)
 
 
 class CertificatesUnavailable(Exception):

@@ -121,7 +121,7 @@ def test_spoofed_headers_without_a_token_are_401_in_oidc_mode(oidc_app, ndb_clie
     ("unverified-email", "not verified"),
     ("unlisted-email", "not an allowed caller"),
     ("bad-signature", "signature"),
-    ("malformed", "not valid"),
+    ("malformed", "malformed"),
     ("basic-auth", "Bearer"),
 ])
 def test_bad_tokens_are_401_and_write_nothing(oidc_app, ndb_client, issuer, case, words):
@@ -139,6 +139,7 @@ def test_bad_tokens_are_401_and_write_nothing(oidc_app, ndb_client, issuer, case
     response = oidc_app.post("/jobs/invoice", headers=scheduler_headers(**headers), status=401)
     assert response.json["error"] == "Unauthenticated"
     assert words.lower() in response.json["message"].lower()
+    assert AUDIENCE not in response.text and CALLER not in response.text  # nothing configured is echoed
     assert nothing_written(ndb_client)
 
 

@@ -1,19 +1,24 @@
 """A local token issuer: an RSA key pair, its certificate served the way Google serves
-``oauth2/v1/certs`` ({key id: PEM certificate}), and ID tokens signed with google-auth."""
+``oauth2/v1/certs`` ({key id: PEM certificate}), and ID tokens signed with google-auth.
+
+Tokens can also be assembled from arbitrary segments (``segment``, ``signed``), so
+tests can present validly signed tokens whose content is hostile."""
 
 from __future__ import annotations
 
+import base64
 import datetime
 import http.server
 import json
 import threading
 import time
+from typing import Any, Mapping
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
-from google.auth import crypt, jwt
+from google.auth import crypt
 
 
 def _key_and_certificate() -> tuple[bytes, bytes]:
@@ -31,12 +36,19 @@ def _key_and_certificate() -> tuple[bytes, bytes]:
     return private, certificate.public_bytes(serialization.Encoding.PEM)
 
 
+def segment(value: Any) -> str:
+    """One unpadded base64url token segment: bytes as they are, anything else as JSON."""
+    data = value if isinstance(value, bytes) else json.dumps(value).encode()
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
 class TokenIssuer:
     def __init__(self) -> None:
         self.private_pem, certificate = _key_and_certificate()
         self.rogue_pem, _ = _key_and_certificate()  # signs tokens no published certificate verifies
         self.kid = "test-key-1"
-        self.certs = {self.kid: certificate.decode()}
+        self.certificate_pem = certificate.decode()
+        self.certs = {self.kid: self.certificate_pem}
         self.fetches = 0
         issuer = self
 
@@ -58,13 +70,30 @@ class TokenIssuer:
         self.certs_url = f"http://127.0.0.1:{self.server.server_address[1]}/oauth2/v1/certs"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def token(self, *, audience: str, email: str, issuer: str = "https://accounts.google.com",
-              email_verified: bool = True, lifetime: int = 3600, issued_ago: int = 0, rogue: bool = False) -> str:
+    def claims(self, *, audience: str, email: str, issuer: str = "https://accounts.google.com",
+               email_verified: bool = True, lifetime: int = 3600, issued_ago: int = 0) -> dict[str, Any]:
+        """The payload of an ID token as Google issues them for Cloud Scheduler."""
         now = int(time.time()) - issued_ago
-        payload = {"iss": issuer, "aud": audience, "sub": "1234567890", "email": email,
-                   "email_verified": email_verified, "iat": now, "exp": now + lifetime}
-        signer = crypt.RSASigner.from_string(self.rogue_pem if rogue else self.private_pem, key_id=self.kid)
-        return jwt.encode(signer, payload).decode()
+        return {"iss": issuer, "aud": audience, "sub": "1234567890", "email": email,
+                "email_verified": email_verified, "iat": now, "exp": now + lifetime}
+
+    def header(self, **fields: Any) -> dict[str, Any]:
+        """A token header as Google writes it (RS256, this issuer's key id), with ``fields`` replaced."""
+        return {"alg": "RS256", "kid": self.kid, "typ": "JWT", **fields}
+
+    def token(self, *, audience: str, email: str, issuer: str = "https://accounts.google.com",
+              email_verified: bool = True, lifetime: int = 3600, issued_ago: int = 0, rogue: bool = False,
+              extra: Mapping[str, Any] | None = None, header: Mapping[str, Any] | None = None) -> str:
+        """A signed ID token; ``extra`` adds or replaces claims and ``header`` header fields, of any JSON type."""
+        payload = {**self.claims(audience=audience, email=email, issuer=issuer, email_verified=email_verified,
+                                 lifetime=lifetime, issued_ago=issued_ago), **(extra or {})}
+        return self.signed(segment(self.header(**(header or {}))), segment(payload), rogue=rogue)
+
+    def signed(self, header_segment: str, payload_segment: str, *, rogue: bool = False) -> str:
+        """The two segments with an RS256 signature over them, whatever they hold."""
+        signer = crypt.RSASigner.from_string(self.rogue_pem if rogue else self.private_pem)
+        signing_input = f"{header_segment}.{payload_segment}"
+        return f"{signing_input}.{segment(signer.sign(signing_input.encode()))}"
 
     def close(self) -> None:
         self.server.shutdown()
