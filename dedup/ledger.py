@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import logging
 import os
 import random
@@ -51,6 +52,8 @@ FINISH_PATIENCE_SECONDS = 30.0
 MAX_FILTER_BYTES = 1500
 # How many batches one page of find_runs may read to skip expired records.
 FIND_BATCHES = 5
+# A finished record's preview of its result or error, in characters.
+PREVIEW_CHARS = 200
 # Attempt history kept on each record, and who this process is in it.
 MAX_ATTEMPT_HISTORY = 10
 INSTANCE = os.environ.get("GAE_INSTANCE") or f"{socket.gethostname()}:{os.getpid()}"
@@ -312,6 +315,7 @@ class Ledger:
         def complete(record: RunRecord, now: datetime.datetime) -> Finished:
             record.status = RunStatus.COMPLETED.value
             record.result = result
+            record.preview = json_preview(result)
             return self._finish(record, now, policy)
 
         return self._fenced(attempt, complete, landed=_finish_landed(attempt, RunStatus.COMPLETED))
@@ -322,6 +326,7 @@ class Ledger:
         def fail(record: RunRecord, now: datetime.datetime) -> Finished:
             record.status = RunStatus.FAILED.value
             record.error = error
+            record.preview = json_preview(error)
             return self._finish(record, now, policy)
 
         return self._fenced(attempt, fail, landed=_finish_landed(attempt, RunStatus.FAILED))
@@ -426,6 +431,15 @@ class Ledger:
                 f"attempt {current.attempt} {current.status}" if current else "absent",
             )
         return outcome
+
+
+def json_preview(value: Any, chars: int = PREVIEW_CHARS) -> str:
+    """The first ``chars`` characters of ``value`` as compact JSON, "…" marking a cut."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(value)
+    return text if len(text) <= chars else text[: chars - 1] + "…"
 
 
 def _finish_landed(attempt: Attempt, status: RunStatus) -> Callable[[RunRecord | None], Finished | None]:

@@ -24,6 +24,9 @@ from models import RunRecord, RunStatus
 blueprint = Blueprint("admin", __name__, url_prefix="/admin", template_folder="templates")
 
 RECENT_RUNS = 100
+# The run page shows at most this much of each stored document (pretty-printed
+# and HTML-escaped it can grow several times over); the run API has it all.
+MAX_SHOWN_DOCUMENT_CHARS = 64 * 1024
 RUNS_PER_JOB = 50
 CHART_WIDTH, CHART_LEFT, CHART_ROW = 960, 170, 30
 
@@ -72,9 +75,18 @@ def run_page(run_id: str):
     stored = {key: document[key] for key in ("result", "error", "response") if key in document}
     return render_template(
         "admin/run.html", run=document, outcome=outcome_of(record, now), now=format_utc(now),
-        lease_left=lease_left(record, now), stored=json.dumps(stored, indent=2, ensure_ascii=False, default=str),
-        parameters=json.dumps(record.parameters, indent=2, ensure_ascii=False) if record.parameters else None,
+        lease_left=lease_left(record, now), stored=shown_json(stored, run_id),
+        parameters=shown_json(record.parameters, run_id) if record.parameters else None,
     )
+
+
+def shown_json(value: Any, run_id: str) -> str:
+    """``value`` pretty-printed, cut at MAX_SHOWN_DOCUMENT_CHARS with a pointer to the whole."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    if len(text) <= MAX_SHOWN_DOCUMENT_CHARS:
+        return text
+    return (text[:MAX_SHOWN_DOCUMENT_CHARS] + f"\n… {len(text) - MAX_SHOWN_DOCUMENT_CHARS} more characters; "
+            f"the whole record: GET /api/v1/runs/{run_id}")
 
 
 def lease_left(record: RunRecord, now: datetime.datetime) -> int | None:

@@ -22,7 +22,6 @@ import json
 import logging
 import re
 import uuid
-import zlib
 from typing import Any, Callable, Collection, Mapping
 
 from flask import Response, current_app, g, make_response, request
@@ -63,8 +62,9 @@ MAX_KEPT_BODY_BYTES = 256 * 1024
 # Request bodies nested deeper than this are refused: they parse, but the
 # JSON encoders that store and fingerprint them recurse once per level.
 MAX_JSON_DEPTH = 100
-# The most a run's parameters may take as stored JSON: with the kept response
-# (at most 512 KiB) and the rest of the record they stay under Datastore's 1 MiB.
+# The most a run's parameters may take as stored JSON (uncompressed): with the
+# kept response (at most 512 KiB) and the rest of the record they stay under
+# Datastore's 1 MiB, and a reader of the record never gets more than this of them.
 MAX_STORED_PARAMETER_BYTES = 256 * 1024
 
 
@@ -239,20 +239,21 @@ def _reject_constant(name: str) -> Any:
 def _check_fingerprintable(given: Mapping[str, Any]) -> None:
     """Fingerprintable, and small enough to be stored beside the largest result.
 
-    The record holds the parameters and the kept response in one entity
-    (1 MiB): parameters over MAX_STORED_PARAMETER_BYTES could push the
-    completion past it after the work was done.
+    Measured as NDB stores a JsonProperty before compressing it (compact ASCII
+    JSON), which is also what every reader of the record decodes and sends:
+    repetitive parameters that compress to nothing would still cost a reader
+    their whole size.  The record holds the parameters and the kept response
+    in one entity (1 MiB), so this also keeps a completion from overflowing it.
     """
     try:
         canonical_json(given).encode("utf-8")
-        # As NDB stores a compressed JsonProperty: compact ASCII JSON, zlib-compressed.
-        stored = len(zlib.compress(json.dumps(given, separators=(",", ":")).encode("ascii")))
+        stored = len(json.dumps(given, separators=(",", ":")))
     except (TypeError, ValueError, RecursionError, UnicodeError):
         raise GuardRejected("the request's parameters cannot be fingerprinted as JSON") from None
     if stored > MAX_STORED_PARAMETER_BYTES:
         raise GuardRejected(
-            f"the request's parameters take {stored} bytes as stored (compressed JSON); at most "
-            f"{MAX_STORED_PARAMETER_BYTES} are kept with a run"
+            f"the request's parameters take {stored} bytes as stored (JSON, non-ASCII characters "
+            f"escaped); at most {MAX_STORED_PARAMETER_BYTES} are kept with a run"
         )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from dedup.guard import StoredResponse
 from dedup.keys import format_utc
+from dedup.ledger import json_preview
 from models import RunRecord, RunStatus
 
 
@@ -15,7 +16,54 @@ def _time(value: datetime.datetime | None) -> str | None:
     return format_utc(value) if value else None
 
 
+def run_summary(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
+    """What a list shows of a run: everything but its parameters, result, error, kept
+    response and attempt history, which only ``preview`` hints at.
+
+    Its size is bounded whatever a caller stored (docs/limits.md), and it never
+    decodes the stored documents (NDB decodes a property when it is read).
+    """
+    summary = {key: value for key, value in _fields(record, now).items() if key not in ("parameters", "attempts")}
+    summary["preview"] = _preview(record)
+    return summary
+
+
+def run_summaries(records: list[RunRecord], now: datetime.datetime) -> list[dict[str, Any]]:
+    """Summaries of ``records``, emptying the list as it goes.
+
+    An old record without a stored preview is decoded to make one; letting
+    each record go once summarised keeps one decoded record in memory, not a page.
+    """
+    records.reverse()
+    summaries = []
+    while records:
+        summaries.append(run_summary(records.pop(), now))
+    return summaries
+
+
+def _preview(record: RunRecord) -> str | None:
+    if record.status == RunStatus.IN_PROGRESS:
+        return None
+    if record.preview is not None:
+        return record.preview
+    # Written before previews were stored: make one from the document.
+    return json_preview(record.result if record.status == RunStatus.COMPLETED else record.error)
+
+
 def run_document(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
+    """The whole record: its fields, parameters, attempt history and stored document."""
+    document = _fields(record, now)
+    kept = record.result if record.status == RunStatus.COMPLETED else record.error
+    if record.source != "scheduler" and StoredResponse.is_document(kept):
+        document["response"] = response_view(StoredResponse.from_document(kept))
+    elif record.status == RunStatus.COMPLETED:
+        document["result"] = record.result
+    elif record.status == RunStatus.FAILED:
+        document["error"] = record.error
+    return document
+
+
+def _fields(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
     document: dict[str, Any] = {
         "run_id": record.run_id,
         "job_id": record.job_id,
@@ -39,13 +87,6 @@ def run_document(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
         "attempts": record.attempts or [],
         "takeovers": sum(1 for entry in record.attempts or [] if entry.get("outcome") == "lease_expired"),
     }
-    kept = record.result if record.status == RunStatus.COMPLETED else record.error
-    if record.source != "scheduler" and StoredResponse.is_document(kept):
-        document["response"] = response_view(StoredResponse.from_document(kept))
-    elif record.status == RunStatus.COMPLETED:
-        document["result"] = record.result
-    elif record.status == RunStatus.FAILED:
-        document["error"] = record.error
     return document
 
 

@@ -27,7 +27,7 @@ from handlers import app_state
 from handlers.errors import json_error
 from handlers.guard import GuardedCall, GuardRejected, idempotent, json_payload
 from handlers.logs import note_run
-from handlers.run_documents import run_document
+from handlers.run_documents import run_document, run_summaries
 from jobs.base import RunContext
 from jobs.config import JobSpec
 from models import RunStatus
@@ -150,7 +150,7 @@ def _bad(message: str):
 
 @blueprint.get("/runs", provide_automatic_options=False)
 def list_runs():
-    """Runs newest first: filters job, status, source, since, until; cursor pagination."""
+    """Runs newest first, a summary each: filters job, status, source, since, until; cursor pagination."""
     args = request.args
     try:
         limit = int(args.get("limit", DEFAULT_PAGE_SIZE))
@@ -181,7 +181,7 @@ def list_runs():
     except (ValueError, TypeError, google_exceptions.BadRequest):
         return _bad("cursor is not one this API returned")
     now = state.clock.now()
-    return jsonify({"runs": [run_document(r, now) for r in records], "next_cursor": next_cursor})
+    return jsonify({"runs": run_summaries(records, now), "next_cursor": next_cursor})
 
 
 @blueprint.get("/runs/<run_id>", provide_automatic_options=False)

@@ -9,8 +9,13 @@ import json
 from typing import Any, Callable, ClassVar, Mapping
 
 from dedup.clock import Clock, SystemClock
+from dedup.errors import PermanentJobError
 from dedup.outcomes import Attempt
 from jobs.errors import JobsConfigError
+
+
+# The longest downstream resource name a run records (and every reader is sent).
+MAX_DOWNSTREAM_CHARS = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,8 +74,17 @@ class RunContext:
         """Record, as soon as it exists, what this run started downstream.
 
         A takeover then adopts it instead of starting another.  False when this
-        attempt has lost the run to a takeover (it should stop).
+        attempt has lost the run to a takeover (it should stop).  A name is an
+        identifier (Google's resource names are a few hundred characters): one
+        longer than MAX_DOWNSTREAM_CHARS is a permanent failure, since what it
+        names may already have started.
         """
+        if not (isinstance(resource_name, str) and 0 < len(resource_name) <= MAX_DOWNSTREAM_CHARS
+                and all(33 <= ord(char) <= 126 for char in resource_name)):
+            raise PermanentJobError(
+                f"the downstream resource name must be 1 to {MAX_DOWNSTREAM_CHARS} printable ASCII characters "
+                "without spaces; it was not recorded, and what it names may have started"
+            )
         return self._note_downstream(resource_name) if self._note_downstream else True
 
     def started_before(self, find: Callable[[], str | None]) -> str | None:

@@ -79,6 +79,9 @@ class RunRecord(ndb.Model):
     # ``status``, never by the truthiness of ``result``.
     result = ndb.JsonProperty(compressed=True)
     error = ndb.JsonProperty(compressed=True)
+    # The first characters of the result or error as compact JSON, written with
+    # it: lists of runs show this and never decode (or send) whole results.
+    preview = ndb.TextProperty()
 
     @classmethod
     def _get_kind(cls) -> str:

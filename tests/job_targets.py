@@ -122,3 +122,10 @@ def file_gate(context: RunContext) -> dict:
             raise RuntimeError("the gate file never appeared")
         time.sleep(0.05)
     return {"gate": "open", "attempt": context.attempt}
+
+
+def downstream_named(context: RunContext) -> dict:
+    """Record the downstream resource named by body["name"] (tests of the name's bounds)."""
+    recorded = context.record_downstream(context.body_json()["name"])
+    _effect(context)
+    return {"recorded": recorded}

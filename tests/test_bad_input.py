@@ -137,3 +137,22 @@ def test_oversized_body_is_refused_unread(client, ndb_client):
     response = client.post("/jobs/invoice", b"x" * (1024 * 1024 + 1), headers=scheduler_headers(), status=413)
     assert response.json["error"] == "RequestEntityTooLarge"
     assert_nothing_happened(ndb_client)
+
+
+@pytest.mark.parametrize("name", ["x" * 1025, "", "with space", "tab\there", "new\nline", "café", "\u202e", 5, None])
+def test_a_downstream_name_that_is_no_identifier_fails_the_run_for_good(make_client, ndb_client, name):
+    import json
+
+    client = make_client(JOBS + """
+  named:
+    kind: python
+    target: tests.job_targets:downstream_named
+""")
+    response = client.post("/jobs/named", json.dumps({"name": name}), headers=scheduler_headers(), status=422)
+    assert response.json["status"] == "failed"
+    assert "1 to 1024 printable ASCII characters" in response.json["error"]["message"]
+    (record,) = stored_records(ndb_client)
+    assert record.downstream is None and job_targets.EFFECTS == []
+    ok = client.post("/jobs/named", json.dumps({"name": "x" * 1024}),
+                     headers=scheduler_headers(job_name="other"), status=200)
+    assert ok.json["downstream"] == "x" * 1024

@@ -315,9 +315,17 @@ def test_parameters_too_large_to_store_beside_a_result_are_400(client):
     assert response.json["error"] == "InvalidParameterException"
     assert "at most 262144 are kept" in response.json["message"]
     assert job_targets.EFFECTS == []
-    # Repetitive text of the same size compresses to almost nothing: it is kept.
-    kept = json.dumps({"clientToken": "ok", "parameters": {"text": "щ" * 200_000}}, ensure_ascii=False)
-    start(client, body=kept.encode("utf-8"), status=201)
+    # Repetitive text compresses to almost nothing, but readers decode it whole:
+    # measured uncompressed (each "щ" is 6 bytes escaped), it is refused too.
+    repetitive = json.dumps({"clientToken": "rep", "parameters": {"text": "щ" * 200_000}}, ensure_ascii=False)
+    response = start(client, body=repetitive.encode("utf-8"), status=400)
+    assert "take 1200011 bytes" in response.json["message"]
+    # Just under the limit as stored: kept.
+    fits = {"text": "щ" * ((262144 - len('{"text":""}')) // 6)}
+    start(client, token="fits", body=json.dumps({"clientToken": "fits", "parameters": fits}), status=201)
+    over = {"text": "x" * (262144 - len('{"text":""}') + 1)}
+    start(client, token="over", body=json.dumps({"clientToken": "over", "parameters": over}), status=400)
+    assert job_targets.EFFECTS[-1]["client_token"] == "fits" and len(job_targets.EFFECTS) == 1
 
 
 def test_a_body_that_is_not_utf8_is_400(client):
