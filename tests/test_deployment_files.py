@@ -47,3 +47,12 @@ def test_gunicorn_timeout_exceeds_every_lease():
     timeout = int(re.search(r"--timeout (\d+)", app_yaml()["entrypoint"]).group(1))
     longest_lease = max(job.policy.lease_seconds for job in load_jobs(DEFAULT_JOBS_FILE).values())
     assert timeout > longest_lease
+
+
+def test_the_waiter_bound_is_a_small_share_of_each_workers_threads():
+    from handlers import max_waiters_from_environ
+
+    config = app_yaml()
+    threads = int(re.search(r"--threads (\d+)", config["entrypoint"]).group(1))
+    waiters = max_waiters_from_environ(config["env_variables"])
+    assert 0 < waiters <= threads // 4  # the rest of the threads stay free for everything else
