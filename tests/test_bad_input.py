@@ -6,7 +6,7 @@ import pytest
 
 from models import RunRecord
 from tests import job_targets
-from tests.test_scheduler_endpoint import JOBS, T0, scheduler_headers
+from tests.support.deliveries import JOBS, T0, scheduler_headers
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from handlers.auth import AuthConfigError, AuthSettings
 from models import RunRecord
 from tests import job_targets
 from tests.support.oidc import TokenIssuer
-from tests.test_scheduler_endpoint import JOBS, scheduler_headers
+from tests.support.deliveries import JOBS, scheduler_headers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AUDIENCE = "https://dedup.example.com/jobs"

@@ -13,7 +13,7 @@ from devtools.emulator import DatastoreEmulator
 from handlers import create_app
 from models import RunRecord, RunStatus
 from tests import job_targets
-from tests.test_scheduler_endpoint import JOBS, scheduler_headers
+from tests.support.deliveries import JOBS, scheduler_headers
 
 
 @pytest.fixture

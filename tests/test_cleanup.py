@@ -10,7 +10,7 @@ import yaml
 from google.cloud import ndb
 
 from models import RunRecord, RunStatus
-from tests.test_scheduler_endpoint import JOBS
+from tests.support.deliveries import JOBS
 
 UTC = datetime.timezone.utc
 

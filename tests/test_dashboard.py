@@ -14,7 +14,7 @@ from dedup.ledger import RunDescription, RunPolicy
 from handlers import create_app
 from tests import job_targets
 from tests.support.downstream import Downstream, Reply
-from tests.test_scheduler_endpoint import scheduler_headers
+from tests.support.deliveries import scheduler_headers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -9,7 +9,7 @@ import pytest
 from werkzeug.serving import make_server
 
 from examples.downstream import SyncBatch, SyncCounter, create_downstream_app
-from tests.test_scheduler_endpoint import scheduler_headers
+from tests.support.deliveries import scheduler_headers
 
 
 class LateFirstAnswers:

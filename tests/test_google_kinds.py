@@ -18,7 +18,7 @@ from dedup.outcomes import Renewed
 from dedup.keys import ScheduledRunKey, parse_schedule_time
 from jobs.base import RunContext
 from tests.support.google_fakes import SERVICE_ACCOUNT, TOKEN
-from tests.test_scheduler_endpoint import T0, scheduler_headers
+from tests.support.deliveries import T0, scheduler_headers
 
 WORKFLOW = "projects/acme-prod/locations/us-central1/workflows/nightly-etl"
 RUN_JOB = "projects/acme-prod/locations/us-central1/jobs/reindex"

@@ -8,7 +8,7 @@ import pytest
 
 from dedup.keys import ScheduledRunKey, parse_schedule_time
 from tests.support.downstream import Downstream, Reply
-from tests.test_scheduler_endpoint import scheduler_headers
+from tests.support.deliveries import scheduler_headers
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from handlers.auth import AuthSettings
 from handlers.logs import CONTINUATION, SPAN_FIELD, TRACE_FIELD
 from jobs import PermanentJobError, RetryableJobError, RunContext
 from tests.test_logs import TRACE, json_logs, request_lines, text_logs  # noqa: F401 - fixtures
-from tests.test_scheduler_endpoint import JOBS, scheduler_headers
+from tests.support.deliveries import JOBS, scheduler_headers
 
 FORGED = "POST /jobs/sync-crm 200 completed"
 FAKE_HEAD = "1999-12-31 23:59:59,999 INFO dedup.requests: "  # what a real line starts with, but fake

@@ -11,7 +11,7 @@ import pytest
 
 from handlers.logs import configure_logging
 from tests import job_targets
-from tests.test_scheduler_endpoint import JOBS, scheduler_headers
+from tests.support.deliveries import JOBS, scheduler_headers
 
 TRACE = "105445aa7843bc8bf206b12000100000/1;o=1"
 

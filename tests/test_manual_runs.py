@@ -11,47 +11,15 @@ import pytest
 
 from models import RunRecord
 from tests import job_targets
-from tests.test_scheduler_endpoint import scheduler_headers
+from tests.support.deliveries import scheduler_headers
+from tests.support.manual_runs import JOBS, start, start_slow
 
-JOBS = """
-jobs:
-  invoice:
-    kind: python
-    target: tests.job_targets:record
-    lease_seconds: 60
-    fingerprint_exclude: [region]
-  refund:
-    kind: python
-    target: tests.job_targets:record
-  values:
-    kind: python
-    target: tests.job_targets:echo_parameter
-  flaky:
-    kind: python
-    target: tests.job_targets:scripted_failures
-  slow:
-    kind: python
-    target: tests.job_targets:gated_parameter
-    lease_seconds: 86000   # just under the 24 h token lifetime
-"""
 HOUR = 3600
 
 
 @pytest.fixture
 def client(make_client):
     return make_client(JOBS)
-
-
-def start(client, job="invoice", token="tok-1", parameters=None, status="*", headers=None, body=None):
-    if body is None:
-        payload = {}
-        if token is not None:
-            payload["clientToken"] = token
-        if parameters is not None:
-            payload["parameters"] = parameters
-        body = json.dumps(payload)
-    return client.post(f"/api/v1/jobs/{job}/runs", body, headers=headers or {},
-                       content_type="application/json", status=status)
 
 
 def parse_time(text):
@@ -232,20 +200,9 @@ def test_a_bad_result_is_a_stored_failure(client):
     assert len(job_targets.EFFECTS) == 1
 
 
-def _start_slow(client, gate, results, **kwargs):
-    thread = threading.Thread(target=lambda: results.append(
-        start(client, job="slow", parameters={"gate": gate}, **kwargs)))
-    thread.start()
-    for _ in range(200):
-        if gate in job_targets.STARTED and job_targets.STARTED[gate].wait(0.05):
-            return thread
-        threading.Event().wait(0.05)
-    raise AssertionError("the job never started")
-
-
 def test_in_progress_is_409_with_retry_after(client, clock):
     results = []
-    thread = _start_slow(client, "g1", results)
+    thread = start_slow(client, "g1", results)
     clock.advance(10)
     busy = start(client, job="slow", parameters={"gate": "g1"}, status=409)
     assert busy.json["error"] == "RunInProgress"
@@ -259,7 +216,7 @@ def test_in_progress_is_409_with_retry_after(client, clock):
 
 def test_in_progress_with_other_parameters_is_still_a_conflict(client):
     results = []
-    thread = _start_slow(client, "g1", results)
+    thread = start_slow(client, "g1", results)
     conflict = start(client, job="slow", parameters={"gate": "other"}, status=422)
     assert conflict.json["differing"] == ["gate"]
     job_targets.GATES["g1"].set()
@@ -268,7 +225,7 @@ def test_in_progress_with_other_parameters_is_still_a_conflict(client):
 
 def test_prefer_wait_replays_the_first_runs_result(client):
     results = []
-    thread = _start_slow(client, "g1", results)
+    thread = start_slow(client, "g1", results)
     threading.Timer(0.5, job_targets.GATES["g1"].set).start()
     waited = start(client, job="slow", parameters={"gate": "g1"}, headers={"Prefer": "wait=10"}, status=200)
     thread.join(10)
@@ -280,7 +237,7 @@ def test_prefer_wait_replays_the_first_runs_result(client):
 
 def test_prefer_wait_accepts_quoted_and_huge_values_capped_at_60(client):
     results = []
-    thread = _start_slow(client, "g1", results)
+    thread = start_slow(client, "g1", results)
     threading.Timer(0.5, job_targets.GATES["g1"].set).start()
     waited = start(client, job="slow", parameters={"gate": "g1"}, headers={"Prefer": 'wait="99999999"'}, status=200)
     thread.join(10)
@@ -335,7 +292,7 @@ def test_a_body_that_is_not_utf8_is_400(client):
 
 def test_prefer_wait_gives_up_with_409_and_is_capped(client):
     results = []
-    thread = _start_slow(client, "g1", results)
+    thread = start_slow(client, "g1", results)
     busy = start(client, job="slow", parameters={"gate": "g1"}, headers={"Prefer": "respond-async, wait=1"}, status=409)
     assert busy.headers["Preference-Applied"] == "wait=1"
     capped = start(client, job="slow", parameters={"gate": "g1"}, headers={"Prefer": "wait=0"}, status=409)
@@ -361,7 +318,7 @@ def test_expiry_is_finished_plus_one_hour_at_most(client, clock):
 def test_expiry_is_created_plus_24_hours_for_a_long_run(client, clock):
     results = []
     created = clock.now()
-    thread = _start_slow(client, "g1", results)
+    thread = start_slow(client, "g1", results)
     clock.advance(23.5 * HOUR)
     job_targets.GATES["g1"].set()
     thread.join(10)

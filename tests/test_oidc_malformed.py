@@ -20,7 +20,7 @@ from tests.support.oidc import segment
 from tests.test_caller_verification import (  # noqa: F401 (issuer and oidc_app are fixtures)
     AUDIENCE, CALLER, app_with, issuer, nothing_written, oidc_app,
 )
-from tests.test_scheduler_endpoint import scheduler_headers
+from tests.support.deliveries import scheduler_headers
 
 OTHER_CALLER = "other@acme-prod.iam.gserviceaccount.com"  # the second allowed email of oidc_app
 DEPTH = 1200  # deeper than Python's default recursion limit of 1000

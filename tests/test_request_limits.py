@@ -18,7 +18,7 @@ from devtools.gunicorn import GunicornServer
 from handlers.request_limits import MAX_BODY_BYTES
 from models import RunRecord
 from tests import job_targets
-from tests.test_scheduler_endpoint import JOBS, scheduler_headers
+from tests.support.deliveries import JOBS, scheduler_headers
 
 LIVE_JOBS = """
 jobs:

@@ -11,7 +11,7 @@ import webtest
 
 from devtools.rpc_counter import counting_client
 from handlers import create_app
-from tests.test_scheduler_endpoint import JOBS, scheduler_headers
+from tests.support.deliveries import JOBS, scheduler_headers
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from google.api_core import exceptions as api_exceptions
 
 from models import RunRecord
 from tests import job_targets
-from tests.test_scheduler_endpoint import JOBS, scheduler_headers
+from tests.support.deliveries import JOBS, scheduler_headers
 
 
 @pytest.fixture

@@ -7,43 +7,12 @@ import threading
 import pytest
 
 from tests import job_targets
-
-JOBS = """
-jobs:
-  invoice:
-    kind: python
-    target: tests.job_targets:record
-    lease_seconds: 60
-  values:
-    kind: python
-    target: tests.job_targets:echo_value
-  flaky:
-    kind: python
-    target: tests.job_targets:scripted_failures
-    lease_seconds: 60
-  slow:
-    kind: python
-    target: tests.job_targets:gated
-    lease_seconds: 60
-"""
-T0 = "2025-10-17T23:50:00Z"
-
-
-def scheduler_headers(job_name="nightly-invoice", schedule_time=T0, **extra):
-    headers = {"X-CloudScheduler": "true", "X-CloudScheduler-JobName": job_name}
-    if schedule_time is not None:
-        headers["X-CloudScheduler-ScheduleTime"] = schedule_time
-    headers.update(extra)
-    return headers
+from tests.support.deliveries import JOBS, T0, deliver, scheduler_headers
 
 
 @pytest.fixture
 def client(make_client):
     return make_client(JOBS)
-
-
-def deliver(client, job="invoice", status="*", body=b"", **headers):
-    return client.post(f"/jobs/{job}", body, headers=scheduler_headers(**headers), status=status)
 
 
 def test_first_delivery_runs_the_job_and_stores_the_result(client):

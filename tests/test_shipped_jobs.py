@@ -24,7 +24,7 @@ from dedup.clock import ManualClock
 from dedup.keys import scheduled_run_key
 from dedup.ledger import Ledger, RunDescription, RunPolicy
 from handlers import create_app
-from tests.test_scheduler_endpoint import scheduler_headers
+from tests.support.deliveries import scheduler_headers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIPPED_FILES = ("jobs.yaml", "examples/local-jobs.yaml")

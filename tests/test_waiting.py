@@ -18,7 +18,7 @@ from devtools.gunicorn import GunicornServer
 from handlers import SettingError, create_app, max_waiters_from_environ
 from handlers.guard import DEFAULT_MAX_WAITERS, WAIT_SLOTS_EXTENSION
 from tests import job_targets
-from tests.test_manual_runs import JOBS, _start_slow, start
+from tests.support.manual_runs import JOBS, start, start_slow
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def wait_until(condition, what: str) -> None:
 def test_beyond_the_bound_a_retry_is_answered_at_once_as_without_prefer(bounded):
     client = bounded(1)
     results, waited = [], []
-    first = _start_slow(client, "g1", results)
+    first = start_slow(client, "g1", results)
     waiter = threading.Thread(target=lambda: waited.append(
         start(client, job="slow", parameters={"gate": "g1"}, headers={"Prefer": "wait=30"})))
     waiter.start()
@@ -69,7 +69,7 @@ def test_beyond_the_bound_a_retry_is_answered_at_once_as_without_prefer(bounded)
 def test_a_bound_of_zero_never_waits(bounded):
     client = bounded(0)
     results = []
-    first = _start_slow(client, "g1", results)
+    first = start_slow(client, "g1", results)
     busy = start(client, job="slow", parameters={"gate": "g1"}, headers={"Prefer": "wait=30"}, status=409)
     assert "Preference-Applied" not in busy.headers
     job_targets.GATES["g1"].set()
@@ -79,7 +79,7 @@ def test_a_bound_of_zero_never_waits(bounded):
 def test_a_slot_is_given_back_when_the_wait_times_out_and_after_each_outcome(bounded):
     client = bounded(1)
     results = []
-    first = _start_slow(client, "g1", results)
+    first = start_slow(client, "g1", results)
     for _ in range(3):  # each timed-out wait frees its slot for the next
         busy = start(client, job="slow", parameters={"gate": "g1"}, headers={"Prefer": "wait=1"}, status=409)
         assert busy.headers["Preference-Applied"] == "wait=1"

@@ -1,0 +1,35 @@
+"""What tests need to play Cloud Scheduler against the app: a jobs file, headers, a delivery."""
+
+from __future__ import annotations
+
+JOBS = """
+jobs:
+  invoice:
+    kind: python
+    target: tests.job_targets:record
+    lease_seconds: 60
+  values:
+    kind: python
+    target: tests.job_targets:echo_value
+  flaky:
+    kind: python
+    target: tests.job_targets:scripted_failures
+    lease_seconds: 60
+  slow:
+    kind: python
+    target: tests.job_targets:gated
+    lease_seconds: 60
+"""
+T0 = "2025-10-17T23:50:00Z"
+
+
+def scheduler_headers(job_name="nightly-invoice", schedule_time=T0, **extra):
+    headers = {"X-CloudScheduler": "true", "X-CloudScheduler-JobName": job_name}
+    if schedule_time is not None:
+        headers["X-CloudScheduler-ScheduleTime"] = schedule_time
+    headers.update(extra)
+    return headers
+
+
+def deliver(client, job="invoice", status="*", body=b"", **headers):
+    return client.post(f"/jobs/{job}", body, headers=scheduler_headers(**headers), status=status)
