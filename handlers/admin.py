@@ -14,6 +14,7 @@ import statistics
 from typing import Any
 
 from flask import Blueprint, abort, render_template, request
+from markupsafe import Markup, escape
 
 from dedup.keys import format_utc, is_run_id
 from dedup.ledger import RunFilter
@@ -24,9 +25,9 @@ from models import RunRecord, RunStatus
 blueprint = Blueprint("admin", __name__, url_prefix="/admin", template_folder="templates")
 
 RECENT_RUNS = 100
-# The run page shows at most this much of each stored document (pretty-printed
-# and HTML-escaped it can grow several times over); the run API has it all.
-MAX_SHOWN_DOCUMENT_CHARS = 64 * 1024
+# The run page shows at most this much of each stored document, as escaped HTML
+# (pretty-printed and escaped it can grow several times over); the run API has it all.
+MAX_SHOWN_DOCUMENT_BYTES = 128 * 1024
 RUNS_PER_JOB = 50
 CHART_WIDTH, CHART_LEFT, CHART_ROW = 960, 170, 30
 
@@ -80,13 +81,24 @@ def run_page(run_id: str):
     )
 
 
-def shown_json(value: Any, run_id: str) -> str:
-    """``value`` pretty-printed, cut at MAX_SHOWN_DOCUMENT_CHARS with a pointer to the whole."""
+def shown_json(value: Any, run_id: str) -> Markup:
+    """``value`` pretty-printed and HTML-escaped, cut at MAX_SHOWN_DOCUMENT_BYTES with a pointer to the whole.
+
+    Cut after escaping: a ``&`` stored as one byte is five in the page.
+    """
+    escaped = escape(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+    if len(str(escaped).encode("utf-8")) <= MAX_SHOWN_DOCUMENT_BYTES:
+        return escaped
     text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
-    if len(text) <= MAX_SHOWN_DOCUMENT_CHARS:
-        return text
-    return (text[:MAX_SHOWN_DOCUMENT_CHARS] + f"\n… {len(text) - MAX_SHOWN_DOCUMENT_CHARS} more characters; "
-            f"the whole record: GET /api/v1/runs/{run_id}")
+    low, high = 0, len(text)  # the longest prefix whose escaped form fits
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(str(escape(text[:middle])).encode("utf-8")) <= MAX_SHOWN_DOCUMENT_BYTES:
+            low = middle
+        else:
+            high = middle - 1
+    return escape(text[:low]) + escape(
+        f"\n… {len(text) - low} more characters; the whole record: GET /api/v1/runs/{run_id}")
 
 
 def lease_left(record: RunRecord, now: datetime.datetime) -> int | None:

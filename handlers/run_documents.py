@@ -23,9 +23,7 @@ def run_summary(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
     Its size is bounded whatever a caller stored (docs/limits.md), and it never
     decodes the stored documents (NDB decodes a property when it is read).
     """
-    summary = {key: value for key, value in _fields(record, now).items() if key not in ("parameters", "attempts")}
-    summary["preview"] = _preview(record)
-    return summary
+    return {**_fields(record, now), "preview": _preview(record)}
 
 
 def run_summaries(records: list[RunRecord], now: datetime.datetime) -> list[dict[str, Any]]:
@@ -52,7 +50,7 @@ def _preview(record: RunRecord) -> str | None:
 
 def run_document(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
     """The whole record: its fields, parameters, attempt history and stored document."""
-    document = _fields(record, now)
+    document = {**_fields(record, now), "parameters": record.parameters, "attempts": record.attempts or []}
     kept = record.result if record.status == RunStatus.COMPLETED else record.error
     if record.source != "scheduler" and StoredResponse.is_document(kept):
         document["response"] = response_view(StoredResponse.from_document(kept))
@@ -64,6 +62,7 @@ def run_document(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
 
 
 def _fields(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
+    """What summaries and whole records share; never the parameters or the stored document."""
     document: dict[str, Any] = {
         "run_id": record.run_id,
         "job_id": record.job_id,
@@ -76,7 +75,6 @@ def _fields(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
         "project": record.project or None,
         "location": record.location or None,
         "client_token": record.idempotency_key if record.source != "scheduler" else None,
-        "parameters": record.parameters,
         "downstream": record.downstream,
         "created": _time(record.created),
         "started": _time(record.started),
@@ -84,21 +82,33 @@ def _fields(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
         "lease_expires": _time(record.lease_expires),
         "expire_at": _time(record.expire_at),
         "duration_seconds": duration_seconds(record),
-        "attempts": record.attempts or [],
+        # The attempt history is small (at most MAX_ATTEMPT_HISTORY entries): summaries count it.
         "takeovers": sum(1 for entry in record.attempts or [] if entry.get("outcome") == "lease_expired"),
     }
     return document
 
 
 def response_view(stored: StoredResponse) -> dict[str, Any]:
-    """A kept HTTP response (manual runs, guarded calls): its status and its body, parsed when JSON."""
+    """A kept HTTP response (manual runs, guarded calls): its status and its body, parsed when JSON.
+
+    The body stays text unless it parses as strict JSON that is no longer
+    re-encoded than as text: ``1E15`` would come back as ``1000000000000000.0``
+    (a reader could be sent several times what was kept) and ``1E400`` as the
+    non-JSON ``Infinity``.
+    """
     body: Any = stored.body
     if not stored.binary and "json" in stored.headers.get("Content-Type", ""):
         try:
-            body = json.loads(stored.body)
-        except ValueError:
+            parsed = json.loads(stored.body, parse_constant=_refuse_constant)
+            if len(json.dumps(parsed, separators=(",", ":"), allow_nan=False)) <= len(json.dumps(stored.body)):
+                body = parsed
+        except (ValueError, RecursionError):
             pass
     return {"status": stored.status, "body": body, "binary": stored.binary}
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def is_stuck(record: RunRecord, now: datetime.datetime) -> bool:

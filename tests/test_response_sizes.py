@@ -19,7 +19,8 @@ import pytest
 from dedup.keys import scheduled_run_key
 from dedup.ledger import MAX_ATTEMPT_HISTORY, Ledger, RunDescription, RunPolicy
 from dedup.runner import MAX_STORED_JSON_BYTES, storable_json_problem
-from handlers.guard import MAX_STORED_PARAMETER_BYTES, _check_fingerprintable
+from dedup.guard import StoredResponse
+from handlers.guard import MAX_KEPT_BODY_BYTES, MAX_STORED_PARAMETER_BYTES, _check_fingerprintable
 from jobs.base import MAX_DOWNSTREAM_CHARS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,11 +63,29 @@ def largest_result() -> list:
     return result
 
 
+def ampersands() -> tuple[dict, list]:
+    """Parameters and a result of the character that grows most as HTML (``&`` is ``&amp;``)."""
+    parameters = {"text": "&" * (MAX_STORED_PARAMETER_BYTES - len('{"text":""}'))}
+    _check_fingerprintable(parameters)
+    result = ["&" * (MAX_STORED_JSON_BYTES - 4)]
+    assert storable_json_problem(result) is None
+    return parameters, result
+
+
+def kept_response_of_growing_numbers() -> dict:
+    """A guard's kept JSON response whose numbers would grow if parsed and re-encoded (1E15)."""
+    body = "[" + ",".join(["1E15"] * ((MAX_KEPT_BODY_BYTES - 2) // 5)) + "]"
+    document = StoredResponse.from_body(201, body.encode(), {"Content-Type": "application/json"}).document()
+    assert storable_json_problem(document) is None
+    return document
+
+
 def write_worst_records(ndb_client, clock, count: int, job_id: str = JOB_ID, finish: bool = True,
-                        first: int = 0) -> list[str]:
+                        first: int = 0, parameters: dict | None = None, result=None) -> list[str]:
     ledger = Ledger(clock)
     policy = RunPolicy(lease_seconds=5 if finish else 3600, retention_seconds=7 * 24 * 3600)
-    parameters, result = largest_parameters(), largest_result()
+    parameters = parameters if parameters is not None else largest_parameters()
+    result = result if result is not None else largest_result()
     run_ids = []
     with ndb_client.context():
         for number in range(first, first + count):
@@ -103,10 +122,15 @@ def test_each_read_route_stays_within_its_documented_size(worst, make_client, nd
     bounds = documented_bounds()
     measured = {
         "GET /api/v1/runs?limit=100": len(client.get("/api/v1/runs?limit=100", status=200).body),
-        "GET /api/v1/runs/<run_id>": len(client.get(f"/api/v1/runs/{run_ids[0]}", status=200).body),
         "GET /admin/": len(client.get("/admin/", status=200).body),
-        "GET /admin/runs/<run_id>": len(client.get(f"/admin/runs/{run_ids[0]}", status=200).body),
     }
+    # Single records of the other worst kinds: HTML-heavy text, a kept response.
+    amp_parameters, amp_result = ampersands()
+    (amp,) = write_worst_records(ndb_client, clock, 1, first=2000, parameters=amp_parameters, result=amp_result)
+    (kept,) = write_worst_records(ndb_client, clock, 1, first=3000, result=kept_response_of_growing_numbers())
+    singles = [run_ids[0], amp, kept]
+    for route in ("/api/v1/runs/", "/admin/runs/"):
+        measured[f"GET {route}<run_id>"] = max(len(client.get(route + run_id, status=200).body) for run_id in singles)
     # A further job adds its card: its 5 newest runs and up to 50 in progress.
     two = make_client(TWO_JOBS)
     write_worst_records(ndb_client, clock, 50, OTHER_JOB_ID, finish=False, first=1000)
@@ -119,7 +143,7 @@ def test_each_read_route_stays_within_its_documented_size(worst, make_client, nd
         assert size <= bounds[route], f"{route}: {size} bytes, over the {bounds[route]} {LIMITS_DOC} states"
 
 
-def test_a_list_summarises_and_the_single_run_is_whole(worst):
+def test_a_list_summarises_and_the_single_run_is_whole(worst, ndb_client, clock):
     client, run_ids = worst
     listed = client.get("/api/v1/runs?limit=100", status=200).json["runs"]
     assert len(listed) == 100
@@ -131,6 +155,30 @@ def test_a_list_summarises_and_the_single_run_is_whole(worst):
     assert whole["parameters"] == largest_parameters()
     assert len(whole["attempts"]) == MAX_ATTEMPT_HISTORY
     assert "response" in whole or "result" in whole
+    # The kept response is answered as text: parsed and re-encoded it would grow fivefold.
+    (kept,) = write_worst_records(ndb_client, clock, 1, first=3000, result=kept_response_of_growing_numbers())
+    body = json.loads(client.get(f"/api/v1/runs/{kept}", status=200).text, parse_constant=_not_json)
+    assert isinstance(body["response"]["body"], str) and body["response"]["body"].startswith("[1E15,")
+
+
+def _not_json(name: str):
+    raise AssertionError(f"{name} is not JSON")
+
+
+def test_summaries_never_decode_parameters_or_results(datastore, ndb_client, clock):
+    """NDB decodes a property when it is first read: a summary must read neither."""
+    from google.cloud.ndb import model
+
+    from handlers.run_documents import run_summary
+    from models import RunRecord
+
+    write_worst_records(ndb_client, clock, 3)
+    with ndb_client.context():
+        for record in RunRecord.query().fetch():
+            run_summary(record, clock.now())
+            for name in ("parameters", "result", "error"):
+                stored = record._values.get(name)
+                assert stored is None or isinstance(stored, model._BaseValue), f"{name} was decoded"
 
 
 def test_a_record_written_before_previews_gets_one_made_from_its_result(make_client, ndb_client, clock):
