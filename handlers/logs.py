@@ -37,7 +37,7 @@ CONTINUATION = "    | "
 # `str.splitlines`, log viewers): C0 controls, DEL, C1 controls (NEL, CSI)
 # the Unicode line and paragraph separators, and the bidirectional controls
 # that make a terminal show text in another order than it was written.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 _NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 # The documented X-Cloud-Trace-Context: TRACE_ID/SPAN_ID;o=OPTIONS, a 32-digit
 # hex trace id and a decimal span id; ASCII only (Python's \d takes any digit).
@@ -72,21 +72,48 @@ def parse_trace_context(header: str) -> tuple[str, str] | None:
     match = _TRACE_CONTEXT.fullmatch(header)
     if match is None or int(match[1], 16) == 0 or int(match[2]) >= 2 ** 64:
         return None
-    # The header carries the span id in decimal; Cloud Logging wants 16 hex digits.
-    return match[1], f"{int(match[2]):016x}"
+    # Cloud Trace spells trace ids in lower case; the header carries the span id in
+    # decimal, and Cloud Logging wants it as 16 hex digits.
+    return match[1].lower(), f"{int(match[2]):016x}"
+
+
+def further_lines(formatter: logging.Formatter, record: logging.LogRecord) -> list[str]:
+    """A record's traceback and stack lines, each escaped (``splitlines`` breaks wherever
+    a reader might), the exception's own message (often quoting a request value) on one."""
+    texts = []
+    if record.exc_info:
+        texts.append(_exception_text(formatter, record.exc_info))
+    elif record.exc_text:  # a record that arrived formatted (a queue, a socket)
+        texts.append(record.exc_text)
+    if record.stack_info:
+        texts.append(formatter.formatStack(record.stack_info))
+    return [escape_controls(line) for text in texts for line in text.splitlines()]
+
+
+def _exception_text(formatter: logging.Formatter, exc_info: ExcInfo) -> str:
+    text = formatter.formatException(exc_info)
+    try:
+        message = str(exc_info[1])
+    except Exception:  # noqa: BLE001 - the traceback shows what it can
+        return text
+    if message and text.endswith(message):
+        text = text[: -len(message)] + escape_controls(message)
+    return text
 
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line, as Cloud Logging parses it.
 
-    ``ensure_ascii`` escapes every control character and every non-ASCII one
-    (U+2028 too), so a request value cannot break the line.
+    ``ensure_ascii`` keeps the line one line; the values are escaped as in text
+    too, so that what Cloud Logging decodes (``jsonPayload``) holds no control
+    character a request sent, only the real line breaks of a traceback.
     """
 
     def format(self, record: logging.LogRecord) -> str:
-        message = record.getMessage()
-        if record.exc_info:
-            message += "\n" + self.formatException(record.exc_info)  # Error Reporting reads it here
+        message = escape_controls(record.getMessage())
+        further = further_lines(self, record)
+        if further:
+            message += "\n" + "\n".join(further)  # Error Reporting reads the traceback here
         entry: dict[str, Any] = {
             "severity": SEVERITIES.get(record.levelname, "DEFAULT"),
             "message": message,
@@ -96,7 +123,7 @@ class JsonFormatter(logging.Formatter):
         for field in FIELDS:
             value = getattr(record, field, None)
             if value is not None:
-                entry[field] = value
+                entry[field] = escape_controls(value) if isinstance(value, str) else value
         for field in (TRACE_FIELD, SPAN_FIELD):
             value = getattr(record, field, None)
             if value:
@@ -146,34 +173,12 @@ class TextFormatter(logging.Formatter):
              "exc_info": None, "exc_text": None, "stack_info": None}
         )
         line = escape_controls(super().format(head) + self._extras(record))
-        return "\n".join([line, *(CONTINUATION + further for further in self._further_lines(record))])
+        return "\n".join([line, *(CONTINUATION + further for further in further_lines(self, record))])
 
     def _extras(self, record: logging.LogRecord) -> str:
         extras = " ".join(f"{f}={getattr(record, f)}" for f in self.EXTRAS if getattr(record, f, None) is not None)
         return f" [{extras}]" if extras else ""
 
-    def _further_lines(self, record: logging.LogRecord) -> list[str]:
-        """The traceback and stack lines, each escaped: splitlines breaks wherever a reader might."""
-        texts = []
-        if record.exc_info:
-            texts.append(self._exception_text(record.exc_info))
-        elif record.exc_text:  # a record that arrived formatted (a queue, a socket)
-            texts.append(record.exc_text)
-        if record.stack_info:
-            texts.append(self.formatStack(record.stack_info))
-        return [escape_controls(line) for text in texts for line in text.splitlines()]
-
-    def _exception_text(self, exc_info: ExcInfo) -> str:
-        """The traceback, its last line (the exception's own message, often quoting
-        a request value) kept on one line."""
-        text = self.formatException(exc_info)
-        try:
-            message = str(exc_info[1])
-        except Exception:  # noqa: BLE001 - the traceback shows what it can
-            return text
-        if message and text.endswith(message):
-            text = text[: -len(message)] + escape_controls(message)
-        return text
 
 
 class TraceFilter(logging.Filter):

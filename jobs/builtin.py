@@ -22,10 +22,11 @@ def ledger_digest(context: RunContext) -> dict:
     """Count the runs created in the 24 hours before the schedule time, per job.
 
     Scheduled daily, its stored results form a history of what ran, failed,
-    was taken over and was retried, kept as long as the job's
-    retention_seconds.  A manual run digests the day before now, or before
-    its ``until`` parameter (RFC 3339).  Released attempts are counted where
-    a record still remembers them in its attempt history.
+    was taken over and is stuck, kept as long as the job's retention_seconds.
+    A manual run digests the day before now, or before its ``until``
+    parameter (RFC 3339).  Released runs (retryable failures) are not counted:
+    a release deletes its record, so only the ``outcome=released`` log lines
+    know them.
     """
     until = _digest_until(context)
     since = until - DIGEST_WINDOW
@@ -57,7 +58,7 @@ class JobDigest:
     def __init__(self) -> None:
         self.by_status: collections.Counter[str] = collections.Counter()
         self.by_source: collections.Counter[str] = collections.Counter()
-        self.runs = self.stuck = self.takeovers = self.runs_with_takeovers = self.released = 0
+        self.runs = self.stuck = self.takeovers = self.runs_with_takeovers = 0
 
     def count(self, record: RunRecord, now: datetime.datetime) -> None:
         self.runs += 1
@@ -69,7 +70,6 @@ class JobDigest:
         taken_over = outcomes.count("lease_expired")
         self.takeovers += taken_over
         self.runs_with_takeovers += bool(taken_over) or (not outcomes and record.attempt > 1)
-        self.released += outcomes.count("released")
 
     def document(self) -> dict[str, Any]:
         return {
@@ -79,7 +79,6 @@ class JobDigest:
             "stuck": self.stuck,
             "takeovers": self.takeovers,
             "runs_with_takeovers": self.runs_with_takeovers,
-            "released_attempts": self.released,
         }
 
 

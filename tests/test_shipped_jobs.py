@@ -159,7 +159,7 @@ def test_the_digest_counts_each_jobs_runs_by_status_takeovers_and_stuck_runs(mak
     assert digest["complete"] is True and digest["runs"] == 5 and digest["runs_with_takeovers"] == 1
     assert digest["by_job"]["sync"] == {
         "runs": 3, "by_status": {"completed": 2, "failed": 1}, "by_source": {"scheduler": 3},
-        "stuck": 0, "takeovers": 1, "runs_with_takeovers": 1, "released_attempts": 0,
+        "stuck": 0, "takeovers": 1, "runs_with_takeovers": 1,
     }
     assert digest["by_job"]["report"]["stuck"] == 1
     assert digest["by_job"]["report"]["by_status"] == {"in_progress": 1}
