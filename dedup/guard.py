@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import logging
 from typing import Any, Callable, Collection, Mapping
 
 from dedup.errors import PermanentJobError
@@ -23,6 +24,8 @@ from dedup.ledger import Ledger, RunDescription, RunPolicy
 from dedup.outcomes import Attempt, Finished, InProgress, Mismatch, OtherJob, Released, Replayed, RunOutcome
 from dedup.runner import Verdict, Waiting, run_once
 from models import RunStatus
+
+log = logging.getLogger(__name__)
 
 KEY_VERSION = "guard/v1"
 TOKEN_LIFETIME_SECONDS = 24 * 3600  # from creation
@@ -115,6 +118,20 @@ class IdempotencyConflict(Exception):
         super().__init__(f"idempotency key reused with different parameters: {', '.join(differing)}")
         self.run_id = run_id
         self.differing = differing
+
+
+class IdempotencyJobMismatch(IdempotencyConflict):
+    """The key names a run of another job: a configuration error, never replayed."""
+
+    def __init__(self, run_id: str, job_id: str, recorded_job_id: str) -> None:
+        Exception.__init__(
+            self, f"idempotency key of a run of {recorded_job_id!r}, not of {job_id!r}: neither run nor "
+                  "answered from that run; use a scope or key that tells the jobs apart"
+        )
+        self.run_id = run_id
+        self.differing = ["job_id"]
+        self.job_id = job_id
+        self.recorded_job_id = recorded_job_id
 
 
 class IdempotencyInProgress(Exception):
@@ -220,7 +237,9 @@ def unwrap_plain_outcome(
     if isinstance(outcome, Mismatch):
         raise IdempotencyConflict(outcome.record.run_id, differing_names(outcome.record.parameters, given, exclude))
     if isinstance(outcome, OtherJob):
-        raise IdempotencyConflict(outcome.record.run_id, ["job_id"])
+        log.error("run %s: the key names a run of %r, not of %r", outcome.record.run_id,
+                  outcome.record.job_id, outcome.job_id)
+        raise IdempotencyJobMismatch(outcome.record.run_id, outcome.job_id, outcome.record.job_id)
     if isinstance(outcome, InProgress):
         raise IdempotencyInProgress(outcome.record.run_id, outcome.retry_after_seconds)
     if isinstance(outcome, Released) and raised:

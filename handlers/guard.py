@@ -59,6 +59,8 @@ _fallback_wait_slots = WaitSlots(DEFAULT_MAX_WAITERS)
 _PREFER_WAIT = re.compile(r'^\s*wait\s*=\s*"?(\d+)"?\s*$', re.IGNORECASE)
 # A kept response must fit in the record beside everything else.
 MAX_KEPT_BODY_BYTES = 256 * 1024
+# As jobs.yaml's job ids: what a guard's namespace and job_id() may be at most.
+MAX_JOB_ID_CHARS = 100
 # Request bodies nested deeper than this are refused: they parse, but the
 # JSON encoders that store and fingerprint them recurse once per level.
 MAX_JSON_DEPTH = 100
@@ -149,6 +151,9 @@ def idempotent(
     covers ``parameters()``, else the JSON ``fields``, else the raw body.
     """
 
+    if job_id_problem(namespace):
+        raise ValueError(f"idempotent({namespace!r}): the namespace {job_id_problem(namespace)}")
+
     def decorate(view: Callable[..., Any]) -> Callable[..., Response]:
         @functools.wraps(view)
         def guarded(*args: Any, **kwargs: Any) -> Response:
@@ -166,6 +171,7 @@ def idempotent(
                 skipped = frozenset(exclude() if callable(exclude) else exclude)
                 chosen_scope = scope() if scope else ""
                 chosen_policy = policy() if callable(policy) else policy
+                chosen_job = _checked_job_id(job_id()) if job_id else None
             except GuardRejected as exc:
                 return json_error(400, bad_request_error, exc.message)
             wait = Waiting(_preferred_wait(), current_wait_slots())
@@ -179,7 +185,7 @@ def idempotent(
             guard = IdempotencyGuard(current_ledger(), namespace, chosen_policy, source)
             outcome = guard.run(
                 token, work, scope=chosen_scope, parameters=given, exclude=skipped,
-                classify=classify_response, wait=wait, job_id=job_id() if job_id else None,
+                classify=classify_response, wait=wait, job_id=chosen_job,
             )
             note_outcome(outcome)
             response = _outcome_response(outcome, live, given, skipped, replayed_status or {})
@@ -232,6 +238,23 @@ def _nesting_depth_exceeds(value: Any, limit: int) -> bool:
     return False
 
 
+def job_id_problem(value: Any) -> str | None:
+    """What a record's job id (a guard's namespace, or its ``job_id()``) may be: what readers
+    are sent and what Datastore indexes, so 1 to 100 printable ASCII characters."""
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_JOB_ID_CHARS:
+        return f"must be a string of 1 to {MAX_JOB_ID_CHARS} characters"
+    if any(not 33 <= ord(char) <= 126 for char in value):
+        return "may contain only printable ASCII characters without spaces"
+    return None
+
+
+def _checked_job_id(value: Any) -> str:
+    problem = job_id_problem(value)
+    if problem:
+        raise GuardRejected(f"the job this request names {problem}")
+    return value
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -275,6 +298,10 @@ def _request_key(
                     raise GuardRejected(f"{key_field} must be a string")
         if key_header:
             from_header = request.headers.get(key_header)
+            if from_header is not None and "," in from_header:
+                # Servers join a header sent twice with commas: the two keys would become a third.
+                raise GuardRejected(f"the {key_header} header holds a comma: it was sent more than once, "
+                                    "or its key contains one; send one key without commas")
         if from_field is not None and from_header is not None and from_field != from_header:
             raise GuardRejected(f"{key_field} and the {key_header} header are both given and differ")
         token = from_field if from_field is not None else from_header

@@ -14,11 +14,14 @@ import io
 from typing import Any, Callable, Iterable
 
 from flask import Flask, request
+from werkzeug import exceptions as http_errors
 from werkzeug.exceptions import BadRequest, MethodNotAllowed, RequestEntityTooLarge
 
 # Larger bodies than Cloud Scheduler can send are refused with 413.
 MAX_BODY_BYTES = 1024 * 1024
 _READ_CHUNK = 64 * 1024
+# Why a body sent without Content-Length was not read (the request is refused).
+UNREAD_BODY = "dedup.unread_body"
 
 
 class BodyLimitMiddleware:
@@ -35,7 +38,17 @@ class BodyLimitMiddleware:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         if not environ.get("CONTENT_LENGTH") and "wsgi.input_terminated" in environ:
-            body = self._read_head(environ["wsgi.input"])
+            coding = environ.get("HTTP_TRANSFER_ENCODING", "").strip().lower()
+            body = b""
+            if coding not in ("", "chunked"):
+                # The server de-chunks but decodes nothing else: a job would run on gzip bytes.
+                environ[UNREAD_BODY] = (501, f"the transfer coding {coding!r} is not supported; send the body "
+                                             "as it is, with Content-Length or chunked")
+            else:
+                try:
+                    body = self._read_head(environ["wsgi.input"])
+                except Exception:  # noqa: BLE001 - a malformed chunk, a client gone: the caller's stream
+                    environ[UNREAD_BODY] = (400, "the request body could not be read (malformed chunked encoding)")
             environ["wsgi.input"] = io.BytesIO(body)
             environ["CONTENT_LENGTH"] = str(len(body))
             # The body is de-chunked now: its length is the truth werkzeug reads by
@@ -68,9 +81,14 @@ def limit_requests(app: Flask, max_body_bytes: int = MAX_BODY_BYTES) -> None:
 
 
 def refuse_unservable_requests() -> None:
-    """405 for HEAD, 413 for a body over the limit, 400 for a query parameter given twice."""
+    """405 for HEAD, 413 for a body over the limit, 400 for a query parameter given twice;
+    400 or 501 for a body that could not be read as sent."""
     if request.routing_exception is not None:
         return  # no such route (404) or method (405): routing says so
+    unread = request.environ.get(UNREAD_BODY)
+    if unread is not None:
+        status, message = unread
+        raise (http_errors.NotImplemented if status == 501 else BadRequest)(message)
     if request.method == "HEAD":
         # Flask answers HEAD for GET routes by running the view; a HEAD must never do work.
         rule = request.url_rule

@@ -233,3 +233,35 @@ def test_a_key_of_another_job_is_refused_by_the_decorator_and_the_wrapper(datast
         with pytest.raises(IdempotencyConflict) as conflict:
             guard.wrap(key=lambda: "k-1")(lambda: effects.append("wrapped"))()
     assert conflict.value.differing == ["job_id"] and effects == ["csv"]
+    assert "'csv'" in str(conflict.value) and "'exports'" in str(conflict.value)
+
+
+@pytest.mark.parametrize("job", ["x" * 101, "with space", "tab\there", "café", "", 5, None])
+def test_a_job_id_a_request_chooses_is_bounded(datastore, ndb_client, clock, job):
+    app = Flask("jobs-service")
+    app.extensions[LEDGER_EXTENSION] = Ledger(clock)
+    register_json_errors(app)
+
+    @app.post("/exports")
+    @idempotent("exports", job_id=lambda: job)
+    def export():
+        raise AssertionError("never runs")
+
+    app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)
+    refused = webtest.TestApp(app).post("/exports", headers={"Idempotency-Key": "k-1"}, status=400)
+    assert "the job this request names" in refused.json["message"]
+
+
+@pytest.mark.parametrize("namespace", ["x" * 101, "two words", ""])
+def test_a_namespace_is_checked_when_the_view_is_decorated(namespace):
+    with pytest.raises(ValueError, match="namespace"):
+        idempotent(namespace)
+
+
+def test_a_key_header_sent_twice_is_refused_not_joined(service):
+    app, effects = service
+    # gunicorn joins a header sent twice with a comma ("k-1,k-2"): that would be a third key.
+    for key in ("k-1,k-2", "k-1, k-2", ","):
+        refused = app.post_json("/orders", {"item": "book"}, headers={"Idempotency-Key": key}, status=400)
+        assert "comma" in refused.json["message"]
+    assert effects == []

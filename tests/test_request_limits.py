@@ -4,13 +4,14 @@ nothing is written for any of them."""
 
 from __future__ import annotations
 
-import datetime
+import io
 import json
 import os
 import textwrap
 
 import pytest
 import requests
+from werkzeug.test import EnvironBuilder, run_wsgi_app
 
 from dedup.keys import scheduled_run_key
 from dedup.ledger import Ledger, RunDescription, RunPolicy
@@ -190,3 +191,80 @@ def test_a_body_over_the_limit_is_413_on_every_route(client, ndb_client, clock):
             assert response.status_int == 413, (method, path, response.status)
     assert job_targets.EFFECTS == []
     assert len(records(ndb_client)) == 1
+
+
+# -- bodies without a length, in-process (as gunicorn presents them) ----------------
+
+
+class BrokenStream:
+    """A chunked body whose framing breaks after some bytes (as gunicorn raises on a bad chunk)."""
+
+    def __init__(self, good: bytes) -> None:
+        self.good = io.BytesIO(good)
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.good.read(size)
+        if not data:
+            raise OSError("Invalid chunk size")
+        return data
+
+
+def call_unframed(app, path: str, stream, transfer_encoding: str = "chunked", method: str = "POST"):
+    """Call ``app`` with a body that has no Content-Length, as a server that de-chunks sends it."""
+    environ = EnvironBuilder(path=path, method=method, headers=scheduler_headers()).get_environ()
+    environ.pop("CONTENT_LENGTH", None)
+    environ.update({"wsgi.input": stream, "wsgi.input_terminated": True,
+                    "HTTP_TRANSFER_ENCODING": transfer_encoding})
+    body, status, headers = run_wsgi_app(app, environ, buffered=True)
+    return int(status.split()[0]), json.loads(b"".join(body))
+
+
+def guarded_apps(make_client, ndb_client, clock):
+    """The scheduler target and the example downstream (another app using the guard)."""
+    from examples.downstream import create_downstream_app
+
+    main = make_client(JOBS).app
+    downstream = create_downstream_app(clock=clock, ndb_client=ndb_client)
+    return [(main, "/jobs/invoice"), (main, "/api/v1/jobs/invoice/runs"), (downstream, "/hooks/sync")]
+
+
+def test_unframed_bodies_are_bounded_in_every_app_that_reads_one(make_client, ndb_client, clock):
+    for app, path in guarded_apps(make_client, ndb_client, clock):
+        status, body = call_unframed(app, path, io.BytesIO(b" " * int(1.6 * MIB)))
+        assert status == 413 and body["error"] == "RequestEntityTooLarge", (path, status, body)
+        status, body = call_unframed(app, path, BrokenStream(b'{"a": 1}'))
+        assert status == 400 and "could not be read" in body["message"], (path, status, body)
+        for coding in ("gzip, chunked", "deflate", "identity, chunked", "chunked, chunked"):
+            status, body = call_unframed(app, path, io.BytesIO(b"\x1f\x8b compressed"), coding)
+            assert status == 501 and "transfer coding" in body["message"], (path, coding, status, body)
+    assert job_targets.EFFECTS == [] and records(ndb_client) == []
+
+
+def test_the_example_downstream_follows_the_same_rules(ndb_client, clock, datastore):
+    import webtest
+
+    from examples.downstream import create_downstream_app
+
+    app = webtest.TestApp(create_downstream_app(clock=clock, ndb_client=ndb_client))
+    app.post("/hooks/sync", b" " * (MAX_BODY_BYTES + 1), headers={"Idempotency-Key": "k"}, status=413)
+    app.head("/hooks/sync", status=405)
+    app.post_json("/hooks/sync?a=1&a=2", {}, headers={"Idempotency-Key": "k"}, status=400)
+    assert records(ndb_client) == []
+
+
+@pytest.mark.live
+def test_a_key_header_sent_twice_is_refused_on_gunicorn(server, datastore, ndb_client, tmp_path):
+    import http.client
+    import urllib.parse
+
+    target = urllib.parse.urlsplit(server.url)
+    connection = http.client.HTTPConnection(target.hostname, target.port, timeout=30)
+    body = json.dumps({"parameters": {"dir": str(tmp_path)}}).encode()
+    connection.putrequest("POST", "/api/v1/jobs/effect/runs")
+    for name, value in (("Idempotency-Key", "first"), ("Idempotency-Key", "second"),
+                        ("Content-Type", "application/json"), ("Content-Length", str(len(body)))):
+        connection.putheader(name, value)
+    connection.endheaders(body)
+    response = connection.getresponse()
+    assert response.status == 400 and "comma" in json.loads(response.read())["message"]
+    assert os.listdir(tmp_path) == [] and records(ndb_client) == []
