@@ -16,8 +16,9 @@ app = Flask(__name__)
 
 @app.post("/jobs/<job_id>")
 def run_without_dedup(job_id: str):
-    context = RunContext(run_id="-", attempt_id="-", attempt=1, job_id=job_id,
-                         scheduler_job_name=None, schedule_time=None)
+    context = RunContext(
+        run_id="-", attempt_id="-", attempt=1, job_id=job_id, scheduler_job_name=None, schedule_time=None
+    )
     return jsonify({"result": jobs[job_id].runner.run(context)})
 
 

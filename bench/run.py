@@ -92,8 +92,8 @@ def main() -> int:
     with DatastoreEmulator(project="dedup-bench") as emulator:
         os.environ.update(emulator.env)
         os.environ.setdefault("DEDUP_AUTH", "none")  # measure the ledger, not token checks
-        from handlers import create_app
         from dedup.ledger import RunDescription, RunPolicy
+        from handlers import create_app
 
         client, counter = counting_client(emulator.project)
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
@@ -105,10 +105,13 @@ def main() -> int:
         base = datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc)
 
         def deliver(schedule_time: datetime.datetime, job_name: str = "bench") -> int:
-            return http.post("/jobs/noop", headers={
-                "X-CloudScheduler-JobName": job_name,
-                "X-CloudScheduler-ScheduleTime": schedule_time.isoformat(),
-            }).status_code
+            return http.post(
+                "/jobs/noop",
+                headers={
+                    "X-CloudScheduler-JobName": job_name,
+                    "X-CloudScheduler-ScheduleTime": schedule_time.isoformat(),
+                },
+            ).status_code
 
         def at(index: int) -> datetime.datetime:
             return base + datetime.timedelta(minutes=index)
@@ -128,22 +131,39 @@ def main() -> int:
             state.ledger.claim_run(run_id, RunDescription("scheduler", "noop"), RunPolicy(3600, 7200))
         rows.append(measure("in-progress duplicate", args.requests, lambda i: deliver(held), counter, 409))
         # Refused before the ledger is asked: a schedule time that is not RFC 3339.
-        rows.append(measure("bad input (400)", args.requests, lambda i: http.post("/jobs/noop", headers={
-            "X-CloudScheduler-JobName": "bench", "X-CloudScheduler-ScheduleTime": "yesterday"}).status_code,
-            counter, 400))
+        rows.append(
+            measure(
+                "bad input (400)",
+                args.requests,
+                lambda i: (
+                    http.post(
+                        "/jobs/noop",
+                        headers={"X-CloudScheduler-JobName": "bench", "X-CloudScheduler-ScheduleTime": "yesterday"},
+                    ).status_code
+                ),
+                counter,
+                400,
+            )
+        )
         # One heartbeat renewal of a running attempt (every third of the lease while a job runs).
         renewing = datetime.datetime(2031, 6, 1, tzinfo=datetime.timezone.utc)
         with client.context():
-            owner = state.ledger.claim_run(ScheduledRunKey("", "", "bench", renewing).run_id,
-                                           RunDescription("scheduler", "noop"), RunPolicy(3600, 7200)).attempt
+            owner = state.ledger.claim_run(
+                ScheduledRunKey("", "", "bench", renewing).run_id,
+                RunDescription("scheduler", "noop"),
+                RunPolicy(3600, 7200),
+            ).attempt
 
             def renew(_: int) -> int:
                 return 200 if state.ledger.renew_lease(owner, 3600).__class__.__name__ == "Renewed" else 409
 
             rows.append(measure("heartbeat renewal (each)", args.requests, renew, counter, 200))
         baseline = werkzeug.test.Client(plain_app(state.jobs["noop"], client))
-        rows.append(measure("same job without dedup", args.requests,
-                            lambda i: baseline.post("/plain").status_code, counter, 200))
+        rows.append(
+            measure(
+                "same job without dedup", args.requests, lambda i: baseline.post("/plain").status_code, counter, 200
+            )
+        )
 
         live = measure_live(emulator, args.concurrency, args.throughput_requests)
 
@@ -169,31 +189,48 @@ def measure_live(emulator, concurrency: int, throughput_requests: int) -> dict:
         handle.write(BENCH_JOBS)
     results: dict = {}
     try:
-        with GunicornServer(emulator, handle.name, quiet=True) as server, \
-                GunicornServer(emulator, handle.name, app="bench.baseline_app:app", quiet=True) as baseline:
+        with (
+            GunicornServer(emulator, handle.name, quiet=True) as server,
+            GunicornServer(emulator, handle.name, app="bench.baseline_app:app", quiet=True) as baseline,
+        ):
             session = requests.Session()
             barrier = threading.Barrier(concurrency)
 
             def duplicate(_):
                 barrier.wait()
                 started = time.perf_counter()
-                response = requests.post(f"{server.url}/jobs/half-second", timeout=60, headers={
-                    "X-CloudScheduler-JobName": "contended", "X-CloudScheduler-ScheduleTime": "2032-01-01T00:00:00Z"})
+                response = requests.post(
+                    f"{server.url}/jobs/half-second",
+                    timeout=60,
+                    headers={
+                        "X-CloudScheduler-JobName": "contended",
+                        "X-CloudScheduler-ScheduleTime": "2032-01-01T00:00:00Z",
+                    },
+                )
                 return response.status_code, (time.perf_counter() - started) * 1000
 
             with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
                 outcomes = list(pool.map(duplicate, range(concurrency)))
             latencies = [ms for _, ms in outcomes]
             results["contention"] = {
-                "statuses": {code: sum(1 for c, _ in outcomes if c == code) for code in sorted({c for c, _ in outcomes})},
-                "median": statistics.median(latencies), "p95": percentile(latencies, 0.95), "max": max(latencies),
+                "statuses": {
+                    code: sum(1 for c, _ in outcomes if c == code) for code in sorted({c for c, _ in outcomes})
+                },
+                "median": statistics.median(latencies),
+                "p95": percentile(latencies, 0.95),
+                "max": max(latencies),
             }
 
             def throughput(url: str, label: str) -> float:
                 def one(index: int) -> int:
-                    return requests.post(url, timeout=60, headers={
-                        "X-CloudScheduler-JobName": f"tp-{label}",
-                        "X-CloudScheduler-ScheduleTime": f"2033-01-01T00:00:00.{index:06d}Z"}).status_code
+                    return requests.post(
+                        url,
+                        timeout=60,
+                        headers={
+                            "X-CloudScheduler-JobName": f"tp-{label}",
+                            "X-CloudScheduler-ScheduleTime": f"2033-01-01T00:00:00.{index:06d}Z",
+                        },
+                    ).status_code
 
                 started = time.perf_counter()
                 with concurrent.futures.ThreadPoolExecutor(16) as pool:
@@ -214,28 +251,34 @@ def measure_live(emulator, concurrency: int, throughput_requests: int) -> dict:
 def render_live(live: dict, concurrency: int, throughput_requests: int) -> str:
     contention = live["contention"]
     statuses = ", ".join(f"{count} x {code}" for code, count in contention["statuses"].items())
-    return "\n".join([
-        "",
-        f"## Over HTTP, gunicorn 2 workers x 8 threads (gthread), as in app.yaml",
-        "",
-        f"{concurrency} concurrent deliveries of one execution (a 0.5 s job): {statuses}.",
-        "",
-        "| latency under contention | median ms | p95 ms | max ms |",
-        "|---|---|---|---|",
-        f"| {concurrency} duplicates | {contention['median']:.0f} | {contention['p95']:.0f} | {contention['max']:.0f} |",
-        "",
-        f"Throughput of distinct runs ({throughput_requests} runs of a no-op job, 16 client threads):",
-        "",
-        "| | runs / s |",
-        "|---|---|",
-        f"| with dedup | {live['with_dedup']:.0f} |",
-        f"| without dedup (same job, same server, no ledger) | {live['without_dedup']:.0f} |",
-        "",
-    ])
+    return "\n".join(
+        [
+            "",
+            "## Over HTTP, gunicorn 2 workers x 8 threads (gthread), as in app.yaml",
+            "",
+            f"{concurrency} concurrent deliveries of one execution (a 0.5 s job): {statuses}.",
+            "",
+            "| latency under contention | median ms | p95 ms | max ms |",
+            "|---|---|---|---|",
+            f"| {concurrency} duplicates | {contention['median']:.0f} | {contention['p95']:.0f} "
+            f"| {contention['max']:.0f} |",
+            "",
+            f"Throughput of distinct runs ({throughput_requests} runs of a no-op job, 16 client threads):",
+            "",
+            "| | runs / s |",
+            "|---|---|",
+            f"| with dedup | {live['with_dedup']:.0f} |",
+            f"| without dedup (same job, same server, no ledger) | {live['without_dedup']:.0f} |",
+            "",
+        ]
+    )
 
 
 def render(rows: list[dict], requests_: int) -> str:
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+    machine = (
+        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()}"
+    )
     lines = [
         "# make bench: Datastore RPCs and latency per delivery outcome",
         "",
@@ -247,8 +290,9 @@ def render(rows: list[dict], requests_: int) -> str:
         "|---|---|---|---|---|",
     ]
     for row in rows:
-        lines.append(f"| {row['label']} | {row['rpcs']:g} | {row['breakdown'] or '-'} | "
-                     f"{row['median']:.2f} | {row['p95']:.2f} |")
+        lines.append(
+            f"| {row['label']} | {row['rpcs']:g} | {row['breakdown'] or '-'} | {row['median']:.2f} | {row['p95']:.2f} |"
+        )
     return "\n".join(lines) + "\n"
 
 

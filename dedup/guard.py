@@ -60,7 +60,8 @@ def differing_names(
     stored, given = stored or {}, given or {}
     names = (set(stored) | set(given)) - set(exclude)
     return sorted(
-        name for name in names
+        name
+        for name in names
         if (name in stored) != (name in given) or canonical_json(stored[name]) != canonical_json(given[name])
     )
 
@@ -95,8 +96,12 @@ class StoredResponse:
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> "StoredResponse":
-        return cls(int(document["status"]), document.get("body", ""), dict(document.get("headers") or {}),
-                   bool(document.get("binary")))
+        return cls(
+            int(document["status"]),
+            document.get("body", ""),
+            dict(document.get("headers") or {}),
+            bool(document.get("binary")),
+        )
 
     @staticmethod
     def is_document(value: Any) -> bool:
@@ -125,8 +130,9 @@ class IdempotencyJobMismatch(IdempotencyConflict):
 
     def __init__(self, run_id: str, job_id: str, recorded_job_id: str) -> None:
         Exception.__init__(
-            self, f"idempotency key of a run of {recorded_job_id!r}, not of {job_id!r}: neither run nor "
-                  "answered from that run; use a scope or key that tells the jobs apart"
+            self,
+            f"idempotency key of a run of {recorded_job_id!r}, not of {job_id!r}: neither run nor "
+            "answered from that run; use a scope or key that tells the jobs apart",
         )
         self.run_id = run_id
         self.differing = ["job_id"]
@@ -179,8 +185,13 @@ class IdempotencyGuard:
             fingerprint=fingerprint(parameters, exclude),
         )
         return run_once(
-            self.ledger, self.run_id(key, scope), description, policy or self.policy, work,
-            classify=classify, wait=wait,
+            self.ledger,
+            self.run_id(key, scope),
+            description,
+            policy or self.policy,
+            work,
+            classify=classify,
+            wait=wait,
         )
 
     def wrap(
@@ -214,9 +225,11 @@ class IdempotencyGuard:
                         raise
 
                 outcome = self.run(
-                    key(*args, **kwargs), work,
+                    key(*args, **kwargs),
+                    work,
                     scope=scope(*args, **kwargs) if scope else "",
-                    parameters=given, exclude=exclude,
+                    parameters=given,
+                    exclude=exclude,
                 )
                 return unwrap_plain_outcome(outcome, given, exclude, raised)
 
@@ -237,8 +250,9 @@ def unwrap_plain_outcome(
     if isinstance(outcome, Mismatch):
         raise IdempotencyConflict(outcome.record.run_id, differing_names(outcome.record.parameters, given, exclude))
     if isinstance(outcome, OtherJob):
-        log.error("run %s: the key names a run of %r, not of %r", outcome.record.run_id,
-                  outcome.record.job_id, outcome.job_id)
+        log.error(
+            "run %s: the key names a run of %r, not of %r", outcome.record.run_id, outcome.record.job_id, outcome.job_id
+        )
         raise IdempotencyJobMismatch(outcome.record.run_id, outcome.job_id, outcome.record.job_id)
     if isinstance(outcome, InProgress):
         raise IdempotencyInProgress(outcome.record.run_id, outcome.retry_after_seconds)

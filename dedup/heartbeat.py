@@ -30,8 +30,13 @@ EXIT_WAIT_SECONDS = 5.0
 
 class LeaseHeartbeat:
     def __init__(
-        self, ledger, attempt: Attempt, lease_seconds: float, max_run_seconds: float | None,
-        renew: bool = True, claim_began: float | None = None,
+        self,
+        ledger,
+        attempt: Attempt,
+        lease_seconds: float,
+        max_run_seconds: float | None,
+        renew: bool = True,
+        claim_began: float | None = None,
     ) -> None:
         """``claim_began``: ``time.monotonic()`` taken before the claim was sent (default: now)."""
         self.ledger = ledger
@@ -76,8 +81,11 @@ class LeaseHeartbeat:
             while not self._stopped.wait(self.interval):
                 began = time.monotonic()
                 if began >= self.stop_at:
-                    log.warning("run %s attempt %d: max_run_seconds reached; no more lease renewals",
-                                self.attempt.run_id, self.attempt.attempt)
+                    log.warning(
+                        "run %s attempt %d: max_run_seconds reached; no more lease renewals",
+                        self.attempt.run_id,
+                        self.attempt.attempt,
+                    )
                     return
                 # The last renewal ends the lease at max_run_seconds, not a lease later.
                 lease = min(self.lease_seconds, self.stop_at - began)
@@ -90,8 +98,11 @@ class LeaseHeartbeat:
                     if self._stopped.is_set():
                         return  # the job finished first: its own finish ended the lease
                     self._taken_over.set()
-                    log.warning("run %s attempt %d: lease lost to attempt %s; the job should stop",
-                                self.attempt.run_id, self.attempt.attempt,
-                                outcome.current.attempt if outcome.current else "none")
+                    log.warning(
+                        "run %s attempt %d: lease lost to attempt %s; the job should stop",
+                        self.attempt.run_id,
+                        self.attempt.attempt,
+                        outcome.current.attempt if outcome.current else "none",
+                    )
                     return
                 self._lease_ends = began + lease

@@ -22,9 +22,7 @@ _JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,500}")
 # Project ids (optionally domain-scoped, "example.com:my-project") and locations.
 _PROJECT = re.compile(r"(?:[a-z0-9][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
 _LOCATION = re.compile(r"[a-z][a-z0-9-]{0,62}")
-_FULL_JOB_NAME = re.compile(
-    r"projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/jobs/(?P<job>[^/]+)"
-)
+_FULL_JOB_NAME = re.compile(r"projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/jobs/(?P<job>[^/]+)")
 # Longer than any legal JobName, ScheduleTime or scope value: rejected unread.
 MAX_HEADER_LENGTH = 1024
 # Schedule times outside this range are refused (400): Cloud Scheduler sends
@@ -54,16 +52,11 @@ class ScheduledRunKey:
     @property
     def run_id(self) -> str:
         """SHA-256 hex over a length-prefixed encoding: no separator can collide."""
-        return digest_parts(
-            _KEY_VERSION, self.project, self.location, self.job_name, self.schedule_time_text
-        )
+        return digest_parts(_KEY_VERSION, self.project, self.location, self.job_name, self.schedule_time_text)
 
 
 def digest_parts(*parts: str) -> str:
-    encoded = b"".join(
-        str(len(raw)).encode("ascii") + b":" + raw
-        for raw in (part.encode("utf-8") for part in parts)
-    )
+    encoded = b"".join(str(len(raw)).encode("ascii") + b":" + raw for raw in (part.encode("utf-8") for part in parts))
     return hashlib.sha256(encoded).hexdigest()
 
 
@@ -87,9 +80,7 @@ def _checked_text(field: str, value: str) -> str:
     if len(value) > MAX_HEADER_LENGTH:
         raise InvalidRunRequest(field, f"{field} is longer than {MAX_HEADER_LENGTH} characters")
     if any(ord(ch) < 0x20 or ord(ch) >= 0x7F for ch in value):
-        raise InvalidRunRequest(
-            field, f"{field} contains control or non-ASCII characters"
-        )
+        raise InvalidRunRequest(field, f"{field} contains control or non-ASCII characters")
     return value
 
 
@@ -100,9 +91,7 @@ def parse_rfc3339(value: str, field: str) -> datetime.datetime:
         # Fractions beyond microseconds are cut: Datastore keeps microseconds.
         return ciso8601.parse_rfc3339(text).astimezone(datetime.timezone.utc)
     except (ValueError, OverflowError) as exc:
-        raise InvalidRunRequest(
-            field, f"{field} {value!r} is not an RFC 3339 timestamp: {exc}"
-        ) from None
+        raise InvalidRunRequest(field, f"{field} {value!r} is not an RFC 3339 timestamp: {exc}") from None
 
 
 def check_schedule_time(field: str, instant: datetime.datetime) -> datetime.datetime:
@@ -129,9 +118,7 @@ def parse_schedule_time(value: str | None) -> datetime.datetime:
     return check_schedule_time(field, parse_rfc3339(value, field))
 
 
-def _scope_value(
-    field: str, pattern: re.Pattern[str], *candidates: tuple[str, str | None]
-) -> str:
+def _scope_value(field: str, pattern: re.Pattern[str], *candidates: tuple[str, str | None]) -> str:
     """Agree the candidates (source name, value) for one scope field; "" when none."""
     chosen: tuple[str, str] | None = None
     for source, raw in candidates:
@@ -143,8 +130,7 @@ def _scope_value(
         if chosen is not None and chosen[1] != value:
             raise InvalidRunRequest(
                 source,
-                f"{field} given twice with different values: "
-                f"{chosen[0]}={chosen[1]!r} and {source}={value!r}",
+                f"{field} given twice with different values: {chosen[0]}={chosen[1]!r} and {source}={value!r}",
             )
         chosen = (source, value)
     return chosen[1] if chosen else ""
@@ -162,9 +148,7 @@ def scheduled_run_key(
     """Build the run key of a delivery, or raise InvalidRunRequest naming the field."""
     field = "X-CloudScheduler-JobName"
     if job_name is None or job_name == "":
-        raise InvalidRunRequest(
-            field, f"missing {field} header: this endpoint serves Cloud Scheduler jobs"
-        )
+        raise InvalidRunRequest(field, f"missing {field} header: this endpoint serves Cloud Scheduler jobs")
     job_name = _checked_text(field, job_name)
     name_project = name_location = None
     full = _FULL_JOB_NAME.fullmatch(job_name)

@@ -25,8 +25,8 @@ from google.cloud import ndb
 from dedup.clock import Clock
 from dedup.outcomes import (
     Attempt,
-    ClaimOutcome,
     Claimed,
+    ClaimOutcome,
     Contended,
     Finished,
     InProgress,
@@ -202,9 +202,7 @@ class Ledger:
 
     # -- writes (each one transaction) -----------------------------------------
 
-    def claim_run(
-        self, run_id: str, description: RunDescription, policy: RunPolicy
-    ) -> ClaimOutcome:
+    def claim_run(self, run_id: str, description: RunDescription, policy: RunPolicy) -> ClaimOutcome:
         """Take the run for a new attempt, or say why not."""
         # Chosen once, outside the transaction: if a commit lands but its answer
         # is lost, the retry finds this id in the record and knows the claim is its own.
@@ -229,7 +227,9 @@ class Ledger:
             # is a usable fencing token (a release deletes the record: the
             # next claim is attempt 1 again).
             attempt = Attempt(
-                run_id, attempt_id, (current.attempt if current else 0) + 1,
+                run_id,
+                attempt_id,
+                (current.attempt if current else 0) + 1,
                 downstream=current.downstream if live else None,
             )
             history = list(current.attempts or []) if live else []
@@ -249,17 +249,25 @@ class Ledger:
                 parameters=description.parameters,
                 fingerprint=description.fingerprint,
                 downstream=attempt.downstream,
-                attempts=(history + [{
-                    "attempt": attempt.attempt, "attempt_id": attempt.attempt_id, "started": _iso(now),
-                    "finished": None, "outcome": None, "instance": INSTANCE,
-                }])[-MAX_ATTEMPT_HISTORY:],
+                attempts=(
+                    history
+                    + [
+                        {
+                            "attempt": attempt.attempt,
+                            "attempt_id": attempt.attempt_id,
+                            "started": _iso(now),
+                            "finished": None,
+                            "outcome": None,
+                            "instance": INSTANCE,
+                        }
+                    ]
+                )[-MAX_ATTEMPT_HISTORY:],
                 status=RunStatus.IN_PROGRESS.value,
                 attempt_id=attempt.attempt_id,
                 attempt=attempt.attempt,
                 lease_expires=now + _seconds(policy.lease_seconds),
                 # Never expire (count as absent) while a lease is live.
-                expire_at=max(created + _seconds(policy.retention_seconds),
-                              now + _seconds(policy.lease_seconds)),
+                expire_at=max(created + _seconds(policy.retention_seconds), now + _seconds(policy.lease_seconds)),
                 created=created,
                 updated=now,
                 started=now,
@@ -277,12 +285,18 @@ class Ledger:
         history = outcome.record.attempts or [] if isinstance(outcome, Claimed) else []
         if len(history) > 1 and history[-2].get("outcome") == "lease_expired":
             # Logged once, after the commit (the callback may have run more than once).
-            log.warning("run %s: lease of attempt %d expired; attempt %d takes over",
-                        run_id, history[-2]["attempt"], outcome.attempt.attempt,
-                        extra={"run_id": run_id, "attempt": outcome.attempt.attempt, "outcome": "takeover"})
+            log.warning(
+                "run %s: lease of attempt %d expired; attempt %d takes over",
+                run_id,
+                history[-2]["attempt"],
+                outcome.attempt.attempt,
+                extra={"run_id": run_id, "attempt": outcome.attempt.attempt, "outcome": "takeover"},
+            )
         return outcome
 
-    def renew_lease(self, attempt: Attempt, lease_seconds: float, patience_seconds: float | None = None) -> Renewed | Stale:
+    def renew_lease(
+        self, attempt: Attempt, lease_seconds: float, patience_seconds: float | None = None
+    ) -> Renewed | Stale:
         """Extend the lease of a running attempt, if it still owns the run.
 
         ``patience_seconds`` bounds the retries (the heartbeat gives a third of the
@@ -355,7 +369,9 @@ class Ledger:
         now = self.clock.now()
         start = ndb.Cursor(urlsafe=cursor) if cursor else None
         keys, next_cursor, more = RunRecord.query(RunRecord.expire_at <= now).fetch_page(
-            batch_size, keys_only=True, start_cursor=start,
+            batch_size,
+            keys_only=True,
+            start_cursor=start,
         )
         if not keys:
             return 0, None
@@ -363,7 +379,8 @@ class Ledger:
         def delete_batch() -> int:
             current = self.clock.now()
             doomed = [
-                record.key for record in ndb.get_multi(keys)
+                record.key
+                for record in ndb.get_multi(keys)
                 if record is not None and record.is_expired(current) and not record.lease_is_live(current)
             ]
             ndb.delete_multi(doomed)
@@ -381,7 +398,8 @@ class Ledger:
         record.updated = now
         record.attempts = [
             {**entry, "finished": _iso(now), "outcome": record.status}
-            if entry.get("attempt_id") == record.attempt_id else entry
+            if entry.get("attempt_id") == record.attempt_id
+            else entry
             for entry in record.attempts or []
         ]
         if policy.finished_retention_seconds is None:
@@ -391,9 +409,13 @@ class Ledger:
         record.put()
         return Finished(record)
 
-    def _fenced(self, attempt: Attempt, change: Callable[[RunRecord, datetime.datetime], object],
-                patience_seconds: float | None = None,
-                landed: Callable[[RunRecord | None], object | None] | None = None):
+    def _fenced(
+        self,
+        attempt: Attempt,
+        change: Callable[[RunRecord, datetime.datetime], object],
+        patience_seconds: float | None = None,
+        landed: Callable[[RunRecord | None], object | None] | None = None,
+    ):
         """Apply ``change`` in a transaction only while ``attempt`` owns the run.
 
         ``landed`` recognises, when the transaction is tried again, that an
@@ -409,11 +431,7 @@ class Ledger:
                 outcome = landed(record)
                 if outcome is not None:
                     return outcome
-            if (
-                record is None
-                or record.attempt_id != attempt.attempt_id
-                or record.status != RunStatus.IN_PROGRESS
-            ):
+            if record is None or record.attempt_id != attempt.attempt_id or record.status != RunStatus.IN_PROGRESS:
                 return Stale(attempt.run_id, attempt.attempt, record)
             changed_before = True
             return change(record, now)

@@ -150,8 +150,9 @@ def _run_claimed(
 ) -> RunOutcome:
     run_id = attempt.run_id
     claimed = attempt
-    heartbeat = LeaseHeartbeat(ledger, claimed, policy.lease_seconds, policy.max_run_seconds,
-                               renew=policy.heartbeat, claim_began=claim_began)
+    heartbeat = LeaseHeartbeat(
+        ledger, claimed, policy.lease_seconds, policy.max_run_seconds, renew=policy.heartbeat, claim_began=claim_began
+    )
     attempt = dataclasses.replace(
         claimed,
         note_downstream=lambda name: not isinstance(ledger.record_downstream(claimed, name), Stale),
@@ -165,7 +166,10 @@ def _run_claimed(
         return ledger.fail_run(attempt, error_document(exc, details=exc.details), policy)
     except Exception as exc:  # noqa: BLE001 - every other error is retryable by contract
         log.warning(
-            "run %s attempt %d failed, releasing for retry: %r", run_id, attempt.attempt, exc,
+            "run %s attempt %d failed, releasing for retry: %r",
+            run_id,
+            attempt.attempt,
+            exc,
             exc_info=True,
         )
         return ledger.release_run(attempt, error_document(exc, details=getattr(exc, "details", None)))

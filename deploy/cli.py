@@ -22,8 +22,10 @@ from deploy.scheduler_config import (
 )
 from models import RunRecord
 
-SCHEDULER_IPS = (("0.1.0.2/32", "Cloud Scheduler App Engine jobs, Cloud Tasks and cron"),
-                 ("0.1.0.1/32", "App Engine cron jobs created with older tools"))
+SCHEDULER_IPS = (
+    ("0.1.0.2/32", "Cloud Scheduler App Engine jobs, Cloud Tasks and cron"),
+    ("0.1.0.1/32", "App Engine cron jobs created with older tools"),
+)
 ADMIN_RANGE = "admin range"
 FIRST_PRIORITY = 1000
 
@@ -77,8 +79,15 @@ def _existing_jobs(project: str, location: str) -> dict[str, str]:
     """The Scheduler jobs of one project and location: name -> App Engine HTTP method ("" for other targets)."""
     if shutil.which("gcloud") is None:
         raise click.ClickException("gcloud is not on PATH; install the Google Cloud CLI, or pass --assume-new")
-    command = ["gcloud", "scheduler", "jobs", "list", f"--project={project}", f"--location={location}",
-               "--format=value(name,appEngineHttpTarget.httpMethod)"]
+    command = [
+        "gcloud",
+        "scheduler",
+        "jobs",
+        "list",
+        f"--project={project}",
+        f"--location={location}",
+        "--format=value(name,appEngineHttpTarget.httpMethod)",
+    ]
     completed = subprocess.run(command, capture_output=True, text=True, check=False)
     if completed.returncode != 0:
         raise click.ClickException(f"{shell_line(command)} failed: {completed.stderr.strip()}")
@@ -103,10 +112,23 @@ def _plan(file: str, assume_new: bool) -> list[list[str]]:
         if exists and live_method != job.method:
             # gcloud's update leaves the HTTP method (and the target type) as they
             # are, whatever it is told: the job must be made again.
-            click.echo(f"warning: {job.name}: the live job sends {live_method or 'no App Engine request'}, "
-                       f"the file says {job.method}; it is deleted and created again", err=True)
-            commands.append(["gcloud", "scheduler", "jobs", "delete", job.name, f"--project={job.project}",
-                             f"--location={job.location}", "--quiet"])
+            click.echo(
+                f"warning: {job.name}: the live job sends {live_method or 'no App Engine request'}, "
+                f"the file says {job.method}; it is deleted and created again",
+                err=True,
+            )
+            commands.append(
+                [
+                    "gcloud",
+                    "scheduler",
+                    "jobs",
+                    "delete",
+                    job.name,
+                    f"--project={job.project}",
+                    f"--location={job.location}",
+                    "--quiet",
+                ]
+            )
             exists = False
         commands += gcloud_commands(job, exists=exists)
         for warning in update_warnings(job) if exists else []:
@@ -151,10 +173,24 @@ def firewall(project: str | None, admin_ranges: tuple[str, ...], apply_: bool, a
     for priority, (source, description) in enumerate(rules, start=FIRST_PRIORITY):
         found = existing.get(priority)
         if found and found[2] not in ours:
-            click.echo(f"warning: priority {priority} holds another rule ({found[0]} {found[1]}, "
-                       f"{found[2]!r}); it is replaced", err=True)
-        commands.append(["gcloud", "app", "firewall-rules", "update" if found else "create", str(priority),
-                         "--action=allow", f"--source-range={source}", f"--description={description}", *scope])
+            click.echo(
+                f"warning: priority {priority} holds another rule ({found[0]} {found[1]}, "
+                f"{found[2]!r}); it is replaced",
+                err=True,
+            )
+        commands.append(
+            [
+                "gcloud",
+                "app",
+                "firewall-rules",
+                "update" if found else "create",
+                str(priority),
+                "--action=allow",
+                f"--source-range={source}",
+                f"--description={description}",
+                *scope,
+            ]
+        )
     for priority, (_, _, description) in sorted(existing.items()):
         if priority >= FIRST_PRIORITY + len(rules) and description == ADMIN_RANGE:
             commands.append(["gcloud", "app", "firewall-rules", "delete", str(priority), "--quiet", *scope])
@@ -166,8 +202,14 @@ def _existing_firewall_rules(scope: list[str]) -> dict[int, tuple[str, str, str]
     """priority -> (action, source range, description) of the rules that exist (not the default)."""
     if shutil.which("gcloud") is None:
         raise click.ClickException("gcloud is not on PATH; install the Google Cloud CLI, or pass --assume-new")
-    command = ["gcloud", "app", "firewall-rules", "list", "--format=value(priority,action,sourceRange,description)",
-               *scope]
+    command = [
+        "gcloud",
+        "app",
+        "firewall-rules",
+        "list",
+        "--format=value(priority,action,sourceRange,description)",
+        *scope,
+    ]
     completed = subprocess.run(command, capture_output=True, text=True, check=False)
     if completed.returncode != 0:
         raise click.ClickException(f"{shell_line(command)} failed: {completed.stderr.strip()}")
@@ -184,8 +226,16 @@ def _existing_firewall_rules(scope: list[str]) -> dict[int, tuple[str, str, str]
 @click.option("--database", help="Firestore database (default: '(default)').")
 @click.option("--apply", "apply_", is_flag=True, help="Run the command instead of printing it only.")
 def ttl(project: str | None, database: str | None, apply_: bool) -> None:
-    command = ["gcloud", "firestore", "fields", "ttls", "update", "expire_at",
-               f"--collection-group={RunRecord._get_kind()}", "--enable-ttl"]
+    command = [
+        "gcloud",
+        "firestore",
+        "fields",
+        "ttls",
+        "update",
+        "expire_at",
+        f"--collection-group={RunRecord._get_kind()}",
+        "--enable-ttl",
+    ]
     if project:
         command.append(f"--project={project}")
     if database:

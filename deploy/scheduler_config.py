@@ -27,10 +27,26 @@ MIN_ATTEMPT_DEADLINE = 15
 MAX_ATTEMPT_DEADLINE = 24 * 3600 + 15  # App Engine targets: 15 s to 24 h 15 s (job.proto)
 METHODS = ("POST", "GET")  # what /jobs/<job_id> serves
 LIST_DELIMITERS = (",", ";", "|", "~", "#", "@")  # gcloud's dict flags ("gcloud topic escaping")
-JOB_KEYS = frozenset({
-    "name", "target", "schedule", "time_zone", "method", "body", "headers", "attempt_deadline", "retry",
-    "project", "location", "service", "version", "scaling", "pass_scope", "description",
-})
+JOB_KEYS = frozenset(
+    {
+        "name",
+        "target",
+        "schedule",
+        "time_zone",
+        "method",
+        "body",
+        "headers",
+        "attempt_deadline",
+        "retry",
+        "project",
+        "location",
+        "service",
+        "version",
+        "scaling",
+        "pass_scope",
+        "description",
+    }
+)
 RETRY_KEYS = frozenset({"retry_count", "max_retry_duration", "min_backoff", "max_backoff", "max_doublings"})
 _JOB_NAME = re.compile(r"[A-Za-z0-9_-]{1,500}")
 _PROJECT = re.compile(r"(?:[a-z0-9][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
@@ -48,7 +64,9 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        where = " ".join(p for p in (f"job {self.job!r}" if self.job else "", f"field {self.field!r}" if self.field else "") if p)
+        where = " ".join(
+            p for p in (f"job {self.job!r}" if self.job else "", f"field {self.field!r}" if self.field else "") if p
+        )
         return f"{DEFAULT_FILE}: {where + ': ' if where else ''}{self.message}"
 
 
@@ -158,9 +176,12 @@ def _parse_job(key: str, settings: dict, problems: list[Problem]) -> SchedulerJo
     schedule = settings["schedule"].strip()
     fields = schedule.split()
     if len(fields) != 5 or not croniter.is_valid(schedule) or not all(_plain_cron_field(f) for f in fields):
-        problem("schedule", f"{schedule!r} is not a unix-cron schedule ('MIN HOUR DOM MON DOW', e.g. '*/5 * * * *'): "
-                "Cloud Scheduler sends X-CloudScheduler-ScheduleTime only for unix-cron schedules, and without it "
-                "no delivery can be deduplicated")
+        problem(
+            "schedule",
+            f"{schedule!r} is not a unix-cron schedule ('MIN HOUR DOM MON DOW', e.g. '*/5 * * * *'): "
+            "Cloud Scheduler sends X-CloudScheduler-ScheduleTime only for unix-cron schedules, and without it "
+            "no delivery can be deduplicated",
+        )
     time_zone = settings.get("time_zone", "Etc/UTC")
     if not _known_time_zone(str(time_zone)):
         problem("time_zone", f"{time_zone!r} is not a tz database time zone (e.g. Etc/UTC, utc, Europe/Paris)")
@@ -180,13 +201,21 @@ def _parse_job(key: str, settings: dict, problems: list[Problem]) -> SchedulerJo
         headers = {}
     for header in headers:
         if _RESERVED_HEADER.match(header):
-            problem("headers", f"{header!r}: X-Google-*, X-AppEngine-* and X-CloudScheduler* are set by Google, not by jobs")
+            problem(
+                "headers", f"{header!r}: X-Google-*, X-AppEngine-* and X-CloudScheduler* are set by Google, not by jobs"
+            )
     if headers and all(any(d in f"{k}={v}" for k, v in headers.items()) for d in LIST_DELIMITERS):
-        problem("headers", f"between them the headers use every list delimiter gcloud offers ({' '.join(LIST_DELIMITERS)})")
+        problem(
+            "headers", f"between them the headers use every list delimiter gcloud offers ({' '.join(LIST_DELIMITERS)})"
+        )
     scaling = settings.get("scaling", "automatic")
     if scaling not in REQUEST_TIMEOUT_SECONDS:
-        problem("scaling", f"{scaling!r}: one of {', '.join(REQUEST_TIMEOUT_SECONDS)} (the target service's scaling type)")
-    deadline = _duration(settings.get("attempt_deadline", REQUEST_TIMEOUT_SECONDS.get(scaling, 600)), "attempt_deadline", problem)
+        problem(
+            "scaling", f"{scaling!r}: one of {', '.join(REQUEST_TIMEOUT_SECONDS)} (the target service's scaling type)"
+        )
+    deadline = _duration(
+        settings.get("attempt_deadline", REQUEST_TIMEOUT_SECONDS.get(scaling, 600)), "attempt_deadline", problem
+    )
     if deadline is not None and not MIN_ATTEMPT_DEADLINE <= deadline <= MAX_ATTEMPT_DEADLINE:
         problem("attempt_deadline", f"{int(deadline)}s: App Engine targets take 15s to 24h15s")
     retry_settings = settings.get("retry") or {}
@@ -203,10 +232,23 @@ def _parse_job(key: str, settings: dict, problems: list[Problem]) -> SchedulerJo
     if len(problems) > start or deadline is None or retry is None:
         return None
     return SchedulerJob(
-        key=key, name=name, target=settings["target"], schedule=schedule, project=settings["project"],
-        location=settings["location"], time_zone=str(time_zone), method=method, body=body, headers=headers,
-        attempt_deadline=deadline, retry=retry, service=settings.get("service"), version=settings.get("version"),
-        scaling=scaling, pass_scope=settings.get("pass_scope", True), description=settings.get("description"),
+        key=key,
+        name=name,
+        target=settings["target"],
+        schedule=schedule,
+        project=settings["project"],
+        location=settings["location"],
+        time_zone=str(time_zone),
+        method=method,
+        body=body,
+        headers=headers,
+        attempt_deadline=deadline,
+        retry=retry,
+        service=settings.get("service"),
+        version=settings.get("version"),
+        scaling=scaling,
+        pass_scope=settings.get("pass_scope", True),
+        description=settings.get("description"),
     )
 
 
@@ -237,7 +279,9 @@ def _parse_retry(settings: dict, problem) -> RetryConfig | None:
         if values[key] is None:
             return None
     if values["max_backoff"] < values["min_backoff"]:
-        problem("retry.max_backoff", f"{values['max_backoff']:g}s is shorter than min_backoff ({values['min_backoff']:g}s)")
+        problem(
+            "retry.max_backoff", f"{values['max_backoff']:g}s is shorter than min_backoff ({values['min_backoff']:g}s)"
+        )
         return None
     return RetryConfig(count, values["max_retry_duration"], values["min_backoff"], values["max_backoff"], doublings)
 
@@ -286,9 +330,9 @@ def retry_intervals(retry: RetryConfig) -> list[float]:
     intervals = []
     for index in range(retry.retry_count):
         if index <= retry.max_doublings:
-            wait = retry.min_backoff * 2 ** index
+            wait = retry.min_backoff * 2**index
         else:
-            wait = retry.min_backoff * 2 ** retry.max_doublings * (index - retry.max_doublings + 1)
+            wait = retry.min_backoff * 2**retry.max_doublings * (index - retry.max_doublings + 1)
         intervals.append(min(wait, retry.max_backoff))
     return intervals
 
@@ -312,42 +356,85 @@ def dedup_problems(jobs: list[SchedulerJob], app_jobs: Mapping[str, JobSpec]) ->
     for job in jobs:
         spec = app_jobs.get(job.target)
         if spec is None:
-            problems.append(Problem(job.key, "target", f"{job.target!r} is not a job in jobs.yaml ({', '.join(sorted(app_jobs))})"))
+            problems.append(
+                Problem(job.key, "target", f"{job.target!r} is not a job in jobs.yaml ({', '.join(sorted(app_jobs))})")
+            )
             continue
         lease, retention = spec.policy.lease_seconds, spec.policy.retention_seconds
         if lease < job.attempt_deadline:
-            problems.append(Problem(job.key, "attempt_deadline", (
-                f"{int(job.attempt_deadline)}s is longer than the lease of {job.target!r} ({int(lease)}s): "
-                "Scheduler would retry while the first attempt still holds the run, the lease would have "
-                "run out, and two attempts would run at once. Raise lease_seconds or lower the deadline")))
+            problems.append(
+                Problem(
+                    job.key,
+                    "attempt_deadline",
+                    (
+                        f"{int(job.attempt_deadline)}s is longer than the lease of {job.target!r} ({int(lease)}s): "
+                        "Scheduler would retry while the first attempt still holds the run, the lease would have "
+                        "run out, and two attempts would run at once. Raise lease_seconds or lower the deadline"
+                    ),
+                )
+            )
         limit = REQUEST_TIMEOUT_SECONDS[job.scaling]
         if job.attempt_deadline > limit:
-            problems.append(Problem(job.key, "attempt_deadline", (
-                f"{int(job.attempt_deadline)}s is longer than the request timeout of {job.scaling} scaling ({limit}s): "
-                "App Engine ends the request first")))
+            problems.append(
+                Problem(
+                    job.key,
+                    "attempt_deadline",
+                    (
+                        f"{int(job.attempt_deadline)}s is longer than the request timeout of {job.scaling} "
+                        f"scaling ({limit}s): "
+                        "App Engine ends the request first"
+                    ),
+                )
+            )
         period = schedule_period_seconds(job.schedule, job.time_zone)
         window = retry_window_seconds(job)
         if retention < window:
-            problems.append(Problem(job.key, "retry", (
-                f"deliveries can arrive for {int(window)}s, longer than the retention of {job.target!r} "
-                f"({int(retention)}s): a late retry would find no record and run again")))
+            problems.append(
+                Problem(
+                    job.key,
+                    "retry",
+                    (
+                        f"deliveries can arrive for {int(window)}s, longer than the retention of {job.target!r} "
+                        f"({int(retention)}s): a late retry would find no record and run again"
+                    ),
+                )
+            )
         if retention < period:
-            problems.append(Problem(job.key, "schedule", (
-                f"executions are up to {int(period)}s apart, longer than the retention of {job.target!r} "
-                f"({int(retention)}s); raise retention_seconds to at least the period")))
+            problems.append(
+                Problem(
+                    job.key,
+                    "schedule",
+                    (
+                        f"executions are up to {int(period)}s apart, longer than the retention of {job.target!r} "
+                        f"({int(retention)}s); raise retention_seconds to at least the period"
+                    ),
+                )
+            )
     by_name: dict[str, list[SchedulerJob]] = {}
     for job in jobs:
         by_name.setdefault(job.name, []).append(job)
     for name, declared in by_name.items():
         places = {(job.project, job.location) for job in declared}
         if len(places) < len(declared):
-            problems.append(Problem(declared[-1].key, "name", f"Scheduler job {name!r} is declared twice in one project and location"))
+            problems.append(
+                Problem(
+                    declared[-1].key, "name", f"Scheduler job {name!r} is declared twice in one project and location"
+                )
+            )
         if len(places) > 1:
             for job in declared:
                 if not job.pass_scope:
-                    problems.append(Problem(job.key, "pass_scope", (
-                        f"Scheduler job {name!r} exists in {len(places)} projects/locations; without its scope in "
-                        "the URL their executions would share keys and deduplicate each other: keep pass_scope: true")))
+                    problems.append(
+                        Problem(
+                            job.key,
+                            "pass_scope",
+                            (
+                                f"Scheduler job {name!r} exists in {len(places)} projects/locations; without its "
+                                "scope in the URL their executions would share keys and deduplicate each other: "
+                                "keep pass_scope: true"
+                            ),
+                        )
+                    )
     return problems
 
 
@@ -364,12 +451,21 @@ def gcloud_commands(job: SchedulerJob, exists: bool) -> list[list[str]]:
     retry = job.retry
     target = [job.name, f"--project={job.project}", f"--location={job.location}"]
     command = [
-        "gcloud", "scheduler", "jobs", verb, "app-engine", *target,
-        f"--schedule={job.schedule}", f"--time-zone={job.time_zone}",
-        f"--relative-url={job.relative_url}", f"--http-method={job.method.lower()}",
+        "gcloud",
+        "scheduler",
+        "jobs",
+        verb,
+        "app-engine",
+        *target,
+        f"--schedule={job.schedule}",
+        f"--time-zone={job.time_zone}",
+        f"--relative-url={job.relative_url}",
+        f"--http-method={job.method.lower()}",
         f"--attempt-deadline={_seconds(job.attempt_deadline)}",
-        f"--max-retry-attempts={retry.retry_count}", f"--max-retry-duration={_seconds(retry.max_retry_duration)}",
-        f"--min-backoff={_seconds(retry.min_backoff)}", f"--max-backoff={_seconds(retry.max_backoff)}",
+        f"--max-retry-attempts={retry.retry_count}",
+        f"--max-retry-duration={_seconds(retry.max_retry_duration)}",
+        f"--min-backoff={_seconds(retry.min_backoff)}",
+        f"--max-backoff={_seconds(retry.max_backoff)}",
         f"--max-doublings={retry.max_doublings}",
     ]
     commands = [command]
@@ -378,8 +474,17 @@ def gcloud_commands(job: SchedulerJob, exists: bool) -> list[list[str]]:
         command.append(f"--message-body={job.body}" if job.body is not None else "--clear-message-body")
         command.append(f"--service={job.service}" if job.service else "--clear-service")
         if job.headers:
-            commands.append(["gcloud", "scheduler", "jobs", "update", "app-engine", *target,
-                             _mapping_flag("--update-headers", job.headers)])
+            commands.append(
+                [
+                    "gcloud",
+                    "scheduler",
+                    "jobs",
+                    "update",
+                    "app-engine",
+                    *target,
+                    _mapping_flag("--update-headers", job.headers),
+                ]
+            )
     else:
         if job.headers:
             command.append(_mapping_flag("--headers", job.headers))
@@ -398,7 +503,8 @@ def update_warnings(job: SchedulerJob) -> list[str]:
     """What an update cannot undo: gcloud has no --clear-version or --clear-description."""
     return [
         f"{job.name}: no {field} declared; gcloud cannot clear it, so the live job keeps any it has"
-        for field, value in (("version", job.version), ("description", job.description)) if not value
+        for field, value in (("version", job.version), ("description", job.description))
+        if not value
     ]
 
 

@@ -33,8 +33,13 @@ def free_port() -> int:
 class DatastoreEmulator:
     """One emulator process on a free port with its own data directory."""
 
-    def __init__(self, project: str = "dedup-local", port: int | None = None,
-                 require_indexes: str | None = None, store_on_disk: bool = False) -> None:
+    def __init__(
+        self,
+        project: str = "dedup-local",
+        port: int | None = None,
+        require_indexes: str | None = None,
+        store_on_disk: bool = False,
+    ) -> None:
         """``require_indexes``: an index.yaml; queries needing an index it lacks then fail,
         as in production.  (gcloud does not pass this option, so the emulator binary
         gcloud ships is started directly, with the same flags gcloud uses.)"""
@@ -63,9 +68,15 @@ class DatastoreEmulator:
         self._data_dir = self._data_dir or tempfile.mkdtemp(prefix="datastore-emulator-")
         self._log_path = os.path.join(self._data_dir, "emulator.log")
         command = [
-            gcloud, "beta", "emulators", "datastore", "start",
-            f"--project={self.project}", "--store-on-disk" if self.store_on_disk else "--no-store-on-disk",
-            "--use-firestore-in-datastore-mode", f"--host-port={self.host}",
+            gcloud,
+            "beta",
+            "emulators",
+            "datastore",
+            "start",
+            f"--project={self.project}",
+            "--store-on-disk" if self.store_on_disk else "--no-store-on-disk",
+            "--use-firestore-in-datastore-mode",
+            f"--host-port={self.host}",
             f"--data-dir={self._data_dir}",
         ]
         if self.require_indexes:
@@ -73,7 +84,9 @@ class DatastoreEmulator:
         log = open(self._log_path, "ab")
         self.process = subprocess.Popen(
             command,
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             env={**os.environ, "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"},
             start_new_session=True,  # its own process group: stop() ends the Java child too
         )
@@ -96,12 +109,19 @@ class DatastoreEmulator:
         if not os.path.exists(binary):
             raise EmulatorError(f"no emulator at {binary}.\n" + INSTALL_HINT)
         project_dir = os.path.join(self._data_dir, "project")
-        subprocess.run([binary, "create", f"--project_id={self.project}", project_dir],
-                       check=True, capture_output=True)
+        subprocess.run([binary, "create", f"--project_id={self.project}", project_dir], check=True, capture_output=True)
         host, port = self.host.split(":")
-        return [binary, "start", f"--host={host}", f"--port={port}", "--store_on_disk=False",
-                "--firestore_in_datastore_mode", "--require_indexes",
-                f"--index_file={os.path.abspath(self.require_indexes)}", project_dir]
+        return [
+            binary,
+            "start",
+            f"--host={host}",
+            f"--port={port}",
+            "--store_on_disk=False",
+            "--firestore_in_datastore_mode",
+            "--require_indexes",
+            f"--index_file={os.path.abspath(self.require_indexes)}",
+            project_dir,
+        ]
 
     def healthy(self) -> bool:
         try:

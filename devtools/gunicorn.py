@@ -15,8 +15,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class GunicornServer:
-    def __init__(self, emulator, jobs_file: str, workers: int = 2, threads: int = 8,
-                 app: str = "main:app", extra_env: dict | None = None, quiet: bool = False) -> None:
+    def __init__(
+        self,
+        emulator,
+        jobs_file: str,
+        workers: int = 2,
+        threads: int = 8,
+        app: str = "main:app",
+        extra_env: dict | None = None,
+        quiet: bool = False,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.emulator = emulator
@@ -31,11 +39,28 @@ class GunicornServer:
     def start(self, timeout: float = 60) -> "GunicornServer":
         env = {**os.environ, **self.emulator.env, "DEDUP_JOBS_FILE": self.jobs_file, **self.extra_env}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{self.port}",
-             "--workers", str(self.workers), "--threads", str(self.threads),
-             "--worker-class", "gthread", "--timeout", "120", "--no-control-socket", self.app],
-            cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL if self.quiet else None, stderr=subprocess.DEVNULL if self.quiet else None,
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "--bind",
+                f"127.0.0.1:{self.port}",
+                "--workers",
+                str(self.workers),
+                "--threads",
+                str(self.threads),
+                "--worker-class",
+                "gthread",
+                "--timeout",
+                "120",
+                "--no-control-socket",
+                self.app,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL if self.quiet else None,
+            stderr=subprocess.DEVNULL if self.quiet else None,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

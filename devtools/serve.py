@@ -22,10 +22,11 @@ def main() -> int:
     except EmulatorError as exc:
         print(exc, file=sys.stderr)
         return 1
-    print(f"Datastore emulator on {emulator.host}; serving http://127.0.0.1:{args.port} "
-          f"with jobs from {args.jobs}", flush=True)
-    print(f"Example downstream service (examples/downstream.py) on http://127.0.0.1:{args.downstream_port}",
-          flush=True)
+    print(
+        f"Datastore emulator on {emulator.host}; serving http://127.0.0.1:{args.port} with jobs from {args.jobs}",
+        flush=True,
+    )
+    print(f"Example downstream service (examples/downstream.py) on http://127.0.0.1:{args.downstream_port}", flush=True)
     # Local development: no caller verification unless DEDUP_AUTH says otherwise.
     env = {"DEDUP_AUTH": "none", **os.environ, **emulator.env, "DEDUP_JOBS_FILE": args.jobs}
     servers = [
@@ -52,8 +53,23 @@ def main() -> int:
 
 def _gunicorn(port: int, app: str, env: dict, workers: int = 2) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
-         "--threads", "8", "--worker-class", "gthread", "--timeout", "660", "--no-control-socket", app],
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(workers),
+            "--threads",
+            "8",
+            "--worker-class",
+            "gthread",
+            "--timeout",
+            "660",
+            "--no-control-socket",
+            app,
+        ],
         env=env,
     )
 

@@ -112,20 +112,25 @@ def executions_of(jobs: list[SchedulerJob], count: int, start: datetime.datetime
     upcoming = []
     for job in jobs:
         iterator = croniter(job.schedule, start.astimezone(zoneinfo.ZoneInfo(job.time_zone)))
-        upcoming += [Execution(job, iterator.get_next(datetime.datetime).astimezone(datetime.timezone.utc))
-                     for _ in range(count)]
+        upcoming += [
+            Execution(job, iterator.get_next(datetime.datetime).astimezone(datetime.timezone.utc)) for _ in range(count)
+        ]
     return sorted(upcoming, key=lambda e: e.schedule_time)[:count]
 
 
-def deliver_execution(app_url: str, execution: Execution, compress: float, faults: Faults,
-                      rng: random.Random, lock: threading.Lock) -> None:
+def deliver_execution(
+    app_url: str, execution: Execution, compress: float, faults: Faults, rng: random.Random, lock: threading.Lock
+) -> None:
     """Scheduler's attempts for one execution until a 2xx gets through or retries run out."""
     job = execution.job
     deadline = job.attempt_deadline / compress
     waits = iter(retry_intervals(dataclasses.replace(job.retry, retry_count=job.retry.retry_count + 50)))
     started = time.monotonic()
-    headers = {"X-CloudScheduler-JobName": job.name, "X-CloudScheduler": "true",
-               "X-CloudScheduler-ScheduleTime": execution.schedule_time.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    headers = {
+        "X-CloudScheduler-JobName": job.name,
+        "X-CloudScheduler": "true",
+        "X-CloudScheduler-ScheduleTime": execution.schedule_time.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
     url = app_url + job.relative_url
 
     def attempt() -> str:
@@ -203,8 +208,17 @@ class WorkerKiller:
             pass
 
 
-def simulate(app_url: str, jobs: list[SchedulerJob], executions: int, compress: float, faults: Faults,
-             seed: int, sink: EffectSink, parallel: int = 8, server_pid: int | None = None) -> list[Execution]:
+def simulate(
+    app_url: str,
+    jobs: list[SchedulerJob],
+    executions: int,
+    compress: float,
+    faults: Faults,
+    seed: int,
+    sink: EffectSink,
+    parallel: int = 8,
+    server_pid: int | None = None,
+) -> list[Execution]:
     global KILLER
     rng = random.Random(seed)
     lock = threading.Lock()
@@ -231,6 +245,7 @@ def unexplained(plan: list[Execution], kills: list[float]) -> list[Execution]:
     the effect and before recording it: a worker killed while the execution
     was being delivered.  The downstream's key absorbs it (``effects`` stays 1).
     """
+
     def killed_during(e: Execution) -> bool:
         return any(e.window[0] <= t <= e.window[1] + 5 for t in kills)
 
@@ -262,9 +277,14 @@ def simulation_jobs_file(jobs: list[SchedulerJob], sink_url: str, compress: floa
     for target in sorted({job.target for job in jobs}):
         deadline = max(job.attempt_deadline for job in jobs if job.target == target) / compress
         retention = app_jobs[target].policy.retention_seconds
-        lines += [f"  {target}:", "    kind: http", f"    url: {sink_url}",
-                  f"    lease_seconds: {3 * deadline}", f"    timeout_seconds: {2 * deadline}",
-                  f"    retention_seconds: {max(retention, 3 * deadline + 1)}"]
+        lines += [
+            f"  {target}:",
+            "    kind: http",
+            f"    url: {sink_url}",
+            f"    lease_seconds: {3 * deadline}",
+            f"    timeout_seconds: {2 * deadline}",
+            f"    retention_seconds: {max(retention, 3 * deadline + 1)}",
+        ]
     handle = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
     handle.write("\n".join(lines) + "\n")
     handle.close()
@@ -274,22 +294,31 @@ def simulation_jobs_file(jobs: list[SchedulerJob], sink_url: str, compress: floa
 def report(plan: list[Execution]) -> tuple[str, str]:
     rows = [f"{'execution':<44} {'effects':>7} {'calls':>5}  attempts"]
     for e in plan:
-        rows.append(f"{e.job.name + ' ' + e.schedule_time.strftime('%Y-%m-%d %H:%M'):<44} {e.effects:>7} {e.calls:>5}  {' '.join(e.attempts)}")
+        rows.append(
+            f"{e.job.name + ' ' + e.schedule_time.strftime('%Y-%m-%d %H:%M'):<44} {e.effects:>7} {e.calls:>5}  "
+            f"{' '.join(e.attempts)}"
+        )
     once = sum(1 for e in plan if e.effects == 1)
-    rows.append(f"\n{once} of {len(plan)} executions took effect exactly once at the downstream; "
-                f"{sum(1 for e in plan if e.effects == 0)} never; {sum(1 for e in plan if e.calls > 1)} reached it "
-                f"more than once (a worker killed after the effect; the key absorbed it).")
+    rows.append(
+        f"\n{once} of {len(plan)} executions took effect exactly once at the downstream; "
+        f"{sum(1 for e in plan if e.effects == 0)} never; {sum(1 for e in plan if e.calls > 1)} reached it "
+        f"more than once (a worker killed after the effect; the key absorbed it)."
+    )
     cells = "".join(
         f'<div class="cell {"ok" if e.effects == 1 else "bad"}" title="{html.escape(e.job.name)} '
         f'{e.schedule_time:%Y-%m-%d %H:%M}: {e.effects} effect(s); {html.escape(" ".join(e.attempts))}"></div>'
-        for e in plan)
-    page = (f"<!doctype html><meta charset=utf-8><title>Simulated deliveries</title>"
-            f"<style>body{{font:14px system-ui;margin:1.5rem}} .grid{{display:flex;flex-wrap:wrap;gap:3px;max-width:900px}}"
-            f" .cell{{width:16px;height:16px;border-radius:3px}} .ok{{background:#1a7f37}} .bad{{background:#cf222e}}</style>"
-            f"<h1>Simulated Cloud Scheduler deliveries</h1><p>{html.escape(rows[-1].strip())}</p>"
-            f"<p>One square per execution, in time order: green = its side effect happened exactly once; "
-            f"red = not. Hover for its attempts.</p><div class=grid>{cells}</div>"
-            f"<pre>{html.escape(chr(10).join(rows))}</pre>")
+        for e in plan
+    )
+    page = (
+        f"<!doctype html><meta charset=utf-8><title>Simulated deliveries</title>"
+        f"<style>body{{font:14px system-ui;margin:1.5rem}} .grid{{display:flex;flex-wrap:wrap;gap:3px;max-width:900px}}"
+        f" .cell{{width:16px;height:16px;border-radius:3px}} .ok{{background:#1a7f37}}"
+        f" .bad{{background:#cf222e}}</style>"
+        f"<h1>Simulated Cloud Scheduler deliveries</h1><p>{html.escape(rows[-1].strip())}</p>"
+        f"<p>One square per execution, in time order: green = its side effect happened exactly once; "
+        f"red = not. Hover for its attempts.</p><div class=grid>{cells}</div>"
+        f"<pre>{html.escape(chr(10).join(rows))}</pre>"
+    )
     return "\n".join(rows), page
 
 
@@ -307,13 +336,19 @@ def main() -> int:
 
     faults = Faults()
     jobs = load_scheduler_file(args.scheduler_file)
-    sink = EffectSink(faults, slow_seconds=min(j.attempt_deadline for j in jobs) / args.compress * 1.5,
-                      rng=random.Random(args.seed + 1))
+    sink = EffectSink(
+        faults,
+        slow_seconds=min(j.attempt_deadline for j in jobs) / args.compress * 1.5,
+        rng=random.Random(args.seed + 1),
+    )
     jobs_file = simulation_jobs_file(jobs, sink.url, args.compress)
-    with DatastoreEmulator(project="dedup-simulate") as emulator, \
-            GunicornServer(emulator, jobs_file, quiet=True, extra_env={"DEDUP_AUTH": "none"}) as server:
-        plan = simulate(server.url, jobs, args.executions, args.compress, faults, args.seed, sink,
-                        server_pid=server.process.pid)
+    with (
+        DatastoreEmulator(project="dedup-simulate") as emulator,
+        GunicornServer(emulator, jobs_file, quiet=True, extra_env={"DEDUP_AUTH": "none"}) as server,
+    ):
+        plan = simulate(
+            server.url, jobs, args.executions, args.compress, faults, args.seed, sink, server_pid=server.process.pid
+        )
     os.unlink(jobs_file)
     table, page = report(plan)
     print(table)

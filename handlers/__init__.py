@@ -37,9 +37,9 @@ def create_app(
     ``max_waiters`` bounds the requests of this process that wait at once
     (``Prefer: wait``); default DEDUP_MAX_WAITERS, else DEFAULT_MAX_WAITERS.
     """
+    from dedup.runner import WaitSlots
     from deploy import cli as deploy_cli
     from handlers import admin, errors, logs, runs_api, scheduler, tasks
-    from dedup.runner import WaitSlots
     from handlers.guard import LEDGER_EXTENSION, WAIT_SLOTS_EXTENSION
     from handlers.request_limits import limit_requests
 

@@ -41,7 +41,12 @@ def dashboard():
     state = app_state()
     now = state.clock.now()
     chosen = {name: request.args.get(name) or None for name in ("job", "status", "source")}
-    if chosen["status"] not in (None, *[s.value for s in RunStatus]) or chosen["source"] not in (None, "scheduler", "api", "guard"):
+    if chosen["status"] not in (None, *[s.value for s in RunStatus]) or chosen["source"] not in (
+        None,
+        "scheduler",
+        "api",
+        "guard",
+    ):
         abort(400, "unknown status or source")
     try:
         run_filter = RunFilter(job_id=chosen["job"], status=chosen["status"], source=chosen["source"])
@@ -56,12 +61,18 @@ def dashboard():
             state.ledger.find_runs(RunFilter(job_id=job_id, status=RunStatus.IN_PROGRESS.value), RUNS_PER_JOB)[0],
             now,
         )
-        for job_id in sorted(state.jobs) if not chosen["job"] or job_id == chosen["job"]
+        for job_id in sorted(state.jobs)
+        if not chosen["job"] or job_id == chosen["job"]
     ]
     return render_template(
-        "admin/dashboard.html", now=format_utc(now), summaries=summaries, chosen=chosen,
-        runs=[row(record, now) for record in recent], chart=timeline(recent, now),
-        job_ids=sorted(state.jobs), statuses=[s.value for s in RunStatus],
+        "admin/dashboard.html",
+        now=format_utc(now),
+        summaries=summaries,
+        chosen=chosen,
+        runs=[row(record, now) for record in recent],
+        chart=timeline(recent, now),
+        job_ids=sorted(state.jobs),
+        statuses=[s.value for s in RunStatus],
     )
 
 
@@ -75,8 +86,12 @@ def run_page(run_id: str):
     document = run_document(record, now)
     stored = {key: document[key] for key in ("result", "error", "response") if key in document}
     return render_template(
-        "admin/run.html", run=document, outcome=outcome_of(record, now), now=format_utc(now),
-        lease_left=lease_left(record, now), stored=shown_json(stored, run_id),
+        "admin/run.html",
+        run=document,
+        outcome=outcome_of(record, now),
+        now=format_utc(now),
+        lease_left=lease_left(record, now),
+        stored=shown_json(stored, run_id),
         parameters=shown_json(record.parameters, run_id) if record.parameters else None,
     )
 
@@ -98,7 +113,8 @@ def shown_json(value: Any, run_id: str) -> Markup:
         else:
             high = middle - 1
     return escape(text[:low]) + escape(
-        f"\n… {len(text) - low} more characters; the whole record: GET /api/v1/runs/{run_id}")
+        f"\n… {len(text) - low} more characters; the whole record: GET /api/v1/runs/{run_id}"
+    )
 
 
 def lease_left(record: RunRecord, now: datetime.datetime) -> int | None:
@@ -109,14 +125,20 @@ def lease_left(record: RunRecord, now: datetime.datetime) -> int | None:
 
 def row(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
     return {
-        "run_id": record.run_id, "job_id": record.job_id, "source": record.source,
-        "outcome": outcome_of(record, now), "attempt": record.attempt,
-        "when": format_utc(record.schedule_time or record.created), "duration": duration_seconds(record),
+        "run_id": record.run_id,
+        "job_id": record.job_id,
+        "source": record.source,
+        "outcome": outcome_of(record, now),
+        "attempt": record.attempt,
+        "when": format_utc(record.schedule_time or record.created),
+        "duration": duration_seconds(record),
         "lease_left": lease_left(record, now),
     }
 
 
-def job_summary(job_id: str, runs: list[RunRecord], unfinished: list[RunRecord], now: datetime.datetime) -> dict[str, Any]:
+def job_summary(
+    job_id: str, runs: list[RunRecord], unfinished: list[RunRecord], now: datetime.datetime
+) -> dict[str, Any]:
     finished = [r for r in runs if r.status != RunStatus.IN_PROGRESS]
     completed = [r for r in finished if r.status == RunStatus.COMPLETED]
     durations = [d for d in (duration_seconds(r) for r in finished) if d is not None]
@@ -144,11 +166,24 @@ def timeline(runs: list[RunRecord], now: datetime.datetime) -> dict[str, Any]:
     def x(instant: datetime.datetime) -> float:
         return round(CHART_LEFT + 10 + plot * (instant - start).total_seconds() / span, 1)
 
-    marks = [{
-        "x": x(when), "y": 20 + CHART_ROW * jobs.index(r.job_id), "outcome": outcome_of(r, now),
-        "run_id": r.run_id, "label": f"{r.job_id} {format_utc(when)} {outcome_of(r, now)} (attempt {r.attempt})",
-    } for r, when in zip(runs, times)]
-    ticks = [{"x": x(start), "label": format_utc(start)[:16].replace("T", " "), "anchor": "start"},
-             {"x": x(end), "label": format_utc(end)[:16].replace("T", " "), "anchor": "end"}]
-    return {"rows": [{"job_id": job, "y": 20 + CHART_ROW * i} for i, job in enumerate(jobs)],
-            "marks": marks, "height": 40 + CHART_ROW * len(jobs), "width": CHART_WIDTH, "ticks": ticks}
+    marks = [
+        {
+            "x": x(when),
+            "y": 20 + CHART_ROW * jobs.index(r.job_id),
+            "outcome": outcome_of(r, now),
+            "run_id": r.run_id,
+            "label": f"{r.job_id} {format_utc(when)} {outcome_of(r, now)} (attempt {r.attempt})",
+        }
+        for r, when in zip(runs, times, strict=True)
+    ]
+    ticks = [
+        {"x": x(start), "label": format_utc(start)[:16].replace("T", " "), "anchor": "start"},
+        {"x": x(end), "label": format_utc(end)[:16].replace("T", " "), "anchor": "end"},
+    ]
+    return {
+        "rows": [{"job_id": job, "y": 20 + CHART_ROW * i} for i, job in enumerate(jobs)],
+        "marks": marks,
+        "height": 40 + CHART_ROW * len(jobs),
+        "width": CHART_WIDTH,
+        "ticks": ticks,
+    }

@@ -119,13 +119,17 @@ class AuthSettings:
                 settings = dataclasses.replace(settings, trusted_markers=markers)
         if mode == "oidc":
             audience = environ.get("DEDUP_OIDC_AUDIENCE", "").strip()
-            emails = frozenset(e.strip().lower() for e in environ.get("DEDUP_OIDC_ALLOWED_EMAILS", "").split(",") if e.strip())
+            emails = frozenset(
+                e.strip().lower() for e in environ.get("DEDUP_OIDC_ALLOWED_EMAILS", "").split(",") if e.strip()
+            )
             if not audience:
                 raise AuthConfigError("DEDUP_AUTH=oidc needs DEDUP_OIDC_AUDIENCE (the URL Scheduler puts in the token)")
             if not emails:
                 raise AuthConfigError("DEDUP_AUTH=oidc needs DEDUP_OIDC_ALLOWED_EMAILS (the callers' service accounts)")
             settings = dataclasses.replace(
-                settings, audience=audience, allowed_emails=emails,
+                settings,
+                audience=audience,
+                allowed_emails=emails,
                 certs_url=environ.get("DEDUP_OIDC_CERTS_URL", "").strip() or DEFAULT_CERTS_URL,
             )
         return settings
@@ -165,7 +169,8 @@ class CallerVerifier:
         if any(seen[marker] for marker in trusted):
             return None
         return Rejection(
-            403, "Forbidden",
+            403,
+            "Forbidden",
             "the caller is not Cloud Scheduler, cron, Cloud Tasks or an admin as App Engine marks them; "
             "X-CloudScheduler-* headers alone are not trusted",
         )
@@ -189,8 +194,9 @@ class CallerVerifier:
             # Not the caller's fault: a 500 makes Scheduler retry (never a 503).  The
             # details (the configured URL) go to the log, not to whoever is calling.
             log.warning("cannot verify ID tokens: %s", exc)
-            return Rejection(500, "InternalError",
-                             "cannot verify tokens now: the token-signing certificates could not be fetched")
+            return Rejection(
+                500, "InternalError", "cannot verify tokens now: the token-signing certificates could not be fetched"
+            )
         return None
 
     def _verify_signature(self, token: str) -> None:
@@ -205,8 +211,14 @@ class CallerVerifier:
         certs = self._certs.get()
         try:
             google.auth.jwt.decode(token, certs=certs, audience=None, clock_skew_in_seconds=CLOCK_SKEW_SECONDS)
-        except (ValueError, TypeError, LookupError, AttributeError, RecursionError,
-                google.auth.exceptions.GoogleAuthError):
+        except (
+            ValueError,
+            TypeError,
+            LookupError,
+            AttributeError,
+            RecursionError,
+            google.auth.exceptions.GoogleAuthError,
+        ):
             raise InvalidToken(BAD_SIGNATURE) from None
 
     def _check_claims(self, claims: Mapping[str, Any]) -> None:

@@ -39,7 +39,7 @@ from dedup.guard import (
 from dedup.keys import format_utc
 from dedup.ledger import Ledger, RunPolicy
 from dedup.outcomes import Attempt, Finished, InProgress, Mismatch, OtherJob, Released, Replayed, RunOutcome
-from dedup.runner import WaitSlots, Waiting, storable_json_problem
+from dedup.runner import Waiting, WaitSlots, storable_json_problem
 from handlers.errors import json_error
 from handlers.responses import busy_response, job_mismatch_response, note_outcome
 from models import RunRecord, RunStatus
@@ -184,8 +184,14 @@ def idempotent(
 
             guard = IdempotencyGuard(current_ledger(), namespace, chosen_policy, source)
             outcome = guard.run(
-                token, work, scope=chosen_scope, parameters=given, exclude=skipped,
-                classify=classify_response, wait=wait, job_id=chosen_job,
+                token,
+                work,
+                scope=chosen_scope,
+                parameters=given,
+                exclude=skipped,
+                classify=classify_response,
+                wait=wait,
+                job_id=chosen_job,
             )
             note_outcome(outcome)
             response = _outcome_response(outcome, live, given, skipped, replayed_status or {})
@@ -219,8 +225,11 @@ def json_payload() -> Any:
                 raise RecursionError
             canonical_json(payload).encode("utf-8")
         except (ValueError, RecursionError, UnicodeError) as exc:
-            reason = (f"it is nested more than {MAX_JSON_DEPTH} levels deep" if isinstance(exc, RecursionError)
-                      else str(exc)[:200])
+            reason = (
+                f"it is nested more than {MAX_JSON_DEPTH} levels deep"
+                if isinstance(exc, RecursionError)
+                else str(exc)[:200]
+            )
             raise GuardRejected(f"the request body is not valid JSON: {reason}") from None
     g._idempotency_payload = payload
     return payload
@@ -233,8 +242,11 @@ def _nesting_depth_exceeds(value: Any, limit: int) -> bool:
         item, depth = pending.pop()
         if depth > limit:
             return True
-        pending.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item)
-                       if isinstance(child, (dict, list)))
+        pending.extend(
+            (child, depth + 1)
+            for child in (item.values() if isinstance(item, dict) else item)
+            if isinstance(child, (dict, list))
+        )
     return False
 
 
@@ -300,8 +312,10 @@ def _request_key(
             from_header = request.headers.get(key_header)
             if from_header is not None and "," in from_header:
                 # Servers join a header sent twice with commas: the two keys would become a third.
-                raise GuardRejected(f"the {key_header} header holds a comma: it was sent more than once, "
-                                    "or its key contains one; send one key without commas")
+                raise GuardRejected(
+                    f"the {key_header} header holds a comma: it was sent more than once, "
+                    "or its key contains one; send one key without commas"
+                )
         if from_field is not None and from_header is not None and from_field != from_header:
             raise GuardRejected(f"{key_field} and the {key_header} header are both given and differ")
         token = from_field if from_field is not None else from_header
@@ -360,11 +374,12 @@ def _document(response: Response, replay_headers: Collection[str]) -> dict:
     # Measured as stored too: escaped as JSON, non-ASCII text can grow sixfold.
     if len(body) > MAX_KEPT_BODY_BYTES or storable_json_problem(document):
         kept["Content-Type"] = "application/json"
-        body = json.dumps({
-            "error": "ResponseNotKept",
-            "message": f"the original response ({len(body)} bytes) was too large to keep; "
-                       "the request took effect",
-        }).encode()
+        body = json.dumps(
+            {
+                "error": "ResponseNotKept",
+                "message": f"the original response ({len(body)} bytes) was too large to keep; the request took effect",
+            }
+        ).encode()
         document = StoredResponse.from_body(response.status_code, body, kept).document()
     return document
 
@@ -392,11 +407,13 @@ def _outcome_response(
         record = outcome.record
         differing = differing_names(record.parameters, given, exclude)
         response = json_error(
-            422, "ConflictException",
+            422,
+            "ConflictException",
             "this idempotency key was already used with different parameters"
             + (f": {', '.join(differing)}" if differing else "")
             + "; use a new key for a different request",
-            run_id=record.run_id, differing=differing,
+            run_id=record.run_id,
+            differing=differing,
         )
         return _with_expiry(response, record)
     if isinstance(outcome, OtherJob):

@@ -70,7 +70,7 @@ def parse_trace_context(header: str) -> tuple[str, str] | None:
     with a trace it does not own).
     """
     match = _TRACE_CONTEXT.fullmatch(header)
-    if match is None or int(match[1], 16) == 0 or int(match[2]) >= 2 ** 64:
+    if match is None or int(match[1], 16) == 0 or int(match[2]) >= 2**64:
         return None
     # Cloud Trace spells trace ids in lower case; the header carries the span id in
     # decimal, and Cloud Logging wants it as 16 hex digits.
@@ -169,8 +169,14 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         # A copy without the traceback: the base class would append it raw.
         head = logging.makeLogRecord(
-            {**record.__dict__, "msg": record.getMessage(), "args": None,
-             "exc_info": None, "exc_text": None, "stack_info": None}
+            {
+                **record.__dict__,
+                "msg": record.getMessage(),
+                "args": None,
+                "exc_info": None,
+                "exc_text": None,
+                "stack_info": None,
+            }
         )
         line = escape_controls(super().format(head) + self._extras(record))
         return "\n".join([line, *(CONTINUATION + further for further in further_lines(self, record))])
@@ -178,7 +184,6 @@ class TextFormatter(logging.Formatter):
     def _extras(self, record: logging.LogRecord) -> str:
         extras = " ".join(f"{f}={getattr(record, f)}" for f in self.EXTRAS if getattr(record, f, None) is not None)
         return f" [{extras}]" if extras else ""
-
 
 
 class TraceFilter(logging.Filter):
@@ -226,8 +231,18 @@ def install_request_logging(app: Flask) -> None:
         status = response.status_code
         level = logging.ERROR if status >= 500 else logging.WARNING if status >= 400 else logging.INFO
         log.log(
-            level, "%s %s %d%s", request.method, request.path, status, f" {outcome}" if outcome else "",
-            extra={**fields, "method": request.method, "path": request.path, "status": response.status_code,
-                   "latency_ms": round(latency, 1)},
+            level,
+            "%s %s %d%s",
+            request.method,
+            request.path,
+            status,
+            f" {outcome}" if outcome else "",
+            extra={
+                **fields,
+                "method": request.method,
+                "path": request.path,
+                "status": response.status_code,
+                "latency_ms": round(latency, 1),
+            },
         )
         return response

@@ -42,8 +42,11 @@ class BodyLimitMiddleware:
             body = b""
             if coding not in ("", "chunked"):
                 # The server de-chunks but decodes nothing else: a job would run on gzip bytes.
-                environ[UNREAD_BODY] = (501, f"the transfer coding {coding!r} is not supported; send the body "
-                                             "as it is, with Content-Length or chunked")
+                environ[UNREAD_BODY] = (
+                    501,
+                    f"the transfer coding {coding!r} is not supported; send the body "
+                    "as it is, with Content-Length or chunked",
+                )
             else:
                 try:
                     body = self._read_head(environ["wsgi.input"])

@@ -19,7 +19,15 @@ from flask import Response, jsonify
 
 from dedup.keys import format_utc
 from dedup.outcomes import (
-    Contended, Finished, InProgress, Mismatch, OtherJob, Released, Replayed, RunOutcome, Stale,
+    Contended,
+    Finished,
+    InProgress,
+    Mismatch,
+    OtherJob,
+    Released,
+    Replayed,
+    RunOutcome,
+    Stale,
 )
 from handlers.errors import json_error
 from handlers.logs import note_run
@@ -36,8 +44,13 @@ def outcome_response(outcome: RunOutcome) -> Response:
 
 
 OUTCOME_NAMES = {
-    Replayed: "duplicate", InProgress: "in_progress", Contended: "contended", Stale: "stale",
-    Released: "released", Mismatch: "conflict", OtherJob: "job_mismatch",
+    Replayed: "duplicate",
+    InProgress: "in_progress",
+    Contended: "contended",
+    Stale: "stale",
+    Released: "released",
+    Mismatch: "conflict",
+    OtherJob: "job_mismatch",
 }
 
 
@@ -65,14 +78,18 @@ def _outcome_response(outcome: RunOutcome) -> Response:
         return _record_response(outcome.record, duplicate=isinstance(outcome, Replayed))
     if isinstance(outcome, Released):
         return json_error(
-            500, "RetryableFailure",
-            f"attempt {outcome.attempt} failed and released the run for a retry: "
-            f"{outcome.error.get('message')}",
-            run_id=outcome.run_id, attempt=outcome.attempt, status="released", cause=outcome.error,
+            500,
+            "RetryableFailure",
+            f"attempt {outcome.attempt} failed and released the run for a retry: {outcome.error.get('message')}",
+            run_id=outcome.run_id,
+            attempt=outcome.attempt,
+            status="released",
+            cause=outcome.error,
         )
     if isinstance(outcome, Mismatch):  # only client-token runs carry fingerprints
-        return json_error(422, "ConflictException", "this key belongs to a run with other parameters",
-                          run_id=outcome.record.run_id)
+        return json_error(
+            422, "ConflictException", "this key belongs to a run with other parameters", run_id=outcome.record.run_id
+        )
     if isinstance(outcome, OtherJob):
         return job_mismatch_response(outcome)
     return busy_response(outcome)
@@ -85,20 +102,32 @@ def job_mismatch_response(outcome: OtherJob) -> Response:
     """
     record = outcome.record
     if record.source == "scheduler":
-        what = (f"the delivery of Scheduler job {record.scheduler_job_name!r} for "
-                f"{format_utc(record.schedule_time)}" if record.schedule_time else "this delivery")
-        fix = ("give each Scheduler job its own job id, or scope the deliveries (?project=P&location=L "
-               "on the target URI, or the X-Scheduler-Project and X-Scheduler-Location headers) so their "
-               "keys differ")
+        what = (
+            f"the delivery of Scheduler job {record.scheduler_job_name!r} for {format_utc(record.schedule_time)}"
+            if record.schedule_time
+            else "this delivery"
+        )
+        fix = (
+            "give each Scheduler job its own job id, or scope the deliveries (?project=P&location=L "
+            "on the target URI, or the X-Scheduler-Project and X-Scheduler-Location headers) so their "
+            "keys differ"
+        )
     else:
         what = "this idempotency key"
         fix = "use a new key, or a scope that tells the jobs apart"
-    message = (f"{what} has the run key of a run of job {record.job_id!r}, not of job {outcome.job_id!r}; "
-               f"it was neither run nor answered from that run: {fix}")
-    log.error("run %s: %s", record.run_id, message,
-              extra={"run_id": record.run_id, "job_id": outcome.job_id, "outcome": "job_mismatch"})
-    return json_error(422, "JobMismatch", message, run_id=record.run_id,
-                      job_id=outcome.job_id, recorded_job_id=record.job_id)
+    message = (
+        f"{what} has the run key of a run of job {record.job_id!r}, not of job {outcome.job_id!r}; "
+        f"it was neither run nor answered from that run: {fix}"
+    )
+    log.error(
+        "run %s: %s",
+        record.run_id,
+        message,
+        extra={"run_id": record.run_id, "job_id": outcome.job_id, "outcome": "job_mismatch"},
+    )
+    return json_error(
+        422, "JobMismatch", message, run_id=record.run_id, job_id=outcome.job_id, recorded_job_id=record.job_id
+    )
 
 
 def busy_response(outcome: RunOutcome) -> Response:
@@ -106,17 +135,21 @@ def busy_response(outcome: RunOutcome) -> Response:
     if isinstance(outcome, InProgress):
         record = outcome.record
         response = json_error(
-            409, "RunInProgress",
+            409,
+            "RunInProgress",
             f"attempt {record.attempt} of this run holds its lease until "
             f"{format_utc(record.lease_expires)}; retry after it",
-            run_id=record.run_id, status=record.status, attempt=record.attempt,
+            run_id=record.run_id,
+            status=record.status,
+            attempt=record.attempt,
             lease_expires=format_utc(record.lease_expires),
         )
         response.headers["Retry-After"] = str(outcome.retry_after_seconds)
         return response
     if isinstance(outcome, Contended):
         response = json_error(
-            409, "RunContended",
+            409,
+            "RunContended",
             "other deliveries of this run are claiming it at this moment; retry shortly",
             run_id=outcome.run_id,
         )
@@ -125,10 +158,12 @@ def busy_response(outcome: RunOutcome) -> Response:
     if isinstance(outcome, Stale):
         current = outcome.current
         response = json_error(
-            409, "StaleAttempt",
+            409,
+            "StaleAttempt",
             f"attempt {outcome.attempt} lost its lease and another attempt took the run over; "
             "its outcome was not recorded",
-            run_id=outcome.run_id, attempt=outcome.attempt,
+            run_id=outcome.run_id,
+            attempt=outcome.attempt,
             current_attempt=current.attempt if current else None,
             current_status=current.status if current else None,
         )

@@ -18,10 +18,12 @@ from google.api_core import exceptions as google_exceptions
 from werkzeug.exceptions import NotFound
 
 from dedup.errors import InvalidRunRequest, PermanentJobError
-from dedup.keys import is_run_id, parse_rfc3339
-from dedup.ledger import RunFilter
 from dedup.guard import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS
-from dedup.ledger import RunPolicy  # noqa: F401 - the type manual_run_policy returns
+from dedup.keys import is_run_id, parse_rfc3339
+from dedup.ledger import (
+    RunFilter,
+    RunPolicy,  # noqa: F401 - the type manual_run_policy returns
+)
 from dedup.runner import error_document, storable_json_problem
 from handlers import app_state
 from handlers.errors import json_error
@@ -59,7 +61,7 @@ def manual_run_parameters() -> dict[str, Any]:
     if payload is None:
         return {}
     if not isinstance(payload, dict):
-        raise GuardRejected("the request body must be a JSON object: {\"clientToken\", \"parameters\"}")
+        raise GuardRejected('the request body must be a JSON object: {"clientToken", "parameters"}')
     unknown = sorted(set(payload) - BODY_KEYS)
     if unknown:
         raise GuardRejected(f"unknown field(s) {', '.join(unknown)}; allowed: clientToken, parameters")
@@ -118,7 +120,11 @@ def start_manual_run(job_id: str):
     call: GuardedCall = g.idempotency
     parameters = manual_run_parameters()
     context = RunContext.for_attempt(
-        call.claim, job_id, source="api", parameters=parameters, client_token=call.key,
+        call.claim,
+        job_id,
+        source="api",
+        parameters=parameters,
+        client_token=call.key,
         clock=app_state().clock,
     )
     answer = {"run_id": call.run_id, "job_id": job_id, "clientToken": call.key, "attempt": call.attempt}
@@ -129,8 +135,12 @@ def start_manual_run(job_id: str):
     except Exception as exc:  # noqa: BLE001 - retryable by contract: not kept, a retry runs again
         log.warning("manual run %s attempt %d failed, releasing: %r", call.run_id, call.attempt, exc, exc_info=True)
         return json_error(
-            500, "RetryableFailure", f"the run failed and was released; retry with the same clientToken: {exc}",
-            **answer, status="released", cause=error_document(exc, getattr(exc, "details", None)),
+            500,
+            "RetryableFailure",
+            f"the run failed and was released; retry with the same clientToken: {exc}",
+            **answer,
+            status="released",
+            cause=error_document(exc, getattr(exc, "details", None)),
         )
     problem = storable_json_problem(result)
     if problem:

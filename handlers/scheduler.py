@@ -51,7 +51,8 @@ def deliver(job_id: str):
     def work(attempt: Attempt):
         return job.runner.run(
             RunContext.for_attempt(
-                attempt, job_id,
+                attempt,
+                job_id,
                 scheduler_job_name=key.job_name,
                 schedule_time=key.schedule_time,
                 body=body,
@@ -62,4 +63,3 @@ def deliver(job_id: str):
         )
 
     return outcome_response(run_once(state.ledger, key.run_id, description, job.policy, work))
-

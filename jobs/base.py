@@ -13,7 +13,6 @@ from dedup.errors import PermanentJobError
 from dedup.outcomes import Attempt
 from jobs.errors import JobsConfigError
 
-
 # The longest downstream resource name a run records (and every reader is sent).
 MAX_DOWNSTREAM_CHARS = 1024
 
@@ -79,8 +78,11 @@ class RunContext:
         longer than MAX_DOWNSTREAM_CHARS is a permanent failure, since what it
         names may already have started.
         """
-        if not (isinstance(resource_name, str) and 0 < len(resource_name) <= MAX_DOWNSTREAM_CHARS
-                and all(33 <= ord(char) <= 126 for char in resource_name)):
+        if not (
+            isinstance(resource_name, str)
+            and 0 < len(resource_name) <= MAX_DOWNSTREAM_CHARS
+            and all(33 <= ord(char) <= 126 for char in resource_name)
+        ):
             raise PermanentJobError(
                 f"the downstream resource name must be 1 to {MAX_DOWNSTREAM_CHARS} printable ASCII characters "
                 "without spaces; it was not recorded, and what it names may have started"
@@ -126,9 +128,7 @@ class JobKind(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def from_config(
-        cls, job_id: str, options: Mapping[str, Any], lease_seconds: float
-    ) -> "JobKind":
+    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> "JobKind":
         """Validate ``options`` (only this kind's keys) and build the job."""
 
     @abc.abstractmethod
@@ -142,9 +142,7 @@ MAX_SECONDS = 10 * 365 * 24 * 3600
 
 def positive_number(job_id: str, field: str, value: Any) -> float:
     """A number of seconds > 0 and at most ten years (booleans are not numbers here)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-        0 < value <= MAX_SECONDS
-    ):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value <= MAX_SECONDS):
         raise JobsConfigError(
             job_id, field, f"must be a positive number of seconds, at most {MAX_SECONDS}, got {value!r}"
         )

@@ -22,7 +22,9 @@ from jobs.kinds import KINDS
 DEFAULT_JOBS_FILE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "jobs.yaml")
 DEFAULT_LEASE_SECONDS = 600  # the automatic-scaling request timeout
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600
-COMMON_KEYS = frozenset({"kind", "lease_seconds", "retention_seconds", "fingerprint_exclude", "heartbeat", "max_run_seconds"})
+COMMON_KEYS = frozenset(
+    {"kind", "lease_seconds", "retention_seconds", "fingerprint_exclude", "heartbeat", "max_run_seconds"}
+)
 # The request timeout of the service's scaling type (DEDUP_SCALING): how long a run may last.
 REQUEST_TIMEOUT_SECONDS = {"automatic": 600, "basic": 24 * 3600, "manual": 24 * 3600}
 # Served at /jobs/<job_id>: keep ids to URL-safe characters.
@@ -61,8 +63,11 @@ def parse_jobs(text: str) -> dict[str, JobSpec]:
     try:
         document = load_strict_yaml(text)
     except DuplicateKeyError as exc:
-        raise JobsConfigError(None, str(exc.key), (
-            f"declared twice (again at line {exc.line}); job ids and the keys of a job must be unique")) from None
+        raise JobsConfigError(
+            None,
+            str(exc.key),
+            (f"declared twice (again at line {exc.line}); job ids and the keys of a job must be unique"),
+        ) from None
     except yaml.YAMLError as exc:
         raise JobsConfigError(None, None, f"not valid YAML: {exc}") from None
     if not isinstance(document, dict) or set(document) != {"jobs"}:
@@ -76,7 +81,8 @@ def parse_jobs(text: str) -> dict[str, JobSpec]:
 def _parse_job(job_id: Any, settings: Any) -> JobSpec:
     if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
         raise JobsConfigError(
-            str(job_id), None,
+            str(job_id),
+            None,
             "job ids are 1 to 100 letters, digits, '-' and '_', starting with a letter or digit",
         )
     if not isinstance(settings, dict):
@@ -86,14 +92,13 @@ def _parse_job(job_id: Any, settings: Any) -> JobSpec:
     kind_name = settings["kind"]
     kind = KINDS.get(kind_name) if isinstance(kind_name, str) else None
     if kind is None:
-        raise JobsConfigError(
-            job_id, "kind", f"unknown kind {kind_name!r}; one of {', '.join(sorted(KINDS))}"
-        )
+        raise JobsConfigError(job_id, "kind", f"unknown kind {kind_name!r}; one of {', '.join(sorted(KINDS))}")
     allowed = COMMON_KEYS | kind.required_keys | kind.optional_keys
     for key in settings:
         if key not in allowed:
             raise JobsConfigError(
-                job_id, str(key),
+                job_id,
+                str(key),
                 f"unknown key for kind {kind_name!r}; allowed: {', '.join(sorted(allowed))}",
             )
     for key in sorted(kind.required_keys):
@@ -102,12 +107,14 @@ def _parse_job(job_id: Any, settings: Any) -> JobSpec:
     lease = positive_number(job_id, "lease_seconds", settings.get("lease_seconds", DEFAULT_LEASE_SECONDS))
     # The default retention outlives any lease by a day, so a long lease alone is never an error.
     retention = positive_number(
-        job_id, "retention_seconds",
+        job_id,
+        "retention_seconds",
         settings.get("retention_seconds", max(DEFAULT_RETENTION_SECONDS, lease + 24 * 3600)),
     )
     if retention <= lease:
         raise JobsConfigError(
-            job_id, "retention_seconds",
+            job_id,
+            "retention_seconds",
             f"must be longer than lease_seconds ({lease}): a record must outlive the attempt "
             "that holds it and the retries after it",
         )
@@ -121,8 +128,11 @@ def _parse_job(job_id: Any, settings: Any) -> JobSpec:
     options = {key: value for key, value in settings.items() if key not in COMMON_KEYS}
     runner = kind.from_config(job_id, options, lease)
     return JobSpec(
-        job_id, text_value(job_id, "kind", kind_name),
-        RunPolicy(lease, retention, heartbeat=heartbeat, max_run_seconds=max_run), runner, frozenset(exclude)
+        job_id,
+        text_value(job_id, "kind", kind_name),
+        RunPolicy(lease, retention, heartbeat=heartbeat, max_run_seconds=max_run),
+        runner,
+        frozenset(exclude),
     )
 
 

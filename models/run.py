@@ -53,9 +53,7 @@ class RunRecord(ndb.Model):
     status = ndb.StringProperty(required=True, choices=[s.value for s in RunStatus])
     attempt_id = ndb.TextProperty(required=True)  # unindexed
     attempt = ndb.IntegerProperty(required=True, indexed=False)
-    lease_expires = ndb.DateTimeProperty(
-        required=True, indexed=False, tzinfo=datetime.timezone.utc
-    )
+    lease_expires = ndb.DateTimeProperty(required=True, indexed=False, tzinfo=datetime.timezone.utc)
     # Indexed: the cleanup task finds expired records with a keys-only query
     # on it (the fallback where no TTL policy is set).
     expire_at = ndb.DateTimeProperty(required=True, tzinfo=datetime.timezone.utc)

@@ -9,8 +9,8 @@ import pytest
 import webtest
 from google.cloud import ndb
 
-from devtools.emulator import DatastoreEmulator
 from dedup.clock import ManualClock
+from devtools.emulator import DatastoreEmulator
 from tests import job_targets
 
 # Tests run outside App Engine: caller verification is chosen explicitly, and

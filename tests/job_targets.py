@@ -30,11 +30,19 @@ def reset() -> None:
 
 
 def _effect(context: RunContext) -> dict:
-    entry = {"run_id": context.run_id, "attempt": context.attempt, "attempt_id": context.attempt_id,
-             "job_id": context.job_id, "schedule_time": context.schedule_time,
-             "project": context.project, "location": context.location, "body": context.body,
-             "parameters": dict(context.parameters), "source": context.source,
-             "client_token": context.client_token}
+    entry = {
+        "run_id": context.run_id,
+        "attempt": context.attempt,
+        "attempt_id": context.attempt_id,
+        "job_id": context.job_id,
+        "schedule_time": context.schedule_time,
+        "project": context.project,
+        "location": context.location,
+        "body": context.body,
+        "parameters": dict(context.parameters),
+        "source": context.source,
+        "client_token": context.client_token,
+    }
     with _lock:
         EFFECTS.append(entry)
     return entry

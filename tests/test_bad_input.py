@@ -34,7 +34,11 @@ def assert_nothing_happened(ndb_client):
         (scheduler_headers(schedule_time="2025-10-17T23:50:00"), "X-CloudScheduler-ScheduleTime", "RFC 3339"),
         (scheduler_headers(schedule_time="2025-10-17"), "X-CloudScheduler-ScheduleTime", "RFC 3339"),
         (scheduler_headers(schedule_time="2025-13-17T23:50:00Z"), "X-CloudScheduler-ScheduleTime", "RFC 3339"),
-        (scheduler_headers(schedule_time="2025-10-17T23:50:00Z" + "0" * 2000), "X-CloudScheduler-ScheduleTime", "longer"),
+        (
+            scheduler_headers(schedule_time="2025-10-17T23:50:00Z" + "0" * 2000),
+            "X-CloudScheduler-ScheduleTime",
+            "longer",
+        ),
         (scheduler_headers(schedule_time="0001-01-01T00:00:00+01:00"), "X-CloudScheduler-ScheduleTime", "RFC 3339"),
         (scheduler_headers(schedule_time="9999-12-31T23:59:59-01:00"), "X-CloudScheduler-ScheduleTime", "RFC 3339"),
         # Parseable, but no schedule Cloud Scheduler runs: outside the accepted range.
@@ -52,7 +56,11 @@ def assert_nothing_happened(ndb_client):
         (scheduler_headers(job_name="x" * 1500), "X-CloudScheduler-JobName", "longer"),
         (scheduler_headers(job_name="bad\x01name"), "X-CloudScheduler-JobName", "control"),
         (scheduler_headers(job_name="café"), "X-CloudScheduler-JobName", "non-ASCII"),
-        (scheduler_headers(job_name="projects/Bad_Project/locations/us-central1/jobs/j"), "X-CloudScheduler-JobName", "project"),
+        (
+            scheduler_headers(job_name="projects/Bad_Project/locations/us-central1/jobs/j"),
+            "X-CloudScheduler-JobName",
+            "project",
+        ),
         (scheduler_headers(**{"X-Scheduler-Project": "no"}), "header X-Scheduler-Project", "project"),
         (scheduler_headers(**{"X-Scheduler-Location": "US Central"}), "header X-Scheduler-Location", "location"),
     ],
@@ -65,11 +73,14 @@ def test_bad_headers_are_400_and_change_nothing(client, ndb_client, headers, fie
     assert_nothing_happened(ndb_client)
 
 
-@pytest.mark.parametrize("schedule_time, spelled", [
-    ("2000-01-01T00:00:00Z", "2000-01-01T00:00:00.000000Z"),
-    ("2000-01-01T01:00:00+01:00", "2000-01-01T00:00:00.000000Z"),
-    ("2099-12-31T23:59:59.999999Z", "2099-12-31T23:59:59.999999Z"),
-])
+@pytest.mark.parametrize(
+    "schedule_time, spelled",
+    [
+        ("2000-01-01T00:00:00Z", "2000-01-01T00:00:00.000000Z"),
+        ("2000-01-01T01:00:00+01:00", "2000-01-01T00:00:00.000000Z"),
+        ("2099-12-31T23:59:59.999999Z", "2099-12-31T23:59:59.999999Z"),
+    ],
+)
 def test_the_ends_of_the_schedule_time_range_are_accepted(client, schedule_time, spelled):
     response = client.post("/jobs/invoice", headers=scheduler_headers(schedule_time=schedule_time), status=200)
     assert response.json["schedule_time"] == spelled
@@ -84,6 +95,7 @@ def test_every_timestamp_is_spelled_with_a_four_digit_year(year):
     spelled = format_utc(datetime.datetime(year, 6, 1, 12, 0, tzinfo=datetime.timezone.utc))
     assert spelled == f"{year:04d}-06-01T12:00:00.000000Z"
     import ciso8601
+
     assert ciso8601.parse_rfc3339(spelled).year == year  # RFC 3339 again
 
 
@@ -107,8 +119,7 @@ def test_scope_given_twice_with_different_values_is_400(client, ndb_client):
         status=400,
     )
     assert "location" in response.json["message"]
-    client.post("/jobs/invoice?project=alpha-project&project=beta-project",
-                headers=scheduler_headers(), status=400)
+    client.post("/jobs/invoice?project=alpha-project&project=beta-project", headers=scheduler_headers(), status=400)
     assert_nothing_happened(ndb_client)
 
 
@@ -143,16 +154,20 @@ def test_oversized_body_is_refused_unread(client, ndb_client):
 def test_a_downstream_name_that_is_no_identifier_fails_the_run_for_good(make_client, ndb_client, name):
     import json
 
-    client = make_client(JOBS + """
+    client = make_client(
+        JOBS
+        + """
   named:
     kind: python
     target: tests.job_targets:downstream_named
-""")
+"""
+    )
     response = client.post("/jobs/named", json.dumps({"name": name}), headers=scheduler_headers(), status=422)
     assert response.json["status"] == "failed"
     assert "1 to 1024 printable ASCII characters" in response.json["error"]["message"]
     (record,) = stored_records(ndb_client)
     assert record.downstream is None and job_targets.EFFECTS == []
-    ok = client.post("/jobs/named", json.dumps({"name": "x" * 1024}),
-                     headers=scheduler_headers(job_name="other"), status=200)
+    ok = client.post(
+        "/jobs/named", json.dumps({"name": "x" * 1024}), headers=scheduler_headers(job_name="other"), status=200
+    )
     assert ok.json["downstream"] == "x" * 1024

@@ -15,6 +15,8 @@ from models import RunRecord, RunStatus
 from tests import job_targets
 from tests.support.deliveries import JOBS, scheduler_headers
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def outage(jobs_file, clock, monkeypatch):
@@ -33,8 +35,16 @@ def test_an_outage_mid_run(outage):
 
     # A slow run holds its claim when Datastore goes away.
     results = []
-    runner = threading.Thread(target=lambda: results.append(
-        app.post("/jobs/slow", b"outage", headers=scheduler_headers(job_name="slow", schedule_time="2026-06-01T01:00:00Z"), status="*")))
+    runner = threading.Thread(
+        target=lambda: results.append(
+            app.post(
+                "/jobs/slow",
+                b"outage",
+                headers=scheduler_headers(job_name="slow", schedule_time="2026-06-01T01:00:00Z"),
+                status="*",
+            )
+        )
+    )
     runner.start()
     for _ in range(200):
         if "outage" in job_targets.STARTED and job_targets.STARTED["outage"].is_set():

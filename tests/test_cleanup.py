@@ -20,9 +20,18 @@ def make_records(clock, count, *, expired, status=RunStatus.COMPLETED, live_leas
     expire_at = now - datetime.timedelta(seconds=1) if expired else now + datetime.timedelta(hours=1)
     lease = now + datetime.timedelta(minutes=5) if live_lease else now - datetime.timedelta(minutes=5)
     return [
-        RunRecord(id=f"{prefix}-{index}", source="scheduler", job_id="invoice", status=status.value,
-                  attempt_id="a", attempt=1, lease_expires=lease, expire_at=expire_at,
-                  created=now - datetime.timedelta(days=8), updated=now)
+        RunRecord(
+            id=f"{prefix}-{index}",
+            source="scheduler",
+            job_id="invoice",
+            status=status.value,
+            attempt_id="a",
+            attempt=1,
+            lease_expires=lease,
+            expire_at=expire_at,
+            created=now - datetime.timedelta(days=8),
+            updated=now,
+        )
         for index in range(count)
     ]
 
@@ -31,22 +40,24 @@ def make_records(clock, count, *, expired, status=RunStatus.COMPLETED, live_leas
 def seeded(make_client, ndb_client, clock):
     client = make_client(JOBS)
     with ndb_client.context():
-        records = (make_records(clock, 1000, expired=True, prefix="old")
-                   + make_records(clock, 300, expired=False, prefix="fresh")
-                   + make_records(clock, 5, expired=False, status=RunStatus.IN_PROGRESS, live_lease=True, prefix="running")
-                   # Never expected (a live lease keeps expire_at ahead), but never deleted either.
-                   + make_records(clock, 3, expired=True, status=RunStatus.IN_PROGRESS, live_lease=True, prefix="odd"))
+        records = (
+            make_records(clock, 1000, expired=True, prefix="old")
+            + make_records(clock, 300, expired=False, prefix="fresh")
+            + make_records(clock, 5, expired=False, status=RunStatus.IN_PROGRESS, live_lease=True, prefix="running")
+            # Never expected (a live lease keeps expire_at ahead), but never deleted either.
+            + make_records(clock, 3, expired=True, status=RunStatus.IN_PROGRESS, live_lease=True, prefix="odd")
+        )
         for start in range(0, len(records), 400):
-            ndb.put_multi(records[start:start + 400])
+            ndb.put_multi(records[start : start + 400])
     return client
 
 
 def remaining_ids(ndb_client):
     with ndb_client.context():
-        return {key.id().split("-")[0] for key in RunRecord.query().fetch(keys_only=True)}, \
-            RunRecord.query().count()
+        return {key.id().split("-")[0] for key in RunRecord.query().fetch(keys_only=True)}, RunRecord.query().count()
 
 
+@pytest.mark.slow
 def test_cleanup_deletes_exactly_the_expired_records(seeded, ndb_client):
     response = seeded.get("/tasks/cleanup", status=200)
     assert response.json["deleted"] == 1000 and response.json["more"] is False
@@ -54,10 +65,12 @@ def test_cleanup_deletes_exactly_the_expired_records(seeded, ndb_client):
     assert prefixes == {"fresh", "running", "odd"} and count == 308
 
 
+@pytest.mark.slow
 def test_two_cleanups_at_once_are_safe(seeded, ndb_client):
     results = []
-    threads = [threading.Thread(target=lambda: results.append(seeded.get("/tasks/cleanup", status=200).json))
-               for _ in range(2)]
+    threads = [
+        threading.Thread(target=lambda: results.append(seeded.get("/tasks/cleanup", status=200).json)) for _ in range(2)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -72,10 +85,13 @@ def test_cron_yaml_calls_the_cleanup_task():
     assert any(job["url"] == "/tasks/cleanup" for job in jobs)
 
 
+@pytest.mark.slow
 def test_records_that_must_stay_never_stall_the_batches_behind_them(make_client, ndb_client, clock):
     client = make_client(JOBS)
     with ndb_client.context():
-        ndb.put_multi(make_records(clock, 150, expired=True, status=RunStatus.IN_PROGRESS, live_lease=True, prefix="a-odd"))
+        ndb.put_multi(
+            make_records(clock, 150, expired=True, status=RunStatus.IN_PROGRESS, live_lease=True, prefix="a-odd")
+        )
         ndb.put_multi(make_records(clock, 10, expired=True, prefix="z-old"))
     assert client.get("/tasks/cleanup", status=200).json["deleted"] == 10
     assert remaining_ids(ndb_client) == ({"a"}, 150)

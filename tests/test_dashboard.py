@@ -13,8 +13,9 @@ from werkzeug.serving import make_server
 from dedup.ledger import RunDescription, RunPolicy
 from handlers import create_app
 from tests import job_targets
-from tests.support.downstream import Downstream, Reply
+from tests.support import POLL_SECONDS
 from tests.support.deliveries import scheduler_headers
+from tests.support.downstream import Downstream, Reply
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -24,7 +25,8 @@ ATTACK = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2"
 @pytest.fixture
 def site(datastore, ndb_client, jobs_file, clock):
     with Downstream() as downstream:
-        app = create_app(jobs_file=jobs_file(f"""
+        app = create_app(
+            jobs_file=jobs_file(f"""
             jobs:
               invoice:
                 kind: python
@@ -39,20 +41,30 @@ def site(datastore, ndb_client, jobs_file, clock):
                 url: {downstream.url}/hooks
                 timeout_seconds: 5
                 lease_seconds: 60
-        """), clock=clock, ndb_client=ndb_client)
+        """),
+            clock=clock,
+            ndb_client=ndb_client,
+        )
         server = make_server("127.0.0.1", 0, app, threaded=True)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": POLL_SECONDS}, daemon=True).start()
         url = f"http://127.0.0.1:{server.server_port}"
 
         def deliver(job, schedule_time, job_name=None, body=b""):
-            return requests.post(f"{url}/jobs/{job}", data=body, timeout=30, headers=scheduler_headers(
-                job_name=job_name or job, schedule_time=schedule_time))
+            return requests.post(
+                f"{url}/jobs/{job}",
+                data=body,
+                timeout=30,
+                headers=scheduler_headers(job_name=job_name or job, schedule_time=schedule_time),
+            )
 
         for hour in range(3):
             assert deliver("invoice", f"2026-11-2{hour}T02:00:00Z").status_code == 200
         downstream.script = [Reply(400, f'{{"error": "{ATTACK}"}}'.encode())]
         assert deliver("sync-crm", "2026-11-22T03:00:00Z").status_code == 422
-        assert requests.post(f"{url}/api/v1/jobs/invoice/runs", json={"clientToken": "manual-1"}, timeout=30).status_code == 201
+        assert (
+            requests.post(f"{url}/api/v1/jobs/invoice/runs", json={"clientToken": "manual-1"}, timeout=30).status_code
+            == 201
+        )
         # A run stuck with its lease over, and one still running with time left.
         state = app.extensions["dedup"]
         with ndb_client.context():
@@ -72,10 +84,14 @@ def site(datastore, ndb_client, jobs_file, clock):
 
 
 def test_values_are_escaped_in_the_html(site):
-    page = requests.get(f"{site}/admin/runs/" + requests.get(f"{site}/api/v1/runs?job=sync-crm&status=failed").json()["runs"][0]["run_id"]).text
+    page = requests.get(
+        f"{site}/admin/runs/"
+        + requests.get(f"{site}/api/v1/runs?job=sync-crm&status=failed").json()["runs"][0]["run_id"]
+    ).text
     assert "<script>window.pwned" not in page and "&lt;script&gt;window.pwned" in page
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it)")
 def test_the_dashboard_in_a_browser(site, tmp_path):
     from playwright.sync_api import sync_playwright
@@ -83,9 +99,18 @@ def test_the_dashboard_in_a_browser(site, tmp_path):
     artifacts = os.path.join(ROOT, "test-artifacts")
     os.makedirs(artifacts, exist_ok=True)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         page = browser.new_page(viewport={"width": 1280, "height": 1100})
         page.goto(f"{site}/admin/")
         assert page.title() == "Dedup runs"

@@ -9,6 +9,7 @@ import pytest
 from werkzeug.serving import make_server
 
 from examples.downstream import SyncBatch, SyncCounter, create_downstream_app
+from tests.support import POLL_SECONDS
 from tests.support.deliveries import scheduler_headers
 
 
@@ -39,7 +40,7 @@ def downstream(datastore, ndb_client, clock):
     slow = LateFirstAnswers(app.wsgi_app, seconds=0, count=0)
     app.wsgi_app = slow
     server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": POLL_SECONDS}, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_port}", slow
     server.shutdown()
@@ -96,9 +97,15 @@ def test_the_downstream_refuses_the_key_with_another_request(downstream, datasto
 
     url, _ = downstream
     headers = {"Idempotency-Key": "k-1", "Content-Type": "application/json"}
-    first = requests.post(f"{url}/hooks/sync", json={"job_id": "a", "schedule_time": "t1", "attempt": 1}, headers=headers)
-    takeover = requests.post(f"{url}/hooks/sync", json={"job_id": "a", "schedule_time": "t1", "attempt": 2}, headers=headers)
-    other = requests.post(f"{url}/hooks/sync", json={"job_id": "a", "schedule_time": "t2", "attempt": 1}, headers=headers)
+    first = requests.post(
+        f"{url}/hooks/sync", json={"job_id": "a", "schedule_time": "t1", "attempt": 1}, headers=headers
+    )
+    takeover = requests.post(
+        f"{url}/hooks/sync", json={"job_id": "a", "schedule_time": "t1", "attempt": 2}, headers=headers
+    )
+    other = requests.post(
+        f"{url}/hooks/sync", json={"job_id": "a", "schedule_time": "t2", "attempt": 1}, headers=headers
+    )
     missing = requests.post(f"{url}/hooks/sync", json={"job_id": "a"})
     assert first.status_code == 201
     assert takeover.status_code == 201 and takeover.headers["Idempotent-Replayed"] == "true"

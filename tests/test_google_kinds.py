@@ -13,12 +13,12 @@ import threading
 
 import pytest
 
+from dedup.keys import ScheduledRunKey, parse_schedule_time
 from dedup.ledger import RunDescription
 from dedup.outcomes import Renewed
-from dedup.keys import ScheduledRunKey, parse_schedule_time
 from jobs.base import RunContext
-from tests.support.google_fakes import SERVICE_ACCOUNT, TOKEN
 from tests.support.deliveries import T0, scheduler_headers
+from tests.support.google_fakes import SERVICE_ACCOUNT, TOKEN
 
 WORKFLOW = "projects/acme-prod/locations/us-central1/workflows/nightly-etl"
 RUN_JOB = "projects/acme-prod/locations/us-central1/jobs/reindex"
@@ -60,9 +60,11 @@ def client(make_client, google):
 
 
 def deliver(client, job, status="*", schedule_time=T0):
-    return client.post(f"/jobs/{job}?project=acme-prod&location=us-central1",
-                       headers=scheduler_headers(job_name=f"{job}-schedule", schedule_time=schedule_time),
-                       status=status)
+    return client.post(
+        f"/jobs/{job}?project=acme-prod&location=us-central1",
+        headers=scheduler_headers(job_name=f"{job}-schedule", schedule_time=schedule_time),
+        status=status,
+    )
 
 
 def run_id_for(job) -> str:
@@ -75,8 +77,11 @@ def test_workflow_execution_carries_the_key_in_argument_and_label(client, google
     assert create.path == f"/v1/{WORKFLOW}/executions"
     assert create.headers["Authorization"] == f"Bearer {TOKEN}"  # ADC from the metadata server
     argument = json.loads(create.body["argument"])
-    assert argument == {"tables": ["orders", "refunds"], "idempotency_key": run_id_for("etl"),
-                        "schedule_time": "2025-10-17T23:50:00.000000Z"}
+    assert argument == {
+        "tables": ["orders", "refunds"],
+        "idempotency_key": run_id_for("etl"),
+        "schedule_time": "2025-10-17T23:50:00.000000Z",
+    }
     label = create.body["labels"]["idempotency_key"]
     assert label == run_id_for("etl")[:63] and len(label) <= 63
     name = google.executions[0]["name"]
@@ -90,8 +95,11 @@ def test_cloud_run_job_gets_the_key_in_container_env(client, google):
     assert run.path == f"/v2/{RUN_JOB}:run"
     [override] = run.body["overrides"]["containerOverrides"]
     env = {item["name"]: item["value"] for item in override["env"]}
-    assert env == {"MODE": "nightly", "IDEMPOTENCY_KEY": run_id_for("reindex"),
-                   "SCHEDULE_TIME": "2025-10-17T23:50:00.000000Z"}
+    assert env == {
+        "MODE": "nightly",
+        "IDEMPOTENCY_KEY": run_id_for("reindex"),
+        "SCHEDULE_TIME": "2025-10-17T23:50:00.000000Z",
+    }
     assert override["args"] == ["--full"]
     execution = google.run_operations[0]["metadata"]["name"]
     assert response.json["downstream"] == execution
@@ -105,7 +113,10 @@ def test_cloud_build_trigger_gets_the_key_in_substitutions(client, google):
     assert run.body["projectId"] == "acme-prod" and run.body["triggerId"] == "release"
     assert run.body["source"]["branchName"] == "main"
     assert run.body["source"]["substitutions"] == {
-        "_ENV": "prod", "_IDEMPOTENCY_KEY": run_id_for("release"), "_SCHEDULE_TIME": "2025-10-17T23:50:00.000000Z"}
+        "_ENV": "prod",
+        "_IDEMPOTENCY_KEY": run_id_for("release"),
+        "_SCHEDULE_TIME": "2025-10-17T23:50:00.000000Z",
+    }
     assert response.json["downstream"] == google.builds[0]["name"]
 
 
@@ -146,7 +157,9 @@ def test_a_takeover_adopts_the_recorded_execution(client, google, clock, ndb_cli
     assert len(google.run_operations) == 1
 
 
-@pytest.mark.parametrize("job, path_part, created", [("etl", "/executions", "executions"), ("release", ":run", "builds")])
+@pytest.mark.parametrize(
+    "job, path_part, created", [("etl", "/executions", "executions"), ("release", ":run", "builds")]
+)
 @pytest.mark.parametrize("retry_after_seconds", [0, 2 * 3600])
 def test_a_lost_answer_is_found_by_key_and_adopted(client, google, clock, job, path_part, created, retry_after_seconds):
     # The API starts the execution but its answer is lost (a 503 after the effect):
@@ -161,8 +174,10 @@ def test_a_lost_answer_is_found_by_key_and_adopted(client, google, clock, job, p
     assert retried.json["downstream"] == getattr(google, created)[0]["name"]
 
 
-@pytest.mark.parametrize("status, api_status", [(429, "RESOURCE_EXHAUSTED"), (500, "INTERNAL"),
-                                                (503, "UNAVAILABLE"), (504, "DEADLINE_EXCEEDED")])
+@pytest.mark.parametrize(
+    "status, api_status",
+    [(429, "RESOURCE_EXHAUSTED"), (500, "INTERNAL"), (503, "UNAVAILABLE"), (504, "DEADLINE_EXCEEDED")],
+)
 def test_retryable_api_errors_release_the_run(client, google, status, api_status):
     google.fail(":run", status=status, api_status=api_status, message="try later")
     failed = deliver(client, "reindex", status=500)
@@ -171,8 +186,10 @@ def test_retryable_api_errors_release_the_run(client, google, status, api_status
     assert len(google.run_operations) == 1
 
 
-@pytest.mark.parametrize("status, api_status", [(400, "INVALID_ARGUMENT"), (403, "PERMISSION_DENIED"),
-                                                (404, "NOT_FOUND"), (400, "FAILED_PRECONDITION")])
+@pytest.mark.parametrize(
+    "status, api_status",
+    [(400, "INVALID_ARGUMENT"), (403, "PERMISSION_DENIED"), (404, "NOT_FOUND"), (400, "FAILED_PRECONDITION")],
+)
 def test_permanent_api_errors_keep_the_apis_message(client, google, status, api_status):
     message = f"Permission 'run.jobs.runWithOverrides' denied ({api_status})"
     google.fail(":run", status=status, api_status=api_status, message=message)
@@ -192,11 +209,17 @@ def test_an_unreachable_api_is_retryable(make_client, google):
 
 @pytest.mark.parametrize("job", ["etl", "reindex", "release"])
 def test_manual_runs_merge_parameters(client, google, job):
-    parameters = {"etl": {"tables": ["refunds"], "dry_run": True},
-                  "reindex": {"SHARD": 3, "args": ["--shard", "3"]},
-                  "release": {"_VERSION": "1.2.3"}}[job]
-    first = client.post_json(f"/api/v1/jobs/{job}/runs", {"clientToken": "manual-1", "parameters": parameters}, status=201)
-    again = client.post_json(f"/api/v1/jobs/{job}/runs", {"clientToken": "manual-1", "parameters": parameters}, status=200)
+    parameters = {
+        "etl": {"tables": ["refunds"], "dry_run": True},
+        "reindex": {"SHARD": 3, "args": ["--shard", "3"]},
+        "release": {"_VERSION": "1.2.3"},
+    }[job]
+    first = client.post_json(
+        f"/api/v1/jobs/{job}/runs", {"clientToken": "manual-1", "parameters": parameters}, status=201
+    )
+    again = client.post_json(
+        f"/api/v1/jobs/{job}/runs", {"clientToken": "manual-1", "parameters": parameters}, status=200
+    )
     assert again.json == first.json
     [call] = google.api_calls("POST")
     key = first.json["run_id"]
@@ -210,15 +233,22 @@ def test_manual_runs_merge_parameters(client, google, job):
         assert override["args"] == ["--shard", "3"]
     else:
         assert call.body["source"]["substitutions"] == {
-            "_ENV": "prod", "_VERSION": "1.2.3", "_IDEMPOTENCY_KEY": key, "_SCHEDULE_TIME": ""}
+            "_ENV": "prod",
+            "_VERSION": "1.2.3",
+            "_IDEMPOTENCY_KEY": key,
+            "_SCHEDULE_TIME": "",
+        }
 
 
-@pytest.mark.parametrize("job, parameters, words", [
-    ("reindex", {"bad-name": "x"}, "not a valid environment variable name"),
-    ("reindex", {"IDEMPOTENCY_KEY": "mine"}, "set by the app"),
-    ("release", {"VERSION": "1"}, "not a user substitution"),
-    ("release", {"_N": 1}, "must be a string"),
-])
+@pytest.mark.parametrize(
+    "job, parameters, words",
+    [
+        ("reindex", {"bad-name": "x"}, "not a valid environment variable name"),
+        ("reindex", {"IDEMPOTENCY_KEY": "mine"}, "set by the app"),
+        ("release", {"VERSION": "1"}, "not a user substitution"),
+        ("release", {"_N": 1}, "must be a string"),
+    ],
+)
 def test_bad_manual_parameters_are_permanent_and_call_nothing(client, google, job, parameters, words):
     response = client.post_json(f"/api/v1/jobs/{job}/runs", {"parameters": parameters}, status=422)
     assert words in response.json["error"]["message"]
@@ -232,6 +262,7 @@ def test_the_metadata_server_supplied_the_credentials(client, google):
     assert SERVICE_ACCOUNT.endswith(".iam.gserviceaccount.com")
 
 
+@pytest.mark.slow
 def test_a_takeover_finds_an_unrecorded_execution_by_its_label(client, google, clock):
     # Attempt 1's executions.create succeeds downstream but its answer is slow; the
     # lease runs out meanwhile and attempt 2 takes over before anything was recorded.
@@ -255,11 +286,14 @@ def test_a_takeover_finds_an_unrecorded_execution_by_its_label(client, google, c
 def test_a_reused_expired_token_does_not_adopt_the_old_requests_execution(client, google, clock):
     client.post_json("/api/v1/jobs/etl/runs", {"clientToken": "t1", "parameters": {"tables": ["a"]}}, status=201)
     clock.advance(2 * 3600)  # past finished + 1 h: the token is free again
-    second = client.post_json("/api/v1/jobs/etl/runs", {"clientToken": "t1", "parameters": {"tables": ["z"]}}, status=201)
+    second = client.post_json(
+        "/api/v1/jobs/etl/runs", {"clientToken": "t1", "parameters": {"tables": ["z"]}}, status=201
+    )
     assert second.json["result"]["adopted"] is False
     assert len(google.executions) == 2
 
 
+@pytest.mark.slow
 def test_a_lost_cloud_run_answer_is_not_retried_into_a_second_execution(client, google):
     google.fail(":run", status=200, delay=3)  # longer than the job's 2 s timeout
     failed = deliver(client, "reindex", status=422)

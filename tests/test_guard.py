@@ -72,8 +72,9 @@ def service(datastore, ndb_client, clock):
     effects: list = []
 
     @app.post("/orders")
-    @idempotent("orders", fields=["item"], scope=lambda: request.headers.get("X-Tenant", ""),
-                replay_headers=["X-Order-Number"])
+    @idempotent(
+        "orders", fields=["item"], scope=lambda: request.headers.get("X-Tenant", ""), replay_headers=["X-Order-Number"]
+    )
     def create_order():
         effects.append((request.headers.get("X-Tenant"), g.idempotency.key))
         body = request.get_json()
@@ -152,7 +153,12 @@ def test_a_missing_key_is_400_when_required(service):
 def test_only_chosen_fields_are_fingerprinted(service):
     app, effects = service
     order(app, "k-1", status=201)
-    app.post_json("/orders", {"item": "book", "note": "changed"}, headers={"Idempotency-Key": "k-1", "X-Tenant": "t-1"}, status=201)
+    app.post_json(
+        "/orders",
+        {"item": "book", "note": "changed"},
+        headers={"Idempotency-Key": "k-1", "X-Tenant": "t-1"},
+        status=201,
+    )
     conflict = order(app, "k-1", item="pen", status=422)
     assert conflict.json["differing"] == ["item"]
     assert len(effects) == 1

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from dedup.keys import ScheduledRunKey, parse_schedule_time
-from tests.support.downstream import Downstream, Reply
 from tests.support.deliveries import scheduler_headers
+from tests.support.downstream import Downstream, Reply
 
 
 @pytest.fixture
@@ -38,14 +38,19 @@ def client(make_client, downstream):
 
 
 def deliver(client, job="sync", status="*", body=b'{"since": "yesterday"}', **headers):
-    return client.post(f"/jobs/{job}?project=alpha-project&location=us-central1", body,
-                       headers=scheduler_headers(**headers), status=status)
+    return client.post(
+        f"/jobs/{job}?project=alpha-project&location=us-central1",
+        body,
+        headers=scheduler_headers(**headers),
+        status=status,
+    )
 
 
 def test_the_run_key_schedule_time_and_attempt_go_downstream(client, downstream):
     response = deliver(client, status=200)
-    expected_key = ScheduledRunKey("alpha-project", "us-central1", "nightly-invoice",
-                                   parse_schedule_time("2025-10-17T23:50:00Z")).run_id
+    expected_key = ScheduledRunKey(
+        "alpha-project", "us-central1", "nightly-invoice", parse_schedule_time("2025-10-17T23:50:00Z")
+    ).run_id
     assert response.json["run_id"] == expected_key
     [sent] = downstream.requests
     assert (sent.method, sent.path) == ("POST", "/hooks/sync?src=scheduler")
@@ -115,6 +120,7 @@ def test_other_answers_are_permanent_failures_replayed(client, downstream, statu
     assert len(downstream.requests) == 1  # redirects are not followed either
 
 
+@pytest.mark.slow
 def test_a_timeout_is_retryable(client, downstream):
     downstream.script = [Reply(200, delay=2.5)]
     failed = deliver(client, status=500)
@@ -122,6 +128,7 @@ def test_a_timeout_is_retryable(client, downstream):
     assert deliver(client, status=200).json["attempt"] == 1
 
 
+@pytest.mark.slow
 def test_a_trickling_body_cannot_outlive_the_timeout(client, downstream):
     # Each byte arrives well within the read timeout; the whole body would not.
     downstream.script = [Reply(200, b"x" * 40, trickle=0.1)]

@@ -45,6 +45,8 @@ from dedup.ledger import Ledger, RunDescription, RunPolicy
 from dedup.outcomes import Claimed, Finished, InProgress, Released, Renewed, Replayed, Stale
 from models import RunRecord, RunStatus
 
+pytestmark = pytest.mark.exhaustive
+
 LEASE = 60
 POLICY = RunPolicy(lease_seconds=LEASE, retention_seconds=10 * 24 * 3600)
 DESCRIPTION = RunDescription(source="scheduler", job_id="j", scheduler_job_name="j")
@@ -91,11 +93,16 @@ class Explorer:
         self.steps_played = 0
         self.stored: object = None  # the record the Datastore holds now (the run starts absent)
         # Every renaming of attempts that have the same steps (the clock keeps its name).
-        groups = [[a for a in self.actors if a != CLOCK and sequences[a] == sequences[b]]
-                  for b in self.actors if b != CLOCK]
+        groups = [
+            [a for a in self.actors if a != CLOCK and sequences[a] == sequences[b]] for b in self.actors if b != CLOCK
+        ]
         groups = [group for i, group in enumerate(groups) if group not in groups[:i]]
         self.renamings = [
-            {actor: other for group, order in zip(groups, orders) for actor, other in zip(group, order)}
+            {
+                actor: other
+                for group, order in zip(groups, orders, strict=True)
+                for actor, other in zip(group, order, strict=True)
+            }
             for orders in itertools.product(*(itertools.permutations(group) for group in groups))
         ]
 
@@ -119,7 +126,7 @@ class Explorer:
                 child, skipped = self._step(state, index)
                 # A delivery that did not get the run is gone: its remaining
                 # steps do nothing, wherever they fall among the others'.
-                remaining = sum(len(self.sequences[a]) - n for a, n in zip(self.actors, child.steps_taken))
+                remaining = sum(len(self.sequences[a]) - n for a, n in zip(self.actors, child.steps_taken, strict=True))
                 orderings += math.comb(remaining + skipped, skipped) * self._visit(child)
         self.futures[key] = orderings
         return orderings
@@ -152,7 +159,8 @@ class Explorer:
                 held[actor] = outcome.attempt
                 names[outcome.attempt.attempt_id] = actor
                 model = dataclasses.replace(
-                    model, owner=actor, lease_until=model.now + LEASE, attempts=model.attempts + 1)
+                    model, owner=actor, lease_until=model.now + LEASE, attempts=model.attempts + 1
+                )
                 wrote = True
             if actor not in held:  # 409 or a replay: this delivery has gone away
                 assert _dict(self._read()) == _dict(state.record), where  # a refused claim writes nothing
@@ -260,10 +268,12 @@ class Explorer:
                 if isinstance(record[field], dict) and "by" in record[field]:
                     record[field] = {**record[field], "by": name(record[field]["by"])}
             record = sorted(record.items())
-        taken = dict(zip(self.actors, state.steps_taken))
+        taken = dict(zip(self.actors, state.steps_taken, strict=True))
         steps_taken = tuple(taken[actor] for actor in sorted(self.actors, key=lambda a: self.actors.index(name(a))))
         held = sorted((name(actor), attempt.attempt, started(attempt.downstream)) for actor, attempt in state.held)
-        model = dataclasses.replace(state.model, owner=name(state.model.owner), downstream=started(state.model.downstream))
+        model = dataclasses.replace(
+            state.model, owner=name(state.model.owner), downstream=started(state.model.downstream)
+        )
         return repr((steps_taken, record, held, model))
 
 
@@ -277,8 +287,9 @@ def orderings_of(sequences: dict[str, list[str]]) -> int:
     return math.factorial(sum(lengths)) // math.prod(math.factorial(n) for n in lengths)
 
 
-def explore_all(ndb_client, ledger_class: type[Ledger], prefix: str,
-                attempts: int, options: list[list[str]], expiries: int) -> tuple[int, int]:
+def explore_all(
+    ndb_client, ledger_class: type[Ledger], prefix: str, attempts: int, options: list[list[str]], expiries: int
+) -> tuple[int, int]:
     """Explore every ordering for every choice of each attempt's steps among ``options``.
 
     Return (orderings, ledger steps played).  Attempts differ only in name, so
@@ -291,14 +302,13 @@ def explore_all(ndb_client, ledger_class: type[Ledger], prefix: str,
     names = [chr(ord("A") + i) for i in range(attempts)]
 
     def explore(number: int, choice: tuple[int, ...]) -> tuple[int, int]:
-        sequences = {**{name: options[i] for name, i in zip(names, choice)}, CLOCK: ["expire"] * expiries}
+        sequences = {**{name: options[i] for name, i in zip(names, choice, strict=True)}, CLOCK: ["expire"] * expiries}
         clock = ManualClock()
         with ndb_client.context():
             explorer = Explorer(ledger_class(clock), clock, f"{prefix}-{number}", sequences)
             found = explorer.explore()
         assert found == orderings_of(sequences), sequences  # the graph stands for every ordering
-        renamings = math.factorial(attempts) // math.prod(
-            math.factorial(choice.count(i)) for i in set(choice))
+        renamings = math.factorial(attempts) // math.prod(math.factorial(choice.count(i)) for i in set(choice))
         return found * renamings, explorer.steps_played
 
     choices = list(itertools.combinations_with_replacement(range(len(options)), attempts))

@@ -59,12 +59,42 @@ def test_defaults_and_kinds():
         ("kind: python\n    target: just_a_name", "j", "target", "package.module:function"),
         ("kind: python\n    target: tests.job_targets:record\n    lease_seconds: 0", "j", "lease_seconds", "positive"),
         ("kind: python\n    target: tests.job_targets:record\n    lease_seconds: -5", "j", "lease_seconds", "positive"),
-        ("kind: python\n    target: tests.job_targets:record\n    lease_seconds: ten", "j", "lease_seconds", "positive"),
-        ("kind: python\n    target: tests.job_targets:record\n    lease_seconds: .inf", "j", "lease_seconds", "positive"),
-        ("kind: python\n    target: tests.job_targets:record\n    lease_seconds: true", "j", "lease_seconds", "positive"),
-        ("kind: python\n    target: tests.job_targets:record\n    retention_seconds: 10", "j", "retention_seconds", "longer than lease_seconds"),
-        ("kind: python\n    target: tests.job_targets:record\n    retention_seconds: 1.0e+12", "j", "retention_seconds", "at most"),
-        ("kind: python\n    target: tests.job_targets:record\n    lease_seconds: 1.0e+12", "j", "lease_seconds", "at most"),
+        (
+            "kind: python\n    target: tests.job_targets:record\n    lease_seconds: ten",
+            "j",
+            "lease_seconds",
+            "positive",
+        ),
+        (
+            "kind: python\n    target: tests.job_targets:record\n    lease_seconds: .inf",
+            "j",
+            "lease_seconds",
+            "positive",
+        ),
+        (
+            "kind: python\n    target: tests.job_targets:record\n    lease_seconds: true",
+            "j",
+            "lease_seconds",
+            "positive",
+        ),
+        (
+            "kind: python\n    target: tests.job_targets:record\n    retention_seconds: 10",
+            "j",
+            "retention_seconds",
+            "longer than lease_seconds",
+        ),
+        (
+            "kind: python\n    target: tests.job_targets:record\n    retention_seconds: 1.0e+12",
+            "j",
+            "retention_seconds",
+            "at most",
+        ),
+        (
+            "kind: python\n    target: tests.job_targets:record\n    lease_seconds: 1.0e+12",
+            "j",
+            "lease_seconds",
+            "at most",
+        ),
         ("kind: http\n    url: https://example.com:99999/x", "j", "url", "out of range"),
         ("kind: http\n    url: https://example.com\n    headers: {X-Price: '€'}", "j", "headers", "Latin-1"),
         ("kind: http\n    url: https://example.com\n    headers: {X-Mode: ' leading'}", "j", "headers", "whitespace"),
@@ -73,10 +103,25 @@ def test_defaults_and_kinds():
         ("kind: http\n    url: /relative", "j", "url", "absolute http(s) URL"),
         ("kind: http\n    url: https://example.com\n    method: BREW", "j", "method", "one of"),
         ("kind: http\n    url: https://example.com\n    timeout_seconds: 0", "j", "timeout_seconds", "positive"),
-        ("kind: http\n    url: https://example.com\n    timeout_seconds: 60\n    lease_seconds: 60", "j", "timeout_seconds", "shorter than lease_seconds"),
+        (
+            "kind: http\n    url: https://example.com\n    timeout_seconds: 60\n    lease_seconds: 60",
+            "j",
+            "timeout_seconds",
+            "shorter than lease_seconds",
+        ),
         ("kind: http\n    url: https://example.com\n    headers: [a, b]", "j", "headers", "mapping"),
-        ("kind: http\n    url: https://example.com\n    headers: {Idempotency-Key: x}", "j", "headers", "set by the app"),
-        ("kind: http\n    url: https://example.com\n    headers: {'bad name': x}", "j", "headers", "not a valid header name"),
+        (
+            "kind: http\n    url: https://example.com\n    headers: {Idempotency-Key: x}",
+            "j",
+            "headers",
+            "set by the app",
+        ),
+        (
+            "kind: http\n    url: https://example.com\n    headers: {'bad name': x}",
+            "j",
+            "headers",
+            "not a valid header name",
+        ),
         ("kind: http\n    url: https://example.com\n    headers: {X-Count: 5}", "j", "headers", "must be a string"),
     ],
 )
@@ -131,10 +176,15 @@ def test_missing_file_names_the_path(tmp_path):
 def test_a_bad_jobs_file_stops_the_app_at_start_up(tmp_path):
     bad = tmp_path / "jobs.yaml"
     bad.write_text("jobs:\n  report:\n    kind: python\n    target: tests.job_targets:record\n    lease_seconds: -1\n")
-    env = {**os.environ, "DEDUP_JOBS_FILE": str(bad), "DATASTORE_EMULATOR_HOST": "127.0.0.1:9",
-           "GOOGLE_CLOUD_PROJECT": "dedup-test"}
-    completed = subprocess.run([sys.executable, "-c", "import main"], cwd=ROOT, env=env,
-                               capture_output=True, text=True, timeout=60)
+    env = {
+        **os.environ,
+        "DEDUP_JOBS_FILE": str(bad),
+        "DATASTORE_EMULATOR_HOST": "127.0.0.1:9",
+        "GOOGLE_CLOUD_PROJECT": "dedup-test",
+    }
+    completed = subprocess.run(
+        [sys.executable, "-c", "import main"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
     assert completed.returncode != 0
     assert "job 'report': field 'lease_seconds': must be a positive number" in completed.stderr
 

@@ -170,11 +170,18 @@ def test_contended_transactions_are_tried_again(ndb_context):
         error = next(failures, None)
         if error:
             raise error
-        RunRecord(id="x", source="scheduler", job_id="j", status="completed", attempt_id="a", attempt=1,
-                  lease_expires=datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc),
-                  expire_at=datetime.datetime(2030, 1, 2, tzinfo=datetime.timezone.utc),
-                  created=datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc),
-                  updated=datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc)).put()
+        RunRecord(
+            id="x",
+            source="scheduler",
+            job_id="j",
+            status="completed",
+            attempt_id="a",
+            attempt=1,
+            lease_expires=datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc),
+            expire_at=datetime.datetime(2030, 1, 2, tzinfo=datetime.timezone.utc),
+            created=datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc),
+            updated=datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc),
+        ).put()
         return "written"
 
     assert _transaction(write, patience_seconds=10) == "written"
@@ -221,6 +228,7 @@ def test_a_heartbeat_that_finds_the_run_taken_over_says_so(ledger, clock):
     assert record.attempt == 2 and record.attempt_id != first.attempt.attempt_id
 
 
+@pytest.mark.slow
 def test_renewals_stop_after_max_run_seconds_and_the_job_is_told(ndb_context):
     import time
 
@@ -253,6 +261,7 @@ def test_without_renewals_the_job_is_told_when_its_claimed_lease_runs_out(ledger
         assert not heartbeat._thread.is_alive()  # nothing renews
 
 
+@pytest.mark.slow
 def test_a_heartbeat_that_cannot_reach_datastore_says_the_lease_ran_out(ledger):
     import time
 
@@ -272,6 +281,7 @@ def test_a_heartbeat_that_cannot_reach_datastore_says_the_lease_ran_out(ledger):
         assert heartbeat.lease_lost()
 
 
+@pytest.mark.slow
 def test_the_runner_tells_the_job_when_its_lease_runs_out(ndb_context):
     """``attempt.lease_lost()`` (``context.lease_lost()`` for job kinds) is wired through run_once."""
     import time
@@ -291,18 +301,24 @@ def test_the_runner_tells_the_job_when_its_lease_runs_out(ndb_context):
     unrenewed = RunPolicy(lease_seconds=2, retention_seconds=3600, heartbeat=False)
     renewed = RunPolicy(lease_seconds=2, retention_seconds=3600, heartbeat=True)
     assert run_once(real, "run-unrenewed", DESCRIPTION, unrenewed, slow_job).record.result == {
-        "before": False, "after": True}
+        "before": False,
+        "after": True,
+    }
     assert run_once(real, "run-renewed", DESCRIPTION, renewed, slow_job).record.result == {
-        "before": False, "after": False}
+        "before": False,
+        "after": False,
+    }
 
 
 def test_jobs_get_heartbeats_by_default(jobs_file):
     from jobs.config import load_jobs
 
-    jobs = load_jobs(jobs_file("""
+    jobs = load_jobs(
+        jobs_file("""
         jobs:
           a: {kind: python, target: tests.job_targets:record}
           b: {kind: python, target: tests.job_targets:record, heartbeat: false, max_run_seconds: 7200}
-    """))
+    """)
+    )
     assert jobs["a"].policy.heartbeat is True and jobs["a"].policy.max_run_seconds == 600
     assert jobs["b"].policy.heartbeat is False and jobs["b"].policy.max_run_seconds == 7200

@@ -21,8 +21,8 @@ from flask import request
 from handlers.auth import AuthSettings
 from handlers.logs import CONTINUATION, SPAN_FIELD, TRACE_FIELD
 from jobs import PermanentJobError, RetryableJobError, RunContext
-from tests.support.logs import TRACE, json_logs, request_lines, text_logs  # noqa: F401 - fixtures
 from tests.support.deliveries import JOBS, scheduler_headers
+from tests.support.logs import TRACE, json_logs, request_lines, text_logs  # noqa: F401 - fixtures
 
 FORGED = "POST /jobs/sync-crm 200 completed"
 FAKE_HEAD = "1999-12-31 23:59:59,999 INFO dedup.requests: "  # what a real line starts with, but fake
@@ -55,10 +55,13 @@ DECODED = [pytest.param(decoded, shown, id=encoded) for encoded, decoded, shown 
 # What a header can carry past a real HTTP server: HTAB, obs-text (bytes 0x80-0xff, read as
 # Latin-1, so NEL and CSI) and, with lenient servers, other controls.  Never CR, LF or NUL.
 HEADER_BREAKS = [
-    pytest.param(decoded, shown, id=encoded) for encoded, decoded, shown in BREAKS
+    pytest.param(decoded, shown, id=encoded)
+    for encoded, decoded, shown in BREAKS
     if not {"\r", "\n", "\x00"} & set(decoded) and all(ord(char) < 0x100 for char in decoded)
 ]
-FORGING_JOBS = JOBS + """
+FORGING_JOBS = (
+    JOBS
+    + """
   chatty:
     kind: python
     target: tests.test_log_forging:log_request_values
@@ -69,6 +72,7 @@ FORGING_JOBS = JOBS + """
     kind: python
     target: tests.test_log_forging:fail_naming_the_customer
 """
+)
 job_log = logging.getLogger("jobs.chatty")
 
 
@@ -159,6 +163,7 @@ def test_a_path_stays_one_json_line_and_decodes_without_control_characters(clien
 
 # --- values a job logs: headers, parameters ---------------------------------------------------
 
+
 @pytest.mark.parametrize("decoded, shown", HEADER_BREAKS)
 def test_a_header_a_job_logs_cannot_forge_a_text_line(client, text_logs, decoded, shown):
     headers = scheduler_headers(**{"X-Batch-Label": "nightly" + decoded + ATTACK})
@@ -176,6 +181,7 @@ def test_a_manual_run_parameter_a_job_logs_cannot_forge_a_text_line(client, text
 
 
 # --- values dedup/ interpolates: exception messages, tracebacks -------------------------------
+
 
 @pytest.mark.parametrize("decoded, shown", DECODED)
 def test_an_exception_message_dedup_logs_cannot_forge_a_text_line(client, text_logs, decoded, shown):
@@ -202,6 +208,7 @@ def test_a_traceback_keeps_its_lines_behind_the_marker(client, text_logs, source
 
 
 # --- JSON: every value, whatever json.dumps makes of it -----------------------------------------
+
 
 class Shifty:
     def __str__(self) -> str:
@@ -244,7 +251,7 @@ MALFORMED_TRACES = {
     "other-options": TRACE_ID + "/1;x=1",
     "extra-segment": TRACE_ID + "/1/2",
     "extra-option": TRACE_ID + "/1;o=1;x=2",
-    "span-over-64-bits": TRACE_ID + f"/{2 ** 64};o=1",
+    "span-over-64-bits": TRACE_ID + f"/{2**64};o=1",
     "negative-span": TRACE_ID + "/-1",
     "hex-span": TRACE_ID + "/0x1",
     "superscript-span": TRACE_ID + "/\u00b9",  # str.isdigit() says yes; int() refuses
@@ -276,7 +283,7 @@ def test_a_malformed_trace_header_is_ignored(client, json_logs, header):
         (TRACE_ID + "/1", "0000000000000001"),
         (TRACE_ID + "/1;o=0", "0000000000000001"),
         (TRACE_ID + "/000123", "000000000000007b"),
-        (TRACE_ID + f"/{2 ** 64 - 1};o=1", "ffffffffffffffff"),
+        (TRACE_ID + f"/{2**64 - 1};o=1", "ffffffffffffffff"),
         (TRACE_ID.upper() + "/7", "0000000000000007"),
     ],
 )

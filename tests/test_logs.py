@@ -25,7 +25,7 @@ def test_each_request_logs_its_run_outcome_and_trace(make_client, json_logs):
     assert fresh["logging.googleapis.com/trace"] == "projects/acme-prod/traces/105445aa7843bc8bf206b12000100000"
     assert fresh["logging.googleapis.com/spanId"] == "0000000000000001"  # hex, as Cloud Logging wants
     # The job's own warning for the release carries the same trace, so the lines group together.
-    warnings = [l for l in json_logs() if l["severity"] == "WARNING" and "releasing" in l["message"]]
+    warnings = [line for line in json_logs() if line["severity"] == "WARNING" and "releasing" in line["message"]]
     assert warnings and warnings[0]["logging.googleapis.com/trace"] == fresh["logging.googleapis.com/trace"]
 
 

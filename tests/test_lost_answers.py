@@ -32,8 +32,10 @@ def ledger(datastore, lost_answers, clock):
         yield Ledger(clock)
 
 
-@pytest.mark.parametrize("code", [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                                  grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN])
+@pytest.mark.parametrize(
+    "code",
+    [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN],
+)
 def test_a_claim_whose_answer_was_lost_is_still_this_attempts(ledger, lost_answers, code):
     before = lost_answers.lost
     lost_answers.lose_next_commits(1, code)
@@ -79,10 +81,16 @@ def test_a_delivery_whose_commits_lose_their_answers_runs_the_job_once(datastore
     from tests import job_targets
 
     client = intercepted_client(datastore.project, lost_answers)
-    app = webtest.TestApp(create_app(jobs_file=jobs_file("""
+    app = webtest.TestApp(
+        create_app(
+            jobs_file=jobs_file("""
         jobs:
           invoice: {kind: python, target: "tests.job_targets:record", lease_seconds: 60}
-    """), clock=clock, ndb_client=client))
+    """),
+            clock=clock,
+            ndb_client=client,
+        )
+    )
     headers = {"X-CloudScheduler-JobName": "nightly", "X-CloudScheduler-ScheduleTime": "2025-10-17T23:50:00Z"}
     before = lost_answers.lost
     lost_answers.lose_next_commits(2)

@@ -246,14 +246,17 @@ def test_prefer_wait_accepts_quoted_and_huge_values_capped_at_60(client):
     assert "Preference-Applied" not in fresh.headers  # nothing to wait for
 
 
-@pytest.mark.parametrize("body", [
-    '{"clientToken": "t", "parameters": {"x": NaN}}',
-    '{"clientToken": "t", "parameters": {"x": 1e400}}',
-    '{"clientToken": "t", "parameters": {"x": "\\ud800"}}',
-    '{"clientToken": "t", "parameters": {"\\udfff": 1}}',
-    '{"clientToken": "t", "parameters": ' + "[" * 100000 + "]" * 100000 + "}",
-    '{"clientToken": "t", "parameters": {"x": ' + "[" * 920 + "]" * 920 + "}}",  # parses; too deep to store
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"clientToken": "t", "parameters": {"x": NaN}}',
+        '{"clientToken": "t", "parameters": {"x": 1e400}}',
+        '{"clientToken": "t", "parameters": {"x": "\\ud800"}}',
+        '{"clientToken": "t", "parameters": {"\\udfff": 1}}',
+        '{"clientToken": "t", "parameters": ' + "[" * 100000 + "]" * 100000 + "}",
+        '{"clientToken": "t", "parameters": {"x": ' + "[" * 920 + "]" * 920 + "}}",  # parses; too deep to store
+    ],
+)
 def test_json_that_cannot_be_fingerprinted_is_400(client, body):
     response = start(client, body=body, status=400)
     assert response.json["error"] == "InvalidParameterException"

@@ -16,11 +16,16 @@ import logging
 
 import pytest
 
+from tests.support.deliveries import scheduler_headers
 from tests.support.oidc import segment
 from tests.test_caller_verification import (  # noqa: F401 (issuer and oidc_app are fixtures)
-    AUDIENCE, CALLER, app_with, issuer, nothing_written, oidc_app,
+    AUDIENCE,
+    CALLER,
+    app_with,
+    issuer,
+    nothing_written,
+    oidc_app,
 )
-from tests.support.deliveries import scheduler_headers
 
 OTHER_CALLER = "other@acme-prod.iam.gserviceaccount.com"  # the second allowed email of oidc_app
 DEPTH = 1200  # deeper than Python's default recursion limit of 1000
@@ -94,25 +99,45 @@ def unsigned(issuer, signature: str) -> str:
     return f"{header}.{segment(issuer.claims(audience=AUDIENCE, email=CALLER))}.{signature}"
 
 
-NOT_OBJECTS = {"an-array": b"[]", "a-list-of-strings": b'["alg", "RS256"]', "a-number": b"5",
-               "a-string": b'"RS256"', "null": b"null", "true": b"true", "not-json": b"not json", "empty": b""}
+NOT_OBJECTS = {
+    "an-array": b"[]",
+    "a-list-of-strings": b'["alg", "RS256"]',
+    "a-number": b"5",
+    "a-string": b'"RS256"',
+    "null": b"null",
+    "true": b"true",
+    "not-json": b"not json",
+    "empty": b"",
+}
 
 # (id, Authorization header value built from the issuer, the message expected).
 CASES = [
     # JSON nested past the parser's stack, in either segment, even inside an object or validly signed.
     ("header-nested-arrays", lambda i: "Bearer " + with_header(i, nested(arrays())), MALFORMED),
-    ("header-nested-in-object", lambda i: "Bearer " + with_header(
-        i, nested('{"alg": "RS256", "kid": "test-key-1", "x": ' + arrays() + "}")), MALFORMED),
+    (
+        "header-nested-in-object",
+        lambda i: "Bearer " + with_header(i, nested('{"alg": "RS256", "kid": "test-key-1", "x": ' + arrays() + "}")),
+        MALFORMED,
+    ),
     ("payload-nested-arrays", lambda i: "Bearer " + with_payload(i, nested(arrays())), MALFORMED),
     ("payload-nested-objects", lambda i: "Bearer " + with_payload(i, nested(objects())), MALFORMED),
-    ("payload-nested-in-claim", lambda i: "Bearer " + with_payload(
-        i, nested('{"iss": "https://accounts.google.com", "groups": ' + arrays() + "}")), MALFORMED),
+    (
+        "payload-nested-in-claim",
+        lambda i: (
+            "Bearer " + with_payload(i, nested('{"iss": "https://accounts.google.com", "groups": ' + arrays() + "}"))
+        ),
+        MALFORMED,
+    ),
     ("lowercase-bearer-nested", lambda i: "bearer " + with_payload(i, nested(arrays())), MALFORMED),
     # Segments that are not base64url, not UTF-8, not JSON, or not a JSON object.
-    *[(f"header-is-{name}", lambda i, v=value: "Bearer " + with_header(i, v), MALFORMED)
-      for name, value in NOT_OBJECTS.items()],
-    *[(f"payload-is-{name}", lambda i, v=value: "Bearer " + with_payload(i, v), MALFORMED)
-      for name, value in NOT_OBJECTS.items()],
+    *[
+        (f"header-is-{name}", lambda i, v=value: "Bearer " + with_header(i, v), MALFORMED)
+        for name, value in NOT_OBJECTS.items()
+    ],
+    *[
+        (f"payload-is-{name}", lambda i, v=value: "Bearer " + with_payload(i, v), MALFORMED)
+        for name, value in NOT_OBJECTS.items()
+    ],
     ("header-not-utf8", lambda i: "Bearer " + with_header(i, b'{"alg": "RS256", "kid": "\xff\xfe"}'), MALFORMED),
     ("payload-not-utf8", lambda i: "Bearer " + with_payload(i, b'{"email": "\xc3\x28"}'), MALFORMED),
     ("payload-latin1", lambda i: "Bearer " + with_payload(i, '{"email": "é"}'.encode("latin-1")), MALFORMED),
@@ -135,8 +160,11 @@ CASES = [
     # Larger than any ID token: refused before decoding, even if validly signed.
     ("signed-but-over-the-cap", lambda i: "Bearer " + good(i, padding="x" * 8 * 1024), TOO_LARGE),
     ("several-megabytes", lambda i: "Bearer " + "A" * 5_000_000 + "." + "A" * 4 + "." + "A" * 4, TOO_LARGE),
-    ("several-megabytes-of-nesting", lambda i: "Bearer " + with_payload(
-        i, b"[" * 3_000_000 + b"]" * 3_000_000), TOO_LARGE),
+    (
+        "several-megabytes-of-nesting",
+        lambda i: "Bearer " + with_payload(i, b"[" * 3_000_000 + b"]" * 3_000_000),
+        TOO_LARGE,
+    ),
     # Validly signed, but the claims have the wrong types (or impossible values).
     ("exp-a-string", lambda i: "Bearer " + good(i, exp="soon"), MALFORMED),
     ("exp-null", lambda i: "Bearer " + good(i, exp=None), MALFORMED),
@@ -155,22 +183,36 @@ CASES = [
     ("email-verified-a-number", lambda i: "Bearer " + good(i, email_verified=1), MALFORMED),
     ("kid-a-list", lambda i: "Bearer " + i.token(audience=AUDIENCE, email=CALLER, header={"kid": [i.kid]}), MALFORMED),
     # Signed by a key no published certificate holds, or not as RS256.
-    ("unknown-key-id", lambda i: "Bearer " + i.token(audience=AUDIENCE, email=CALLER, header={"kid": "nobody"}), SIGNATURE),
+    (
+        "unknown-key-id",
+        lambda i: "Bearer " + i.token(audience=AUDIENCE, email=CALLER, header={"kid": "nobody"}),
+        SIGNATURE,
+    ),
     ("rogue-key", lambda i: "Bearer " + i.token(audience=AUDIENCE, email=CALLER, rogue=True), SIGNATURE),
-    ("another-tokens-signature", lambda i: "Bearer " + replaced(
-        good(i), 2, i.token(audience=AUDIENCE, email=OTHER_CALLER).split(".")[2]), SIGNATURE),
+    (
+        "another-tokens-signature",
+        lambda i: "Bearer " + replaced(good(i), 2, i.token(audience=AUDIENCE, email=OTHER_CALLER).split(".")[2]),
+        SIGNATURE,
+    ),
     ("alg-none-unsigned", lambda i: "Bearer " + unsigned(i, ""), MALFORMED),
     ("alg-none-with-signature", lambda i: "Bearer " + unsigned(i, segment(b"x" * 32)), SIGNATURE),
     ("alg-hs256", lambda i: "Bearer " + hs256(i), SIGNATURE),
     ("alg-es256", lambda i: "Bearer " + i.token(audience=AUDIENCE, email=CALLER, header={"alg": "ES256"}), SIGNATURE),
-    ("alg-a-list", lambda i: "Bearer " + i.token(audience=AUDIENCE, email=CALLER, header={"alg": ["RS256"]}), SIGNATURE),
+    (
+        "alg-a-list",
+        lambda i: "Bearer " + i.token(audience=AUDIENCE, email=CALLER, header={"alg": ["RS256"]}),
+        SIGNATURE,
+    ),
     ("alg-missing", lambda i: "Bearer " + with_header(i, b'{"kid": "test-key-1"}'), SIGNATURE),
     # Well-formed and signed, but not for this app: still no configured value in the answer.
     ("wrong-audience", lambda i: "Bearer " + i.token(audience=AUDIENCE + "/other", email=CALLER), AUDIENCE_WRONG),
     ("not-yet-valid", lambda i: "Bearer " + i.token(audience=AUDIENCE, email=CALLER, issued_ago=-3600), EXPIRED),
     ("expired", lambda i: "Bearer " + i.token(audience=AUDIENCE, email=CALLER, issued_ago=7200), EXPIRED),
-    ("wrong-issuer", lambda i: "Bearer " + i.token(audience=AUDIENCE, email=CALLER, issuer="https://evil.example"),
-     ISSUER_WRONG),
+    (
+        "wrong-issuer",
+        lambda i: "Bearer " + i.token(audience=AUDIENCE, email=CALLER, issuer="https://evil.example"),
+        ISSUER_WRONG,
+    ),
     ("unlisted-email", lambda i: "Bearer " + i.token(audience=AUDIENCE, email="intruder@example.com"), UNLISTED),
 ]
 
@@ -179,7 +221,9 @@ CASES = [
 def test_malformed_credentials_are_401_never_500(oidc_app, ndb_client, issuer, caplog, build, message):
     authorization = build(issuer)
     caplog.clear()
-    response = oidc_app.post("/jobs/invoice", headers=scheduler_headers(Authorization=authorization), expect_errors=True)
+    response = oidc_app.post(
+        "/jobs/invoice", headers=scheduler_headers(Authorization=authorization), expect_errors=True
+    )
     assert response.status_int == 401, response.text[:500]
     assert response.json == {"error": "Unauthenticated", "message": message}
     assert response.headers["WWW-Authenticate"].startswith("Bearer")
@@ -192,12 +236,22 @@ def test_malformed_credentials_are_401_never_500(oidc_app, ndb_client, issuer, c
 
 
 def test_malformed_tokens_are_401_even_when_certificates_cannot_be_fetched(
-        datastore, ndb_client, jobs_file, clock, issuer):
+    datastore, ndb_client, jobs_file, clock, issuer
+):
     # Parsing comes before fetching certificates: a bad token is the caller's fault whatever
     # Google's endpoint does; a well-formed one still cannot be checked, so it stays a 500.
-    app = app_with({"DEDUP_AUTH": "oidc", "DEDUP_OIDC_AUDIENCE": AUDIENCE, "DEDUP_OIDC_ALLOWED_EMAILS": CALLER,
-                    "DEDUP_OIDC_CERTS_URL": "http://127.0.0.1:1/oauth2/v1/certs"},
-                   datastore, ndb_client, jobs_file, clock)
+    app = app_with(
+        {
+            "DEDUP_AUTH": "oidc",
+            "DEDUP_OIDC_AUDIENCE": AUDIENCE,
+            "DEDUP_OIDC_ALLOWED_EMAILS": CALLER,
+            "DEDUP_OIDC_CERTS_URL": "http://127.0.0.1:1/oauth2/v1/certs",
+        },
+        datastore,
+        ndb_client,
+        jobs_file,
+        clock,
+    )
     deep = with_payload(issuer, nested(arrays()))
     response = app.post("/jobs/invoice", headers=scheduler_headers(Authorization=f"Bearer {deep}"), status=401)
     assert response.json == {"error": "Unauthenticated", "message": MALFORMED}
@@ -205,4 +259,3 @@ def test_malformed_tokens_are_401_even_when_certificates_cannot_be_fetched(
     assert response.json["error"] == "InternalError"
     assert "127.0.0.1" not in response.text and AUDIENCE not in response.text  # the details are logged only
     assert nothing_written(ndb_client)
-

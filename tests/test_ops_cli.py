@@ -72,65 +72,107 @@ def test_a_valid_file_passes(cli):
 def test_the_shipped_scheduler_yaml_is_valid_against_the_shipped_jobs_yaml():
     env = {**os.environ}
     env.pop("DEDUP_JOBS_FILE", None)
-    completed = subprocess.run([sys.executable, "-m", "flask", "--app", "main", "scheduler", "validate"],
-                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    completed = subprocess.run(
+        [sys.executable, "-m", "flask", "--app", "main", "scheduler", "validate"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert completed.returncode == 0, completed.stderr
     assert "valid" in completed.stdout
 
 
 def job(**overrides) -> str:
-    settings = {"target": "report", "schedule": '"0 2 * * *"', "attempt_deadline": "10m",
-                "project": "acme-prod", "location": "us-central1", **overrides}
+    settings = {
+        "target": "report",
+        "schedule": '"0 2 * * *"',
+        "attempt_deadline": "10m",
+        "project": "acme-prod",
+        "location": "us-central1",
+        **overrides,
+    }
     lines = "\n".join(f"    {key}: {value}" for key, value in settings.items() if value is not None)
     return f"jobs:\n  nightly:\n{lines}\n"
 
 
-@pytest.mark.parametrize("overrides, field, words", [
-    ({"schedule": "every 5 minutes"}, "schedule", "not a unix-cron schedule"),
-    ({"schedule": '"0 0 2 * * *"'}, "schedule", "not a unix-cron schedule"),
-    ({"schedule": '"0 25 * * *"'}, "schedule", "not a unix-cron schedule"),
-    ({"schedule": '"0 0 L * *"'}, "schedule", "not a unix-cron schedule"),
-    ({"schedule": '"0 0 * * 1#2"'}, "schedule", "not a unix-cron schedule"),
-    ({"schedule": '"0 0 ? * MON"'}, "schedule", "not a unix-cron schedule"),
-    ({"target": "missing-job"}, "target", "not a job in jobs.yaml"),
-    ({"target": "quick", "attempt_deadline": "5m"}, "attempt_deadline", "longer than the lease"),
-    ({"attempt_deadline": "20m", "target": "monthly-friendly"}, "attempt_deadline", "request timeout of automatic scaling"),
-    ({"attempt_deadline": "10s"}, "attempt_deadline", "15s to 24h15s"),
-    ({"attempt_deadline": "25h", "scaling": "basic"}, "attempt_deadline", "15s to 24h15s"),
-    ({"target": "quick", "attempt_deadline": "1m", "schedule": '"0 0 * * *"'}, "schedule", "longer than the retention"),
-    ({"schedule": '"0 0 1 * *"'}, "schedule", "executions are up to"),
-    ({"target": "quick", "attempt_deadline": "1m", "schedule": '"0 0 * * *"',
-      "retry": "{retry_count: 5, min_backoff: 10m, max_backoff: 1h}"}, "retry", "deliveries can arrive for"),
-    ({"retry": "{retry_count: 6}"}, "retry.retry_count", "0 to 5"),
-    ({"retry": "{retry_count: -1}"}, "retry.retry_count", "0 to 5"),
-    ({"retry": "{max_doublings: 17}"}, "retry.max_doublings", "0 to 16"),
-    ({"retry": "{min_backoff: 1h, max_backoff: 1m}"}, "retry.max_backoff", "shorter than min_backoff"),
-    ({"retry": "{min_backoff: soon}"}, "retry.min_backoff", "not a duration"),
-    ({"retry": "{min_backoff: 1h30}"}, "retry.min_backoff", "not a duration"),  # a unit on every part
-    ({"retry": "{backoff: 1s}"}, "retry.backoff", "unknown key"),
-    ({"time_zone": "Mars/Olympus"}, "time_zone", "tz database"),
-    ({"time_zone": "localtime"}, "time_zone", "tz database"),  # the machine's zone, not a name Scheduler knows
-    ({"headers": '{X-A: ",;|~#@"}'}, "headers", "every list delimiter"),
-    # Retries may run past the next execution: the window is not capped at the 5-minute period.
-    ({"target": "quick", "schedule": '"*/5 * * * *"', "attempt_deadline": "1m",
-      "retry": "{retry_count: 5, min_backoff: 10m, max_backoff: 1h}"}, "retry", "deliveries can arrive for 11760s"),
-    # retry_count 0 with a max_retry_duration still retries (for that long).
-    ({"target": "quick", "attempt_deadline": "1m", "retry": "{retry_count: 0, max_retry_duration: 2h}"},
-     "retry", "deliveries can arrive for 7260s"),
-    ({"method": "DELETE"}, "method", "serves POST and GET"),
-    ({"method": "GET", "body": "x"}, "body", "POST only"),
-    ({"headers": "{X-CloudScheduler-JobName: forged}"}, "headers", "set by Google"),
-    ({"scaling": "elastic"}, "scaling", "automatic"),
-    ({"project": "Acme"}, "project", "not a project id"),
-    ({"location": "mars"}, "location", "not a location"),
-    ({"colour": "red"}, "colour", "unknown key"),
-    ({"schedule": None}, "schedule", "missing"),
-])
+@pytest.mark.parametrize(
+    "overrides, field, words",
+    [
+        ({"schedule": "every 5 minutes"}, "schedule", "not a unix-cron schedule"),
+        ({"schedule": '"0 0 2 * * *"'}, "schedule", "not a unix-cron schedule"),
+        ({"schedule": '"0 25 * * *"'}, "schedule", "not a unix-cron schedule"),
+        ({"schedule": '"0 0 L * *"'}, "schedule", "not a unix-cron schedule"),
+        ({"schedule": '"0 0 * * 1#2"'}, "schedule", "not a unix-cron schedule"),
+        ({"schedule": '"0 0 ? * MON"'}, "schedule", "not a unix-cron schedule"),
+        ({"target": "missing-job"}, "target", "not a job in jobs.yaml"),
+        ({"target": "quick", "attempt_deadline": "5m"}, "attempt_deadline", "longer than the lease"),
+        (
+            {"attempt_deadline": "20m", "target": "monthly-friendly"},
+            "attempt_deadline",
+            "request timeout of automatic scaling",
+        ),
+        ({"attempt_deadline": "10s"}, "attempt_deadline", "15s to 24h15s"),
+        ({"attempt_deadline": "25h", "scaling": "basic"}, "attempt_deadline", "15s to 24h15s"),
+        (
+            {"target": "quick", "attempt_deadline": "1m", "schedule": '"0 0 * * *"'},
+            "schedule",
+            "longer than the retention",
+        ),
+        ({"schedule": '"0 0 1 * *"'}, "schedule", "executions are up to"),
+        (
+            {
+                "target": "quick",
+                "attempt_deadline": "1m",
+                "schedule": '"0 0 * * *"',
+                "retry": "{retry_count: 5, min_backoff: 10m, max_backoff: 1h}",
+            },
+            "retry",
+            "deliveries can arrive for",
+        ),
+        ({"retry": "{retry_count: 6}"}, "retry.retry_count", "0 to 5"),
+        ({"retry": "{retry_count: -1}"}, "retry.retry_count", "0 to 5"),
+        ({"retry": "{max_doublings: 17}"}, "retry.max_doublings", "0 to 16"),
+        ({"retry": "{min_backoff: 1h, max_backoff: 1m}"}, "retry.max_backoff", "shorter than min_backoff"),
+        ({"retry": "{min_backoff: soon}"}, "retry.min_backoff", "not a duration"),
+        ({"retry": "{min_backoff: 1h30}"}, "retry.min_backoff", "not a duration"),  # a unit on every part
+        ({"retry": "{backoff: 1s}"}, "retry.backoff", "unknown key"),
+        ({"time_zone": "Mars/Olympus"}, "time_zone", "tz database"),
+        ({"time_zone": "localtime"}, "time_zone", "tz database"),  # the machine's zone, not a name Scheduler knows
+        ({"headers": '{X-A: ",;|~#@"}'}, "headers", "every list delimiter"),
+        # Retries may run past the next execution: the window is not capped at the 5-minute period.
+        (
+            {
+                "target": "quick",
+                "schedule": '"*/5 * * * *"',
+                "attempt_deadline": "1m",
+                "retry": "{retry_count: 5, min_backoff: 10m, max_backoff: 1h}",
+            },
+            "retry",
+            "deliveries can arrive for 11760s",
+        ),
+        # retry_count 0 with a max_retry_duration still retries (for that long).
+        (
+            {"target": "quick", "attempt_deadline": "1m", "retry": "{retry_count: 0, max_retry_duration: 2h}"},
+            "retry",
+            "deliveries can arrive for 7260s",
+        ),
+        ({"method": "DELETE"}, "method", "serves POST and GET"),
+        ({"method": "GET", "body": "x"}, "body", "POST only"),
+        ({"headers": "{X-CloudScheduler-JobName: forged}"}, "headers", "set by Google"),
+        ({"scaling": "elastic"}, "scaling", "automatic"),
+        ({"project": "Acme"}, "project", "not a project id"),
+        ({"location": "mars"}, "location", "not a location"),
+        ({"colour": "red"}, "colour", "unknown key"),
+        ({"schedule": None}, "schedule", "missing"),
+    ],
+)
 def test_each_rule_names_the_job_and_field(cli, overrides, field, words):
     result = cli("scheduler", "validate", schedule=job(**overrides))
     assert result.exit_code == 1
     output = result.output
-    assert f"job 'nightly'" in output and f"field '{field}'" in output, output
+    assert "job 'nightly'" in output and f"field '{field}'" in output, output
     assert words in output
 
 
@@ -159,8 +201,20 @@ def test_a_job_id_shared_across_scopes_must_pass_its_scope(cli):
 
 def test_retry_intervals_follow_schedulers_documented_example():
     # min 10s, max 300s, 3 doublings: 10, 20, 40, 80, 160, 240, 300, 300 (job.proto's example)
-    assert retry_intervals(RetryConfig(retry_count=5, min_backoff=10, max_backoff=300, max_doublings=3)) == [10, 20, 40, 80, 160]
-    assert retry_intervals(RetryConfig(retry_count=5, min_backoff=80, max_backoff=300, max_doublings=0)) == [80, 160, 240, 300, 300]
+    assert retry_intervals(RetryConfig(retry_count=5, min_backoff=10, max_backoff=300, max_doublings=3)) == [
+        10,
+        20,
+        40,
+        80,
+        160,
+    ]
+    assert retry_intervals(RetryConfig(retry_count=5, min_backoff=80, max_backoff=300, max_doublings=0)) == [
+        80,
+        160,
+        240,
+        300,
+        300,
+    ]
 
 
 @pytest.fixture
@@ -169,7 +223,8 @@ def fake_gcloud(tmp_path):
     log = tmp_path / "gcloud.log"
     script = tmp_path / "bin" / "gcloud"
     script.parent.mkdir()
-    script.write_text(textwrap.dedent(f"""\
+    script.write_text(
+        textwrap.dedent(f"""\
         #!/usr/bin/env python3
         import sys
         with open({str(log)!r}, "a") as handle:
@@ -181,7 +236,8 @@ def fake_gcloud(tmp_path):
             print("1002\tDENY\t192.0.2.7\tblock a scraper")
             print("1003\tALLOW\t198.51.100.0/24\tadmin range")
             print("2147483647\tDENY\t*\tThe default action.")
-    """))
+    """)
+    )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     env = {"PATH": f"{script.parent}:{os.environ['PATH']}"}
 
@@ -191,12 +247,15 @@ def fake_gcloud(tmp_path):
     return env, calls
 
 
-TWO_JOBS = VALID + """
+TWO_JOBS = (
+    VALID
+    + """
   weekly:
     target: report
     schedule: "0 3 * * 1"
     retry: {retry_count: 1}
 """
+)
 
 
 def test_plan_updates_existing_jobs_and_creates_new_ones(cli, fake_gcloud, monkeypatch):
@@ -251,10 +310,15 @@ def test_plan_refuses_an_invalid_file(cli):
 def test_headers_with_commas_long_durations_and_updated_headers(cli, fake_gcloud, monkeypatch):
     env, _ = fake_gcloud
     monkeypatch.setenv("PATH", env["PATH"])
-    result = cli("scheduler", "plan", schedule=VALID.replace(
-        "    retry:", '    headers: {Accept: "text/plain, application/json", X-Mode: full}\n    retry:'
-    ).replace("min_backoff: 30s", "min_backoff: 0.5s").replace(
-        "max_doublings: 3}", "max_doublings: 3, max_retry_duration: 4d23h30m}"))
+    result = cli(
+        "scheduler",
+        "plan",
+        schedule=VALID.replace(
+            "    retry:", '    headers: {Accept: "text/plain, application/json", X-Mode: full}\n    retry:'
+        )
+        .replace("min_backoff: 30s", "min_backoff: 0.5s")
+        .replace("max_doublings: 3}", "max_doublings: 3, max_retry_duration: 4d23h30m}"),
+    )
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if line.startswith("gcloud ")]
     assert "--max-retry-duration=430200s" in lines[0] and "--min-backoff=0.5s" in lines[0]
@@ -280,5 +344,13 @@ def test_firewall_and_ttl_print_and_apply(cli, fake_gcloud, monkeypatch):
     assert cli("firewall", "--admin-range", "not-a-range").exit_code != 0
     applied = cli("ttl", "--project", "acme-prod", "--apply")
     assert applied.exit_code == 0
-    assert calls()[-1] == ["firestore", "fields", "ttls", "update", "expire_at", "--collection-group=DedupRun",
-                           "--enable-ttl", "--project=acme-prod"]
+    assert calls()[-1] == [
+        "firestore",
+        "fields",
+        "ttls",
+        "update",
+        "expire_at",
+        "--collection-group=DedupRun",
+        "--enable-ttl",
+        "--project=acme-prod",
+    ]

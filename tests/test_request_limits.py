@@ -48,7 +48,7 @@ def padded(document: dict, size: int) -> bytes:
 def chunked(body: bytes, chunk_size: int):
     """A generator body: requests sends it with Transfer-Encoding: chunked and no Content-Length."""
     for start in range(0, len(body), chunk_size):
-        yield body[start:start + chunk_size]
+        yield body[start : start + chunk_size]
 
 
 def records(ndb_client) -> list[RunRecord]:
@@ -71,16 +71,21 @@ OVER_LIMIT = [
 @pytest.mark.live
 @pytest.mark.parametrize("path, document", ROUTES)
 @pytest.mark.parametrize("size, chunk_size", OVER_LIMIT)
-def test_a_chunked_body_over_the_limit_is_413_and_runs_nothing(server, datastore, ndb_client, tmp_path,
-                                                               path, document, size, chunk_size):
+def test_a_chunked_body_over_the_limit_is_413_and_runs_nothing(
+    server, datastore, ndb_client, tmp_path, path, document, size, chunk_size
+):
     body = padded(document(str(tmp_path)), size)
     if chunk_size == 1:  # most of it in one chunk, the last bytes one at a time
-        parts = [body[:-16]] + [body[i:i + 1] for i in range(len(body) - 16, len(body))]
+        parts = [body[:-16]] + [body[i : i + 1] for i in range(len(body) - 16, len(body))]
         data = iter(parts)
     else:
         data = chunked(body, chunk_size)
-    response = requests.post(f"{server.url}{path}", data=data, timeout=60,
-                             headers={**scheduler_headers(job_name="big"), "Content-Type": "application/json"})
+    response = requests.post(
+        f"{server.url}{path}",
+        data=data,
+        timeout=60,
+        headers={**scheduler_headers(job_name="big"), "Content-Type": "application/json"},
+    )
     assert response.status_code == 413, response.text
     assert response.json()["error"] == "RequestEntityTooLarge"
     assert os.listdir(tmp_path) == [] and records(ndb_client) == []
@@ -88,11 +93,14 @@ def test_a_chunked_body_over_the_limit_is_413_and_runs_nothing(server, datastore
 
 @pytest.mark.live
 @pytest.mark.parametrize("path, document", ROUTES)
-def test_a_body_over_the_limit_with_content_length_is_413_too(server, datastore, ndb_client, tmp_path,
-                                                              path, document):
+def test_a_body_over_the_limit_with_content_length_is_413_too(server, datastore, ndb_client, tmp_path, path, document):
     body = padded(document(str(tmp_path)), int(1.6 * MIB))
-    response = requests.post(f"{server.url}{path}", data=body, timeout=60,
-                             headers={**scheduler_headers(job_name="big"), "Content-Type": "application/json"})
+    response = requests.post(
+        f"{server.url}{path}",
+        data=body,
+        timeout=60,
+        headers={**scheduler_headers(job_name="big"), "Content-Type": "application/json"},
+    )
     assert response.status_code == 413 and response.json()["error"] == "RequestEntityTooLarge"
     assert os.listdir(tmp_path) == [] and records(ndb_client) == []
 
@@ -100,11 +108,14 @@ def test_a_body_over_the_limit_with_content_length_is_413_too(server, datastore,
 @pytest.mark.live
 @pytest.mark.parametrize("path, document", ROUTES)
 @pytest.mark.parametrize("chunk_size", [MIB, 8192])
-def test_a_chunked_body_at_the_limit_arrives_whole(server, datastore, ndb_client, tmp_path, path, document,
-                                                   chunk_size):
+def test_a_chunked_body_at_the_limit_arrives_whole(server, datastore, ndb_client, tmp_path, path, document, chunk_size):
     body = padded(document(str(tmp_path)), MAX_BODY_BYTES)
-    response = requests.post(f"{server.url}{path}", data=chunked(body, chunk_size), timeout=60,
-                             headers={**scheduler_headers(job_name="big"), "Content-Type": "application/json"})
+    response = requests.post(
+        f"{server.url}{path}",
+        data=chunked(body, chunk_size),
+        timeout=60,
+        headers={**scheduler_headers(job_name="big"), "Content-Type": "application/json"},
+    )
     assert response.status_code in (200, 201), response.text
     assert len(os.listdir(tmp_path)) == 1 and len(records(ndb_client)) == 1
 
@@ -112,8 +123,9 @@ def test_a_chunked_body_at_the_limit_arrives_whole(server, datastore, ndb_client
 @pytest.mark.live
 def test_a_small_chunked_body_reaches_the_job_unchanged(server, datastore, tmp_path):
     body = json.dumps({"dir": str(tmp_path), "sleep": 0}).encode()
-    response = requests.post(f"{server.url}/jobs/effect", data=chunked(body, 3), timeout=30,
-                             headers=scheduler_headers(job_name="small"))
+    response = requests.post(
+        f"{server.url}/jobs/effect", data=chunked(body, 3), timeout=30, headers=scheduler_headers(job_name="small")
+    )
     assert response.status_code == 200 and response.json()["status"] == "completed"
     assert len(os.listdir(tmp_path)) == 1
 
@@ -169,8 +181,16 @@ def test_head_on_an_unknown_path_is_404(client):
     client.head("/no/such/page", status=404)
 
 
-@pytest.mark.parametrize("query", ["job=a&job=b", "x=1&x=1", "status=completed&status=failed",
-                                   "project=alpha-project&project=alpha-project", "cursor=&cursor="])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "job=a&job=b",
+        "x=1&x=1",
+        "status=completed&status=failed",
+        "project=alpha-project&project=alpha-project",
+        "cursor=&cursor=",
+    ],
+)
 def test_a_query_parameter_given_twice_is_400_on_every_route(client, ndb_client, clock, query):
     expired_record(ndb_client, clock)
     for path, methods in routes(client):
@@ -186,8 +206,9 @@ def test_a_body_over_the_limit_is_413_on_every_route(client, ndb_client, clock):
     expired_record(ndb_client, clock)
     for path, methods in routes(client):
         for method in methods:
-            response = client.request(path, method=method, body=b" " * (MAX_BODY_BYTES + 1),
-                                      headers=scheduler_headers(), status="*")
+            response = client.request(
+                path, method=method, body=b" " * (MAX_BODY_BYTES + 1), headers=scheduler_headers(), status="*"
+            )
             assert response.status_int == 413, (method, path, response.status)
     assert job_targets.EFFECTS == []
     assert len(records(ndb_client)) == 1
@@ -213,8 +234,7 @@ def call_unframed(app, path: str, stream, transfer_encoding: str = "chunked", me
     """Call ``app`` with a body that has no Content-Length, as a server that de-chunks sends it."""
     environ = EnvironBuilder(path=path, method=method, headers=scheduler_headers()).get_environ()
     environ.pop("CONTENT_LENGTH", None)
-    environ.update({"wsgi.input": stream, "wsgi.input_terminated": True,
-                    "HTTP_TRANSFER_ENCODING": transfer_encoding})
+    environ.update({"wsgi.input": stream, "wsgi.input_terminated": True, "HTTP_TRANSFER_ENCODING": transfer_encoding})
     body, status, headers = run_wsgi_app(app, environ, buffered=True)
     return int(status.split()[0]), json.loads(b"".join(body))
 
@@ -261,8 +281,12 @@ def test_a_key_header_sent_twice_is_refused_on_gunicorn(server, datastore, ndb_c
     connection = http.client.HTTPConnection(target.hostname, target.port, timeout=30)
     body = json.dumps({"parameters": {"dir": str(tmp_path)}}).encode()
     connection.putrequest("POST", "/api/v1/jobs/effect/runs")
-    for name, value in (("Idempotency-Key", "first"), ("Idempotency-Key", "second"),
-                        ("Content-Type", "application/json"), ("Content-Length", str(len(body)))):
+    for name, value in (
+        ("Idempotency-Key", "first"),
+        ("Idempotency-Key", "second"),
+        ("Content-Type", "application/json"),
+        ("Content-Length", str(len(body))),
+    ):
         connection.putheader(name, value)
     connection.endheaders(body)
     response = connection.getresponse()

@@ -9,23 +9,24 @@ the measured sizes beside them.
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import re
 
 import pytest
 
+from dedup.guard import StoredResponse
 from dedup.keys import scheduled_run_key
 from dedup.ledger import MAX_ATTEMPT_HISTORY, Ledger, RunDescription, RunPolicy
 from dedup.runner import MAX_STORED_JSON_BYTES, storable_json_problem
-from dedup.guard import StoredResponse
 from handlers.guard import MAX_KEPT_BODY_BYTES, MAX_STORED_PARAMETER_BYTES, _check_fingerprintable
 from jobs.base import MAX_DOWNSTREAM_CHARS
 
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIMITS_DOC = "docs/limits.md"
-ASTRAL = "\U0001F600"  # 12 bytes as JSON (a surrogate pair of \\u escapes)
+ASTRAL = "\U0001f600"  # 12 bytes as JSON (a surrogate pair of \\u escapes)
 JOB_ID = "a-job-id-of-the-longest-kind-allowed-in-jobs-yaml-which-is-one-hundred-characters-long-xxxxxxxxxxxxx"
 OTHER_JOB_ID = JOB_ID[:-1] + "y"
 JOBS = f"""
@@ -34,11 +35,14 @@ jobs:
     kind: python
     target: tests.job_targets:record
 """
-TWO_JOBS = JOBS + f"""
+TWO_JOBS = (
+    JOBS
+    + f"""
   {OTHER_JOB_ID}:
     kind: python
     target: tests.job_targets:record
 """
+)
 
 
 def documented_bounds() -> dict[str, int]:
@@ -80,8 +84,16 @@ def kept_response_of_growing_numbers() -> dict:
     return document
 
 
-def write_worst_records(ndb_client, clock, count: int, job_id: str = JOB_ID, finish: bool = True,
-                        first: int = 0, parameters: dict | None = None, result=None) -> list[str]:
+def write_worst_records(
+    ndb_client,
+    clock,
+    count: int,
+    job_id: str = JOB_ID,
+    finish: bool = True,
+    first: int = 0,
+    parameters: dict | None = None,
+    result=None,
+) -> list[str]:
     ledger = Ledger(clock)
     policy = RunPolicy(lease_seconds=5 if finish else 3600, retention_seconds=7 * 24 * 3600)
     parameters = parameters if parameters is not None else largest_parameters()
@@ -89,13 +101,21 @@ def write_worst_records(ndb_client, clock, count: int, job_id: str = JOB_ID, fin
     run_ids = []
     with ndb_client.context():
         for number in range(first, first + count):
-            key = scheduled_run_key("s" * 500, "2030-01-01T00:00:00Z", query_project="e" * 63 + ":" + "p" * 30,
-                                    query_location="l" * 63)
+            key = scheduled_run_key(
+                "s" * 500, "2030-01-01T00:00:00Z", query_project="e" * 63 + ":" + "p" * 30, query_location="l" * 63
+            )
             run_id = key.run_id[:-6] + f"{number:06x}"
             description = RunDescription(
-                source="guard", job_id=job_id, scheduler_job_name=key.job_name, schedule_time=key.schedule_time,
-                project=key.project, location=key.location, idempotency_key='"' * 255, scope="x" * 100,
-                parameters=parameters, fingerprint="f" * 64,
+                source="guard",
+                job_id=job_id,
+                scheduler_job_name=key.job_name,
+                schedule_time=key.schedule_time,
+                project=key.project,
+                location=key.location,
+                idempotency_key='"' * 255,
+                scope="x" * 100,
+                parameters=parameters,
+                fingerprint="f" * 64,
             )
             claimed = None
             # The first run has a full attempt history: every attempt but the last taken over.

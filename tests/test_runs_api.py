@@ -20,7 +20,11 @@ def populated(make_client, clock):
         ids.append(response.json["run_id"])
 
     for minute in range(3):
-        remember(client.post("/jobs/invoice", headers=scheduler_headers(schedule_time=f"2026-01-01T00:0{minute}:00Z"), status=200))
+        remember(
+            client.post(
+                "/jobs/invoice", headers=scheduler_headers(schedule_time=f"2026-01-01T00:0{minute}:00Z"), status=200
+            )
+        )
         clock.advance(1)
     job_targets.FAILURES["flaky"] = ["permanent"]
     remember(client.post("/jobs/flaky", headers=scheduler_headers(job_name="flaky-job"), status=422))
@@ -30,7 +34,9 @@ def populated(make_client, clock):
         clock.advance(1)
     remember(client.post_json("/api/v1/jobs/values/runs", {"parameters": {"value": 0}}, status=201))
     clock.advance(1)
-    remember(client.post("/jobs/values", b'{"value": []}', headers=scheduler_headers(job_name="values-job"), status=200))
+    remember(
+        client.post("/jobs/values", b'{"value": []}', headers=scheduler_headers(job_name="values-job"), status=200)
+    )
     clock.advance(1)
     return client, ids
 
@@ -46,16 +52,19 @@ def test_runs_are_listed_newest_first(populated):
     assert runs[-1]["job_id"] == "invoice" and runs[-1]["status"] == "completed"
 
 
-@pytest.mark.parametrize("params, expected", [
-    ({"job": "invoice"}, [5, 4, 2, 1, 0]),
-    ({"status": "failed"}, [3]),
-    ({"source": "api"}, [6, 5, 4]),
-    ({"source": "scheduler", "job": "values"}, [7]),
-    ({"job": "invoice", "source": "scheduler", "status": "completed"}, [2, 1, 0]),
-    ({"since": "2030-01-01T00:00:02Z"}, [7, 6, 5, 4, 3, 2]),
-    ({"until": "2030-01-01T00:00:02Z"}, [1, 0]),
-    ({"job": "invoice", "since": "2030-01-01T00:00:01Z", "until": "2030-01-01T00:00:05Z"}, [4, 2, 1]),
-])
+@pytest.mark.parametrize(
+    "params, expected",
+    [
+        ({"job": "invoice"}, [5, 4, 2, 1, 0]),
+        ({"status": "failed"}, [3]),
+        ({"source": "api"}, [6, 5, 4]),
+        ({"source": "scheduler", "job": "values"}, [7]),
+        ({"job": "invoice", "source": "scheduler", "status": "completed"}, [2, 1, 0]),
+        ({"since": "2030-01-01T00:00:02Z"}, [7, 6, 5, 4, 3, 2]),
+        ({"until": "2030-01-01T00:00:02Z"}, [1, 0]),
+        ({"job": "invoice", "since": "2030-01-01T00:00:01Z", "until": "2030-01-01T00:00:05Z"}, [4, 2, 1]),
+    ],
+)
 def test_filters(populated, params, expected):
     client, ids = populated
     assert [r["run_id"] for r in listing(client, **params)["runs"]] == [ids[i] for i in expected]
@@ -74,11 +83,19 @@ def test_cursor_pagination_visits_every_run_once(populated):
     assert seen == list(reversed(ids)) and pages == 3
 
 
-@pytest.mark.parametrize("params, words", [
-    ({"limit": "101"}, "1 to 100"), ({"limit": "0"}, "1 to 100"), ({"limit": "ten"}, "integer"),
-    ({"status": "done"}, "status"), ({"source": "cron"}, "source"), ({"since": "yesterday"}, "RFC 3339"),
-    ({"cursor": "not-a-cursor"}, "cursor"), ({"job": "j" * 1501}, "job filter is longer than 1500 bytes"),
-])
+@pytest.mark.parametrize(
+    "params, words",
+    [
+        ({"limit": "101"}, "1 to 100"),
+        ({"limit": "0"}, "1 to 100"),
+        ({"limit": "ten"}, "integer"),
+        ({"status": "done"}, "status"),
+        ({"source": "cron"}, "source"),
+        ({"since": "yesterday"}, "RFC 3339"),
+        ({"cursor": "not-a-cursor"}, "cursor"),
+        ({"job": "j" * 1501}, "job filter is longer than 1500 bytes"),
+    ],
+)
 def test_bad_parameters_are_400(populated, params, words):
     client, _ = populated
     response = client.get("/api/v1/runs", params=params, status=400)
@@ -96,7 +113,12 @@ def test_one_run_in_full(populated):
     failed = client.get(f"/api/v1/runs/{ids[3]}", status=200).json
     assert failed["status"] == "failed" and failed["error"]["message"] == "the invoice was rejected"
     manual = client.get(f"/api/v1/runs/{ids[6]}", status=200).json
-    assert manual["source"] == "api" and manual["parameters"] == {"value": 0} and manual["response"]["status"] == 201 and manual["response"]["body"]["result"] == 0
+    assert (
+        manual["source"] == "api"
+        and manual["parameters"] == {"value": 0}
+        and manual["response"]["status"] == 201
+        and manual["response"]["body"]["result"] == 0
+    )
     assert manual["client_token"]
     client.get("/api/v1/runs/" + "f" * 64, status=404)
     client.get("/api/v1/runs/not-a-run-id", status=404)
@@ -118,7 +140,9 @@ def test_a_query_without_its_index_fails(ndb_context):
 def test_pages_are_filled_past_expired_records(make_client, clock):
     client = make_client(JOBS)
     for minute in range(3):
-        client.post("/jobs/invoice", headers=scheduler_headers(schedule_time=f"2026-02-01T00:0{minute}:00Z"), status=200)
+        client.post(
+            "/jobs/invoice", headers=scheduler_headers(schedule_time=f"2026-02-01T00:0{minute}:00Z"), status=200
+        )
         clock.advance(1)
     for token in ("a", "b", "c", "d"):
         client.post_json("/api/v1/jobs/invoice/runs", {"clientToken": token}, status=201)
@@ -131,8 +155,22 @@ def test_pages_are_filled_past_expired_records(make_client, clock):
 
 # Only 64 lower-case hex digits are ever looked up: reserved Datastore names, other
 # lengths, other alphabets and encodings are 404 without a Datastore call.
-NOT_RUN_IDS = ["__x__", "__" + "a" * 60 + "__", "A" * 64, "f" * 63, "f" * 65, "g" * 64, "\uff10" * 64,
-               "\u0660" * 64, " " + "f" * 63, "f" * 63 + "%0a", "f" * 64 + "%0a", "%00" * 64, "..", "%2e%2e"]
+NOT_RUN_IDS = [
+    "__x__",
+    "__" + "a" * 60 + "__",
+    "A" * 64,
+    "f" * 63,
+    "f" * 65,
+    "g" * 64,
+    "\uff10" * 64,
+    "\u0660" * 64,
+    " " + "f" * 63,
+    "f" * 63 + "%0a",
+    "f" * 64 + "%0a",
+    "%00" * 64,
+    "..",
+    "%2e%2e",
+]
 
 
 @pytest.mark.parametrize("run_id", NOT_RUN_IDS)

@@ -83,9 +83,12 @@ def test_falsy_results_are_stored_and_replayed(client, value):
 
 def test_scopes_never_collide(client):
     runs = set()
-    for query in ("", "?project=alpha-project&location=us-central1",
-                  "?project=beta-project&location=us-central1",
-                  "?project=alpha-project&location=europe-west1"):
+    for query in (
+        "",
+        "?project=alpha-project&location=us-central1",
+        "?project=beta-project&location=us-central1",
+        "?project=alpha-project&location=europe-west1",
+    ):
         response = client.post(f"/jobs/invoice{query}", headers=scheduler_headers(), status=200)
         assert response.json["duplicate"] is False
         runs.add(response.json["run_id"])
@@ -94,12 +97,19 @@ def test_scopes_never_collide(client):
 
 
 def test_scope_from_query_headers_and_full_job_name_is_one_run(client):
-    first = client.post("/jobs/invoice?project=alpha-project&location=us-central1",
-                        headers=scheduler_headers(), status=200)
-    second = client.post("/jobs/invoice", headers=scheduler_headers(
-        **{"X-Scheduler-Project": "alpha-project", "X-Scheduler-Location": "us-central1"}), status=200)
-    third = client.post("/jobs/invoice", headers=scheduler_headers(
-        job_name="projects/alpha-project/locations/us-central1/jobs/nightly-invoice"), status=200)
+    first = client.post(
+        "/jobs/invoice?project=alpha-project&location=us-central1", headers=scheduler_headers(), status=200
+    )
+    second = client.post(
+        "/jobs/invoice",
+        headers=scheduler_headers(**{"X-Scheduler-Project": "alpha-project", "X-Scheduler-Location": "us-central1"}),
+        status=200,
+    )
+    third = client.post(
+        "/jobs/invoice",
+        headers=scheduler_headers(job_name="projects/alpha-project/locations/us-central1/jobs/nightly-invoice"),
+        status=200,
+    )
     assert first.json["run_id"] == second.json["run_id"] == third.json["run_id"]
     assert second.json["duplicate"] and third.json["duplicate"]
     assert job_targets.EFFECTS[0]["project"] == "alpha-project"
@@ -195,6 +205,7 @@ def test_expired_lease_is_taken_over_and_the_stale_attempt_changes_nothing(clien
     assert replay.json["result"] == {"gate": "g2", "attempt": 2}
 
 
+@pytest.mark.slow
 def test_datastore_down_is_a_500_and_no_job_runs_without_a_claim(jobs_file, clock, monkeypatch, datastore):
     import webtest
     from google.cloud import ndb
@@ -215,8 +226,9 @@ def test_datastore_down_is_a_500_and_no_job_runs_without_a_claim(jobs_file, cloc
 
 
 @pytest.mark.parametrize("first_status", ["completed", "failed", "in_progress", "lease_over"])
-def test_a_delivery_whose_key_names_another_jobs_run_is_refused_and_logged(client, ndb_client, clock, caplog,
-                                                                         first_status):
+def test_a_delivery_whose_key_names_another_jobs_run_is_refused_and_logged(
+    client, ndb_client, clock, caplog, first_status
+):
     # Two Scheduler jobs with one id (other projects, no scope) target two jobs of this app.
     if first_status == "failed":
         job_targets.FAILURES["flaky"] = ["permanent"]
@@ -245,13 +257,16 @@ def test_a_delivery_whose_key_names_another_jobs_run_is_refused_and_logged(clien
         worker.join()
     with ndb_client.context():
         from models import RunRecord
+
         (record,) = RunRecord.query().fetch()
     assert record.job_id == recorded  # never taken over by the other job
 
 
 def test_the_same_scheduler_job_id_in_two_scopes_runs_both_jobs(client):
-    first = client.post("/jobs/flaky?project=alpha-project&location=us-central1", headers=scheduler_headers(),
-                        status=200)
-    second = client.post("/jobs/invoice?project=beta-project&location=us-central1", headers=scheduler_headers(),
-                         status=200)
+    first = client.post(
+        "/jobs/flaky?project=alpha-project&location=us-central1", headers=scheduler_headers(), status=200
+    )
+    second = client.post(
+        "/jobs/invoice?project=beta-project&location=us-central1", headers=scheduler_headers(), status=200
+    )
     assert first.json["run_id"] != second.json["run_id"]

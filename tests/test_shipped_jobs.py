@@ -20,10 +20,10 @@ import pytest
 import webtest
 import yaml
 
-from dedup.clock import ManualClock
 from dedup.keys import scheduled_run_key
 from dedup.ledger import Ledger, RunDescription, RunPolicy
 from handlers import create_app
+from tests.support import POLL_SECONDS
 from tests.support.deliveries import scheduler_headers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -55,12 +55,17 @@ def downstream(ndb_client, clock):
     calls: list[dict] = []
 
     def recording(environ, start_response):
-        calls.append({"path": environ["PATH_INFO"], "method": environ["REQUEST_METHOD"],
-                      "key": environ.get("HTTP_IDEMPOTENCY_KEY")})
+        calls.append(
+            {
+                "path": environ["PATH_INFO"],
+                "method": environ["REQUEST_METHOD"],
+                "key": environ.get("HTTP_IDEMPOTENCY_KEY"),
+            }
+        )
         return app(environ, start_response)
 
     server = wsgiref.simple_server.make_server("127.0.0.1", 0, recording, handler_class=_QuietHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": POLL_SECONDS}, daemon=True)
     thread.start()
     server.calls = calls
     server.url = f"http://127.0.0.1:{server.server_port}"
@@ -84,8 +89,7 @@ def local_settings(settings: dict, request) -> dict:
 
 
 @pytest.mark.parametrize("jobs_file_name, job_id", shipped_jobs())
-def test_every_shipped_job_runs_to_completion(jobs_file_name, job_id, request, datastore, ndb_client,
-                                              clock, tmp_path):
+def test_every_shipped_job_runs_to_completion(jobs_file_name, job_id, request, datastore, ndb_client, clock, tmp_path):
     with open(os.path.join(ROOT, jobs_file_name), encoding="utf-8") as handle:
         declared = yaml.safe_load(handle)["jobs"]
     settings = local_settings(declared[job_id], request)
@@ -108,7 +112,9 @@ def test_every_shipped_job_runs_to_completion(jobs_file_name, job_id, request, d
 
 def test_shipped_files_are_all_covered():
     """A new jobs file under examples/ is shipped too: it must be listed above."""
-    found = {f"examples/{name}" for name in os.listdir(os.path.join(ROOT, "examples")) if name.endswith((".yaml", ".yml"))}
+    found = {
+        f"examples/{name}" for name in os.listdir(os.path.join(ROOT, "examples")) if name.endswith((".yaml", ".yml"))
+    }
     assert found | {"jobs.yaml"} == set(SHIPPED_FILES)
 
 
@@ -126,8 +132,9 @@ jobs:
 
 def _run(ledger: Ledger, job_id: str, minute: int, policy: RunPolicy):
     key = scheduled_run_key(f"sched-{job_id}", f"2030-01-01T00:{minute:02d}:00Z")
-    description = RunDescription(source="scheduler", job_id=job_id, scheduler_job_name=key.job_name,
-                                 schedule_time=key.schedule_time)
+    description = RunDescription(
+        source="scheduler", job_id=job_id, scheduler_job_name=key.job_name, schedule_time=key.schedule_time
+    )
     return ledger.claim_run(key.run_id, description, policy)
 
 
@@ -152,14 +159,21 @@ def test_the_digest_counts_each_jobs_runs_by_status_takeovers_and_stuck_runs(mak
     clock.advance(1)
 
     until = clock.now()  # the digest's own record is created at its schedule time: outside the window
-    response = client.post("/jobs/ledger-digest", headers=scheduler_headers(
-        job_name="ledger-digest-daily", schedule_time=until.strftime("%Y-%m-%dT%H:%M:%SZ")), status=200)
+    response = client.post(
+        "/jobs/ledger-digest",
+        headers=scheduler_headers(job_name="ledger-digest-daily", schedule_time=until.strftime("%Y-%m-%dT%H:%M:%SZ")),
+        status=200,
+    )
     digest = response.json["result"]
     assert digest["until"] == until.strftime("%Y-%m-%dT%H:%M:%S.000000Z")
     assert digest["complete"] is True and digest["runs"] == 5 and digest["runs_with_takeovers"] == 1
     assert digest["by_job"]["sync"] == {
-        "runs": 3, "by_status": {"completed": 2, "failed": 1}, "by_source": {"scheduler": 3},
-        "stuck": 0, "takeovers": 1, "runs_with_takeovers": 1,
+        "runs": 3,
+        "by_status": {"completed": 2, "failed": 1},
+        "by_source": {"scheduler": 3},
+        "stuck": 0,
+        "takeovers": 1,
+        "runs_with_takeovers": 1,
     }
     assert digest["by_job"]["report"]["stuck"] == 1
     assert digest["by_job"]["report"]["by_status"] == {"in_progress": 1}
@@ -170,22 +184,29 @@ def test_the_digest_window_ends_at_the_schedule_time(make_client, ndb_client, cl
     client = make_client(DIGEST_JOBS)
     client.post_json("/api/v1/jobs/other/runs", {"clientToken": "t-1"}, status=201)
     before = clock.now() - datetime.timedelta(seconds=1)
-    response = client.post("/jobs/ledger-digest", headers=scheduler_headers(
-        job_name="ledger-digest-daily", schedule_time=before.strftime("%Y-%m-%dT%H:%M:%SZ")), status=200)
+    response = client.post(
+        "/jobs/ledger-digest",
+        headers=scheduler_headers(job_name="ledger-digest-daily", schedule_time=before.strftime("%Y-%m-%dT%H:%M:%SZ")),
+        status=200,
+    )
     assert response.json["result"]["runs"] == 0  # the run came after the window
 
 
-@pytest.mark.parametrize("parameters, problem", [
-    ({"until": "0001-01-01T00:00:00Z"}, "outside the accepted range"),
-    ({"until": "9999-12-31T23:59:59Z"}, "outside the accepted range"),
-    ({"until": "yesterday"}, "not an RFC 3339 timestamp"),
-    ({"until": 5}, "RFC 3339 timestamp string"),
-    ({"since": "2030-01-01T00:00:00Z"}, "unknown parameter"),
-])
+@pytest.mark.parametrize(
+    "parameters, problem",
+    [
+        ({"until": "0001-01-01T00:00:00Z"}, "outside the accepted range"),
+        ({"until": "9999-12-31T23:59:59Z"}, "outside the accepted range"),
+        ({"until": "yesterday"}, "not an RFC 3339 timestamp"),
+        ({"until": 5}, "RFC 3339 timestamp string"),
+        ({"since": "2030-01-01T00:00:00Z"}, "unknown parameter"),
+    ],
+)
 def test_a_manual_digest_refuses_bad_windows_as_a_permanent_failure(make_client, parameters, problem):
     client = make_client(DIGEST_JOBS)
-    response = client.post_json("/api/v1/jobs/ledger-digest/runs", {"clientToken": "d-1", "parameters": parameters},
-                                status=422)
+    response = client.post_json(
+        "/api/v1/jobs/ledger-digest/runs", {"clientToken": "d-1", "parameters": parameters}, status=422
+    )
     assert problem in response.json["error"]["message"]
 
 
@@ -194,6 +215,7 @@ def test_a_manual_digest_of_another_day(make_client, clock):
     client.post("/jobs/other", headers=scheduler_headers(), status=200)  # kept 7 days
     clock.advance(3 * 24 * 3600)
     until = (clock.now() - datetime.timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    response = client.post_json("/api/v1/jobs/ledger-digest/runs",
-                                {"clientToken": "d-1", "parameters": {"until": until}}, status=201)
+    response = client.post_json(
+        "/api/v1/jobs/ledger-digest/runs", {"clientToken": "d-1", "parameters": {"until": until}}, status=201
+    )
     assert response.json["result"]["runs"] == 1

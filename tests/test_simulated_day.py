@@ -15,7 +15,6 @@ import random
 import textwrap
 
 import pytest
-from google.cloud import ndb
 
 from deploy.scheduler_config import parse_scheduler_document
 from devtools.gunicorn import GunicornServer
@@ -52,8 +51,7 @@ def test_a_simulated_day(datastore, ndb_client, tmp_path):
     jobs_file = simulation_jobs_file(jobs, sink.url, compress)
     try:
         with GunicornServer(datastore, jobs_file, quiet=True) as server:
-            plan = simulate(server.url, jobs, 200, compress, faults, seed=3, sink=sink,
-                            server_pid=server.process.pid)
+            plan = simulate(server.url, jobs, 200, compress, faults, seed=3, sink=sink, server_pid=server.process.pid)
     finally:
         os.unlink(jobs_file)
     table, page = report(plan)
@@ -63,9 +61,14 @@ def test_a_simulated_day(datastore, ndb_client, tmp_path):
     assert len(simulate.kills) > 0  # workers did die under deliveries
     # Every execution took effect at the downstream, once; any second call is explained by a kill.
     bad = unexplained(plan, simulate.kills)
-    assert bad == [], "\n".join(f"{e.job.name} {e.schedule_time} effects={e.effects} calls={e.calls} {e.attempts}" for e in bad)
+    assert bad == [], "\n".join(
+        f"{e.job.name} {e.schedule_time} effects={e.effects} calls={e.calls} {e.attempts}" for e in bad
+    )
     with ndb_client.context():
         now = datetime.datetime.now(datetime.timezone.utc)
-        stuck = [r for r in RunRecord.query(RunRecord.status == RunStatus.IN_PROGRESS.value).fetch()
-                 if r.lease_expires <= now]
+        stuck = [
+            r
+            for r in RunRecord.query(RunRecord.status == RunStatus.IN_PROGRESS.value).fetch()
+            if r.lease_expires <= now
+        ]
     assert stuck == []

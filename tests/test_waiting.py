@@ -46,8 +46,11 @@ def test_beyond_the_bound_a_retry_is_answered_at_once_as_without_prefer(bounded)
     client = bounded(1)
     results, waited = [], []
     first = start_slow(client, "g1", results)
-    waiter = threading.Thread(target=lambda: waited.append(
-        start(client, job="slow", parameters={"gate": "g1"}, headers={"Prefer": "wait=30"})))
+    waiter = threading.Thread(
+        target=lambda: waited.append(
+            start(client, job="slow", parameters={"gate": "g1"}, headers={"Prefer": "wait=30"})
+        )
+    )
     waiter.start()
     wait_until(lambda: slots(client).taken == 1, "the first retry waits")
 
@@ -76,6 +79,7 @@ def test_a_bound_of_zero_never_waits(bounded):
     first.join(10)
 
 
+@pytest.mark.slow
 def test_a_slot_is_given_back_when_the_wait_times_out_and_after_each_outcome(bounded):
     client = bounded(1)
     results = []
@@ -125,14 +129,17 @@ def test_waiting_retries_cannot_starve_a_gunicorn_worker(emulator, datastore, tm
     gate = tmp_path / "gate"
     payload = {"clientToken": "long-1", "parameters": {"gate_file": str(gate)}}
     # One worker with 4 threads, one of which may wait: the run takes one, a waiter one.
-    with GunicornServer(emulator, str(jobs), workers=1, threads=4, quiet=True,
-                        extra_env={"DEDUP_MAX_WAITERS": "1"}) as server:
+    with GunicornServer(
+        emulator, str(jobs), workers=1, threads=4, quiet=True, extra_env={"DEDUP_MAX_WAITERS": "1"}
+    ) as server:
         url = f"{server.url}/api/v1/jobs/long/runs"
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             first = pool.submit(requests.post, url, json=payload, timeout=60)
             wait_until(lambda: requests.get(f"{server.url}/api/v1/runs", timeout=10).json()["runs"], "the run starts")
-            retries = [pool.submit(requests.post, url, json=payload, headers={"Prefer": "wait=50"}, timeout=60)
-                       for _ in range(6)]
+            retries = [
+                pool.submit(requests.post, url, json=payload, headers={"Prefer": "wait=50"}, timeout=60)
+                for _ in range(6)
+            ]
             # Five are answered while the run still holds its lease, as without Prefer; one waits.
             wait_until(lambda: sum(r.done() for r in retries) == 5, "five retries are answered")
             done = [r.result() for r in retries if r.done()]

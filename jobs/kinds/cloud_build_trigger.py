@@ -43,8 +43,14 @@ class CloudBuildTriggerJob(JobKind):
     required_keys = frozenset({"trigger"})
     optional_keys = frozenset({"substitutions", "branch", "tag", "commit", "api_base", "timeout_seconds"})
 
-    def __init__(self, trigger: str, parts: dict[str, str], substitutions: Mapping[str, str],
-                 revision: dict[str, str], api: GoogleApi) -> None:
+    def __init__(
+        self,
+        trigger: str,
+        parts: dict[str, str],
+        substitutions: Mapping[str, str],
+        revision: dict[str, str],
+        api: GoogleApi,
+    ) -> None:
         self.trigger = trigger
         self.parts = parts
         self.substitutions = dict(substitutions)
@@ -79,17 +85,19 @@ class CloudBuildTriggerJob(JobKind):
         if existing:
             return {"build": existing, "adopted": True}
         operation = self.api.call(
-            "POST", f"v1/{self.trigger}:run",
+            "POST",
+            f"v1/{self.trigger}:run",
             body={
                 "projectId": self.parts["project"],
                 "triggerId": self.parts["name"],
                 "source": {**self.revision, "substitutions": substitutions},
             },
         )
-        build = ((operation.get("metadata") or {}).get("build") or {})
+        build = (operation.get("metadata") or {}).get("build") or {}
         name = build.get("name") or (
             f"projects/{self.parts['project']}/locations/{self.parts['location']}/builds/{build['id']}"
-            if build.get("id") else operation.get("name")
+            if build.get("id")
+            else operation.get("name")
         )
         if not name:
             raise RuntimeError(f"triggers.run answered without a build or operation: {operation!r}")
@@ -108,10 +116,13 @@ class CloudBuildTriggerJob(JobKind):
         matches = []
         for _ in range(BUILDS_PAGES):
             listing = self.api.call(
-                "GET", f"v1/projects/{self.parts['project']}/locations/{self.parts['location']}/builds", params=params,
+                "GET",
+                f"v1/projects/{self.parts['project']}/locations/{self.parts['location']}/builds",
+                params=params,
             )
             matches += [
-                build for build in listing.get("builds") or []
+                build
+                for build in listing.get("builds") or []
                 if _carries(build.get("substitutions") or {}, substitutions)
             ]
             if not listing.get("nextPageToken"):

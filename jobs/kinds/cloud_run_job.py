@@ -30,7 +30,9 @@ class CloudRunJob(JobKind):
     required_keys = frozenset({"job"})
     optional_keys = frozenset({"args", "env", "container", "api_base", "timeout_seconds"})
 
-    def __init__(self, job: str, args: list[str] | None, env: Mapping[str, str], container: str | None, api: GoogleApi) -> None:
+    def __init__(
+        self, job: str, args: list[str] | None, env: Mapping[str, str], container: str | None, api: GoogleApi
+    ) -> None:
         self.job = job
         self.args = args
         self.env = dict(env)
@@ -47,8 +49,13 @@ class CloudRunJob(JobKind):
         container = options.get("container")
         if container is not None and not isinstance(container, str):
             raise JobsConfigError(job_id, "container", "must be the name of the container to override")
-        return cls(job, args, {k: str(v) for k, v in env.items()}, container,
-                   GoogleApi.from_config(job_id, options, lease_seconds, DEFAULT_API_BASE))
+        return cls(
+            job,
+            args,
+            {k: str(v) for k, v in env.items()},
+            container,
+            GoogleApi.from_config(job_id, options, lease_seconds, DEFAULT_API_BASE),
+        )
 
     def run(self, context: RunContext) -> Any:
         if context.downstream:
@@ -74,7 +81,9 @@ class CloudRunJob(JobKind):
         if self.container:
             override["name"] = self.container
         operation = self.api.call(
-            "POST", f"v2/{self.job}:run", body={"overrides": {"containerOverrides": [override]}},
+            "POST",
+            f"v2/{self.job}:run",
+            body={"overrides": {"containerOverrides": [override]}},
             starts_execution_without_search=True,
         )
         name = operation.get("name")

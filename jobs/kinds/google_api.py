@@ -70,7 +70,11 @@ class GoogleApi:
 
     @classmethod
     def from_config(
-        cls, job_id: str, options: Mapping[str, Any], lease_seconds: float, default_base: str,
+        cls,
+        job_id: str,
+        options: Mapping[str, Any],
+        lease_seconds: float,
+        default_base: str,
         calls_per_attempt: int = 1,
     ) -> "GoogleApi":
         """``calls_per_attempt`` calls in a row must all fit in the lease."""
@@ -79,18 +83,25 @@ class GoogleApi:
         if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.query:
             raise JobsConfigError(job_id, "api_base", f"must be an http(s) base URL, got {base!r}")
         timeout = positive_number(
-            job_id, "timeout_seconds",
+            job_id,
+            "timeout_seconds",
             options.get("timeout_seconds", min(DEFAULT_TIMEOUT_SECONDS, lease_seconds / (calls_per_attempt + 1))),
         )
         if timeout * calls_per_attempt >= lease_seconds:
             raise JobsConfigError(
-                job_id, "timeout_seconds",
+                job_id,
+                "timeout_seconds",
                 f"{calls_per_attempt} call(s) of up to {timeout}s must end inside lease_seconds ({lease_seconds})",
             )
         return cls(base, timeout)
 
     def call(
-        self, method: str, path: str, *, body: Any = None, params: Mapping[str, str] | None = None,
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
         starts_execution_without_search: bool = False,
     ) -> dict:
         """One API call; raise RetryableJobError / PermanentJobError as the answer says.
@@ -108,13 +119,18 @@ class GoogleApi:
         except (requests.ConnectTimeout, requests.exceptions.InvalidURL) as exc:
             raise RetryableJobError(f"{method} {url} failed before sending: {exc}") from None
         except requests.RequestException as exc:
-            raise self._uncertain(method, url, f"{type(exc).__name__}: {exc}", starts_execution_without_search) from None
+            raise self._uncertain(
+                method, url, f"{type(exc).__name__}: {exc}", starts_execution_without_search
+            ) from None
         if 200 <= response.status_code < 300:
             try:
                 return response.json() if response.content else {}
             except ValueError:
                 raise self._uncertain(
-                    method, url, f"a {response.status_code} answer whose body is not JSON", starts_execution_without_search,
+                    method,
+                    url,
+                    f"a {response.status_code} answer whose body is not JSON",
+                    starts_execution_without_search,
                 ) from None
         raise api_error(method, url, response)
 

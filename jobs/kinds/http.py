@@ -29,8 +29,15 @@ METHODS = ("POST", "PUT", "PATCH", "GET", "DELETE")
 RESERVED_HEADERS = frozenset(
     name.lower()
     for name in (
-        "Idempotency-Key", "X-Dedup-Run-Id", "X-Dedup-Job-Id", "X-Dedup-Schedule-Time",
-        "X-Dedup-Attempt", "X-Dedup-Attempt-Id", "Content-Type", "Content-Length", "Host",
+        "Idempotency-Key",
+        "X-Dedup-Run-Id",
+        "X-Dedup-Job-Id",
+        "X-Dedup-Schedule-Time",
+        "X-Dedup-Attempt",
+        "X-Dedup-Attempt-Id",
+        "Content-Type",
+        "Content-Length",
+        "Host",
     )
 )
 
@@ -61,12 +68,14 @@ class HttpJob(JobKind):
             raise JobsConfigError(job_id, "method", f"must be one of {', '.join(METHODS)}, got {method!r}")
         # The whole call must end inside the lease: the default follows a short lease.
         timeout = positive_number(
-            job_id, "timeout_seconds",
+            job_id,
+            "timeout_seconds",
             options.get("timeout_seconds", min(DEFAULT_TIMEOUT_SECONDS, lease_seconds / 2)),
         )
         if timeout >= lease_seconds:
             raise JobsConfigError(
-                job_id, "timeout_seconds",
+                job_id,
+                "timeout_seconds",
                 f"must be shorter than lease_seconds ({lease_seconds}): a call still waiting "
                 "when the lease ends would overlap the attempt that takes over",
             )
@@ -85,7 +94,8 @@ class HttpJob(JobKind):
                 requests.utils.check_header_validity((name, value))
             except (UnicodeEncodeError, requests.exceptions.InvalidHeader):
                 raise JobsConfigError(
-                    job_id, "headers",
+                    job_id,
+                    "headers",
                     f"the value of {name!r} must be Latin-1 text without control characters "
                     "or leading/trailing whitespace",
                 ) from None
@@ -108,7 +118,10 @@ class HttpJob(JobKind):
         if self.method == "GET" and context.parameters:
             # No body on a GET: manual-run parameters travel in the query string.
             extra = urllib.parse.urlencode(
-                {name: value if isinstance(value, str) else json.dumps(value) for name, value in context.parameters.items()}
+                {
+                    name: value if isinstance(value, str) else json.dumps(value)
+                    for name, value in context.parameters.items()
+                }
             )
             url = f"{url}{'&' if urllib.parse.urlsplit(url).query else '?'}{extra}"
         if self.method != "GET":
@@ -117,13 +130,19 @@ class HttpJob(JobKind):
         deadline = time.monotonic() + self.timeout_seconds
         try:
             response = requests.request(
-                self.method, url, headers=headers, data=body,
+                self.method,
+                url,
+                headers=headers,
+                data=body,
                 # total: connecting and waiting for the headers share one budget.
                 timeout=urllib3.Timeout(total=self.timeout_seconds),
-                allow_redirects=False, stream=True,
+                allow_redirects=False,
+                stream=True,
             )
         except requests.Timeout as exc:
-            raise RetryableJobError(f"{self.method} {self.url} timed out after {self.timeout_seconds}s: {exc}") from None
+            raise RetryableJobError(
+                f"{self.method} {self.url} timed out after {self.timeout_seconds}s: {exc}"
+            ) from None
         except requests.RequestException as exc:
             raise RetryableJobError(f"{self.method} {self.url} failed: {exc}") from None
         with response:

@@ -65,7 +65,8 @@ class WorkflowJob(JobKind):
         if existing:
             return {"execution": existing, "adopted": True}
         execution = self.api.call(
-            "POST", f"v1/{self.workflow}/executions",
+            "POST",
+            f"v1/{self.workflow}/executions",
             body={"argument": json.dumps(argument), "labels": {LABEL_KEY: label}},
         )
         name = execution.get("name")
@@ -81,7 +82,8 @@ class WorkflowJob(JobKind):
         request, from adopting the old request's execution.
         """
         listing = self.api.call(
-            "GET", f"v1/{self.workflow}/executions",
+            "GET",
+            f"v1/{self.workflow}/executions",
             params={"filter": f'labels.{LABEL_KEY}="{label}"', "view": "FULL", "pageSize": "10"},
         )
         matches = [e for e in listing.get("executions") or [] if _argument_of(e) == argument]

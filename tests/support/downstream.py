@@ -12,6 +12,8 @@ import json
 import threading
 import time
 
+from tests.support import POLL_SECONDS
+
 
 @dataclasses.dataclass
 class Reply:
@@ -60,7 +62,7 @@ class Downstream:
                 try:
                     if reply.trickle:
                         for index in range(len(reply.body)):
-                            self.wfile.write(reply.body[index:index + 1])
+                            self.wfile.write(reply.body[index : index + 1])
                             self.wfile.flush()
                             time.sleep(reply.trickle)
                     else:
@@ -76,7 +78,9 @@ class Downstream:
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": POLL_SECONDS}, daemon=True
+        )
 
     def __enter__(self) -> "Downstream":
         self._thread.start()

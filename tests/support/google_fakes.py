@@ -25,6 +25,7 @@ import urllib.parse
 from requests.structures import CaseInsensitiveDict
 
 from dedup.clock import Clock, SystemClock
+from tests.support import POLL_SECONDS
 
 TOKEN = "fake-access-token"
 SERVICE_ACCOUNT = "dedup-app@fake-project.iam.gserviceaccount.com"
@@ -80,7 +81,7 @@ class GoogleFakes:
         self.server.daemon_threads = True
         self.host = f"127.0.0.1:{self.server.server_address[1]}"
         self.url = f"http://{self.host}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": POLL_SECONDS}, daemon=True).start()
 
     def reset(self) -> None:
         self.clock = SystemClock()
@@ -96,8 +97,11 @@ class GoogleFakes:
             self.faults.append(Fault(path_part, **fault))
 
     def api_calls(self, method: str | None = None) -> list[Call]:
-        return [c for c in self.calls if not c.path.startswith("/computeMetadata") and c.path != "/"
-                and (method is None or c.method == method)]
+        return [
+            c
+            for c in self.calls
+            if not c.path.startswith("/computeMetadata") and c.path != "/" and (method is None or c.method == method)
+        ]
 
     def close(self) -> None:
         self.server.shutdown()
@@ -163,8 +167,15 @@ class GoogleFakes:
         if call.path.endswith("/email"):
             return 200, SERVICE_ACCOUNT.encode(), {**flavor, "Content-Type": "text/plain"}
         if call.path.rstrip("/").endswith("/service-accounts/default"):
-            return 200, {"email": SERVICE_ACCOUNT, "aliases": ["default"],
-                         "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}, flavor
+            return (
+                200,
+                {
+                    "email": SERVICE_ACCOUNT,
+                    "aliases": ["default"],
+                    "scopes": ["https://www.googleapis.com/auth/cloud-platform"],
+                },
+                flavor,
+            )
         return 404, b"not found", flavor
 
     def _api(self, call: Call):
@@ -172,9 +183,13 @@ class GoogleFakes:
         number = next(self._ids)
         workflow = re.fullmatch(r"/v1/(projects/[^/]+/locations/[^/]+/workflows/[^/]+)/executions", call.path)
         if workflow and call.method == "POST":
-            execution = {"name": f"{workflow[1]}/executions/exec-{number}", "state": "ACTIVE",
-                         "argument": call.body.get("argument"), "labels": call.body.get("labels", {}),
-                         "startTime": now}
+            execution = {
+                "name": f"{workflow[1]}/executions/exec-{number}",
+                "state": "ACTIVE",
+                "argument": call.body.get("argument"),
+                "labels": call.body.get("labels", {}),
+                "startTime": now,
+            }
             with self._lock:
                 self.executions.append(execution)
             return 200, execution, {}
@@ -182,15 +197,22 @@ class GoogleFakes:
             match = re.fullmatch(r'labels\.([a-z0-9_]+)="([a-z0-9_-]*)"', call.query.get("filter", ""))
             if match is None:
                 return _error(400, "INVALID_ARGUMENT", f"invalid filter: {call.query.get('filter')!r}")
-            found = [e for e in self.executions if e["name"].startswith(workflow[1] + "/")
-                     and e["labels"].get(match[1]) == match[2]]
+            found = [
+                e
+                for e in self.executions
+                if e["name"].startswith(workflow[1] + "/") and e["labels"].get(match[1]) == match[2]
+            ]
             return 200, ({"executions": found} if found else {}), {}
         run = re.fullmatch(r"/v2/(projects/([^/]+)/locations/([^/]+)/jobs/([^/]+)):run", call.path)
         if run and call.method == "POST":
-            operation = {"name": f"projects/{run[2]}/locations/{run[3]}/operations/op-{number}",
-                         "metadata": {"@type": "type.googleapis.com/google.cloud.run.v2.Execution",
-                                      "name": f"{run[1]}/executions/{run[4]}-{number:05d}",
-                                      "overrides": call.body.get("overrides")}}
+            operation = {
+                "name": f"projects/{run[2]}/locations/{run[3]}/operations/op-{number}",
+                "metadata": {
+                    "@type": "type.googleapis.com/google.cloud.run.v2.Execution",
+                    "name": f"{run[1]}/executions/{run[4]}-{number:05d}",
+                    "overrides": call.body.get("overrides"),
+                },
+            }
             with self._lock:
                 self.run_operations.append(operation)
             return 200, operation, {}
@@ -200,24 +222,44 @@ class GoogleFakes:
         trigger = re.fullmatch(r"/v1/projects/([^/]+)/locations/([^/]+)/triggers/([^/]+):run", call.path)
         if trigger and call.method == "POST":
             build_id = f"build-{number}"
-            build = {"id": build_id, "name": f"projects/{trigger[1]}/locations/{trigger[2]}/builds/{build_id}",
-                     "buildTriggerId": f"uuid-{trigger[3]}", "status": "QUEUED", "createTime": now,
-                     "substitutions": (call.body.get("source") or {}).get("substitutions", {}),
-                     "source": call.body.get("source")}
+            build = {
+                "id": build_id,
+                "name": f"projects/{trigger[1]}/locations/{trigger[2]}/builds/{build_id}",
+                "buildTriggerId": f"uuid-{trigger[3]}",
+                "status": "QUEUED",
+                "createTime": now,
+                "substitutions": (call.body.get("source") or {}).get("substitutions", {}),
+                "source": call.body.get("source"),
+            }
             with self._lock:
                 self.builds.append(build)
-            return 200, {"name": f"projects/{trigger[1]}/locations/{trigger[2]}/operations/op-{number}",
-                         "metadata": {"@type": "type.googleapis.com/google.devtools.cloudbuild.v1.BuildOperationMetadata",
-                                      "build": build}}, {}
+            return (
+                200,
+                {
+                    "name": f"projects/{trigger[1]}/locations/{trigger[2]}/operations/op-{number}",
+                    "metadata": {
+                        "@type": "type.googleapis.com/google.devtools.cloudbuild.v1.BuildOperationMetadata",
+                        "build": build,
+                    },
+                },
+                {},
+            )
         builds = re.fullmatch(r"/v1/projects/([^/]+)/locations/([^/]+)/builds", call.path)
         if builds and call.method == "GET":
             # Like the real API: documented fields only (substitutions are not filterable).
             match = re.fullmatch(r'trigger_id="([^"]+)"', call.query.get("filter", ""))
             if match is None:
                 return _error(400, "INVALID_ARGUMENT", f"invalid filter: {call.query.get('filter')!r}")
-            found = sorted((b for b in self.builds if b["buildTriggerId"] == match[1]
-                            and b["name"].startswith(f"projects/{builds[1]}/locations/{builds[2]}/")),
-                           key=lambda b: b["createTime"], reverse=True)
+            found = sorted(
+                (
+                    b
+                    for b in self.builds
+                    if b["buildTriggerId"] == match[1]
+                    and b["name"].startswith(f"projects/{builds[1]}/locations/{builds[2]}/")
+                ),
+                key=lambda b: b["createTime"],
+                reverse=True,
+            )
             return 200, ({"builds": found} if found else {}), {}
         return _error(404, "NOT_FOUND", f"no such method: {call.method} {call.path}")
 

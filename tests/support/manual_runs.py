@@ -38,13 +38,15 @@ def start(client, job="invoice", token="tok-1", parameters=None, status="*", hea
         if parameters is not None:
             payload["parameters"] = parameters
         body = json.dumps(payload)
-    return client.post(f"/api/v1/jobs/{job}/runs", body, headers=headers or {},
-                       content_type="application/json", status=status)
+    return client.post(
+        f"/api/v1/jobs/{job}/runs", body, headers=headers or {}, content_type="application/json", status=status
+    )
 
 
 def start_slow(client, gate, results, **kwargs):
-    thread = threading.Thread(target=lambda: results.append(
-        start(client, job="slow", parameters={"gate": gate}, **kwargs)))
+    thread = threading.Thread(
+        target=lambda: results.append(start(client, job="slow", parameters={"gate": gate}, **kwargs))
+    )
     thread.start()
     for _ in range(200):
         if gate in job_targets.STARTED and job_targets.STARTED[gate].wait(0.05):

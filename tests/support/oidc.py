@@ -20,19 +20,26 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 from google.auth import crypt
 
+from tests.support import POLL_SECONDS
+
 
 def _key_and_certificate() -> tuple[bytes, bytes]:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-issuer")])
     now = datetime.datetime.now(datetime.timezone.utc)
     certificate = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=1))
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
         .sign(key, hashes.SHA256())
     )
-    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     return private, certificate.public_bytes(serialization.Encoding.PEM)
 
 
@@ -68,25 +75,59 @@ class TokenIssuer:
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.certs_url = f"http://127.0.0.1:{self.server.server_address[1]}/oauth2/v1/certs"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": POLL_SECONDS}, daemon=True).start()
 
-    def claims(self, *, audience: str, email: str, issuer: str = "https://accounts.google.com",
-               email_verified: bool = True, lifetime: int = 3600, issued_ago: int = 0) -> dict[str, Any]:
+    def claims(
+        self,
+        *,
+        audience: str,
+        email: str,
+        issuer: str = "https://accounts.google.com",
+        email_verified: bool = True,
+        lifetime: int = 3600,
+        issued_ago: int = 0,
+    ) -> dict[str, Any]:
         """The payload of an ID token as Google issues them for Cloud Scheduler."""
         now = int(time.time()) - issued_ago
-        return {"iss": issuer, "aud": audience, "sub": "1234567890", "email": email,
-                "email_verified": email_verified, "iat": now, "exp": now + lifetime}
+        return {
+            "iss": issuer,
+            "aud": audience,
+            "sub": "1234567890",
+            "email": email,
+            "email_verified": email_verified,
+            "iat": now,
+            "exp": now + lifetime,
+        }
 
     def header(self, **fields: Any) -> dict[str, Any]:
         """A token header as Google writes it (RS256, this issuer's key id), with ``fields`` replaced."""
         return {"alg": "RS256", "kid": self.kid, "typ": "JWT", **fields}
 
-    def token(self, *, audience: str, email: str, issuer: str = "https://accounts.google.com",
-              email_verified: bool = True, lifetime: int = 3600, issued_ago: int = 0, rogue: bool = False,
-              extra: Mapping[str, Any] | None = None, header: Mapping[str, Any] | None = None) -> str:
+    def token(
+        self,
+        *,
+        audience: str,
+        email: str,
+        issuer: str = "https://accounts.google.com",
+        email_verified: bool = True,
+        lifetime: int = 3600,
+        issued_ago: int = 0,
+        rogue: bool = False,
+        extra: Mapping[str, Any] | None = None,
+        header: Mapping[str, Any] | None = None,
+    ) -> str:
         """A signed ID token; ``extra`` adds or replaces claims and ``header`` header fields, of any JSON type."""
-        payload = {**self.claims(audience=audience, email=email, issuer=issuer, email_verified=email_verified,
-                                 lifetime=lifetime, issued_ago=issued_ago), **(extra or {})}
+        payload = {
+            **self.claims(
+                audience=audience,
+                email=email,
+                issuer=issuer,
+                email_verified=email_verified,
+                lifetime=lifetime,
+                issued_ago=issued_ago,
+            ),
+            **(extra or {}),
+        }
         return self.signed(segment(self.header(**(header or {}))), segment(payload), rogue=rogue)
 
     def signed(self, header_segment: str, payload_segment: str, *, rogue: bool = False) -> str:
