@@ -1,5 +1,7 @@
 # make run   - serve the app with gunicorn on the Datastore emulator (http://127.0.0.1:8080)
-# make test  - the whole test suite, against its own emulator
+# make test  - ruff, then the whole test suite, against its own emulator (what CI runs)
+# make check - ruff, then the fast tier: no gunicorn, no browser, no exhaustive or slow tests
+# make requirements - recompile requirements*.txt (pinned, hashed) from requirements*.in
 # make bench - RPC counts and latencies per outcome, against the emulator
 # make simulate - Cloud Scheduler's deliveries (retries, deadlines, duplicates, lost acks) on a compressed clock
 PYTHON ?= python3
@@ -7,11 +9,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test bench simulate clean browser
+.PHONY: venv run test check lint requirements bench simulate clean browser
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements-dev.txt
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -19,8 +21,22 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(PY) -m devtools.serve
 
-test: $(STAMP) browser
+test: $(STAMP) browser lint
 	$(PY) -m pytest
+
+# The fast inner loop: both cores, one emulator each.
+check: lint
+	$(PY) -m pytest -q -n 2 -m "not live and not browser and not exhaustive and not slow"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+COMPILE := $(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
+	--no-emit-index-url --no-emit-find-links
+requirements: $(STAMP)
+	$(COMPILE) -o requirements.txt requirements.in
+	$(COMPILE) -o requirements-dev.txt requirements-dev.in
 
 # The dashboard test drives Debian's chromium; install it when missing (as root, as CI runs).
 browser:
