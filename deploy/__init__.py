@@ -1,5 +1,6 @@
 """Deployment tooling: Cloud Scheduler jobs as code, firewall rules, the TTL policy.
 
-Exposed as Flask CLI commands (``flask --app main ...``); each prints the
-``gcloud`` commands it would run and runs them only with ``--apply``.
+Run as ``python -m deploy ...`` (a Click group that never builds the web
+app); each command prints the ``gcloud`` commands it would run and runs them
+only with ``--apply``.
 """

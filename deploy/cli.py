@@ -1,14 +1,17 @@
-"""``flask --app main scheduler|firewall|ttl``: print the gcloud commands; run them with --apply."""
+"""``python -m deploy scheduler|firewall|ttl``: print the gcloud commands; run them with --apply.
+
+A standalone Click group: it reads jobs.yaml itself and never builds the web
+app, so it needs no caller verification setting and no credentials.
+"""
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import shutil
 import subprocess
 
 import click
-from flask import Flask, current_app
-from flask.cli import AppGroup
 
 from deploy.scheduler_config import (
     DEFAULT_FILE,
@@ -20,6 +23,8 @@ from deploy.scheduler_config import (
     shell_line,
     update_warnings,
 )
+from jobs.config import JobSpec, jobs_file_path, load_jobs
+from jobs.errors import JobsConfigError
 from models import RunRecord
 
 SCHEDULER_IPS = (
@@ -30,10 +35,25 @@ ADMIN_RANGE = "admin range"
 FIRST_PRIORITY = 1000
 
 
-def register(app: Flask) -> None:
-    app.cli.add_command(scheduler)
-    app.cli.add_command(firewall)
-    app.cli.add_command(ttl)
+@click.group(help="Deployment tooling: Cloud Scheduler jobs as code, firewall rules, the TTL policy.")
+@click.option(
+    "--jobs",
+    "jobs_file",
+    default=lambda: jobs_file_path(os.environ),
+    show_default="DEDUP_JOBS_FILE, else jobs.yaml",
+    help="The jobs file scheduler.yaml is checked against.",
+)
+@click.pass_context
+def cli(context: click.Context, jobs_file: str) -> None:
+    context.obj = {"jobs_file": jobs_file}
+
+
+def _declared_jobs() -> dict[str, JobSpec]:
+    """jobs.yaml, parsed and validated as the app does at start-up."""
+    try:
+        return load_jobs(click.get_current_context().find_object(dict)["jobs_file"])
+    except JobsConfigError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _print_and_maybe_run(commands: list[list[str]], apply: bool) -> None:
@@ -48,7 +68,7 @@ def _print_and_maybe_run(commands: list[list[str]], apply: bool) -> None:
             raise click.ClickException(f"{shell_line(command)} failed with exit code {completed.returncode}")
 
 
-@click.group(cls=AppGroup, help="Cloud Scheduler jobs declared in scheduler.yaml.")
+@cli.group(help="Cloud Scheduler jobs declared in scheduler.yaml.")
 def scheduler() -> None:
     pass
 
@@ -60,7 +80,7 @@ def _validated(file: str) -> list[SchedulerJob]:
         for problem in exc.problems:
             click.echo(str(problem), err=True)
         raise click.exceptions.Exit(1) from None
-    problems = dedup_problems(jobs, current_app.extensions["dedup"].jobs)
+    problems = dedup_problems(jobs, _declared_jobs())
     for problem in problems:
         click.echo(str(problem), err=True)
     if problems:
@@ -150,7 +170,7 @@ def apply(file: str, assume_new: bool) -> None:
     _print_and_maybe_run(_plan(file, assume_new), apply=True)
 
 
-@click.command(help="App Engine firewall: deny by default, allow Scheduler/cron/Tasks and admin ranges.")
+@cli.command(help="App Engine firewall: deny by default, allow Scheduler/cron/Tasks and admin ranges.")
 @click.option("--project", help="Google Cloud project (default: gcloud's).")
 @click.option("--admin-range", "admin_ranges", multiple=True, help="A CIDR range to allow (repeatable).")
 @click.option("--apply", "apply_", is_flag=True, help="Run the commands instead of printing them only.")
@@ -221,7 +241,7 @@ def _existing_firewall_rules(scope: list[str]) -> dict[int, tuple[str, str, str]
     return rules
 
 
-@click.command(help="Enable the Firestore TTL policy on expire_at for the dedup records.")
+@cli.command(help="Enable the Firestore TTL policy on expire_at for the dedup records.")
 @click.option("--project", help="Google Cloud project (default: gcloud's).")
 @click.option("--database", help="Firestore database (default: '(default)').")
 @click.option("--apply", "apply_", is_flag=True, help="Run the command instead of printing it only.")

@@ -8,13 +8,12 @@ import re
 import threading
 from typing import Mapping
 
-import click
 from flask import Flask, current_app, request
 from google.cloud import ndb
 
 from dedup.clock import Clock, SystemClock
 from dedup.ledger import Ledger
-from handlers.auth import REFUSE_ALL, AuthConfigError, AuthSettings, CallerVerifier
+from handlers.auth import AuthSettings, CallerVerifier
 from jobs.config import JobSpec, jobs_file_path, load_jobs
 
 
@@ -38,13 +37,12 @@ def create_app(
     (``Prefer: wait``); default DEDUP_MAX_WAITERS, else DEFAULT_MAX_WAITERS.
     """
     from dedup.runner import WaitSlots
-    from deploy import cli as deploy_cli
     from handlers import admin, errors, logs, runs_api, scheduler, tasks
     from handlers.guard import LEDGER_EXTENSION, WAIT_SLOTS_EXTENSION
     from handlers.request_limits import limit_requests
 
     clock = clock or SystemClock()
-    verifier = CallerVerifier(auth or _auth_from_environ())
+    verifier = CallerVerifier(auth or AuthSettings.from_environ(os.environ))
     jobs = load_jobs(jobs_file or jobs_file_path(os.environ))
     wait_slots = WaitSlots(max_waiters if max_waiters is not None else max_waiters_from_environ(os.environ))
     app = Flask(__name__)
@@ -74,7 +72,6 @@ def create_app(
     app.register_blueprint(runs_api.blueprint)
     app.register_blueprint(tasks.blueprint)
     app.register_blueprint(admin.blueprint)
-    deploy_cli.register(app)
     app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)
     return app
 
@@ -99,17 +96,6 @@ def max_waiters_from_environ(environ: Mapping[str, str]) -> int:
             f"{MAX_WAITERS_LIMIT}; keep it a small share of gunicorn's --threads"
         )
     return int(raw)
-
-
-def _auth_from_environ() -> AuthSettings:
-    try:
-        return AuthSettings.from_environ(os.environ)
-    except AuthConfigError:
-        if click.get_current_context(silent=True) is not None and not os.environ.get("DEDUP_AUTH"):
-            # `flask --app main <ops command>` needs no caller verification; anything
-            # this app might serve from the CLI (`flask run`) is refused instead.
-            return AuthSettings(mode=REFUSE_ALL)
-        raise
 
 
 def app_state() -> AppState:

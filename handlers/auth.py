@@ -34,7 +34,6 @@ import requests
 DEFAULT_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"
 GOOGLE_ISSUERS = frozenset({"accounts.google.com", "https://accounts.google.com"})
 MODES = ("appengine", "oidc", "none")
-REFUSE_ALL = "refuse-all"  # the CLI without DEDUP_AUTH: commands work, requests are refused
 # App Engine markers this app can trust in `appengine` mode (DEDUP_APPENGINE_TRUSTED chooses).
 # "admin" is off by default: App Engine does not list X-Appengine-User-Is-Admin among the
 # headers it strips from client requests, and it counts project Viewers as admins.
@@ -151,8 +150,6 @@ class CallerVerifier:
             return None
         if read_only and self.settings.mode == "appengine" and headers.get("X-Appengine-User-Is-Admin") == "1":
             return None
-        if self.settings.mode == REFUSE_ALL:
-            return Rejection(403, "Forbidden", "DEDUP_AUTH is not set, so no request is served")
         if self.settings.mode == "appengine":
             return self._check_appengine(headers)
         return self._check_oidc(headers)

@@ -1,4 +1,4 @@
-"""flask --app main scheduler|firewall|ttl: validation rules, plans, and --apply through gcloud."""
+"""python -m deploy scheduler|firewall|ttl: validation rules, plans, and --apply through gcloud."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import sys
 import textwrap
 
 import pytest
+from click.testing import CliRunner
 
+from deploy.cli import cli as ops_cli
 from deploy.scheduler_config import RetryConfig, retry_intervals
-from handlers import create_app
-from handlers.auth import AuthSettings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APP_JOBS = """
@@ -36,8 +36,8 @@ jobs:
 
 @pytest.fixture
 def cli(jobs_file, tmp_path):
-    app = create_app(jobs_file=jobs_file(APP_JOBS), auth=AuthSettings(mode="none"))
-    runner = app.test_cli_runner()  # result.output holds stdout and stderr
+    jobs = jobs_file(APP_JOBS)
+    runner = CliRunner()  # result.output holds stdout and stderr
 
     def invoke(*args, schedule: str | None = None, env=None):
         arguments = list(args)
@@ -45,7 +45,7 @@ def cli(jobs_file, tmp_path):
             path = tmp_path / "scheduler.yaml"
             path.write_text(textwrap.dedent(schedule))
             arguments.append(str(path))
-        return runner.invoke(args=arguments, env=env)
+        return runner.invoke(ops_cli, ["--jobs", jobs, *arguments], env=env)
 
     return invoke
 
@@ -72,8 +72,9 @@ def test_a_valid_file_passes(cli):
 def test_the_shipped_scheduler_yaml_is_valid_against_the_shipped_jobs_yaml():
     env = {**os.environ}
     env.pop("DEDUP_JOBS_FILE", None)
+    env.pop("DEDUP_AUTH", None)  # the ops commands never build the web app: no caller setting needed
     completed = subprocess.run(
-        [sys.executable, "-m", "flask", "--app", "main", "scheduler", "validate"],
+        [sys.executable, "-m", "deploy", "scheduler", "validate"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -82,6 +83,16 @@ def test_the_shipped_scheduler_yaml_is_valid_against_the_shipped_jobs_yaml():
     )
     assert completed.returncode == 0, completed.stderr
     assert "valid" in completed.stdout
+
+
+def test_the_ops_commands_never_import_the_web_layer():
+    code = (
+        "import sys, deploy.cli\n"
+        "web = sorted(m for m in sys.modules if m.split('.')[0] in ('handlers', 'flask'))\n"
+        "sys.exit(f'imported {web}' if web else 0)"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 0, completed.stderr
 
 
 def job(**overrides) -> str:
@@ -354,3 +365,14 @@ def test_firewall_and_ttl_print_and_apply(cli, fake_gcloud, monkeypatch):
         "--enable-ttl",
         "--project=acme-prod",
     ]
+
+
+def test_jobs_names_the_jobs_file_scheduler_yaml_is_checked_against(jobs_file, tmp_path):
+    schedule = tmp_path / "scheduler.yaml"
+    schedule.write_text(textwrap.dedent(VALID))
+    other = jobs_file("jobs:\n  other:\n    kind: python\n    target: tests.job_targets:record\n")
+    result = CliRunner().invoke(ops_cli, ["--jobs", other, "scheduler", "validate", str(schedule)])
+    assert result.exit_code == 1 and "report" in result.output  # report is not in that jobs file
+    broken = jobs_file("jobs: [")
+    result = CliRunner().invoke(ops_cli, ["--jobs", broken, "scheduler", "validate", str(schedule)])
+    assert result.exit_code == 1 and "not valid YAML" in result.output
