@@ -10,7 +10,6 @@ use this one implementation; the Flask decorator lives in handlers/guard.py.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import functools
 import hashlib
@@ -35,12 +34,6 @@ DEFAULT_POLICY = RunPolicy(
     retention_seconds=TOKEN_LIFETIME_SECONDS,
     finished_retention_seconds=FINISHED_TOKEN_LIFETIME_SECONDS,
 )
-# Answers a retry may cure: never stored, so the retry runs again.
-RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
-
-
-def is_retryable_status(status: int) -> bool:
-    return status in RETRYABLE_STATUSES or status >= 500
 
 
 def canonical_json(value: Any) -> str:
@@ -64,56 +57,6 @@ def differing_names(
         for name in names
         if (name in stored) != (name in given) or canonical_json(stored[name]) != canonical_json(given[name])
     )
-
-
-@dataclasses.dataclass(frozen=True)
-class StoredResponse:
-    """An HTTP response as a guard keeps it: status, body, chosen headers.
-
-    The body is kept as text when it is UTF-8, else base64 (``binary``).
-    """
-
-    status: int
-    body: str = ""
-    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    binary: bool = False
-
-    @classmethod
-    def from_body(cls, status: int, body: bytes, headers: Mapping[str, str]) -> "StoredResponse":
-        try:
-            return cls(status, body.decode("utf-8"), headers)
-        except UnicodeDecodeError:
-            return cls(status, base64.b64encode(body).decode("ascii"), headers, binary=True)
-
-    def body_bytes(self) -> bytes:
-        return base64.b64decode(self.body) if self.binary else self.body.encode("utf-8")
-
-    def document(self) -> dict:
-        document = {"status": self.status, "body": self.body, "headers": dict(self.headers)}
-        if self.binary:
-            document["binary"] = True
-        return document
-
-    @classmethod
-    def from_document(cls, document: Mapping[str, Any]) -> "StoredResponse":
-        return cls(
-            int(document["status"]),
-            document.get("body", ""),
-            dict(document.get("headers") or {}),
-            bool(document.get("binary")),
-        )
-
-    @staticmethod
-    def is_document(value: Any) -> bool:
-        return isinstance(value, dict) and isinstance(value.get("status"), int) and "body" in value
-
-
-def classify_response(document: Mapping[str, Any]) -> Verdict:
-    """2xx-3xx are kept as results, other 4xx as failures; retryable answers are not kept."""
-    status = document["status"]
-    if is_retryable_status(status):
-        return Verdict.RELEASED
-    return Verdict.FAILED if status >= 400 else Verdict.COMPLETED
 
 
 class IdempotencyConflict(Exception):

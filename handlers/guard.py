@@ -31,9 +31,7 @@ from dedup.clock import SystemClock
 from dedup.guard import (
     DEFAULT_POLICY,
     IdempotencyGuard,
-    StoredResponse,
     canonical_json,
-    classify_response,
     differing_names,
 )
 from dedup.keys import format_utc
@@ -41,6 +39,7 @@ from dedup.ledger import Ledger, RunPolicy
 from dedup.outcomes import Attempt, Finished, InProgress, Mismatch, OtherJob, Released, Replayed, RunOutcome
 from dedup.runner import Waiting, WaitSlots, storable_json_problem
 from handlers.errors import json_error
+from handlers.replayed_response import StoredResponse, classify_response
 from handlers.responses import busy_response, job_mismatch_response, note_outcome
 from models import RunRecord, RunStatus
 

@@ -6,9 +6,9 @@ import datetime
 import json
 from typing import Any
 
-from dedup.guard import StoredResponse
 from dedup.keys import format_utc
 from dedup.ledger import json_preview
+from handlers.replayed_response import StoredResponse
 from models import RunRecord, RunStatus
 
 

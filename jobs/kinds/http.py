@@ -17,10 +17,10 @@ import requests
 import urllib3
 
 from dedup.errors import PermanentJobError, RetryableJobError
-from dedup.guard import is_retryable_status
 from dedup.keys import format_utc
 from jobs.base import JobKind, RunContext, positive_number, text_value
 from jobs.errors import JobsConfigError
+from jobs.http_status import is_retryable_status
 
 DEFAULT_TIMEOUT_SECONDS = 30
 MAX_STORED_BODY_BYTES = 4096

@@ -1,0 +1,61 @@
+"""An HTTP response as the guard keeps it, and which responses it keeps.
+
+The ledger stores a kept response as a JSON document in the run's result
+(or error); a replay rebuilds the response from it.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from typing import Any, Mapping
+
+from dedup.runner import Verdict
+from jobs.http_status import is_retryable_status
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredResponse:
+    """Status, body and chosen headers; the body as text when it is UTF-8, else base64 (``binary``)."""
+
+    status: int
+    body: str = ""
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    binary: bool = False
+
+    @classmethod
+    def from_body(cls, status: int, body: bytes, headers: Mapping[str, str]) -> StoredResponse:
+        try:
+            return cls(status, body.decode("utf-8"), headers)
+        except UnicodeDecodeError:
+            return cls(status, base64.b64encode(body).decode("ascii"), headers, binary=True)
+
+    def body_bytes(self) -> bytes:
+        return base64.b64decode(self.body) if self.binary else self.body.encode("utf-8")
+
+    def document(self) -> dict:
+        document = {"status": self.status, "body": self.body, "headers": dict(self.headers)}
+        if self.binary:
+            document["binary"] = True
+        return document
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any]) -> StoredResponse:
+        return cls(
+            int(document["status"]),
+            document.get("body", ""),
+            dict(document.get("headers") or {}),
+            bool(document.get("binary")),
+        )
+
+    @staticmethod
+    def is_document(value: Any) -> bool:
+        return isinstance(value, dict) and isinstance(value.get("status"), int) and "body" in value
+
+
+def classify_response(document: Mapping[str, Any]) -> Verdict:
+    """2xx-3xx are kept as results, other 4xx as failures; retryable answers are not kept."""
+    status = document["status"]
+    if is_retryable_status(status):
+        return Verdict.RELEASED
+    return Verdict.FAILED if status >= 400 else Verdict.COMPLETED
