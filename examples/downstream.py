@@ -21,7 +21,7 @@ from dedup.clock import Clock, SystemClock
 from dedup.ledger import Ledger
 from handlers import NdbContextMiddleware
 from handlers.errors import register as register_json_errors
-from handlers.guard import LEDGER_EXTENSION, idempotent
+from handlers.guard import idempotent, install_guard
 from handlers.request_limits import limit_requests
 
 
@@ -41,7 +41,7 @@ class SyncCounter(ndb.Model):
 def create_downstream_app(clock: Clock | None = None, ndb_client: ndb.Client | None = None) -> Flask:
     clock = clock or SystemClock()
     app = Flask(__name__)
-    app.extensions[LEDGER_EXTENSION] = Ledger(clock)
+    install_guard(app, Ledger(clock))
     register_json_errors(app)
     limit_requests(app)  # the guard reads the body: bound it, however it is sent
 

@@ -13,15 +13,20 @@ from google.cloud import ndb
 
 from dedup.clock import Clock, SystemClock
 from dedup.ledger import Ledger
-from handlers.auth import AuthSettings, CallerVerifier
+from handlers.auth import AuthSettings, is_read_only, verifier_for
+from handlers.guard import GuardRegistry, install_guard
 from jobs.config import JobSpec, jobs_file_path, load_jobs
 
 
 @dataclasses.dataclass(frozen=True)
 class AppState:
     jobs: Mapping[str, JobSpec]
-    ledger: Ledger
     clock: Clock
+    guard: GuardRegistry  # the one ledger: scheduled runs, manual runs and guarded views share it
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.guard.ledger
 
 
 def create_app(
@@ -38,27 +43,23 @@ def create_app(
     """
     from dedup.runner import WaitSlots
     from handlers import admin, errors, logs, runs_api, scheduler, tasks
-    from handlers.guard import LEDGER_EXTENSION, WAIT_SLOTS_EXTENSION
     from handlers.request_limits import limit_requests
 
     clock = clock or SystemClock()
-    verifier = CallerVerifier(auth or AuthSettings.from_environ(os.environ))
+    verifier = verifier_for(auth or AuthSettings.from_environ(os.environ))
     jobs = load_jobs(jobs_file or jobs_file_path(os.environ))
     wait_slots = WaitSlots(max_waiters if max_waiters is not None else max_waiters_from_environ(os.environ))
     app = Flask(__name__)
     app.json.sort_keys = False
     ledger = Ledger(clock)
-    app.extensions["dedup"] = AppState(jobs=jobs, ledger=ledger, clock=clock)
-    app.extensions[LEDGER_EXTENSION] = ledger  # the guard's ledger: one ledger for everything
-    app.extensions[WAIT_SLOTS_EXTENSION] = wait_slots
+    app.extensions["dedup"] = AppState(jobs=jobs, clock=clock, guard=install_guard(app, ledger, wait_slots))
     errors.register(app)
     logs.install_request_logging(app)
 
     @app.before_request
     def verify_caller():
-        read_only = request.method == "GET" and (
-            request.path.startswith("/admin/") or request.path.startswith("/api/v1/runs")
-        )
+        # Only GETs of views marked @read_only: a URL's place never makes a view read-only.
+        read_only = request.method == "GET" and is_read_only(app.view_functions.get(request.endpoint))
         rejection = verifier.check(request.headers, read_only=read_only)
         if rejection is not None:
             response = errors.json_error(rejection.status, rejection.error, rejection.message)

@@ -25,7 +25,7 @@ import math
 import re
 import threading
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 import google.auth.exceptions
 import google.auth.jwt
@@ -33,7 +33,6 @@ import requests
 
 DEFAULT_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"
 GOOGLE_ISSUERS = frozenset({"accounts.google.com", "https://accounts.google.com"})
-MODES = ("appengine", "oidc", "none")
 # App Engine markers this app can trust in `appengine` mode (DEDUP_APPENGINE_TRUSTED chooses).
 # "admin" is off by default: App Engine does not list X-Appengine-User-Is-Admin among the
 # headers it strips from client requests, and it counts project Viewers as admins.
@@ -100,8 +99,8 @@ class AuthSettings:
                     "explicitly (appengine, oidc, or none for local development)"
                 )
             mode = "appengine"
-        if mode not in MODES:
-            raise AuthConfigError(f"DEDUP_AUTH={mode!r}: must be one of {', '.join(MODES)}")
+        if mode not in VERIFIERS:
+            raise AuthConfigError(f"DEDUP_AUTH={mode!r}: must be one of {', '.join(VERIFIERS)}")
         if mode == "none" and on_app_engine:
             raise AuthConfigError("DEDUP_AUTH=none is for local development; it is refused on App Engine")
         settings = cls(mode=mode)
@@ -134,27 +133,59 @@ class AuthSettings:
         return settings
 
 
-class CallerVerifier:
-    def __init__(self, settings: AuthSettings) -> None:
-        self.settings = settings
-        self._certs = CertificateCache(settings.certs_url)
+class Verifier(Protocol):
+    """One DEDUP_AUTH mode: decides, from a request's headers, whether its caller may be served."""
 
     def check(self, headers: Mapping[str, str], read_only: bool = False) -> Rejection | None:
         """None when the caller is accepted, else why not.
 
-        ``read_only`` (the dashboard, the run API's GETs): in ``appengine`` mode a
-        signed-in admin is accepted there too, so operators can open the
-        dashboard in a browser; nothing such a request does changes a run.
+        ``read_only``: the view is marked read-only (the dashboard, the run
+        API's GETs); nothing such a request does changes a run.
         """
-        if self.settings.mode == "none":
-            return None
-        if read_only and self.settings.mode == "appengine" and headers.get("X-Appengine-User-Is-Admin") == "1":
-            return None
-        if self.settings.mode == "appengine":
-            return self._check_appengine(headers)
-        return self._check_oidc(headers)
 
-    def _check_appengine(self, headers: Mapping[str, str]) -> Rejection | None:
+
+def read_only(view: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a view that changes nothing (the dashboard, the run API's GETs).
+
+    The verifier reads the mark through ``request.endpoint``, so a view is
+    read-only because it says so, never because of where its URL happens to be.
+    """
+    view.read_only = True  # type: ignore[attr-defined]
+    return view
+
+
+def is_read_only(view: Callable[..., Any] | None) -> bool:
+    return bool(getattr(view, "read_only", False))
+
+
+def verifier_for(settings: AuthSettings) -> Verifier:
+    """The verifier of ``settings.mode``, chosen once at start-up: a new mode is one new class."""
+    return VERIFIERS[settings.mode](settings)
+
+
+class AnyCaller:
+    """``none``: every request is served (local development; refused on App Engine)."""
+
+    def __init__(self, settings: AuthSettings) -> None:
+        self.settings = settings
+
+    def check(self, headers: Mapping[str, str], read_only: bool = False) -> Rejection | None:
+        return None
+
+
+class AppEngineMarkers:
+    """``appengine``: the markers App Engine sets and strips from client requests.
+
+    On read-only views a signed-in admin is accepted too, so operators can
+    open the dashboard in a browser (behind ``login: admin``).
+    """
+
+    def __init__(self, settings: AuthSettings) -> None:
+        self.settings = settings
+
+    def check(self, headers: Mapping[str, str], read_only: bool = False) -> Rejection | None:
+        if read_only and headers.get("X-Appengine-User-Is-Admin") == "1":
+            return None
         trusted = self.settings.trusted_markers
         seen = {
             "cron": headers.get("X-Appengine-Cron", "").lower() == "true",
@@ -171,6 +202,17 @@ class CallerVerifier:
             "the caller is not Cloud Scheduler, cron, Cloud Tasks or an admin as App Engine marks them; "
             "X-CloudScheduler-* headers alone are not trusted",
         )
+
+
+class GoogleIdTokens:
+    """``oidc``: a Google-signed ID token, as Cloud Scheduler HTTP targets send."""
+
+    def __init__(self, settings: AuthSettings) -> None:
+        self.settings = settings
+        self._certs = CertificateCache(settings.certs_url)
+
+    def check(self, headers: Mapping[str, str], read_only: bool = False) -> Rejection | None:
+        return self._check_oidc(headers)
 
     def _check_oidc(self, headers: Mapping[str, str]) -> Rejection | None:
         """Shape, claim types and lifetime first, then the signature, then what the claims say.
@@ -228,6 +270,10 @@ class CallerVerifier:
             raise InvalidToken(UNVERIFIED_EMAIL)
         if claims.get("email", "").lower() not in self.settings.allowed_emails:
             raise InvalidToken(UNLISTED_EMAIL)
+
+
+# DEDUP_AUTH's modes, in the order error messages name them.
+VERIFIERS: Mapping[str, type[Verifier]] = {"appengine": AppEngineMarkers, "oidc": GoogleIdTokens, "none": AnyCaller}
 
 
 class InvalidToken(Exception):

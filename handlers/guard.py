@@ -24,10 +24,9 @@ import re
 import uuid
 from typing import Any, Callable, Collection, Mapping
 
-from flask import Response, current_app, g, make_response, request
+from flask import Flask, Response, current_app, g, make_response, request
 from werkzeug.exceptions import HTTPException
 
-from dedup.clock import SystemClock
 from dedup.guard import (
     DEFAULT_POLICY,
     IdempotencyGuard,
@@ -45,16 +44,13 @@ from models import RunRecord, RunStatus
 
 log = logging.getLogger(__name__)
 
-LEDGER_EXTENSION = "dedup.ledger"
-WAIT_SLOTS_EXTENSION = "dedup.wait_slots"
+GUARD_EXTENSION = "dedup.guard"
 MAX_WAIT_SECONDS = 60  # Prefer: wait=N is capped here
 # How many requests of a process may wait at once (Prefer: wait) unless the app
 # says otherwise: a quarter of the 8 threads app.yaml gives each worker.
 DEFAULT_MAX_WAITERS = 2
 MAX_RETRY_AFTER_SECONDS = 30
 EXPIRES_HEADER = "Idempotency-Expires"
-_fallback_ledger: Ledger | None = None
-_fallback_wait_slots = WaitSlots(DEFAULT_MAX_WAITERS)
 _PREFER_WAIT = re.compile(r'^\s*wait\s*=\s*"?(\d+)"?\s*$', re.IGNORECASE)
 # A kept response must fit in the record beside everything else.
 MAX_KEPT_BODY_BYTES = 256 * 1024
@@ -107,18 +103,29 @@ def default_key_problem(key: str) -> str | None:
     return None
 
 
-def current_ledger() -> Ledger:
-    global _fallback_ledger
-    ledger = current_app.extensions.get(LEDGER_EXTENSION)
-    if ledger is None:
-        _fallback_ledger = _fallback_ledger or Ledger(SystemClock())
-        ledger = _fallback_ledger
-    return ledger
+@dataclasses.dataclass(frozen=True)
+class GuardRegistry:
+    """What the guard needs of its app, in one place: the ledger its records go to, and
+    the bound on requests waiting at once (``Prefer: wait``)."""
+
+    ledger: Ledger
+    wait_slots: WaitSlots
 
 
-def current_wait_slots() -> WaitSlots:
-    """The app's bound on waiting requests (one per process), else the default one."""
-    return current_app.extensions.get(WAIT_SLOTS_EXTENSION) or _fallback_wait_slots
+def install_guard(app: Flask, ledger: Ledger, wait_slots: WaitSlots | None = None) -> GuardRegistry:
+    """Give ``app``'s guarded views their ledger (and wait bound); call once, in the app factory."""
+    registry = GuardRegistry(ledger, wait_slots or WaitSlots(DEFAULT_MAX_WAITERS))
+    app.extensions[GUARD_EXTENSION] = registry
+    return registry
+
+
+def guard_registry() -> GuardRegistry:
+    registry = current_app.extensions.get(GUARD_EXTENSION)
+    if registry is None:
+        raise RuntimeError(
+            "this app serves @idempotent views but never called handlers.guard.install_guard(app, ledger)"
+        )
+    return registry
 
 
 def idempotent(
@@ -173,7 +180,8 @@ def idempotent(
                 chosen_job = _checked_job_id(job_id()) if job_id else None
             except GuardRejected as exc:
                 return json_error(400, bad_request_error, exc.message)
-            wait = Waiting(_preferred_wait(), current_wait_slots())
+            registry = guard_registry()
+            wait = Waiting(_preferred_wait(), registry.wait_slots)
             live: list[Response] = []  # this request's own response, when it ran the view
 
             def work(attempt: Attempt) -> dict:
@@ -181,7 +189,7 @@ def idempotent(
                 live.append(_run_view(view, args, kwargs))
                 return _document(live[0], replay_headers)
 
-            guard = IdempotencyGuard(current_ledger(), namespace, chosen_policy, source)
+            guard = IdempotencyGuard(registry.ledger, namespace, chosen_policy, source)
             outcome = guard.run(
                 token,
                 work,

@@ -26,6 +26,7 @@ from dedup.ledger import (
 )
 from dedup.runner import error_document, storable_json_problem
 from handlers import app_state
+from handlers.auth import read_only
 from handlers.errors import json_error
 from handlers.guard import GuardedCall, GuardRejected, idempotent, json_payload
 from handlers.logs import note_run
@@ -159,6 +160,7 @@ def _bad(message: str):
 
 
 @blueprint.get("/runs", provide_automatic_options=False)
+@read_only
 def list_runs():
     """Runs newest first, a summary each: filters job, status, source, since, until; cursor pagination."""
     args = request.args
@@ -195,6 +197,7 @@ def list_runs():
 
 
 @blueprint.get("/runs/<run_id>", provide_automatic_options=False)
+@read_only
 def get_run(run_id: str):
     state = app_state()
     record = state.ledger.lookup(run_id) if is_run_id(run_id) else None

@@ -224,3 +224,11 @@ def test_signed_in_admins_may_read_but_not_run(appengine_app):
     appengine_app.get("/api/v1/runs", headers=admin, status=200)
     appengine_app.post("/jobs/invoice", headers=scheduler_headers(**admin), status=403)
     appengine_app.post_json("/api/v1/jobs/invoice/runs", {}, headers=admin, status=403)
+
+
+def test_exactly_the_dashboard_and_the_run_api_reads_are_marked_read_only(appengine_app):
+    from handlers.auth import is_read_only
+
+    app = appengine_app.app
+    marked = sorted(endpoint for endpoint, view in app.view_functions.items() if is_read_only(view))
+    assert marked == ["admin.dashboard", "admin.run_page", "runs_api.get_run", "runs_api.list_runs"]

@@ -11,7 +11,7 @@ from dedup.guard import IdempotencyConflict, IdempotencyGuard, differing_names, 
 from dedup.ledger import Ledger
 from handlers import NdbContextMiddleware
 from handlers.errors import register as register_json_errors
-from handlers.guard import LEDGER_EXTENSION, idempotent
+from handlers.guard import idempotent, install_guard
 
 
 def test_fingerprint_is_canonical_and_skips_excluded_names():
@@ -67,7 +67,7 @@ def test_a_wrapped_function_releases_on_error_and_keeps_permanent_failures(guard
 @pytest.fixture
 def service(datastore, ndb_client, clock):
     app = Flask("service")
-    app.extensions[LEDGER_EXTENSION] = Ledger(clock)
+    install_guard(app, Ledger(clock))
     register_json_errors(app)
     effects: list = []
 
@@ -216,7 +216,7 @@ def test_the_first_response_is_the_views_own(service):
 
 def test_a_key_of_another_job_is_refused_by_the_decorator_and_the_wrapper(datastore, ndb_client, clock):
     app = Flask("jobs-service")
-    app.extensions[LEDGER_EXTENSION] = Ledger(clock)
+    install_guard(app, Ledger(clock))
     register_json_errors(app)
     effects: list = []
 
@@ -245,7 +245,7 @@ def test_a_key_of_another_job_is_refused_by_the_decorator_and_the_wrapper(datast
 @pytest.mark.parametrize("job", ["x" * 101, "with space", "tab\there", "café", "", 5, None])
 def test_a_job_id_a_request_chooses_is_bounded(datastore, ndb_client, clock, job):
     app = Flask("jobs-service")
-    app.extensions[LEDGER_EXTENSION] = Ledger(clock)
+    install_guard(app, Ledger(clock))
     register_json_errors(app)
 
     @app.post("/exports")

@@ -16,7 +16,7 @@ import webtest
 
 from devtools.gunicorn import GunicornServer
 from handlers import SettingError, create_app, max_waiters_from_environ
-from handlers.guard import DEFAULT_MAX_WAITERS, WAIT_SLOTS_EXTENSION
+from handlers.guard import DEFAULT_MAX_WAITERS, GUARD_EXTENSION
 from tests import job_targets
 from tests.support.manual_runs import JOBS, start, start_slow
 
@@ -31,7 +31,7 @@ def bounded(datastore, ndb_client, jobs_file, clock):
 
 
 def slots(client):
-    return client.app.extensions[WAIT_SLOTS_EXTENSION]
+    return client.app.extensions[GUARD_EXTENSION].wait_slots
 
 
 def wait_until(condition, what: str) -> None:
