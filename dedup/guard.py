@@ -22,7 +22,7 @@ from dedup.keys import digest_parts
 from dedup.ledger import Ledger, RunDescription, RunPolicy
 from dedup.outcomes import Attempt, Finished, InProgress, Mismatch, OtherJob, Released, Replayed, RunOutcome
 from dedup.runner import Verdict, Waiting, run_once
-from models import RunStatus
+from models import RunSource, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class IdempotencyGuard:
     ledger: Ledger
     namespace: str
     policy: RunPolicy = DEFAULT_POLICY
-    source: str = "guard"
+    source: str = RunSource.GUARD.value
 
     def run_id(self, key: str, scope: str = "") -> str:
         return digest_parts(KEY_VERSION, self.namespace, scope, key)
@@ -202,4 +202,4 @@ def unwrap_plain_outcome(
     if isinstance(outcome, Released) and raised:
         raise raised[0]
     # Contended, or a stale attempt: another call owns the key now.
-    raise IdempotencyInProgress(getattr(outcome, "run_id", ""), getattr(outcome, "retry_after_seconds", 1))
+    raise IdempotencyInProgress(outcome.run_id, getattr(outcome, "retry_after_seconds", 1))

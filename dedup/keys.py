@@ -18,9 +18,9 @@ import ciso8601
 from dedup.errors import InvalidRunRequest
 
 # Scheduler job ids: letters, digits, hyphens, underscores, at most 500.
-_JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,500}")
+SCHEDULER_JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,500}")
 # Project ids (optionally domain-scoped, "example.com:my-project") and locations.
-_PROJECT = re.compile(r"(?:[a-z0-9][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
+PROJECT_ID = re.compile(r"(?:[a-z0-9][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
 _LOCATION = re.compile(r"[a-z][a-z0-9-]{0,62}")
 _FULL_JOB_NAME = re.compile(r"projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/jobs/(?P<job>[^/]+)")
 # Longer than any legal JobName, ScheduleTime or scope value: rejected unread.
@@ -155,7 +155,7 @@ def scheduled_run_key(
     if full:
         name_project, name_location = full["project"], full["location"]
         job_name = full["job"]
-    if not _JOB_ID.fullmatch(job_name):
+    if not SCHEDULER_JOB_ID.fullmatch(job_name):
         raise InvalidRunRequest(
             field,
             f"{field} must be a Scheduler job id (letters, digits, '-' and '_', at most "
@@ -164,7 +164,7 @@ def scheduled_run_key(
     instant = parse_schedule_time(schedule_time)
     project = _scope_value(
         "project",
-        _PROJECT,
+        PROJECT_ID,
         ("query parameter project", query_project),
         ("header X-Scheduler-Project", header_project),
         (field, name_project),

@@ -23,6 +23,7 @@ from google.api_core import exceptions as api_exceptions
 from google.cloud import ndb
 
 from dedup.clock import Clock
+from dedup.keys import format_utc
 from dedup.outcomes import (
     Attempt,
     Claimed,
@@ -255,7 +256,7 @@ class Ledger:
                         {
                             "attempt": attempt.attempt,
                             "attempt_id": attempt.attempt_id,
-                            "started": _iso(now),
+                            "started": format_utc(now),
                             "finished": None,
                             "outcome": None,
                             "instance": INSTANCE,
@@ -397,7 +398,7 @@ class Ledger:
         record.finished = now
         record.updated = now
         record.attempts = [
-            {**entry, "finished": _iso(now), "outcome": record.status}
+            {**entry, "finished": format_utc(now), "outcome": record.status}
             if entry.get("attempt_id") == record.attempt_id
             else entry
             for entry in record.attempts or []
@@ -494,10 +495,6 @@ def _transaction(callback: Callable[[], Any], patience_seconds: float) -> Any:
             log.info("transaction failed (%s); trying again", type(exc).__name__)
             time.sleep(random.uniform(delay / 2, delay))
             delay = min(delay * 2, 1.0)
-
-
-def _iso(instant: datetime.datetime) -> str:
-    return instant.astimezone(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def _seconds(value: float) -> datetime.timedelta:

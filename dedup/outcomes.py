@@ -2,6 +2,8 @@
 
 The protocol never raises for an expected case; it returns one of these.
 Only infrastructure errors (Datastore unreachable) propagate as exceptions.
+Every outcome has a ``run_id`` and a ``record`` (the record it is about, as
+read or written; None where there is none to show).
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ class Claimed:
     record: RunRecord
     attempt: Attempt
 
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
+
 
 @dataclasses.dataclass(frozen=True)
 class Replayed:
@@ -44,12 +50,20 @@ class Replayed:
 
     record: RunRecord
 
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
+
 
 @dataclasses.dataclass(frozen=True)
 class Mismatch:
     """The key is already used for a run with other parameters: nothing runs."""
 
     record: RunRecord
+
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +76,10 @@ class OtherJob:
 
     record: RunRecord
     job_id: str  # the job this request asked for
+
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +94,10 @@ class InProgress:
         seconds = (record.lease_expires - now).total_seconds()
         return InProgress(record, max(1, math.ceil(seconds)))
 
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
+
 
 @dataclasses.dataclass(frozen=True)
 class Contended:
@@ -84,12 +106,20 @@ class Contended:
     run_id: str
     retry_after_seconds: int = 1
 
+    @property
+    def record(self) -> None:
+        return None  # nothing was read, or the record is gone
+
 
 @dataclasses.dataclass(frozen=True)
 class Finished:
     """This attempt recorded its outcome: the record is completed or failed."""
 
     record: RunRecord
+
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,10 +130,18 @@ class Released:
     attempt: int
     error: dict  # for guarded endpoints: the response that was not kept
 
+    @property
+    def record(self) -> None:
+        return None  # nothing was read, or the record is gone
+
 
 @dataclasses.dataclass(frozen=True)
 class Renewed:
     record: RunRecord
+
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +151,11 @@ class Stale:
     run_id: str
     attempt: int
     current: RunRecord | None
+
+    @property
+    def record(self) -> RunRecord | None:
+        """The record as the stale attempt found it (another attempt's), or None if gone."""
+        return self.current
 
 
 ClaimOutcome = Claimed | Replayed | Mismatch | OtherJob | InProgress | Contended

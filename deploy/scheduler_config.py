@@ -19,10 +19,10 @@ from typing import Any, Mapping
 import yaml
 from croniter import croniter
 
-from jobs.config import JobSpec, load_strict_yaml
+from dedup.keys import PROJECT_ID, SCHEDULER_JOB_ID
+from jobs.config import REQUEST_TIMEOUT_SECONDS, JobSpec, load_strict_yaml
 
 DEFAULT_FILE = "scheduler.yaml"
-REQUEST_TIMEOUT_SECONDS = {"automatic": 600, "basic": 24 * 3600, "manual": 24 * 3600}
 MIN_ATTEMPT_DEADLINE = 15
 MAX_ATTEMPT_DEADLINE = 24 * 3600 + 15  # App Engine targets: 15 s to 24 h 15 s (job.proto)
 METHODS = ("POST", "GET")  # what /jobs/<job_id> serves
@@ -48,8 +48,6 @@ JOB_KEYS = frozenset(
     }
 )
 RETRY_KEYS = frozenset({"retry_count", "max_retry_duration", "min_backoff", "max_backoff", "max_doublings"})
-_JOB_NAME = re.compile(r"[A-Za-z0-9_-]{1,500}")
-_PROJECT = re.compile(r"(?:[a-z0-9][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
 _LOCATION = re.compile(r"[a-z]+-[a-z]+[0-9]+")
 _DURATION = re.compile(r"(?:\d+(?:\.\d+)?[dhms])+|\d+(?:\.\d+)?")  # 600, 600s, 10m, 1h30m, 1d
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms]?)")
@@ -164,7 +162,7 @@ def _parse_job(key: str, settings: dict, problems: list[Problem]) -> SchedulerJo
         problem("name", "must be a string")
         return None
 
-    if not _JOB_NAME.fullmatch(name):
+    if not SCHEDULER_JOB_ID.fullmatch(name):
         problem(None, "Scheduler job names are 1 to 500 letters, digits, '-' and '_'")
     for unknown in sorted(set(settings) - JOB_KEYS):
         problem(unknown, f"unknown key; allowed: {', '.join(sorted(JOB_KEYS))}")
@@ -185,7 +183,7 @@ def _parse_job(key: str, settings: dict, problems: list[Problem]) -> SchedulerJo
     time_zone = settings.get("time_zone", "Etc/UTC")
     if not _known_time_zone(str(time_zone)):
         problem("time_zone", f"{time_zone!r} is not a tz database time zone (e.g. Etc/UTC, utc, Europe/Paris)")
-    if not _PROJECT.fullmatch(settings["project"]):
+    if not PROJECT_ID.fullmatch(settings["project"]):
         problem("project", f"{settings['project']!r} is not a project id")
     if not _LOCATION.fullmatch(settings["location"]):
         problem("location", f"{settings['location']!r} is not a location such as us-central1")

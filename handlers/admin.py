@@ -21,7 +21,7 @@ from dedup.ledger import RunFilter
 from handlers import app_state
 from handlers.auth import read_only
 from handlers.run_documents import duration_seconds, is_stuck, run_document
-from models import RunRecord, RunStatus
+from models import RunRecord, RunSource, RunStatus
 
 blueprint = Blueprint("admin", __name__, url_prefix="/admin", template_folder="templates")
 
@@ -45,9 +45,7 @@ def dashboard():
     chosen = {name: request.args.get(name) or None for name in ("job", "status", "source")}
     if chosen["status"] not in (None, *[s.value for s in RunStatus]) or chosen["source"] not in (
         None,
-        "scheduler",
-        "api",
-        "guard",
+        *[s.value for s in RunSource],
     ):
         abort(400, "unknown status or source")
     try:

@@ -40,7 +40,8 @@ from dedup.runner import Waiting, WaitSlots, storable_json_problem
 from handlers.errors import json_error
 from handlers.replayed_response import StoredResponse, classify_response
 from handlers.responses import busy_response, job_mismatch_response, note_outcome
-from models import RunRecord, RunStatus
+from jobs.config import MAX_JOB_ID_CHARS  # a guard's namespace and job_id(), as jobs.yaml's job ids
+from models import RunRecord, RunSource, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,6 @@ EXPIRES_HEADER = "Idempotency-Expires"
 _PREFER_WAIT = re.compile(r'^\s*wait\s*=\s*"?(\d+)"?\s*$', re.IGNORECASE)
 # A kept response must fit in the record beside everything else.
 MAX_KEPT_BODY_BYTES = 256 * 1024
-# As jobs.yaml's job ids: what a guard's namespace and job_id() may be at most.
-MAX_JOB_ID_CHARS = 100
 # Request bodies nested deeper than this are refused: they parse, but the
 # JSON encoders that store and fingerprint them recurse once per level.
 MAX_JSON_DEPTH = 100
@@ -145,7 +144,7 @@ def idempotent(
     replay_headers: Collection[str] = (),
     policy: RunPolicy | Callable[[], RunPolicy] = DEFAULT_POLICY,
     replayed_status: Mapping[int, int] | None = None,
-    source: str = "guard",
+    source: str = RunSource.GUARD.value,
     job_id: Callable[[], str] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Response]]:
     """Make a Flask view idempotent under a client-supplied key.
@@ -433,7 +432,7 @@ def _outcome_response(
     if isinstance(outcome, InProgress):
         # A client polls a manual run: suggest a short wait, not the whole lease.
         response.headers["Retry-After"] = str(min(outcome.retry_after_seconds, MAX_RETRY_AFTER_SECONDS))
-    record = getattr(outcome, "record", None) or getattr(outcome, "current", None)
+    record = outcome.record
     return _with_expiry(response, record) if record is not None else response
 
 

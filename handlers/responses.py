@@ -31,7 +31,7 @@ from dedup.outcomes import (
 )
 from handlers.errors import json_error
 from handlers.logs import note_run
-from models import RunRecord, RunStatus
+from models import RunRecord, RunSource, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 def outcome_response(outcome: RunOutcome) -> Response:
     note_outcome(outcome)
     response = _outcome_response(outcome)
-    response.headers["X-Dedup-Run-Id"] = _run_id_of(outcome)
+    response.headers["X-Dedup-Run-Id"] = outcome.run_id
     return response
 
 
@@ -56,9 +56,9 @@ OUTCOME_NAMES = {
 
 def note_outcome(outcome: RunOutcome) -> None:
     """Name the outcome for the request's log line (log-based metrics count them)."""
-    record = getattr(outcome, "record", None) or getattr(outcome, "current", None)
+    record = outcome.record
     name = record.status if isinstance(outcome, Finished) else OUTCOME_NAMES[type(outcome)]
-    fields = {"outcome": name, "run_id": _run_id_of(outcome)}
+    fields = {"outcome": name, "run_id": outcome.run_id}
     if record is not None and not isinstance(outcome, Stale):
         fields.update(job_id=record.job_id, source=record.source, attempt=record.attempt)
     if isinstance(outcome, (Stale, Released)):
@@ -66,11 +66,6 @@ def note_outcome(outcome: RunOutcome) -> None:
     if isinstance(outcome, OtherJob):
         fields.update(job_id=outcome.job_id, attempt=None)  # the job asked for, not the record's
     note_run(**fields)
-
-
-def _run_id_of(outcome: RunOutcome) -> str:
-    record = getattr(outcome, "record", None)
-    return record.run_id if record is not None else outcome.run_id
 
 
 def _outcome_response(outcome: RunOutcome) -> Response:
@@ -101,7 +96,7 @@ def job_mismatch_response(outcome: OtherJob) -> Response:
     Shared with the guard.  Nothing ran and nothing was replayed.
     """
     record = outcome.record
-    if record.source == "scheduler":
+    if record.source == RunSource.SCHEDULER:
         what = (
             f"the delivery of Scheduler job {record.scheduler_job_name!r} for {format_utc(record.schedule_time)}"
             if record.schedule_time

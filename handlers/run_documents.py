@@ -9,7 +9,7 @@ from typing import Any
 from dedup.keys import format_utc
 from dedup.ledger import json_preview
 from handlers.replayed_response import StoredResponse
-from models import RunRecord, RunStatus
+from models import RunRecord, RunSource, RunStatus
 
 
 def _time(value: datetime.datetime | None) -> str | None:
@@ -52,7 +52,7 @@ def run_document(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
     """The whole record: its fields, parameters, attempt history and stored document."""
     document = {**_fields(record, now), "parameters": record.parameters, "attempts": record.attempts or []}
     kept = record.result if record.status == RunStatus.COMPLETED else record.error
-    if record.source != "scheduler" and StoredResponse.is_document(kept):
+    if record.source != RunSource.SCHEDULER and StoredResponse.is_document(kept):
         document["response"] = response_view(StoredResponse.from_document(kept))
     elif record.status == RunStatus.COMPLETED:
         document["result"] = record.result
@@ -74,7 +74,7 @@ def _fields(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
         "schedule_time": _time(record.schedule_time),
         "project": record.project or None,
         "location": record.location or None,
-        "client_token": record.idempotency_key if record.source != "scheduler" else None,
+        "client_token": record.idempotency_key if record.source != RunSource.SCHEDULER else None,
         "downstream": record.downstream,
         "created": _time(record.created),
         "started": _time(record.started),

@@ -33,7 +33,7 @@ from handlers.logs import note_run
 from handlers.run_documents import run_document, run_summaries
 from jobs.base import RunContext
 from jobs.config import JobSpec
-from models import RunStatus
+from models import RunSource, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def require_job(view: Callable[..., Any]) -> Callable[..., Any]:
     def checked(job_id: str, **kwargs: Any):
         if job_id not in app_state().jobs:
             raise NotFound(f"no job {job_id!r} is declared in the jobs file")
-        note_run(job_id=job_id, source="api")
+        note_run(job_id=job_id, source=RunSource.API.value)
         return view(job_id, **kwargs)
 
     return checked
@@ -102,7 +102,7 @@ def manual_run_policy() -> RunPolicy:
 @require_job
 @idempotent(
     "manual-run",
-    source="api",
+    source=RunSource.API.value,
     job_id=lambda: current_job().job_id,
     key_field="clientToken",
     key_header="Idempotency-Key",
@@ -123,7 +123,7 @@ def start_manual_run(job_id: str):
     context = RunContext.for_attempt(
         call.claim,
         job_id,
-        source="api",
+        source=RunSource.API.value,
         parameters=parameters,
         client_token=call.key,
         clock=app_state().clock,
@@ -152,7 +152,7 @@ def start_manual_run(job_id: str):
 
 MAX_PAGE_SIZE = 100
 DEFAULT_PAGE_SIZE = 50
-SOURCES = ("scheduler", "api", "guard")
+SOURCES = tuple(s.value for s in RunSource)
 
 
 def _bad(message: str):

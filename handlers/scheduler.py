@@ -15,6 +15,7 @@ from handlers.errors import json_error
 from handlers.logs import note_run
 from handlers.responses import outcome_response
 from jobs.base import RunContext
+from models import RunSource
 
 blueprint = Blueprint("scheduler", __name__)
 
@@ -37,10 +38,10 @@ def deliver(job_id: str):
         )
     except InvalidRunRequest as exc:
         return json_error(400, "InvalidRequest", exc.message, field=exc.field)
-    note_run(job_id=job_id, source="scheduler", run_id=key.run_id)
+    note_run(job_id=job_id, source=RunSource.SCHEDULER.value, run_id=key.run_id)
     body = request.get_data(cache=False)
     description = RunDescription(
-        source="scheduler",
+        source=RunSource.SCHEDULER.value,
         job_id=job_id,
         scheduler_job_name=key.job_name,
         schedule_time=key.schedule_time,

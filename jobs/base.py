@@ -12,6 +12,7 @@ from dedup.clock import Clock, SystemClock
 from dedup.errors import PermanentJobError
 from dedup.outcomes import Attempt
 from jobs.errors import JobsConfigError
+from models import RunSource
 
 # The longest downstream resource name a run records (and every reader is sent).
 MAX_DOWNSTREAM_CHARS = 1024
@@ -34,7 +35,7 @@ class RunContext:
     body: bytes = b""
     project: str = ""
     location: str = ""
-    source: str = "scheduler"  # or "api" for a manual run
+    source: str = RunSource.SCHEDULER.value  # or RunSource.API for a manual run
     parameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # manual runs' parameters
     client_token: str | None = None  # manual runs: the caller's token
     # What an earlier attempt of this run started downstream, if it recorded it.

@@ -28,7 +28,8 @@ COMMON_KEYS = frozenset(
 # The request timeout of the service's scaling type (DEDUP_SCALING): how long a run may last.
 REQUEST_TIMEOUT_SECONDS = {"automatic": 600, "basic": 24 * 3600, "manual": 24 * 3600}
 # Served at /jobs/<job_id>: keep ids to URL-safe characters.
-_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
+MAX_JOB_ID_CHARS = 100
+_JOB_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_-]{{0,{MAX_JOB_ID_CHARS - 1}}}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """NDB models: the Datastore entities this app stores."""
 
-from models.run import RunRecord, RunStatus
+from models.run import RunRecord, RunSource, RunStatus
 
-__all__ = ["RunRecord", "RunStatus"]
+__all__ = ["RunRecord", "RunSource", "RunStatus"]

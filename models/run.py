@@ -18,6 +18,14 @@ class RunStatus(str, enum.Enum):
     FAILED = "failed"
 
 
+class RunSource(str, enum.Enum):
+    """Who asked for a run."""
+
+    SCHEDULER = "scheduler"  # a Cloud Scheduler delivery
+    API = "api"  # a manual run with a client token
+    GUARD = "guard"  # an endpoint behind the idempotency guard
+
+
 class RunRecord(ndb.Model):
     """A scheduled (or, later, manual) run and the state of its current attempt.
 
@@ -33,9 +41,7 @@ class RunRecord(ndb.Model):
     _use_cache = False
     _use_global_cache = False
 
-    # "scheduler" (a Cloud Scheduler delivery), "api" (a manual run with a
-    # client token) or "guard" (an endpoint behind the idempotency guard).
-    source = ndb.StringProperty(required=True)
+    source = ndb.StringProperty(required=True, choices=[s.value for s in RunSource])
     job_id = ndb.StringProperty(required=True)  # for "guard" records: the guard's namespace
     scheduler_job_name = ndb.StringProperty()
     schedule_time = ndb.DateTimeProperty(tzinfo=datetime.timezone.utc)

@@ -200,7 +200,8 @@ def test_attempt_history_is_kept_in_the_existing_transactions(ledger, clock):
     history = RunRecord.get_by_id("run-1").attempts
     assert [(h["attempt"], h["outcome"]) for h in history] == [(1, "lease_expired"), (2, "completed")]
     assert history[0]["attempt_id"] == first.attempt.attempt_id and history[0]["finished"] is None
-    assert history[1]["started"] == "2030-01-01T00:01:01Z" and history[1]["finished"] == "2030-01-01T00:01:06Z"
+    assert history[1]["started"] == "2030-01-01T00:01:01.000000Z"  # spelled as every timestamp of the API
+    assert history[1]["finished"] == "2030-01-01T00:01:06.000000Z"
     assert history[1]["instance"]
 
 
