@@ -119,7 +119,13 @@ def executions_of(jobs: list[SchedulerJob], count: int, start: datetime.datetime
 
 
 def deliver_execution(
-    app_url: str, execution: Execution, compress: float, faults: Faults, rng: random.Random, lock: threading.Lock
+    app_url: str,
+    execution: Execution,
+    compress: float,
+    faults: Faults,
+    rng: random.Random,
+    lock: threading.Lock,
+    killer: WorkerKiller | None = None,
 ) -> None:
     """Scheduler's attempts for one execution until a 2xx gets through or retries run out."""
     job = execution.job
@@ -145,20 +151,20 @@ def deliver_execution(
         return str(response.status_code)
 
     try:
-        _deliveries(execution, attempt, deadline, waits, job, compress, faults, rng, lock, started)
+        _deliveries(execution, attempt, deadline, waits, job, compress, faults, rng, lock, started, killer)
     finally:
         execution.window = (started, time.monotonic())
 
 
-def _deliveries(execution, attempt, deadline, waits, job, compress, faults, rng, lock, started) -> None:
+def _deliveries(execution, attempt, deadline, waits, job, compress, faults, rng, lock, started, killer) -> None:
     counted_failures = 0
     while True:
         with lock:
             duplicate = rng.random() < faults.duplicates
             lost = rng.random() < faults.lost_acks
             kill = rng.random() < faults.worker_kills
-        if kill and KILLER is not None:
-            threading.Timer(min(0.3, deadline / 2), KILLER.kill_one).start()
+        if kill and killer is not None:
+            threading.Timer(min(0.3, deadline / 2), killer.kill_one).start()
         if duplicate:
             extra = threading.Thread(target=lambda: execution.attempts.append("dup:" + attempt()))
             extra.start()
@@ -183,7 +189,6 @@ def _deliveries(execution, attempt, deadline, waits, job, compress, faults, rng,
 
 
 MAX_ATTEMPTS = 60
-KILLER: "WorkerKiller | None" = None
 
 
 class WorkerKiller:
@@ -218,24 +223,28 @@ def simulate(
     sink: EffectSink,
     parallel: int = 8,
     server_pid: int | None = None,
-) -> list[Execution]:
-    global KILLER
+) -> Simulation:
+    """Play ``executions`` scheduled executions against the app; return them with the worker kills."""
     rng = random.Random(seed)
     lock = threading.Lock()
     plan = executions_of(jobs, executions, datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc))
-    KILLER = WorkerKiller(server_pid, rng, lock) if server_pid and faults.worker_kills else None
-    try:
-        with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
-            list(pool.map(lambda e: deliver_execution(app_url, e, compress, faults, rng, lock), plan))
-        # Attempts cut by their deadline may still be running: wait out the longest lease.
-        time.sleep(3 * max(job.attempt_deadline for job in jobs) / compress + 1)
-        for execution in plan:
-            execution.effects = sink.effects.get(execution.run_id, 0) if execution.run_id else 0
-            execution.calls = sink.calls.get(execution.run_id, 0) if execution.run_id else 0
-        simulate.kills = list(KILLER.kills) if KILLER else []
-    finally:
-        KILLER = None
-    return plan
+    killer = WorkerKiller(server_pid, rng, lock) if server_pid and faults.worker_kills else None
+    with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
+        list(pool.map(lambda e: deliver_execution(app_url, e, compress, faults, rng, lock, killer), plan))
+    # Attempts cut by their deadline may still be running: wait out the longest lease.
+    time.sleep(3 * max(job.attempt_deadline for job in jobs) / compress + 1)
+    for execution in plan:
+        execution.effects = sink.effects.get(execution.run_id, 0) if execution.run_id else 0
+        execution.calls = sink.calls.get(execution.run_id, 0) if execution.run_id else 0
+    return Simulation(plan, list(killer.kills) if killer else [])
+
+
+@dataclasses.dataclass(frozen=True)
+class Simulation:
+    """What a simulation delivered, and when it killed a worker (a second call must coincide with one)."""
+
+    plan: list[Execution]
+    kills: list[float]
 
 
 def unexplained(plan: list[Execution], kills: list[float]) -> list[Execution]:
@@ -346,17 +355,18 @@ def main() -> int:
         DatastoreEmulator(project="dedup-simulate") as emulator,
         GunicornServer(emulator, jobs_file, quiet=True, extra_env={"DEDUP_AUTH": "none"}) as server,
     ):
-        plan = simulate(
+        simulation = simulate(
             server.url, jobs, args.executions, args.compress, faults, args.seed, sink, server_pid=server.process.pid
         )
+    plan = simulation.plan
     os.unlink(jobs_file)
     table, page = report(plan)
     print(table)
     with open(args.report, "w", encoding="utf-8") as handle:
         handle.write(page)
     print(f"chart: {args.report}")
-    bad = unexplained(plan, simulate.kills)
-    print(f"{len(simulate.kills)} worker kill(s); {len(bad)} execution(s) not exactly once")
+    bad = unexplained(plan, simulation.kills)
+    print(f"{len(simulation.kills)} worker kill(s); {len(bad)} execution(s) not exactly once")
     return 0 if not bad else 1
 
 

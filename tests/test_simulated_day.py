@@ -51,16 +51,19 @@ def test_a_simulated_day(datastore, ndb_client, tmp_path):
     jobs_file = simulation_jobs_file(jobs, sink.url, compress)
     try:
         with GunicornServer(datastore, jobs_file, quiet=True) as server:
-            plan = simulate(server.url, jobs, 200, compress, faults, seed=3, sink=sink, server_pid=server.process.pid)
+            simulation = simulate(
+                server.url, jobs, 200, compress, faults, seed=3, sink=sink, server_pid=server.process.pid
+            )
     finally:
         os.unlink(jobs_file)
+    plan = simulation.plan
     table, page = report(plan)
     (tmp_path / "simulation.html").write_text(page)
     assert len(plan) == 200
     assert sum(1 for e in plan if any(a in ("deadline", "lost-ack") or a.startswith("dup:") for a in e.attempts)) > 50
-    assert len(simulate.kills) > 0  # workers did die under deliveries
+    assert len(simulation.kills) > 0  # workers did die under deliveries
     # Every execution took effect at the downstream, once; any second call is explained by a kill.
-    bad = unexplained(plan, simulate.kills)
+    bad = unexplained(plan, simulation.kills)
     assert bad == [], "\n".join(
         f"{e.job.name} {e.schedule_time} effects={e.effects} calls={e.calls} {e.attempts}" for e in bad
     )
