@@ -17,7 +17,7 @@ from flask import Blueprint, abort, render_template, request
 from markupsafe import Markup, escape
 
 from dedup.keys import format_utc, is_run_id
-from dedup.ledger import RunFilter
+from dedup.queries import RunFilter
 from handlers import app_state
 from handlers.auth import read_only
 from handlers.run_documents import duration_seconds, is_stuck, run_document

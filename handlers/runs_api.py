@@ -20,10 +20,8 @@ from werkzeug.exceptions import NotFound
 from dedup.errors import InvalidRunRequest, PermanentJobError
 from dedup.guard import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS
 from dedup.keys import is_run_id, parse_rfc3339
-from dedup.ledger import (
-    RunFilter,
-    RunPolicy,  # noqa: F401 - the type manual_run_policy returns
-)
+from dedup.ledger import RunPolicy
+from dedup.queries import RunFilter
 from dedup.runner import error_document, storable_json_problem
 from handlers import app_state
 from handlers.auth import read_only

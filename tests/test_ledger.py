@@ -126,11 +126,11 @@ def test_replay_answers_only_finished_runs(ledger):
 def test_only_aborted_transactions_count_as_contention():
     from google.api_core import exceptions as api_exceptions
 
-    from dedup.ledger import _is_contention
+    from dedup.transactions import is_contention
 
-    assert _is_contention(api_exceptions.Aborted("too much contention"))
-    assert _is_contention(api_exceptions.RetryError("gave up", cause=api_exceptions.Aborted("x")))
-    assert not _is_contention(api_exceptions.RetryError("gave up", cause=api_exceptions.ServiceUnavailable("down")))
+    assert is_contention(api_exceptions.Aborted("too much contention"))
+    assert is_contention(api_exceptions.RetryError("gave up", cause=api_exceptions.Aborted("x")))
+    assert not is_contention(api_exceptions.RetryError("gave up", cause=api_exceptions.ServiceUnavailable("down")))
 
 
 def test_error_documents_are_always_storable():
@@ -162,7 +162,7 @@ def test_a_record_never_expires_while_its_lease_is_live(ledger, clock):
 def test_contended_transactions_are_tried_again(ndb_context):
     from google.api_core import exceptions as api_exceptions
 
-    from dedup.ledger import _transaction
+    from dedup.transactions import run_transaction
 
     failures = iter([api_exceptions.Aborted("contention")] * 3)
 
@@ -184,11 +184,11 @@ def test_contended_transactions_are_tried_again(ndb_context):
         ).put()
         return "written"
 
-    assert _transaction(write, patience_seconds=10) == "written"
+    assert run_transaction(write, patience_seconds=10) == "written"
     assert RunRecord.get_by_id("x").status == "completed"
     always = iter(lambda: api_exceptions.Aborted("contention"), None)
     with pytest.raises(api_exceptions.Aborted):
-        _transaction(lambda: (_ for _ in ()).throw(next(always)), patience_seconds=0.3)
+        run_transaction(lambda: (_ for _ in ()).throw(next(always)), patience_seconds=0.3)
 
 
 def test_attempt_history_is_kept_in_the_existing_transactions(ledger, clock):
