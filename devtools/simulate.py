@@ -50,7 +50,7 @@ class EffectSink:
 
     ``calls`` counts the calls that applied an effect, per Idempotency-Key.
     ``effects`` counts what the downstream keeps when it deduplicates on that
-    key, as the README asks the most downstream service to: a second call
+    key, as docs/jobs.md asks the most downstream service to: a second call
     with a key happens only when an attempt died after the effect and before
     it could record it (a killed worker), and the key absorbs it.
     """

@@ -1,0 +1,40 @@
+"""The idempotency guard on an endpoint of your own: docs/manual-runs.md shows this file.
+
+Serve it with ``gunicorn examples.guarded_payments:app`` (DATASTORE_EMULATOR_HOST
+pointing at an emulator locally).
+"""
+
+from __future__ import annotations
+
+from flask import Flask, jsonify, request
+
+from dedup.clock import SystemClock
+from dedup.ledger import Ledger
+from handlers import NdbContextMiddleware
+from handlers.guard import idempotent, install_guard
+from handlers.request_limits import limit_requests
+
+app = Flask(__name__)
+install_guard(app, Ledger(SystemClock()))  # the ledger the guard's records go to
+limit_requests(app)  # bodies over 1 MiB (chunked too) are 413; HEAD is 405
+app.wsgi_app = NdbContextMiddleware(app.wsgi_app)  # an NDB context per request
+PAYMENTS: list[dict] = []  # stands in for the side effect that must happen once
+
+
+def current_tenant() -> str:
+    return request.headers.get("X-Tenant", "")
+
+
+@app.post("/payments")
+@idempotent(
+    "payments",  # namespace of the keys
+    fields=["amount", "currency"],  # fingerprinted JSON fields (default: the raw body)
+    scope=current_tenant,  # keys are per tenant
+    replay_headers=["Location"],  # headers kept and replayed with the body
+)
+def create_payment():  # g.idempotency: key, key_generated, run_id, attempt, attempt_id
+    payment = {"id": len(PAYMENTS) + 1, **request.get_json()}
+    PAYMENTS.append(payment)
+    response = jsonify(payment)
+    response.headers["Location"] = f"/payments/{payment['id']}"
+    return response, 201

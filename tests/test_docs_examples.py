@@ -1,0 +1,83 @@
+"""The code the docs show is code that runs: every ``python`` block of README.md and docs/
+is a verbatim part of a file in examples/, and each of those files is exercised here."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+
+import pytest
+import webtest
+import yaml
+
+from jobs.config import parse_jobs
+from tests.support.deliveries import scheduler_headers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCS = ["README.md", *sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))]
+
+
+def blocks(language: str) -> list[tuple[str, str]]:
+    found = []
+    for name in DOCS:
+        with open(os.path.join(ROOT, name), encoding="utf-8") as handle:
+            found += [(name, block) for block in re.findall(rf"```{language}\n(.*?)```", handle.read(), re.S)]
+    return found
+
+
+def examples() -> str:
+    texts = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "examples", "*.py"))):
+        with open(path, encoding="utf-8") as handle:
+            texts.append(handle.read())
+    return "\n".join(texts)
+
+
+def test_the_docs_show_python():
+    assert len(blocks("python")) >= 3
+
+
+@pytest.mark.parametrize("doc, block", blocks("python"), ids=lambda v: v if len(v) < 40 else v[:40])
+def test_every_python_snippet_is_part_of_an_example_that_runs(doc, block):
+    assert block in examples(), f"{doc}: this snippet is not in examples/*.py, so nothing runs it:\n{block}"
+
+
+@pytest.mark.parametrize("doc, block", [b for b in blocks("yaml") if b[1].lstrip().startswith("jobs:")])
+def test_every_jobs_file_snippet_is_a_valid_jobs_file(doc, block):
+    assert parse_jobs(block)  # the app would start with it
+
+
+def test_the_guarded_payments_example(datastore):
+    from examples import guarded_payments
+
+    guarded_payments.PAYMENTS.clear()
+    app = webtest.TestApp(guarded_payments.app)
+    headers = {"Idempotency-Key": "pay-1", "X-Tenant": "acme"}
+    first = app.post_json("/payments", {"amount": 5, "currency": "EUR"}, headers=headers, status=201)
+    again = app.post_json("/payments", {"amount": 5, "currency": "EUR"}, headers=headers, status=201)
+    assert again.headers["Idempotent-Replayed"] == "true" and again.json == first.json
+    assert again.headers["Location"] == first.headers["Location"] == "/payments/1"
+    other = app.post_json("/payments", {"amount": 6, "currency": "EUR"}, headers=headers, status=422)
+    assert other.json["differing"] == ["amount"]
+    app.post_json("/payments", {"amount": 5, "currency": "EUR"}, headers={**headers, "X-Tenant": "beta"}, status=201)
+    assert [p["id"] for p in guarded_payments.PAYMENTS] == [1, 2]  # once per tenant
+
+
+def test_the_guarded_shipping_example(ndb_context):
+    from examples import guarded_shipping
+
+    guarded_shipping.SHIPPED.clear()
+    order = {"id": "o-1", "address": "1 Main St"}
+    assert guarded_shipping.ship(order) == guarded_shipping.ship(order) == {"label": "label-o-1"}
+    assert guarded_shipping.SHIPPED == ["o-1"]
+
+
+def test_the_report_job_example_as_the_docs_declare_it(make_client):
+    (declared,) = [b for _, b in blocks("yaml") if "examples.report_job:build_report" in b]
+    nightly = {"jobs": {"nightly-report": yaml.safe_load(declared)["jobs"]["nightly-report"]}}
+    client = make_client(yaml.safe_dump(nightly))
+    done = client.post("/jobs/nightly-report", b'{"rows": 7}', headers=scheduler_headers(), status=200)
+    assert done.json["result"] == {"rows": 7, "report_key": done.json["run_id"]}
+    bad = client.post("/jobs/nightly-report", b'{"rows": "x"}', headers=scheduler_headers(job_name="b"), status=422)
+    assert "whole number" in bad.json["error"]["message"]
