@@ -21,7 +21,7 @@ from dedup.clock import Clock, SystemClock
 from dedup.ledger import Ledger
 from handlers import NdbContextMiddleware
 from handlers.errors import register as register_json_errors
-from handlers.guard import idempotent, install_guard
+from handlers.idempotent import idempotent, install_guard
 from handlers.request_limits import limit_requests
 
 

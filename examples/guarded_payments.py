@@ -11,7 +11,7 @@ from flask import Flask, jsonify, request
 from dedup.clock import SystemClock
 from dedup.ledger import Ledger
 from handlers import NdbContextMiddleware
-from handlers.guard import idempotent, install_guard
+from handlers.idempotent import idempotent, install_guard
 from handlers.request_limits import limit_requests
 
 app = Flask(__name__)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dedup.clock import SystemClock
-from dedup.guard import IdempotencyGuard
+from dedup.idempotency import IdempotencyGuard
 from dedup.ledger import Ledger
 
 guard = IdempotencyGuard(Ledger(SystemClock()), "shipments")

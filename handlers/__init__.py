@@ -14,7 +14,7 @@ from google.cloud import ndb
 from dedup.clock import Clock, SystemClock
 from dedup.ledger import Ledger
 from handlers.auth import AuthSettings, is_read_only, verifier_for
-from handlers.guard import GuardRegistry, install_guard
+from handlers.idempotent import GuardRegistry, install_guard
 from jobs.config import JobSpec, jobs_file_path, load_jobs
 
 
@@ -86,7 +86,7 @@ class SettingError(ValueError):
 
 def max_waiters_from_environ(environ: Mapping[str, str]) -> int:
     """DEDUP_MAX_WAITERS: a whole number from 0 (never wait) to MAX_WAITERS_LIMIT."""
-    from handlers.guard import DEFAULT_MAX_WAITERS
+    from handlers.idempotent import DEFAULT_MAX_WAITERS
 
     raw = environ.get("DEDUP_MAX_WAITERS", "").strip()
     if not raw:

@@ -18,7 +18,7 @@ from google.api_core import exceptions as google_exceptions
 from werkzeug.exceptions import NotFound
 
 from dedup.errors import InvalidRunRequest, PermanentJobError
-from dedup.guard import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS
+from dedup.idempotency import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS
 from dedup.keys import is_run_id, parse_rfc3339
 from dedup.ledger import RunPolicy
 from dedup.queries import RunFilter
@@ -26,9 +26,10 @@ from dedup.runner import error_document, storable_json_problem
 from handlers import app_state
 from handlers.auth import read_only
 from handlers.errors import json_error
-from handlers.guard import GuardedCall, GuardRejected, idempotent, json_payload
+from handlers.idempotent import GuardedCall, GuardRejected, idempotent
 from handlers.logs import note_run
 from handlers.run_documents import run_document, run_summaries
+from handlers.strict_json import json_payload
 from jobs.base import RunContext
 from jobs.config import JobSpec
 from models import RunSource, RunStatus

@@ -7,11 +7,11 @@ import webtest
 from flask import Flask, Response, g, jsonify, request, send_file
 
 from dedup.errors import PermanentJobError
-from dedup.guard import IdempotencyConflict, IdempotencyGuard, differing_names, fingerprint
+from dedup.idempotency import IdempotencyConflict, IdempotencyGuard, differing_names, fingerprint
 from dedup.ledger import Ledger
 from handlers import NdbContextMiddleware
 from handlers.errors import register as register_json_errors
-from handlers.guard import idempotent, install_guard
+from handlers.idempotent import idempotent, install_guard
 
 
 def test_fingerprint_is_canonical_and_skips_excluded_names():

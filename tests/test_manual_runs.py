@@ -302,7 +302,7 @@ def test_prefer_wait_gives_up_with_409_and_is_capped(client):
     assert "Preference-Applied" not in capped.headers
     job_targets.GATES["g1"].set()
     thread.join(10)
-    from handlers.guard import _PREFER_WAIT, MAX_WAIT_SECONDS
+    from handlers.idempotent import _PREFER_WAIT, MAX_WAIT_SECONDS
 
     assert MAX_WAIT_SECONDS == 60 and _PREFER_WAIT.match("wait=3600")
 

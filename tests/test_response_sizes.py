@@ -18,7 +18,7 @@ import pytest
 from dedup.keys import scheduled_run_key
 from dedup.ledger import MAX_ATTEMPT_HISTORY, Ledger, RunDescription, RunPolicy
 from dedup.runner import MAX_STORED_JSON_BYTES, storable_json_problem
-from handlers.guard import MAX_KEPT_BODY_BYTES, MAX_STORED_PARAMETER_BYTES, _check_fingerprintable
+from handlers.idempotent import MAX_KEPT_BODY_BYTES, MAX_STORED_PARAMETER_BYTES, _check_fingerprintable
 from handlers.replayed_response import StoredResponse
 from jobs.base import MAX_DOWNSTREAM_CHARS
 

@@ -16,7 +16,7 @@ import webtest
 
 from devtools.gunicorn import GunicornServer
 from handlers import SettingError, create_app, max_waiters_from_environ
-from handlers.guard import DEFAULT_MAX_WAITERS, GUARD_EXTENSION
+from handlers.idempotent import DEFAULT_MAX_WAITERS, GUARD_EXTENSION
 from tests import job_targets
 from tests.support.manual_runs import JOBS, start, start_slow
 

@@ -27,7 +27,7 @@ from typing import Any, Callable, Collection, Mapping
 from flask import Flask, Response, current_app, g, make_response, request
 from werkzeug.exceptions import HTTPException
 
-from dedup.guard import (
+from dedup.idempotency import (
     DEFAULT_POLICY,
     IdempotencyGuard,
     canonical_json,
@@ -40,12 +40,13 @@ from dedup.runner import Waiting, WaitSlots, storable_json_problem
 from handlers.errors import json_error
 from handlers.replayed_response import StoredResponse, classify_response
 from handlers.responses import busy_response, job_mismatch_response, note_outcome
+from handlers.strict_json import InvalidJson, json_payload
 from jobs.config import MAX_JOB_ID_CHARS  # a guard's namespace and job_id(), as jobs.yaml's job ids
 from models import RunRecord, RunSource, RunStatus
 
 log = logging.getLogger(__name__)
 
-GUARD_EXTENSION = "dedup.guard"
+GUARD_EXTENSION = "dedup.idempotency"
 MAX_WAIT_SECONDS = 60  # Prefer: wait=N is capped here
 # How many requests of a process may wait at once (Prefer: wait) unless the app
 # says otherwise: a quarter of the 8 threads app.yaml gives each worker.
@@ -55,9 +56,6 @@ EXPIRES_HEADER = "Idempotency-Expires"
 _PREFER_WAIT = re.compile(r'^\s*wait\s*=\s*"?(\d+)"?\s*$', re.IGNORECASE)
 # A kept response must fit in the record beside everything else.
 MAX_KEPT_BODY_BYTES = 256 * 1024
-# Request bodies nested deeper than this are refused: they parse, but the
-# JSON encoders that store and fingerprint them recurse once per level.
-MAX_JSON_DEPTH = 100
 # The most a run's parameters may take as stored JSON (uncompressed): with the
 # kept response (at most 512 KiB) and the rest of the record they stay under
 # Datastore's 1 MiB, and a reader of the record never gets more than this of them.
@@ -122,7 +120,7 @@ def guard_registry() -> GuardRegistry:
     registry = current_app.extensions.get(GUARD_EXTENSION)
     if registry is None:
         raise RuntimeError(
-            "this app serves @idempotent views but never called handlers.guard.install_guard(app, ledger)"
+            "this app serves @idempotent views but never called handlers.idempotent.install_guard(app, ledger)"
         )
     return registry
 
@@ -177,7 +175,7 @@ def idempotent(
                 chosen_scope = scope() if scope else ""
                 chosen_policy = policy() if callable(policy) else policy
                 chosen_job = _checked_job_id(job_id()) if job_id else None
-            except GuardRejected as exc:
+            except (GuardRejected, InvalidJson) as exc:
                 return json_error(400, bad_request_error, exc.message)
             registry = guard_registry()
             wait = Waiting(_preferred_wait(), registry.wait_slots)
@@ -212,50 +210,6 @@ def idempotent(
     return decorate
 
 
-_NO_PAYLOAD = object()
-
-
-def json_payload() -> Any:
-    """The request's JSON body (None when empty), parsed once; GuardRejected when it is not
-    strict JSON (NaN, Infinity, invalid UTF-8, lone surrogates, absurd nesting)."""
-    cached = g.get("_idempotency_payload", _NO_PAYLOAD)
-    if cached is not _NO_PAYLOAD:
-        return cached
-    raw = request.get_data(cache=True)
-    payload = None
-    if raw.strip():
-        try:
-            payload = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-            if _nesting_depth_exceeds(payload, MAX_JSON_DEPTH):
-                # Parsed fine, but storing it would overflow the stack of NDB's encoder.
-                raise RecursionError
-            canonical_json(payload).encode("utf-8")
-        except (ValueError, RecursionError, UnicodeError) as exc:
-            reason = (
-                f"it is nested more than {MAX_JSON_DEPTH} levels deep"
-                if isinstance(exc, RecursionError)
-                else str(exc)[:200]
-            )
-            raise GuardRejected(f"the request body is not valid JSON: {reason}") from None
-    g._idempotency_payload = payload
-    return payload
-
-
-def _nesting_depth_exceeds(value: Any, limit: int) -> bool:
-    """Whether arrays and objects nest deeper than ``limit`` (counted without recursion)."""
-    pending = [(value, 1)] if isinstance(value, (dict, list)) else []
-    while pending:
-        item, depth = pending.pop()
-        if depth > limit:
-            return True
-        pending.extend(
-            (child, depth + 1)
-            for child in (item.values() if isinstance(item, dict) else item)
-            if isinstance(child, (dict, list))
-        )
-    return False
-
-
 def job_id_problem(value: Any) -> str | None:
     """What a record's job id (a guard's namespace, or its ``job_id()``) may be: what readers
     are sent and what Datastore indexes, so 1 to 100 printable ASCII characters."""
@@ -271,10 +225,6 @@ def _checked_job_id(value: Any) -> str:
     if problem:
         raise GuardRejected(f"the job this request names {problem}")
     return value
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _check_fingerprintable(given: Mapping[str, Any]) -> None:

@@ -5,7 +5,7 @@ token, an ``Idempotency-Key`` header): the key is scoped (per job, per
 tenant, ...), the parameters are fingerprinted so a reused key with other
 parameters is refused, and records follow the Amazon ECS lifetime rule,
 min(created + 24 h, finished + 1 h).  Manual runs and any guarded endpoint
-use this one implementation; the Flask decorator lives in handlers/guard.py.
+use this one implementation; the Flask decorator lives in handlers/idempotent.py.
 """
 
 from __future__ import annotations

@@ -1,0 +1,75 @@
+"""The request's body as strict JSON: what a fingerprint and a stored record can hold.
+
+Python's ``json`` accepts more than JSON (NaN, Infinity, lone surrogates), and a
+body nested deeply enough parses yet overflows the encoders that store and
+fingerprint it.  Each of those is refused with a message saying why.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flask import g, request
+
+from dedup.idempotency import canonical_json
+
+# Request bodies nested deeper than this are refused: they parse, but the
+# JSON encoders that store and fingerprint them recurse once per level.
+MAX_JSON_DEPTH = 100
+
+
+class InvalidJson(ValueError):
+    """The body is not strict JSON; ``message`` says why (a 400)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+_NO_PAYLOAD = object()
+
+
+def json_payload() -> Any:
+    """The request's JSON body (None when empty), parsed once; InvalidJson when it is not
+    strict JSON (NaN, Infinity, invalid UTF-8, lone surrogates, absurd nesting)."""
+    cached = g.get("_idempotency_payload", _NO_PAYLOAD)
+    if cached is not _NO_PAYLOAD:
+        return cached
+    raw = request.get_data(cache=True)
+    payload = None
+    if raw.strip():
+        try:
+            payload = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+            if _nesting_depth_exceeds(payload, MAX_JSON_DEPTH):
+                # Parsed fine, but storing it would overflow the stack of NDB's encoder.
+                raise RecursionError
+            canonical_json(payload).encode("utf-8")
+        except (ValueError, RecursionError, UnicodeError) as exc:
+            reason = (
+                f"it is nested more than {MAX_JSON_DEPTH} levels deep"
+                if isinstance(exc, RecursionError)
+                else str(exc)[:200]
+            )
+            raise InvalidJson(f"the request body is not valid JSON: {reason}") from None
+    g._idempotency_payload = payload
+    return payload
+
+
+def _nesting_depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest deeper than ``limit`` (counted without recursion)."""
+    pending = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while pending:
+        item, depth = pending.pop()
+        if depth > limit:
+            return True
+        pending.extend(
+            (child, depth + 1)
+            for child in (item.values() if isinstance(item, dict) else item)
+            if isinstance(child, (dict, list))
+        )
+    return False
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
