@@ -31,18 +31,16 @@ from dedup.idempotency import (
     DEFAULT_POLICY,
     IdempotencyGuard,
     canonical_json,
-    differing_names,
 )
-from dedup.keys import format_utc
 from dedup.ledger import Ledger, RunPolicy
-from dedup.outcomes import Attempt, Finished, InProgress, Mismatch, OtherJob, Released, Replayed, RunOutcome
+from dedup.outcomes import Attempt
 from dedup.runner import Waiting, WaitSlots, storable_json_problem
 from handlers.errors import json_error
 from handlers.replayed_response import StoredResponse, classify_response
-from handlers.responses import busy_response, job_mismatch_response, note_outcome
+from handlers.responses import guarded_response, note_outcome
 from handlers.strict_json import InvalidJson, json_payload
 from jobs.config import MAX_JOB_ID_CHARS  # a guard's namespace and job_id(), as jobs.yaml's job ids
-from models import RunRecord, RunSource, RunStatus
+from models import RunSource
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +49,6 @@ MAX_WAIT_SECONDS = 60  # Prefer: wait=N is capped here
 # How many requests of a process may wait at once (Prefer: wait) unless the app
 # says otherwise: a quarter of the 8 threads app.yaml gives each worker.
 DEFAULT_MAX_WAITERS = 2
-MAX_RETRY_AFTER_SECONDS = 30
-EXPIRES_HEADER = "Idempotency-Expires"
 _PREFER_WAIT = re.compile(r'^\s*wait\s*=\s*"?(\d+)"?\s*$', re.IGNORECASE)
 # A kept response must fit in the record beside everything else.
 MAX_KEPT_BODY_BYTES = 256 * 1024
@@ -198,7 +194,7 @@ def idempotent(
                 job_id=chosen_job,
             )
             note_outcome(outcome)
-            response = _outcome_response(outcome, live, given, skipped, replayed_status or {})
+            response = guarded_response(outcome, live, given, skipped, replayed_status or {})
             response.headers["Idempotency-Key"] = token
             if wait.waited and not live:
                 # Only when it did wait: beyond the bound the answer is the immediate 409.
@@ -338,58 +334,3 @@ def _document(response: Response, replay_headers: Collection[str]) -> dict:
         ).encode()
         document = StoredResponse.from_body(response.status_code, body, kept).document()
     return document
-
-
-def _outcome_response(
-    outcome: RunOutcome,
-    live: list[Response],
-    given: Mapping[str, Any],
-    exclude: Collection[str],
-    replayed_status: Mapping[int, int],
-) -> Response:
-    if isinstance(outcome, Finished) and live:
-        return _with_expiry(live[0], outcome.record)  # the view's own response, untouched
-    if isinstance(outcome, (Finished, Replayed)):
-        record = outcome.record
-        stored = record.result if record.status == RunStatus.COMPLETED else record.error
-        if not StoredResponse.is_document(stored):  # not written by a guard: never expected
-            return json_error(500, "InternalError", "this key's record holds no response")
-        response = _rebuild(StoredResponse.from_document(stored))
-        if isinstance(outcome, Replayed):
-            response.status_code = replayed_status.get(response.status_code, response.status_code)
-            response.headers["Idempotent-Replayed"] = "true"
-        return _with_expiry(response, record)
-    if isinstance(outcome, Mismatch):
-        record = outcome.record
-        differing = differing_names(record.parameters, given, exclude)
-        response = json_error(
-            422,
-            "ConflictException",
-            "this idempotency key was already used with different parameters"
-            + (f": {', '.join(differing)}" if differing else "")
-            + "; use a new key for a different request",
-            run_id=record.run_id,
-            differing=differing,
-        )
-        return _with_expiry(response, record)
-    if isinstance(outcome, OtherJob):
-        return job_mismatch_response(outcome)
-    if isinstance(outcome, Released) and live:
-        return live[0]  # a retryable answer, not kept: the key is free again
-    if isinstance(outcome, Released):
-        return json_error(500, "InternalError", "the guarded call failed and was not kept; retry it")
-    response = busy_response(outcome)
-    if isinstance(outcome, InProgress):
-        # A client polls a manual run: suggest a short wait, not the whole lease.
-        response.headers["Retry-After"] = str(min(outcome.retry_after_seconds, MAX_RETRY_AFTER_SECONDS))
-    record = outcome.record
-    return _with_expiry(response, record) if record is not None else response
-
-
-def _rebuild(stored: StoredResponse) -> Response:
-    return Response(stored.body_bytes(), status=stored.status, headers=dict(stored.headers))
-
-
-def _with_expiry(response: Response, record: RunRecord) -> Response:
-    response.headers[EXPIRES_HEADER] = format_utc(record.expire_at)
-    return response

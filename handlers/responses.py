@@ -1,5 +1,8 @@
 """The one place where protocol outcomes become HTTP status codes.
 
+Scheduled runs (``outcome_response``), and guarded views and manual runs
+(``guarded_response``, which replays kept responses):
+
 | outcome                          | status |
 |----------------------------------|--------|
 | finished: completed              | 200    |
@@ -14,9 +17,11 @@
 from __future__ import annotations
 
 import logging
+from typing import Any, Collection, Mapping
 
 from flask import Response, jsonify
 
+from dedup.idempotency import differing_names
 from dedup.keys import format_utc
 from dedup.outcomes import (
     Contended,
@@ -31,6 +36,7 @@ from dedup.outcomes import (
 )
 from handlers.errors import json_error
 from handlers.logs import note_run
+from handlers.replayed_response import StoredResponse
 from models import RunRecord, RunSource, RunStatus
 
 log = logging.getLogger(__name__)
@@ -191,4 +197,70 @@ def _record_response(record: RunRecord, duplicate: bool) -> Response:
     response.status_code = 200 if record.status == RunStatus.COMPLETED else 422
     if duplicate:
         response.headers["Idempotent-Replayed"] = "true"
+    return response
+
+
+# Guarded views (manual runs, @idempotent): a client polls, so Retry-After is a short
+# hint, not the whole lease; every answer says when the key is free again.
+MAX_RETRY_AFTER_SECONDS = 30
+EXPIRES_HEADER = "Idempotency-Expires"
+
+
+def guarded_response(
+    outcome: RunOutcome,
+    live: list[Response],
+    given: Mapping[str, Any],
+    exclude: Collection[str],
+    replayed_status: Mapping[int, int],
+) -> Response:
+    """A guarded view's answer: its own response (``live``) when this request ran it, else
+    the kept one replayed, or why not (422 other parameters, 409 in progress, ...).
+
+    Every answer about an existing record carries its expiry (``Idempotency-Expires``).
+    """
+    if isinstance(outcome, Finished) and live:
+        return _with_expiry(live[0], outcome.record)  # the view's own response, untouched
+    if isinstance(outcome, (Finished, Replayed)):
+        record = outcome.record
+        stored = record.result if record.status == RunStatus.COMPLETED else record.error
+        if not StoredResponse.is_document(stored):  # not written by a guard: never expected
+            return json_error(500, "InternalError", "this key's record holds no response")
+        response = _rebuild(StoredResponse.from_document(stored))
+        if isinstance(outcome, Replayed):
+            response.status_code = replayed_status.get(response.status_code, response.status_code)
+            response.headers["Idempotent-Replayed"] = "true"
+        return _with_expiry(response, record)
+    if isinstance(outcome, Mismatch):
+        record = outcome.record
+        differing = differing_names(record.parameters, given, exclude)
+        response = json_error(
+            422,
+            "ConflictException",
+            "this idempotency key was already used with different parameters"
+            + (f": {', '.join(differing)}" if differing else "")
+            + "; use a new key for a different request",
+            run_id=record.run_id,
+            differing=differing,
+        )
+        return _with_expiry(response, record)
+    if isinstance(outcome, OtherJob):
+        return job_mismatch_response(outcome)
+    if isinstance(outcome, Released) and live:
+        return live[0]  # a retryable answer, not kept: the key is free again
+    if isinstance(outcome, Released):
+        return json_error(500, "InternalError", "the guarded call failed and was not kept; retry it")
+    response = busy_response(outcome)
+    if isinstance(outcome, InProgress):
+        # A client polls a manual run: suggest a short wait, not the whole lease.
+        response.headers["Retry-After"] = str(min(outcome.retry_after_seconds, MAX_RETRY_AFTER_SECONDS))
+    record = outcome.record
+    return _with_expiry(response, record) if record is not None else response
+
+
+def _rebuild(stored: StoredResponse) -> Response:
+    return Response(stored.body_bytes(), status=stored.status, headers=dict(stored.headers))
+
+
+def _with_expiry(response: Response, record: RunRecord) -> Response:
+    response.headers[EXPIRES_HEADER] = format_utc(record.expire_at)
     return response
