@@ -10,9 +10,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable
+from typing import Protocol
 
 from models import RunRecord
+
+
+class HeldRun(Protocol):
+    """What a running attempt may ask of the run it holds; the runner is its one owner
+    (dedup.runner.RunningAttempt), and job kinds reach it through their RunContext."""
+
+    def lost(self) -> bool:
+        """True once a renewal found the run taken over, or the lease last secured ran out."""
+
+    def record_downstream(self, resource_name: str) -> bool:
+        """Record (fenced) what this attempt started downstream; False when it lost the run."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,12 +35,14 @@ class Attempt:
     attempt: int
     # What an earlier attempt started downstream, when it recorded it.
     downstream: str | None = None
-    # Records what this attempt started downstream (fenced); False when the
-    # attempt has lost the run.  Bound by the runner.
-    note_downstream: Callable[[str], bool] | None = dataclasses.field(default=None, compare=False, repr=False)
-    # True once a renewal found the run taken over, or the lease last secured
-    # has run out (dedup.heartbeat).  Bound by the runner.
-    lease_lost: Callable[[], bool] | None = dataclasses.field(default=None, compare=False, repr=False)
+    # The run while this attempt runs it; bound by the runner, None before.
+    held: HeldRun | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def lease_lost(self) -> bool:
+        return self.held.lost() if self.held else False
+
+    def record_downstream(self, resource_name: str) -> bool:
+        return self.held.record_downstream(resource_name) if self.held else True
 
 
 @dataclasses.dataclass(frozen=True)

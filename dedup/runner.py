@@ -140,6 +140,22 @@ def _replay_or_claim(ledger: Ledger, run_id: str, description: RunDescription, p
     return ledger.claim_run(run_id, description, policy)
 
 
+@dataclasses.dataclass(frozen=True)
+class RunningAttempt:
+    """The run as its running attempt holds it: its heartbeat says whether the lease is
+    lost, its ledger records (fenced) what the attempt starts downstream."""
+
+    ledger: Ledger
+    attempt: Attempt
+    heartbeat: LeaseHeartbeat | None = None
+
+    def lost(self) -> bool:
+        return self.heartbeat.lease_lost() if self.heartbeat else False
+
+    def record_downstream(self, resource_name: str) -> bool:
+        return not isinstance(self.ledger.record_downstream(self.attempt, resource_name), Stale)
+
+
 def _run_claimed(
     ledger: Ledger,
     attempt: Attempt,
@@ -153,11 +169,7 @@ def _run_claimed(
     heartbeat = LeaseHeartbeat(
         ledger, claimed, policy.lease_seconds, policy.max_run_seconds, renew=policy.heartbeat, claim_began=claim_began
     )
-    attempt = dataclasses.replace(
-        claimed,
-        note_downstream=lambda name: not isinstance(ledger.record_downstream(claimed, name), Stale),
-        lease_lost=heartbeat.lease_lost,
-    )
+    attempt = dataclasses.replace(claimed, held=RunningAttempt(ledger, claimed, heartbeat))
     try:
         with heartbeat:
             result = work(attempt)

@@ -42,8 +42,7 @@ class RunContext:
     downstream: str | None = None
     # The app's clock (tests step it), for jobs that compare times with records'.
     clock: Clock = dataclasses.field(default_factory=SystemClock, repr=False, compare=False)
-    _note_downstream: Callable[[str], bool] | None = dataclasses.field(default=None, repr=False, compare=False)
-    _lease_lost: Callable[[], bool] | None = dataclasses.field(default=None, repr=False, compare=False)
+    _attempt: Attempt | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @classmethod
     def for_attempt(cls, attempt: Attempt, job_id: str, **fields: Any) -> "RunContext":
@@ -53,8 +52,7 @@ class RunContext:
             attempt=attempt.attempt,
             job_id=job_id,
             downstream=attempt.downstream,
-            _note_downstream=attempt.note_downstream,
-            _lease_lost=attempt.lease_lost,
+            _attempt=attempt,
             **{"scheduler_job_name": None, "schedule_time": None, **fields},
         )
 
@@ -68,7 +66,7 @@ class RunContext:
 
     def lease_lost(self) -> bool:
         """True once the run was taken over or this attempt's lease ran out: stop, a result may be refused."""
-        return self._lease_lost() if self._lease_lost else False
+        return self._attempt.lease_lost() if self._attempt else False
 
     def record_downstream(self, resource_name: str) -> bool:
         """Record, as soon as it exists, what this run started downstream.
@@ -88,7 +86,7 @@ class RunContext:
                 f"the downstream resource name must be 1 to {MAX_DOWNSTREAM_CHARS} printable ASCII characters "
                 "without spaces; it was not recorded, and what it names may have started"
             )
-        return self._note_downstream(resource_name) if self._note_downstream else True
+        return self._attempt.record_downstream(resource_name) if self._attempt else True
 
     def started_before(self, find: Callable[[], str | None]) -> str | None:
         """What an earlier attempt of this run started downstream, to adopt: the recorded

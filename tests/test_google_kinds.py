@@ -15,7 +15,7 @@ import pytest
 
 from dedup.keys import ScheduledRunKey, parse_schedule_time
 from dedup.ledger import RunDescription
-from dedup.outcomes import Renewed
+from dedup.runner import RunningAttempt
 from jobs.base import RunContext
 from tests.support.deliveries import T0, scheduler_headers
 from tests.support.google_fakes import SERVICE_ACCOUNT, TOKEN
@@ -143,10 +143,7 @@ def test_a_takeover_adopts_the_recorded_execution(client, google, clock, ndb_cli
     job = state.jobs["reindex"]
     with ndb_client.context():
         claim = state.ledger.claim_run(run_id_for("reindex"), RunDescription("scheduler", "reindex"), job.policy)
-        first = dataclasses.replace(
-            claim.attempt,
-            note_downstream=lambda name: isinstance(state.ledger.record_downstream(claim.attempt, name), Renewed),
-        )
+        first = dataclasses.replace(claim.attempt, held=RunningAttempt(state.ledger, claim.attempt))
         job.runner.run(RunContext.for_attempt(first, "reindex", schedule_time=parse_schedule_time(T0)))
     assert len(google.run_operations) == 1
     clock.advance(31)  # the lease is over
