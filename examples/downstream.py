@@ -21,7 +21,7 @@ from dedup.clock import Clock, SystemClock
 from dedup.ledger import Ledger
 from handlers import NdbContextMiddleware
 from handlers.errors import register as register_json_errors
-from handlers.idempotent import idempotent, install_guard
+from handlers.idempotent import Fingerprint, idempotent, install_guard
 from handlers.request_limits import limit_requests
 
 
@@ -53,7 +53,7 @@ def create_downstream_app(clock: Clock | None = None, ndb_client: ndb.Client | N
         # they stay out; so do manual-run parameters, which the scheduler
         # target has already matched against the key (minus the names its
         # job leaves out of the fingerprint, which may differ here).
-        fields=["job_id", "schedule_time", "body"],
+        fingerprint=Fingerprint.fields("job_id", "schedule_time", "body"),
     )
     def apply_sync():
         payload = request.get_json(silent=True) or {}

@@ -11,7 +11,7 @@ from flask import Flask, jsonify, request
 from dedup.clock import SystemClock
 from dedup.ledger import Ledger
 from handlers import NdbContextMiddleware
-from handlers.idempotent import idempotent, install_guard
+from handlers.idempotent import Fingerprint, idempotent, install_guard
 from handlers.request_limits import limit_requests
 
 app = Flask(__name__)
@@ -28,7 +28,7 @@ def current_tenant() -> str:
 @app.post("/payments")
 @idempotent(
     "payments",  # namespace of the keys
-    fields=["amount", "currency"],  # fingerprinted JSON fields (default: the raw body)
+    fingerprint=Fingerprint.fields("amount", "currency"),  # what makes two calls the same (default: the body)
     scope=current_tenant,  # keys are per tenant
     replay_headers=["Location"],  # headers kept and replayed with the body
 )

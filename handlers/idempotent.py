@@ -1,7 +1,7 @@
 """The idempotency guard as a Flask decorator, for any mutating endpoint.
 
     @app.post("/payments")
-    @idempotent("payments", fields=["amount", "currency"], scope=lambda: current_tenant())
+    @idempotent("payments", fingerprint=Fingerprint.fields("amount", "currency"), scope=current_tenant)
     def create_payment(): ...
 
 A first request runs the view and its response (status, body, chosen
@@ -121,33 +121,126 @@ def guard_registry() -> GuardRegistry:
     return registry
 
 
+@dataclasses.dataclass(frozen=True)
+class KeyFrom:
+    """Where a request's idempotency key comes from, and what happens without one.
+
+    ``KeyFrom.header()`` (the IETF draft's ``Idempotency-Key``), ``KeyFrom.field(name,
+    header=...)`` (a JSON body field, optionally also a header: both given and
+    different is 400) or ``KeyFrom.function(f)``.  No key: 400 when ``required``, a
+    fresh UUID4 with ``generate``, otherwise the view runs unguarded.
+    """
+
+    header_name: str | None = "Idempotency-Key"
+    field_name: str | None = None
+    from_function: Callable[[], str | None] | None = None
+    required: bool = True
+    generate: bool = False
+    validate: Callable[[str], str | None] = default_key_problem
+
+    @classmethod
+    def header(cls, name: str = "Idempotency-Key", **options: Any) -> KeyFrom:
+        return cls(header_name=name, **options)
+
+    @classmethod
+    def field(cls, name: str, header: str | None = None, **options: Any) -> KeyFrom:
+        return cls(header_name=header, field_name=name, **options)
+
+    @classmethod
+    def function(cls, key: Callable[[], str | None], **options: Any) -> KeyFrom:
+        return cls(header_name=None, from_function=key, **options)
+
+    def read(self) -> str | None:
+        """The request's key, validated; None when it has none (GuardRejected when it is bad)."""
+        token = self.from_function() if self.from_function is not None else self._from_request()
+        if token is None:
+            return None
+        problem = self.validate(token)
+        if problem:
+            raise GuardRejected(problem)
+        return token
+
+    def missing(self) -> str:
+        where = f"the {self.header_name} header" if self.header_name else f"the {self.field_name} field"
+        return f"{where} is required for this request"
+
+    def _from_request(self) -> str | None:
+        from_field = from_header = None
+        if self.field_name:
+            payload = json_payload()
+            if isinstance(payload, dict) and self.field_name in payload:
+                from_field = payload[self.field_name]
+                if not isinstance(from_field, str):
+                    raise GuardRejected(f"{self.field_name} must be a string")
+        if self.header_name:
+            from_header = request.headers.get(self.header_name)
+            if from_header is not None and "," in from_header:
+                # Servers join a header sent twice with commas: the two keys would become a third.
+                raise GuardRejected(
+                    f"the {self.header_name} header holds a comma: it was sent more than once, "
+                    "or its key contains one; send one key without commas"
+                )
+        if from_field is not None and from_header is not None and from_field != from_header:
+            raise GuardRejected(f"{self.field_name} and the {self.header_name} header are both given and differ")
+        return from_field if from_field is not None else from_header
+
+
+@dataclasses.dataclass(frozen=True)
+class Fingerprint:
+    """What makes two requests with one key the same request.
+
+    ``Fingerprint.body()`` (the raw body, by SHA-256), ``Fingerprint.fields(*names)``
+    (those JSON fields) or ``Fingerprint.of(f)`` (the parameters ``f()`` returns); the
+    names in ``exclude`` (or returned by it) are left out.
+    """
+
+    field_names: tuple[str, ...] | None = None
+    from_function: Callable[[], Mapping[str, Any]] | None = None
+    exclude: Collection[str] | Callable[[], Collection[str]] = ()
+
+    @classmethod
+    def body(cls) -> Fingerprint:
+        return cls()
+
+    @classmethod
+    def fields(cls, *names: str, exclude: Collection[str] | Callable[[], Collection[str]] = ()) -> Fingerprint:
+        return cls(field_names=names, exclude=exclude)
+
+    @classmethod
+    def of(
+        cls, parameters: Callable[[], Mapping[str, Any]], exclude: Collection[str] | Callable[[], Collection[str]] = ()
+    ) -> Fingerprint:
+        return cls(from_function=parameters, exclude=exclude)
+
+    def parameters(self) -> dict:
+        """The request's parameters, checked to be fingerprintable and small enough to keep."""
+        given = dict(self.from_function()) if self.from_function else _fields_of_request(self.field_names)
+        _check_fingerprintable(given)
+        return given
+
+    def excluded(self) -> frozenset[str]:
+        return frozenset(self.exclude() if callable(self.exclude) else self.exclude)
+
+
 def idempotent(
     namespace: str,
     *,
-    key_header: str | None = "Idempotency-Key",
-    key_field: str | None = None,
-    key: Callable[[], str | None] | None = None,
-    required: bool = True,
-    generate_key: bool = False,
-    validate_key: Callable[[str], str | None] = default_key_problem,
-    bad_request_error: str = "InvalidIdempotencyRequest",
+    key: KeyFrom = KeyFrom(),
+    fingerprint: Fingerprint = Fingerprint(),
     scope: Callable[[], str] | None = None,
-    fields: Collection[str] | None = None,
-    parameters: Callable[[], Mapping[str, Any]] | None = None,
-    exclude: Collection[str] | Callable[[], Collection[str]] = (),
     replay_headers: Collection[str] = (),
     policy: RunPolicy | Callable[[], RunPolicy] = DEFAULT_POLICY,
     replayed_status: Mapping[int, int] | None = None,
     source: str = RunSource.GUARD.value,
     job_id: Callable[[], str] | None = None,
+    bad_request_error: str = "InvalidIdempotencyRequest",
 ) -> Callable[[Callable[..., Any]], Callable[..., Response]]:
-    """Make a Flask view idempotent under a client-supplied key.
+    """Make a Flask view idempotent under a client-supplied key (see KeyFrom and Fingerprint).
 
-    The key comes from ``key()``, else the JSON field ``key_field``, else the
-    header ``key_header`` (field and header both given and different: 400).
-    No key: 400 when ``required`` (the IETF draft), a fresh UUID4 with
-    ``generate_key``, otherwise the view runs unguarded.  The fingerprint
-    covers ``parameters()``, else the JSON ``fields``, else the raw body.
+    ``scope()`` makes keys per tenant (or per job); ``replay_headers`` are kept and
+    replayed besides Content-Type and Location; ``replayed_status`` maps a kept
+    status to the one a replay answers; ``source`` and ``job_id()`` say what the
+    record is of; a refused request is 400 with ``bad_request_error``.
     """
 
     if job_id_problem(namespace):
@@ -157,17 +250,15 @@ def idempotent(
         @functools.wraps(view)
         def guarded(*args: Any, **kwargs: Any) -> Response:
             try:
-                token, generated = _request_key(key, key_field, key_header, validate_key)
-                if token is None and not generate_key:
-                    if required:
-                        header = f"the {key_header} header" if key_header else f"the {key_field} field"
-                        raise GuardRejected(f"{header} is required for this request")
+                token, generated = key.read(), False
+                if token is None and not key.generate:
+                    if key.required:
+                        raise GuardRejected(key.missing())
                     return make_response(view(*args, **kwargs))
                 if token is None:
                     token, generated = str(uuid.uuid4()), True
-                given = dict(parameters()) if parameters else _fields_of_request(fields)
-                _check_fingerprintable(given)
-                skipped = frozenset(exclude() if callable(exclude) else exclude)
+                given = fingerprint.parameters()
+                skipped = fingerprint.excluded()
                 chosen_scope = scope() if scope else ""
                 chosen_policy = policy() if callable(policy) else policy
                 chosen_job = _checked_job_id(job_id()) if job_id else None
@@ -242,41 +333,6 @@ def _check_fingerprintable(given: Mapping[str, Any]) -> None:
             f"the request's parameters take {stored} bytes as stored (JSON, non-ASCII characters "
             f"escaped); at most {MAX_STORED_PARAMETER_BYTES} are kept with a run"
         )
-
-
-def _request_key(
-    key: Callable[[], str | None] | None,
-    key_field: str | None,
-    key_header: str | None,
-    validate_key: Callable[[str], str | None],
-) -> tuple[str | None, bool]:
-    if key is not None:
-        token = key()
-    else:
-        from_field = from_header = None
-        if key_field:
-            payload = json_payload()
-            if isinstance(payload, dict) and key_field in payload:
-                from_field = payload[key_field]
-                if not isinstance(from_field, str):
-                    raise GuardRejected(f"{key_field} must be a string")
-        if key_header:
-            from_header = request.headers.get(key_header)
-            if from_header is not None and "," in from_header:
-                # Servers join a header sent twice with commas: the two keys would become a third.
-                raise GuardRejected(
-                    f"the {key_header} header holds a comma: it was sent more than once, "
-                    "or its key contains one; send one key without commas"
-                )
-        if from_field is not None and from_header is not None and from_field != from_header:
-            raise GuardRejected(f"{key_field} and the {key_header} header are both given and differ")
-        token = from_field if from_field is not None else from_header
-    if token is None:
-        return None, False
-    problem = validate_key(token)
-    if problem:
-        raise GuardRejected(problem)
-    return token, False
 
 
 def _fields_of_request(fields: Collection[str] | None) -> dict:

@@ -26,7 +26,7 @@ from dedup.runner import error_document, storable_json_problem
 from handlers import app_state
 from handlers.auth import read_only
 from handlers.errors import json_error
-from handlers.idempotent import GuardedCall, GuardRejected, idempotent
+from handlers.idempotent import Fingerprint, GuardedCall, GuardRejected, KeyFrom, idempotent
 from handlers.logs import note_run
 from handlers.run_documents import run_document, run_summaries
 from handlers.strict_json import json_payload
@@ -103,15 +103,12 @@ def manual_run_policy() -> RunPolicy:
     "manual-run",
     source=RunSource.API.value,
     job_id=lambda: current_job().job_id,
-    key_field="clientToken",
-    key_header="Idempotency-Key",
-    required=False,
-    generate_key=True,
-    validate_key=client_token_problem,
+    key=KeyFrom.field(
+        "clientToken", header="Idempotency-Key", required=False, generate=True, validate=client_token_problem
+    ),
+    fingerprint=Fingerprint.of(manual_run_parameters, exclude=lambda: current_job().fingerprint_exclude),
     bad_request_error=INVALID,
     scope=lambda: current_job().job_id,
-    parameters=manual_run_parameters,
-    exclude=lambda: current_job().fingerprint_exclude,
     policy=manual_run_policy,
     replayed_status={201: 200},
 )

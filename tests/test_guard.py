@@ -11,7 +11,7 @@ from dedup.idempotency import IdempotencyConflict, IdempotencyGuard, differing_n
 from dedup.ledger import Ledger
 from handlers import NdbContextMiddleware
 from handlers.errors import register as register_json_errors
-from handlers.idempotent import idempotent, install_guard
+from handlers.idempotent import Fingerprint, KeyFrom, idempotent, install_guard
 
 
 def test_fingerprint_is_canonical_and_skips_excluded_names():
@@ -73,7 +73,10 @@ def service(datastore, ndb_client, clock):
 
     @app.post("/orders")
     @idempotent(
-        "orders", fields=["item"], scope=lambda: request.headers.get("X-Tenant", ""), replay_headers=["X-Order-Number"]
+        "orders",
+        fingerprint=Fingerprint.fields("item"),
+        scope=lambda: request.headers.get("X-Tenant", ""),
+        replay_headers=["X-Order-Number"],
     )
     def create_order():
         effects.append((request.headers.get("X-Tenant"), g.idempotency.key))
@@ -109,7 +112,7 @@ def service(datastore, ndb_client, clock):
         return response, 201
 
     @app.post("/optional")
-    @idempotent("optional", key_field="requestId", key_header=None, required=False)
+    @idempotent("optional", key=KeyFrom.field("requestId", required=False))
     def optional():
         effects.append("optional")
         return {"n": len(effects)}
