@@ -8,58 +8,20 @@ import subprocess
 import sys
 
 import pytest
-import webtest
 
-from handlers import create_app
 from handlers.auth import AuthConfigError, AuthSettings
-from models import RunRecord
-from tests import job_targets
-from tests.support.deliveries import JOBS, scheduler_headers
-from tests.support.oidc import TokenIssuer
+from tests.support.callers import (  # noqa: F401 - fixtures
+    AUDIENCE,
+    CALLER,
+    app_with,
+    appengine_app,
+    issuer,
+    nothing_written,
+    oidc_app,
+)
+from tests.support.deliveries import scheduler_headers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-AUDIENCE = "https://dedup.example.com/jobs"
-CALLER = "scheduler-invoker@acme-prod.iam.gserviceaccount.com"
-
-
-@pytest.fixture(scope="module")
-def issuer():
-    running = TokenIssuer()
-    yield running
-    running.close()
-
-
-def app_with(environ, datastore, ndb_client, jobs_file, clock):
-    settings = AuthSettings.from_environ(environ)
-    return webtest.TestApp(create_app(jobs_file=jobs_file(JOBS), clock=clock, ndb_client=ndb_client, auth=settings))
-
-
-@pytest.fixture
-def appengine_app(datastore, ndb_client, jobs_file, clock):
-    return app_with({"DEDUP_AUTH": "appengine"}, datastore, ndb_client, jobs_file, clock)
-
-
-@pytest.fixture
-def oidc_app(datastore, ndb_client, jobs_file, clock, issuer):
-    return app_with(
-        {
-            "DEDUP_AUTH": "oidc",
-            "DEDUP_OIDC_AUDIENCE": AUDIENCE,
-            "DEDUP_OIDC_ALLOWED_EMAILS": f"{CALLER}, other@acme-prod.iam.gserviceaccount.com",
-            "DEDUP_OIDC_CERTS_URL": issuer.certs_url,
-        },
-        datastore,
-        ndb_client,
-        jobs_file,
-        clock,
-    )
-
-
-def nothing_written(ndb_client):
-    with ndb_client.context():
-        return RunRecord.query().fetch() == [] and job_targets.EFFECTS == []
-
-
 ENDPOINTS = [
     ("POST", "/jobs/invoice"),
     ("GET", "/jobs/invoice"),

@@ -16,9 +16,7 @@ import logging
 
 import pytest
 
-from tests.support.deliveries import scheduler_headers
-from tests.support.oidc import segment
-from tests.test_caller_verification import (  # noqa: F401 (issuer and oidc_app are fixtures)
+from tests.support.callers import (  # noqa: F401 (issuer and oidc_app are fixtures)
     AUDIENCE,
     CALLER,
     app_with,
@@ -26,6 +24,8 @@ from tests.test_caller_verification import (  # noqa: F401 (issuer and oidc_app 
     nothing_written,
     oidc_app,
 )
+from tests.support.deliveries import scheduler_headers
+from tests.support.oidc import segment
 
 OTHER_CALLER = "other@acme-prod.iam.gserviceaccount.com"  # the second allowed email of oidc_app
 DEPTH = 1200  # deeper than Python's default recursion limit of 1000
