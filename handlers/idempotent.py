@@ -265,7 +265,7 @@ def idempotent(
             except (GuardRejected, InvalidJson) as exc:
                 return json_error(400, bad_request_error, exc.message)
             registry = guard_registry()
-            wait = Waiting(_preferred_wait(), registry.wait_slots)
+            wait = Waiting(preferred_wait(), registry.wait_slots)
             live: list[Response] = []  # this request's own response, when it ran the view
 
             def work(attempt: Attempt) -> dict:
@@ -346,7 +346,7 @@ def _fields_of_request(fields: Collection[str] | None) -> dict:
     return {name: payload.get(name) for name in fields}
 
 
-def _preferred_wait() -> int:
+def preferred_wait() -> int:
     """``Prefer: wait=N`` (RFC 7240, N may be quoted), capped at MAX_WAIT_SECONDS; 0 when absent."""
     for header in request.headers.getlist("Prefer"):
         for preference in header.split(","):

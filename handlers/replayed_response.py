@@ -50,7 +50,14 @@ class StoredResponse:
 
     @staticmethod
     def is_document(value: Any) -> bool:
-        return isinstance(value, dict) and isinstance(value.get("status"), int) and "body" in value
+        """Written by ``document()``: a job result that merely has a status and a body is not one."""
+        return (
+            isinstance(value, dict)
+            and isinstance(value.get("status"), int)
+            and isinstance(value.get("headers"), dict)
+            and "body" in value
+            and set(value) <= {"status", "body", "headers", "binary"}
+        )
 
 
 def classify_response(document: Mapping[str, Any]) -> Verdict:

@@ -34,6 +34,7 @@ from dedup.outcomes import (
     RunOutcome,
     Stale,
 )
+from dedup.runner import Waiting
 from handlers.errors import json_error
 from handlers.logs import note_run
 from handlers.replayed_response import StoredResponse
@@ -263,4 +264,57 @@ def _rebuild(stored: StoredResponse) -> Response:
 
 def _with_expiry(response: Response, record: RunRecord) -> Response:
     response.headers[EXPIRES_HEADER] = format_utc(record.expire_at)
+    return response
+
+
+def manual_run_response(
+    outcome: RunOutcome, job_id: str, token: str, given: Mapping[str, Any], exclude: Collection[str], wait: Waiting
+) -> Response:
+    """A manual run's answer, built from its record as a scheduled run's is.
+
+    201 for the run this request made, 200 with ``Idempotent-Replayed`` for the
+    same token and parameters again, 422 for a failure (kept) or other
+    parameters, 500 for a released run, 409 while one is in progress.
+    """
+    record = outcome.record
+    ran_here = isinstance(outcome, (Finished, Released, Stale))
+    stored = None if record is None else record.result if record.status == RunStatus.COMPLETED else record.error
+    if isinstance(outcome, (Finished, Replayed)) and StoredResponse.is_document(stored):
+        # Written before manual runs kept their results: the kept HTTP response, replayed.
+        response = guarded_response(outcome, [], given, exclude, {201: 200})
+    elif isinstance(outcome, (Finished, Replayed)):
+        response = _manual_run_document(record, token)
+        if isinstance(outcome, Replayed):
+            response.status_code = 200 if record.status == RunStatus.COMPLETED else 422
+            response.headers["Idempotent-Replayed"] = "true"
+        response = _with_expiry(response, record)
+    elif isinstance(outcome, Released):
+        response = json_error(
+            500,
+            "RetryableFailure",
+            f"the run failed and was released; retry with the same clientToken: {outcome.error.get('message')}",
+            run_id=outcome.run_id,
+            job_id=job_id,
+            clientToken=token,
+            attempt=outcome.attempt,
+            status="released",
+            cause=outcome.error,
+        )
+    else:  # other parameters, another job's key, in progress, contended, stale
+        response = guarded_response(outcome, [], given, exclude, {})
+    response.headers["Idempotency-Key"] = token
+    if wait.waited and not ran_here:
+        # Only when it did wait: beyond the bound the answer is the immediate 409.
+        response.headers["Preference-Applied"] = f"wait={wait.seconds}"
+    return response
+
+
+def _manual_run_document(record: RunRecord, token: str) -> Response:
+    document = {"run_id": record.run_id, "job_id": record.job_id, "clientToken": token, "attempt": record.attempt}
+    if record.status == RunStatus.COMPLETED:
+        response = jsonify({**document, "status": "completed", "result": record.result})
+        response.status_code = 201
+    else:
+        response = jsonify({**document, "status": "failed", "error": record.error})
+        response.status_code = 422
     return response

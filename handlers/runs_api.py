@@ -2,34 +2,37 @@
 
 The client-token model of Amazon ECS RunTask: a caller who cannot tell
 whether a run started retries with the same token and gets the original
-run's answer instead of a second run.  The idempotency guard does the work;
-this module only says what a manual run is.
+run's answer instead of a second run.  A manual run is run as a scheduled
+run is (run_once over the one ledger, the job's exceptions mapped by the
+runner) under a key made of the client token, and answered from its record.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
-from typing import Any, Callable
+import uuid
+from typing import Any
 
-from flask import Blueprint, g, jsonify, request
+from flask import Blueprint, jsonify, request
 from google.api_core import exceptions as google_exceptions
 from werkzeug.exceptions import NotFound
 
-from dedup.errors import InvalidRunRequest, PermanentJobError
-from dedup.idempotency import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS
+from dedup.errors import InvalidRunRequest
+from dedup.idempotency import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS, IdempotencyGuard
 from dedup.keys import is_run_id, parse_rfc3339
 from dedup.ledger import RunPolicy
+from dedup.outcomes import Attempt
 from dedup.queries import RunFilter
-from dedup.runner import error_document, storable_json_problem
+from dedup.runner import Waiting
 from handlers import app_state
 from handlers.auth import read_only
 from handlers.errors import json_error
-from handlers.idempotent import Fingerprint, GuardedCall, GuardRejected, KeyFrom, idempotent
+from handlers.idempotent import Fingerprint, GuardRejected, KeyFrom, guard_registry, preferred_wait
 from handlers.logs import note_run
+from handlers.responses import manual_run_response, note_outcome
 from handlers.run_documents import run_document, run_summaries
-from handlers.strict_json import json_payload
+from handlers.strict_json import InvalidJson, json_payload
 from jobs.base import RunContext
 from jobs.config import JobSpec
 from models import RunSource, RunStatus
@@ -71,79 +74,77 @@ def manual_run_parameters() -> dict[str, Any]:
     return parameters
 
 
-def current_job() -> JobSpec:
-    return app_state().jobs[request.view_args["job_id"]]
+def known_job(job_id: str) -> JobSpec:
+    """The job, or 404 before anything is written."""
+    job = app_state().jobs.get(job_id)
+    if job is None:
+        raise NotFound(f"no job {job_id!r} is declared in the jobs file")
+    note_run(job_id=job_id, source=RunSource.API.value)
+    return job
 
 
-def require_job(view: Callable[..., Any]) -> Callable[..., Any]:
-    """404 for an unknown job before the guard writes anything."""
-
-    @functools.wraps(view)
-    def checked(job_id: str, **kwargs: Any):
-        if job_id not in app_state().jobs:
-            raise NotFound(f"no job {job_id!r} is declared in the jobs file")
-        note_run(job_id=job_id, source=RunSource.API.value)
-        return view(job_id, **kwargs)
-
-    return checked
-
-
-def manual_run_policy() -> RunPolicy:
-    job_policy = current_job().policy
+def manual_run_policy(job: JobSpec) -> RunPolicy:
+    """The job's lease, heartbeat and run limit, with the client-token lifetime (ECS)."""
     return dataclasses.replace(
-        job_policy,
+        job.policy,
         retention_seconds=TOKEN_LIFETIME_SECONDS,
         finished_retention_seconds=FINISHED_TOKEN_LIFETIME_SECONDS,
     )
 
 
-@blueprint.post("/jobs/<job_id>/runs", provide_automatic_options=False)
-@require_job
-@idempotent(
-    "manual-run",
-    source=RunSource.API.value,
-    job_id=lambda: current_job().job_id,
-    key=KeyFrom.field(
-        "clientToken", header="Idempotency-Key", required=False, generate=True, validate=client_token_problem
-    ),
-    fingerprint=Fingerprint.of(manual_run_parameters, exclude=lambda: current_job().fingerprint_exclude),
-    bad_request_error=INVALID,
-    scope=lambda: current_job().job_id,
-    policy=manual_run_policy,
-    replayed_status={201: 200},
+# The token: the body's clientToken or the Idempotency-Key header (a fresh one when neither).
+MANUAL_RUN_KEY = KeyFrom.field(
+    "clientToken", header="Idempotency-Key", required=False, generate=True, validate=client_token_problem
 )
-def start_manual_run(job_id: str):
-    job = current_job()
-    call: GuardedCall = g.idempotency
-    parameters = manual_run_parameters()
-    context = RunContext.for_attempt(
-        call.claim,
-        job_id,
-        source=RunSource.API.value,
-        parameters=parameters,
-        client_token=call.key,
-        clock=app_state().clock,
-    )
-    answer = {"run_id": call.run_id, "job_id": job_id, "clientToken": call.key, "attempt": call.attempt}
-    try:
-        result = job.runner.run(context)
-    except PermanentJobError as exc:
-        return jsonify({**answer, "status": "failed", "error": error_document(exc, exc.details)}), 422
-    except Exception as exc:  # noqa: BLE001 - retryable by contract: not kept, a retry runs again
-        log.warning("manual run %s attempt %d failed, releasing: %r", call.run_id, call.attempt, exc, exc_info=True)
-        return json_error(
-            500,
-            "RetryableFailure",
-            f"the run failed and was released; retry with the same clientToken: {exc}",
-            **answer,
-            status="released",
-            cause=error_document(exc, getattr(exc, "details", None)),
+MANUAL_RUN_NAMESPACE = "manual-run"
+
+
+@dataclasses.dataclass(frozen=True)
+class ManualRunRequest:
+    """A manual run as asked: its client token (given or generated) and its parameters."""
+
+    token: str
+    parameters: dict[str, Any]
+
+    @classmethod
+    def from_request(cls) -> ManualRunRequest:
+        """GuardRejected or InvalidJson (a 400) for a bad token, body or parameters."""
+        token = MANUAL_RUN_KEY.read() or str(uuid.uuid4())
+        return cls(token, Fingerprint.of(manual_run_parameters).parameters())
+
+    def context(self, attempt: Attempt, job_id: str) -> RunContext:
+        return RunContext.for_attempt(
+            attempt,
+            job_id,
+            source=RunSource.API.value,
+            parameters=self.parameters,
+            client_token=self.token,
+            clock=app_state().clock,
         )
-    problem = storable_json_problem(result)
-    if problem:
-        error = {"type": "InvalidResult", "message": problem}
-        return jsonify({**answer, "status": "failed", "error": error}), 422
-    return jsonify({**answer, "status": "completed", "result": result}), 201
+
+
+@blueprint.post("/jobs/<job_id>/runs", provide_automatic_options=False)
+def start_manual_run(job_id: str):
+    """A run now, once per client token: run like a scheduled run, answered from its record."""
+    job = known_job(job_id)
+    try:
+        ask = ManualRunRequest.from_request()
+    except (GuardRejected, InvalidJson) as exc:
+        return json_error(400, INVALID, exc.message)
+    registry = guard_registry()
+    wait = Waiting(preferred_wait(), registry.wait_slots)
+    guard = IdempotencyGuard(registry.ledger, MANUAL_RUN_NAMESPACE, manual_run_policy(job), RunSource.API.value)
+    outcome = guard.run(
+        ask.token,
+        lambda attempt: job.runner.run(ask.context(attempt, job_id)),
+        scope=job_id,
+        parameters=ask.parameters,
+        exclude=job.fingerprint_exclude,
+        wait=wait,
+        job_id=job_id,
+    )
+    note_outcome(outcome)
+    return manual_run_response(outcome, job_id, ask.token, ask.parameters, job.fingerprint_exclude, wait)
 
 
 MAX_PAGE_SIZE = 100

@@ -334,3 +334,17 @@ def test_expiry_is_created_plus_24_hours_for_a_long_run(client, clock):
     clock.advance(1)
     job_targets.GATES.setdefault("g1", threading.Event()).set()
     assert start(client, job="slow", parameters={"gate": "g1"}, status=201).json["attempt"] == 2
+
+
+def test_a_run_kept_as_a_response_before_manual_runs_kept_results_is_still_replayed(client, ndb_client):
+    """Records written when manual runs kept their HTTP answer (for at most a day) replay it."""
+    from handlers.replayed_response import StoredResponse
+
+    first = start(client, token="old-1", parameters={"value": 1}, status=201)
+    with ndb_client.context():
+        record = RunRecord.get_by_id(first.json["run_id"])
+        record.result = StoredResponse.from_body(201, first.body, {"Content-Type": "application/json"}).document()
+        record.put()
+    again = start(client, token="old-1", parameters={"value": 1}, status=200)
+    assert again.body == first.body and again.headers["Idempotent-Replayed"] == "true"
+    assert len(job_targets.EFFECTS) == 1
