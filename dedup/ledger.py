@@ -358,7 +358,8 @@ def _claimed_record(
     created = current.created if current else now
     return RunRecord(
         id=attempt.run_id,
-        **dataclasses.asdict(description),  # RunDescription's fields are the record's
+        # RunDescription's fields are the record's (copied as they are: asdict would deep-copy).
+        **{field.name: getattr(description, field.name) for field in dataclasses.fields(description)},
         downstream=attempt.downstream,
         attempts=history[-MAX_ATTEMPT_HISTORY:],
         status=RunStatus.IN_PROGRESS.value,

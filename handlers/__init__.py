@@ -106,7 +106,7 @@ def app_state() -> AppState:
 class NdbContextMiddleware:
     """Give every request its own NDB context (Google's documented pattern for Flask).
 
-    The client is made on the first request, so building the app (and its CLI)
+    The client is made on the first request, so building the app
     needs no credentials.
     """
 

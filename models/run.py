@@ -41,7 +41,8 @@ class RunRecord(ndb.Model):
     _use_cache = False
     _use_global_cache = False
 
-    source = ndb.StringProperty(required=True, choices=[s.value for s in RunSource])
+    # A RunSource value for this app's own runs; any name a guard's user chooses (source=) otherwise.
+    source = ndb.StringProperty(required=True)
     job_id = ndb.StringProperty(required=True)  # for "guard" records: the guard's namespace
     scheduler_job_name = ndb.StringProperty()
     schedule_time = ndb.DateTimeProperty(tzinfo=datetime.timezone.utc)

@@ -274,3 +274,19 @@ def test_a_key_header_sent_twice_is_refused_not_joined(service):
         refused = app.post_json("/orders", {"item": "book"}, headers={"Idempotency-Key": key}, status=400)
         assert "comma" in refused.json["message"]
     assert effects == []
+
+
+def test_a_guard_may_name_its_own_source_and_deeply_nested_parameters(ndb_context, clock):
+    """Anything a caller may give the plain-function guard is kept as given."""
+    deep: dict = {}
+    for _ in range(600):
+        deep = {"p": deep}
+    guard = IdempotencyGuard(Ledger(clock), "shipments", source="shipping")
+    calls = []
+
+    @guard.wrap(key=lambda order: order, parameters=lambda order: {"route": deep})
+    def ship(order: str) -> str:
+        calls.append(order)
+        return "shipped"
+
+    assert ship("o-1") == ship("o-1") == "shipped" and calls == ["o-1"]
