@@ -43,6 +43,7 @@ def create_app(
     """
     from dedup.runner import WaitSlots
     from handlers import admin, errors, logs, runs_api, scheduler, tasks
+    from handlers.cross_site import refuse_cross_site_requests
     from handlers.request_limits import limit_requests
 
     clock = clock or SystemClock()
@@ -69,6 +70,7 @@ def create_app(
         return None
 
     limit_requests(app)  # after verify_caller: a stranger learns only 401/403
+    refuse_cross_site_requests(app)
     app.register_blueprint(scheduler.blueprint)
     app.register_blueprint(runs_api.blueprint)
     app.register_blueprint(tasks.blueprint)

@@ -27,6 +27,7 @@ from dedup.queries import RunFilter
 from dedup.runner import Waiting
 from handlers import app_state
 from handlers.auth import read_only
+from handlers.cross_site import json_body
 from handlers.errors import json_error
 from handlers.idempotent import Fingerprint, GuardRejected, KeyFrom, guard_registry, preferred_wait
 from handlers.logs import note_run
@@ -124,6 +125,7 @@ class ManualRunRequest:
 
 
 @blueprint.post("/jobs/<job_id>/runs", provide_automatic_options=False)
+@json_body
 def start_manual_run(job_id: str):
     """A run now, once per client token: run like a scheduled run, answered from its record."""
     job = known_job(job_id)

@@ -1,0 +1,83 @@
+"""No cross-site requests: a signed-in browser must never be made to act by another site.
+
+The rule of Go's ``net/http.CrossOriginProtection`` (2025), without tokens: a
+request that may change something (any method but GET, HEAD, OPTIONS) is
+refused when the browser says it is cross-site (``Sec-Fetch-Site`` present
+and not ``same-origin`` or ``none``) or, from a browser that does not send
+that header, when its ``Origin`` is not this host.  Servers, scripts and
+Scheduler send neither header and are not affected.  A cross-site form can
+still send ``text/plain`` without a CORS preflight, so views marked
+``@json_body`` also require ``Content-Type: application/json``.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import Any, Callable
+
+from flask import Flask, current_app, request
+from werkzeug.exceptions import Forbidden, UnsupportedMediaType
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# What Sec-Fetch-Site says of a request this app may act on: its own pages, or a person
+# typing the URL or following a bookmark.
+TRUSTED_FETCH_SITES = frozenset({"same-origin", "none"})
+
+
+def json_body(view: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a view whose body is JSON: anything else (a cross-site form's text/plain) is 415."""
+    view.json_body = True  # type: ignore[attr-defined]
+    return view
+
+
+def refuse_cross_site_requests(app: Flask) -> None:
+    """Install the rule on ``app`` (after caller verification)."""
+    app.before_request(_refuse_cross_site)
+
+
+def cross_site_problem(method: str, headers: Any, host: str) -> str | None:
+    """Why this request is cross-site, or None (pure: the headers and Host it came with)."""
+    if method.upper() in SAFE_METHODS:
+        return None
+    fetch_site = headers.get("Sec-Fetch-Site")
+    if fetch_site is not None:
+        if fetch_site.strip().lower() in TRUSTED_FETCH_SITES:
+            return None
+        return "the browser says this request comes from another site (Sec-Fetch-Site); it is refused"
+    origin = headers.get("Origin")
+    if origin is not None and _origin_host(origin) != host.lower():
+        return "this request comes from another origin (Origin is not this host); it is refused"
+    return None
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin_host(origin: str) -> str | None:
+    """host[:port] of an Origin header, without the scheme's default port (as Werkzeug spells
+    the request's Host); None for "null" (an opaque origin) or anything malformed."""
+    try:
+        parsed = urllib.parse.urlsplit(origin.strip().lower())
+        if parsed.scheme not in DEFAULT_PORTS or not parsed.hostname:
+            return None
+        port = parsed.port
+    except ValueError:
+        return None
+    return parsed.hostname if port in (None, DEFAULT_PORTS[parsed.scheme]) else f"{parsed.hostname}:{port}"
+
+
+def _refuse_cross_site() -> None:
+    if request.routing_exception is not None:
+        return  # no such route or method: routing answers
+    problem = cross_site_problem(request.method, request.headers, request.host)
+    if problem:
+        raise Forbidden(problem)
+    view = current_app.view_functions.get(request.endpoint)
+    if (
+        request.method not in SAFE_METHODS
+        and getattr(view, "json_body", False)
+        and request.mimetype != "application/json"
+    ):
+        raise UnsupportedMediaType(
+            f"this endpoint takes Content-Type: application/json, not {request.mimetype or 'none'!r}"
+        )
