@@ -137,3 +137,8 @@ def downstream_named(context: RunContext) -> dict:
     recorded = context.record_downstream(context.body_json()["name"])
     _effect(context)
     return {"recorded": recorded}
+
+
+def refuse(context: RunContext) -> dict:
+    """For live tests: always a permanent failure (a 422 the client must not retry)."""
+    raise PermanentJobError("the request was refused", details={"parameters": dict(context.parameters)})

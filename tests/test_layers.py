@@ -14,6 +14,8 @@ FORBIDDEN = {
     "handlers": {"deploy"},
     "jobs": {"flask", "werkzeug", "handlers", "deploy"},
     "models": {"flask", "werkzeug", "handlers", "dedup", "jobs", "deploy"},
+    # A client for scripts anywhere: requests and google-auth, nothing of the app.
+    "dedupctl": {"flask", "werkzeug", "handlers", "dedup", "jobs", "models", "deploy", "google.cloud", "yaml"},
 }
 
 
@@ -23,10 +25,16 @@ def imported_packages(path: str) -> set[str]:
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names |= {alias.name.split(".")[0] for alias in node.names}
+            names |= {part for alias in node.names for part in _prefixes(alias.name)}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
+            names |= set(_prefixes(node.module))
     return names
+
+
+def _prefixes(module: str) -> list[str]:
+    """``google.cloud.ndb`` -> google, google.cloud, google.cloud.ndb."""
+    parts = module.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))

@@ -1,0 +1,113 @@
+"""The retry loop of a manual run, apart from the command line and the network.
+
+The rules: one client token for the whole loop; after 409 wait ``Retry-After``;
+after an answer a retry may cure (500, 502, 503, 504, a connection error, a
+timeout) back off exponentially with full jitter; stop on an answer that
+says what happened, or when attempts or the deadline run out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import random
+import time
+from typing import Any, Callable, Mapping
+
+import requests
+
+
+class Exit(enum.IntEnum):
+    """dedupctl's exit codes (docs/operations.md, "Scripts: dedupctl")."""
+
+    OK = 0  # 200 or 201: the run's answer is on stdout
+    REFUSED = 2  # 400, 401, 403, 404, 415: the request itself is wrong; retrying cannot help
+    FAILED = 3  # 422, the run failed for good (its error is on stdout)
+    CONFLICT = 4  # 422 ConflictException: this token was used with other parameters
+    GAVE_UP = 5  # attempts or the deadline ran out; resume with the same token
+
+
+RETRYABLE_STATUSES = frozenset({500, 502, 503, 504})
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 10
+    deadline_seconds: float = 600.0
+    backoff_base_seconds: float = 0.5
+    backoff_cap_seconds: float = 30.0
+    timeout_seconds: float = 70.0  # one request: above the server's Prefer: wait cap (60 s)
+
+
+@dataclasses.dataclass
+class Outcome:
+    exit: Exit
+    status: int | None  # the last HTTP status, None when no answer came
+    body: Any  # the last answer's JSON (or text), None when none
+    attempts: int
+
+
+def run_with_retries(
+    send: Callable[[], requests.Response],
+    policy: RetryPolicy,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+    rng: random.Random | None = None,
+    on_retry: Callable[[int, str, float], None] = lambda attempt, why, delay: None,
+) -> Outcome:
+    """Send the same request until its answer settles the run, or give up."""
+    rng = rng or random.Random()
+    deadline = monotonic() + policy.deadline_seconds
+    status: int | None = None
+    body: Any = None
+    for attempt in range(1, policy.max_attempts + 1):
+        try:
+            response = send()
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            status, body, why = None, None, f"{type(exc).__name__}"
+            delay = _backoff(policy, attempt, rng)
+        else:
+            status, body = response.status_code, _json_or_text(response)
+            settled = _settled(status, body)
+            if settled is not None:
+                return Outcome(settled, status, body, attempt)
+            if status == 409:
+                why, delay = "409 in progress", _retry_after(response.headers, policy)
+            else:
+                why, delay = f"{status}", _backoff(policy, attempt, rng)
+        if attempt == policy.max_attempts or monotonic() + delay > deadline:
+            break
+        on_retry(attempt, why, delay)
+        sleep(delay)
+    return Outcome(Exit.GAVE_UP, status, body, attempt)
+
+
+def _settled(status: int, body: Any) -> Exit | None:
+    """The exit an answer settles on, or None when the same request should be sent again."""
+    if status in (200, 201):
+        return Exit.OK
+    if status == 422:
+        error = body.get("error") if isinstance(body, Mapping) else None
+        return Exit.CONFLICT if error == "ConflictException" else Exit.FAILED
+    if status == 409 or status in RETRYABLE_STATUSES:
+        return None
+    return Exit.REFUSED  # 400, 401, 403, 404, 405, 413, 415: the same request cannot succeed
+
+
+def _retry_after(headers: Mapping[str, str], policy: RetryPolicy) -> float:
+    """As the server says (the deadline bounds it); a missing or odd value: the first backoff."""
+    value = headers.get("Retry-After", "").strip()
+    return float(value) if value.isdigit() else policy.backoff_base_seconds
+
+
+def _backoff(policy: RetryPolicy, attempt: int, rng: random.Random) -> float:
+    """Full jitter (AWS Architecture Blog, "Exponential Backoff and Jitter")."""
+    return rng.uniform(0, min(policy.backoff_cap_seconds, policy.backoff_base_seconds * 2 ** (attempt - 1)))
+
+
+def _json_or_text(response: requests.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return response.text
