@@ -42,10 +42,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="a string parameter")
     run.add_argument("--parameters-json", help="the parameters as a JSON object (--param adds to it)")
     run.add_argument("--token", help="the client token (default: a new UUID4, printed to stderr first)")
-    run.add_argument("--wait", type=int, default=0, metavar="SECONDS", help="Prefer: wait=N on each request")
-    run.add_argument("--max-attempts", type=int, default=RetryPolicy.max_attempts)
-    run.add_argument("--deadline", type=float, default=RetryPolicy.deadline_seconds, metavar="SECONDS")
-    run.add_argument("--backoff", type=float, default=RetryPolicy.backoff_base_seconds, help=argparse.SUPPRESS)
+    run.add_argument("--wait", type=_bounded(int, 0, 60), default=0, metavar="SECONDS", help="Prefer: wait=N (0-60)")
+    run.add_argument("--max-attempts", type=_bounded(int, 1, 1000), default=RetryPolicy.max_attempts)
+    run.add_argument(
+        "--deadline", type=_bounded(float, 1, 86400), default=RetryPolicy.deadline_seconds, metavar="SECONDS"
+    )
+    run.add_argument(
+        "--backoff", type=_bounded(float, 0.001, 60), default=RetryPolicy.backoff_base_seconds, help=argparse.SUPPRESS
+    )
 
     runs = commands.add_parser("runs", help="read runs")
     reads = runs.add_subparsers(dest="read", required=True)
@@ -56,6 +60,16 @@ def _parser() -> argparse.ArgumentParser:
     show = reads.add_parser("show", parents=[common])
     show.add_argument("run_id")
     return parser
+
+
+def _bounded(kind: type, low: float, high: float):
+    def parse(text: str):
+        value = kind(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text}: must be from {low} to {high}")
+        return value
+
+    return parse
 
 
 class CredentialsError(Exception):
@@ -112,13 +126,18 @@ def _run(args: argparse.Namespace, headers: dict[str, str]) -> int:
     policy = RetryPolicy(args.max_attempts, args.deadline, args.backoff)
     session = requests.Session()
 
-    def send() -> requests.Response:
-        return session.post(url, data=json.dumps(body), headers=request_headers, timeout=policy.timeout_seconds)
+    def send(timeout: float) -> requests.Response:
+        # No redirects: a POST turned into a GET (a sign-in page, http -> https) is not a run.
+        return session.post(url, data=json.dumps(body), headers=request_headers, timeout=timeout, allow_redirects=False)
 
     def on_retry(attempt: int, why: str, delay: float) -> None:
         print(f"dedupctl: attempt {attempt}: {why}; the same request again in {delay:.1f} s", file=sys.stderr)
 
-    outcome = run_with_retries(send, policy, on_retry=on_retry)
+    try:
+        outcome = run_with_retries(send, policy, on_retry=on_retry)
+    except requests.RequestException as exc:  # a bad URL, too many redirects: not the network's fault
+        print(f"dedupctl: {url}: {exc}; resume with --token {token}", file=sys.stderr)
+        return Exit.REFUSED
     if outcome.body is not None:
         print(json.dumps(outcome.body) if not isinstance(outcome.body, str) else outcome.body)
     if outcome.exit == Exit.GAVE_UP:
@@ -134,9 +153,13 @@ def _read_runs(args: argparse.Namespace, headers: dict[str, str]) -> int:
         url = base
         query = {name: value for name in ("job", "status", "limit") if (value := getattr(args, name)) is not None}
     try:
-        response = requests.get(url, params=query, headers=headers, timeout=RetryPolicy.timeout_seconds)
+        response = requests.get(
+            url, params=query, headers=headers, timeout=RetryPolicy.timeout_seconds, allow_redirects=False
+        )
     except requests.RequestException as exc:
         print(f"dedupctl: {url}: {exc}", file=sys.stderr)
         return Exit.GAVE_UP
     print(response.text.rstrip())
-    return Exit.OK if response.ok else Exit.REFUSED
+    if response.status_code >= 500:
+        return Exit.GAVE_UP  # the app or its front end failed: try again later
+    return Exit.OK if response.status_code in (200, 201) else Exit.REFUSED

@@ -27,7 +27,17 @@ class Exit(enum.IntEnum):
     GAVE_UP = 5  # attempts or the deadline ran out; resume with the same token
 
 
-RETRYABLE_STATUSES = frozenset({500, 502, 503, 504})
+# Answers a retry of the same request may cure.  408 and 429 (a front end's) wait Retry-After when given.
+RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+# A failure on the way, after which the same request is sent again: the connection, a
+# timeout, a body cut short or undecodable (the server may have done the work: the token
+# makes the next answer the same run's).
+TRANSIENT_ERRORS = (
+    requests.ConnectionError,
+    requests.Timeout,
+    requests.exceptions.ChunkedEncodingError,
+    requests.exceptions.ContentDecodingError,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +58,7 @@ class Outcome:
 
 
 def run_with_retries(
-    send: Callable[[], requests.Response],
+    send: Callable[[float], requests.Response],
     policy: RetryPolicy,
     *,
     sleep: Callable[[float], None] = time.sleep,
@@ -56,49 +66,66 @@ def run_with_retries(
     rng: random.Random | None = None,
     on_retry: Callable[[int, str, float], None] = lambda attempt, why, delay: None,
 ) -> Outcome:
-    """Send the same request until its answer settles the run, or give up."""
+    """Send the same request (``send(timeout)``) until its answer settles the run, or give up.
+
+    A 409 (the run is in progress) waits within the deadline without using up an
+    attempt: a long run is waited for, not abandoned after ``max_attempts`` polls.
+    """
+    if policy.max_attempts < 1 or policy.deadline_seconds <= 0:
+        raise ValueError("max_attempts must be at least 1 and the deadline positive")
     rng = rng or random.Random()
     deadline = monotonic() + policy.deadline_seconds
     status: int | None = None
     body: Any = None
-    for attempt in range(1, policy.max_attempts + 1):
+    attempts = sends = 0
+    while True:
+        sends += 1
         try:
-            response = send()
-        except (requests.ConnectionError, requests.Timeout) as exc:
-            status, body, why = None, None, f"{type(exc).__name__}"
-            delay = _backoff(policy, attempt, rng)
+            response = send(max(1.0, min(policy.timeout_seconds, deadline - monotonic())))
+        except TRANSIENT_ERRORS as exc:
+            attempts += 1
+            status, body, why = None, None, type(exc).__name__
+            delay = _backoff(policy, attempts, rng)
         else:
             status, body = response.status_code, _json_or_text(response)
             settled = _settled(status, body)
             if settled is not None:
-                return Outcome(settled, status, body, attempt)
+                return Outcome(settled, status, body, sends)
             if status == 409:
                 why, delay = "409 in progress", _retry_after(response.headers, policy)
             else:
-                why, delay = f"{status}", _backoff(policy, attempt, rng)
-        if attempt == policy.max_attempts or monotonic() + delay > deadline:
-            break
-        on_retry(attempt, why, delay)
+                attempts += 1
+                why = str(status)
+                delay = _retry_after(response.headers, policy) if "Retry-After" in response.headers else None
+                delay = delay if delay is not None else _backoff(policy, attempts, rng)
+        if attempts >= policy.max_attempts or monotonic() + delay > deadline:
+            return Outcome(Exit.GAVE_UP, status, body, sends)
+        on_retry(sends, why, delay)
         sleep(delay)
-    return Outcome(Exit.GAVE_UP, status, body, attempt)
 
 
 def _settled(status: int, body: Any) -> Exit | None:
     """The exit an answer settles on, or None when the same request should be sent again."""
     if status in (200, 201):
-        return Exit.OK
+        # Only the app's own answer about a run counts: a sign-in page is not a run.
+        return Exit.OK if isinstance(body, Mapping) and "run_id" in body else Exit.REFUSED
     if status == 422:
         error = body.get("error") if isinstance(body, Mapping) else None
-        return Exit.CONFLICT if error == "ConflictException" else Exit.FAILED
+        if error == "ConflictException":
+            return Exit.CONFLICT
+        return Exit.FAILED if isinstance(body, Mapping) and body.get("status") == "failed" else Exit.REFUSED
     if status == 409 or status in RETRYABLE_STATUSES:
         return None
-    return Exit.REFUSED  # 400, 401, 403, 404, 405, 413, 415: the same request cannot succeed
+    return Exit.REFUSED  # 3xx, 400, 401, 403, 404, 405, 413, 415: the same request cannot succeed
 
 
 def _retry_after(headers: Mapping[str, str], policy: RetryPolicy) -> float:
     """As the server says (the deadline bounds it); a missing or odd value: the first backoff."""
-    value = headers.get("Retry-After", "").strip()
-    return float(value) if value.isdigit() else policy.backoff_base_seconds
+    try:
+        seconds = float(headers.get("Retry-After", "").strip())
+    except ValueError:  # absent, or an HTTP date (this app never sends one)
+        return policy.backoff_base_seconds
+    return seconds if 0 <= seconds < float("inf") else policy.backoff_base_seconds
 
 
 def _backoff(policy: RetryPolicy, attempt: int, rng: random.Random) -> float:

@@ -30,6 +30,12 @@ def json_body(view: Callable[..., Any]) -> Callable[..., Any]:
     return view
 
 
+def changes_state(view: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a view that does work even on GET (a cron target): the cross-site rule applies to it."""
+    view.changes_state = True  # type: ignore[attr-defined]
+    return view
+
+
 def refuse_cross_site_requests(app: Flask) -> None:
     """Install the rule on ``app`` (after caller verification)."""
     app.before_request(_refuse_cross_site)
@@ -45,34 +51,42 @@ def cross_site_problem(method: str, headers: Any, host: str) -> str | None:
             return None
         return "the browser says this request comes from another site (Sec-Fetch-Site); it is refused"
     origin = headers.get("Origin")
-    if origin is not None and _origin_host(origin) != host.lower():
+    if origin is not None and _origin_host(origin) != _without_default_port(host):
         return "this request comes from another origin (Origin is not this host); it is refused"
     return None
 
 
-DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
 def _origin_host(origin: str) -> str | None:
-    """host[:port] of an Origin header, without the scheme's default port (as Werkzeug spells
-    the request's Host); None for "null" (an opaque origin) or anything malformed."""
+    """host[:port] of an Origin header (brackets of an IPv6 address kept, userinfo dropped);
+    None for "null" (an opaque origin) or anything malformed."""
     try:
         parsed = urllib.parse.urlsplit(origin.strip().lower())
-        if parsed.scheme not in DEFAULT_PORTS or not parsed.hostname:
-            return None
-        port = parsed.port
     except ValueError:
         return None
-    return parsed.hostname if port in (None, DEFAULT_PORTS[parsed.scheme]) else f"{parsed.hostname}:{port}"
+    netloc = parsed.netloc.rpartition("@")[2]
+    if parsed.scheme not in ("http", "https") or not netloc:
+        return None
+    return _without_default_port(netloc)
+
+
+def _without_default_port(host: str) -> str:
+    """As Go compares hosts: an explicit :80 or :443 names the same host as none."""
+    host = host.strip().lower()
+    for port in (":80", ":443"):
+        if host.endswith(port):
+            return host[: -len(port)]
+    return host
 
 
 def _refuse_cross_site() -> None:
     if request.routing_exception is not None:
         return  # no such route or method: routing answers
-    problem = cross_site_problem(request.method, request.headers, request.host)
+    view = current_app.view_functions.get(request.endpoint)
+    # A GET that does work (the cleanup cron calls) is checked as any state-changing request.
+    method = "POST" if getattr(view, "changes_state", False) else request.method
+    problem = cross_site_problem(method, request.headers, request.headers.get("Host", request.host))
     if problem:
         raise Forbidden(problem)
-    view = current_app.view_functions.get(request.endpoint)
     if (
         request.method not in SAFE_METHODS
         and getattr(view, "json_body", False)

@@ -19,7 +19,7 @@ REFUSED = [
     {"Sec-Fetch-Site": "CROSS-SITE"},
     {"Sec-Fetch-Site": "something-new"},  # unknown: not one of the two trusted values
     {"Sec-Fetch-Site": "cross-site", "Origin": "http://localhost"},  # Sec-Fetch-Site decides
-    {"Origin": "https://localhost:80"},  # the scheme's default port is 443: another origin
+    {"Origin": "http://localhost@evil.example"},  # userinfo: the host is evil.example
     {"Origin": "ftp://localhost"},
     {"Origin": "https://evil.example"},
     {"Origin": "http://localhost:8080"},  # another port is another origin
@@ -36,6 +36,7 @@ ALLOWED = [
     {"Origin": "http://localhost"},
     {"Origin": "http://localhost:80"},  # the default port, spelled out
     {"Origin": "HTTP://LOCALHOST"},
+    {"Origin": "https://localhost:443"},
     {"Sec-Fetch-Site": "same-origin", "Origin": "https://evil.example"},  # a browser that sends both: the first
 ]
 
@@ -86,6 +87,25 @@ def test_same_origin_and_server_to_server_requests_are_served(client, headers):
 
 def test_reads_are_never_refused_as_cross_site(client):
     client.get("/api/v1/runs", headers={"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"}, status=200)
+
+
+def test_the_cleanup_cron_target_is_refused_cross_site_even_on_get(client, ndb_client):
+    """An <img src=/tasks/cleanup> on another site must not run the cleanup."""
+    client.get("/tasks/cleanup", headers={"Sec-Fetch-Site": "cross-site"}, status=403)
+    client.get("/tasks/cleanup", headers={"X-Appengine-Cron": "true"}, status=200)  # cron sends neither header
+
+
+@pytest.mark.parametrize(
+    "host, origin",
+    [
+        ("[::1]:8080", "http://[::1]:8080"),
+        ("app.example:443", "https://app.example"),
+        ("app.example", "https://app.example:443"),
+    ],
+)
+def test_hosts_compare_as_go_compares_them(host, origin):
+    assert cross_site_problem("POST", {"Origin": origin}, host) is None
+    assert cross_site_problem("POST", {"Origin": "http://[::2]:8080"}, host)
 
 
 @pytest.mark.parametrize(

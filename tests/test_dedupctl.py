@@ -29,8 +29,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 class Answer:
     def __init__(self, status: int, body=None, headers=None) -> None:
         self.status_code, self._body, self.headers = status, body if body is not None else {}, headers or {}
+        self.text = body if isinstance(body, str) else json.dumps(self._body)
 
     def json(self):
+        if isinstance(self._body, str):
+            raise ValueError("not JSON")
         return self._body
 
 
@@ -39,8 +42,8 @@ def scripted(*answers):
     queue = list(answers)
     sent = []
 
-    def send():
-        sent.append(1)
+    def send(timeout):
+        sent.append(timeout)
         answer = queue.pop(0)
         if isinstance(answer, type) and issubclass(answer, Exception):
             raise answer("lost")
@@ -59,8 +62,11 @@ def loop(send, **policy):
 @pytest.mark.parametrize(
     "answer, exit_code",
     [
-        (Answer(201, {"status": "completed"}), Exit.OK),
-        (Answer(200, {"status": "completed"}), Exit.OK),
+        (Answer(201, {"run_id": "r", "status": "completed"}), Exit.OK),
+        (Answer(200, {"run_id": "r", "status": "completed"}), Exit.OK),
+        (Answer(200, "<html>sign in</html>"), Exit.REFUSED),  # a front end's page is not a run
+        (Answer(302, "", {"Location": "https://accounts.example/login"}), Exit.REFUSED),
+        (Answer(422, {"error": "JobMismatch", "message": "..."}), Exit.REFUSED),  # nothing ran
         (Answer(422, {"status": "failed", "error": {"type": "PermanentJobError"}}), Exit.FAILED),
         (Answer(422, {"error": "ConflictException", "differing": ["since"]}), Exit.CONFLICT),
         (Answer(400, {"error": "InvalidParameterException"}), Exit.REFUSED),
@@ -84,10 +90,11 @@ def test_409_waits_for_retry_after_and_the_retryable_answers_back_off_with_full_
         requests.Timeout,
         Answer(502, "Bad Gateway"),
         Answer(504, "Gateway Timeout"),
-        Answer(200, {"status": "completed"}),
+        requests.exceptions.ChunkedEncodingError,  # the body cut short: the run may have happened
+        Answer(200, {"run_id": "r", "status": "completed"}),
     )
     outcome, slept = loop(send, backoff_base_seconds=1, backoff_cap_seconds=5)
-    assert outcome.exit == Exit.OK and outcome.attempts == 8
+    assert outcome.exit == Exit.OK and outcome.attempts == 9
     assert slept[0] == 7  # Retry-After, as the server said
     for attempt, delay in enumerate(slept[1:], start=2):
         assert 0 <= delay <= min(5, 2 ** (attempt - 1))  # full jitter under a capped exponential
@@ -98,6 +105,22 @@ def test_it_gives_up_when_attempts_or_the_deadline_run_out():
     assert outcome.exit == Exit.GAVE_UP and outcome.attempts == 3 and len(slept) == 2
     outcome, slept = loop(scripted(Answer(409, {}, {"Retry-After": "30"}), Answer(200)), deadline_seconds=10)
     assert outcome.exit == Exit.GAVE_UP and outcome.attempts == 1 and slept == []  # waiting would pass the deadline
+
+
+def test_a_front_ends_429_waits_its_retry_after_and_409_polls_use_no_attempts():
+    send = scripted(
+        Answer(429, "slow down", {"Retry-After": "3"}),
+        *[Answer(409, {"error": "RunInProgress"}, {"Retry-After": "30"})] * 12,  # a long run, waited for
+        Answer(200, {"run_id": "r", "status": "completed"}),
+    )
+    outcome, slept = loop(send, max_attempts=2, backoff_base_seconds=0.1)
+    assert outcome.exit == Exit.OK and slept[0] == 3 and slept[1:] == [30] * 12
+
+
+@pytest.mark.parametrize("policy", [{"max_attempts": 0}, {"max_attempts": -1}, {"deadline_seconds": 0}])
+def test_a_policy_that_allows_no_attempt_is_refused(policy):
+    with pytest.raises(ValueError):
+        loop(scripted(Answer(200)), **policy)
 
 
 # -- the command, against the app on gunicorn ---------------------------------------------------
@@ -236,7 +259,11 @@ def test_a_run_in_flight_is_waited_for_and_its_result_printed(proxy, server, tmp
         target=lambda: requests.post(f"{server.url}/api/v1/jobs/long/runs", json=payload, timeout=60)
     )
     first.start()
-    threading.Timer(2.0, gate.touch).start()  # the other caller's run finishes while dedupctl waits
+    for _ in range(200):  # the other caller's run holds the token before dedupctl asks
+        if requests.get(f"{server.url}/api/v1/runs?job=long", timeout=10).json()["runs"]:
+            break
+        threading.Event().wait(0.05)
+    threading.Timer(2.0, gate.touch).start()  # and it finishes while dedupctl waits
     done = dedupctl(
         "run",
         "long",
@@ -264,6 +291,9 @@ def test_every_exit_code_of_the_command(proxy, tmp_path):
     assert json.loads(conflict.stdout)["error"] == "ConflictException"
     assert dedupctl("run", "nope", "--url", proxy.url, "--no-auth").returncode == Exit.REFUSED
     assert dedupctl("run", "effect", "--url", proxy.url, "--no-auth", "--token", "bad token").returncode == Exit.REFUSED
+    for bad in (["--max-attempts", "0"], ["--wait", "-5"], ["--wait", "61"], ["--deadline", "-1"]):
+        assert dedupctl("run", "effect", "--url", proxy.url, "--no-auth", *bad).returncode == Exit.REFUSED, bad
+    assert dedupctl("run", "effect", "--url", "not-a-url", "--no-auth").returncode == Exit.REFUSED
     no_credentials = dedupctl("run", "effect", "--url", proxy.url, env={"DEDUPCTL_ID_TOKEN": ""})
     assert no_credentials.returncode == Exit.REFUSED and "--audience" in no_credentials.stderr
     proxy.plan = ["503"] * 3
