@@ -10,6 +10,7 @@ from handlers.cross_site import cross_site_problem
 from models import RunRecord
 from tests import job_targets
 from tests.support.deliveries import JOBS, scheduler_headers
+from tests.support.routes import every_route
 
 HOST = "localhost"  # webtest's Host, as Werkzeug spells it (no default port)
 
@@ -52,13 +53,7 @@ def records(ndb_client):
 
 
 def state_changing_routes(client):
-    values = {"job_id": "invoice", "run_id": "0" * 64}
-    for rule in client.app.url_map.iter_rules():
-        for method in sorted(rule.methods - {"GET", "HEAD", "OPTIONS"}):
-            path = rule.rule
-            for name in rule.arguments:
-                path = path.replace(f"<{name}>", values[name])
-            yield method, path
+    return [(method, path) for path, methods in every_route(client.app) for method in methods if method != "GET"]
 
 
 @pytest.mark.parametrize("headers", REFUSED, ids=lambda h: ",".join(f"{k}={v}" for k, v in h.items()))

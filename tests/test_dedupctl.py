@@ -13,15 +13,14 @@ import os
 import random
 import subprocess
 import sys
-import textwrap
 import threading
 
 import pytest
 import requests
 
 from dedupctl.client import Exit, RetryPolicy, run_with_retries
-from devtools.gunicorn import GunicornServer
 from tests.support import POLL_SECONDS
+from tests.support.live import serving
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -187,9 +186,7 @@ class FaultProxy:
 
 @pytest.fixture(scope="module")
 def server(emulator, tmp_path_factory):
-    jobs = tmp_path_factory.mktemp("dedupctl") / "jobs.yaml"
-    jobs.write_text(textwrap.dedent(LIVE_JOBS))
-    with GunicornServer(emulator, str(jobs), workers=1, threads=4, quiet=True) as running:
+    with serving(emulator, tmp_path_factory.mktemp("dedupctl"), LIVE_JOBS, workers=1, threads=4, quiet=True) as running:
         yield running
 
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
-import textwrap
 import threading
 
 import pytest
 import requests
 
-from devtools.gunicorn import GunicornServer
+from tests.support.live import serving
 
 pytestmark = pytest.mark.live
 
@@ -35,9 +34,7 @@ jobs:
 
 @pytest.fixture(scope="module")
 def server(emulator, tmp_path_factory):
-    jobs = tmp_path_factory.mktemp("live") / "jobs.yaml"
-    jobs.write_text(textwrap.dedent(JOBS))
-    with GunicornServer(emulator, str(jobs)) as running:
+    with serving(emulator, tmp_path_factory.mktemp("live"), JOBS) as running:
         yield running
 
 

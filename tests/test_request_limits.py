@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import textwrap
 
 import pytest
 import requests
@@ -15,11 +14,12 @@ from werkzeug.test import EnvironBuilder, run_wsgi_app
 
 from dedup.keys import scheduled_run_key
 from dedup.ledger import Ledger, RunDescription, RunPolicy
-from devtools.gunicorn import GunicornServer
 from handlers.request_limits import MAX_BODY_BYTES
 from models import RunRecord
 from tests import job_targets
 from tests.support.deliveries import JOBS, scheduler_headers
+from tests.support.live import serving
+from tests.support.routes import every_route
 
 LIVE_JOBS = """
 jobs:
@@ -33,9 +33,7 @@ MIB = 1024 * 1024
 
 @pytest.fixture(scope="module")
 def server(emulator, tmp_path_factory):
-    jobs = tmp_path_factory.mktemp("limits") / "jobs.yaml"
-    jobs.write_text(textwrap.dedent(LIVE_JOBS))
-    with GunicornServer(emulator, str(jobs), workers=1, threads=4, quiet=True) as running:
+    with serving(emulator, tmp_path_factory.mktemp("limits"), LIVE_JOBS, workers=1, threads=4, quiet=True) as running:
         yield running
 
 
@@ -139,17 +137,7 @@ def client(make_client):
 
 
 def routes(client) -> list[tuple[str, list[str]]]:
-    """Every route of the app, with a concrete path and the methods it serves."""
-    values = {"job_id": "invoice", "run_id": "0" * 64}
-    found = []
-    for rule in client.app.url_map.iter_rules():
-        if rule.endpoint == "static":
-            continue
-        path = rule.rule
-        for name in rule.arguments:
-            path = path.replace(f"<{name}>", values[name])
-        found.append((path, sorted(rule.methods - {"HEAD", "OPTIONS"})))
-    return found
+    return every_route(client.app)
 
 
 def expired_record(ndb_client, clock) -> None:

@@ -1,0 +1,21 @@
+"""Every route of an app with a concrete path, for tests that hold a rule on all of them."""
+
+from __future__ import annotations
+
+from flask import Flask
+
+# A value for each URL parameter the app's routes take.
+PATH_VALUES = {"job_id": "invoice", "run_id": "0" * 64}
+
+
+def every_route(app: Flask) -> list[tuple[str, list[str]]]:
+    """(path, methods served besides HEAD and OPTIONS) for every route but static files."""
+    found = []
+    for rule in app.url_map.iter_rules():
+        if rule.endpoint == "static":
+            continue
+        path = rule.rule
+        for name in rule.arguments:
+            path = path.replace(f"<{name}>", PATH_VALUES[name])
+        found.append((path, sorted(rule.methods - {"HEAD", "OPTIONS"})))
+    return found
