@@ -116,8 +116,9 @@ class IdempotencyGuard:
         classify: Callable[[Any], Verdict] | None = None,
         wait: Waiting | None = None,
         job_id: str | None = None,
+        requested_by: str | None = None,
     ) -> RunOutcome:
-        """``job_id`` names what ran in the record (default: the namespace)."""
+        """``job_id`` names what ran in the record (default: the namespace); ``requested_by`` who asked."""
         parameters = dict(parameters or {})
         description = RunDescription(
             source=self.source,
@@ -126,6 +127,7 @@ class IdempotencyGuard:
             scope=scope,
             parameters=parameters,
             fingerprint=fingerprint(parameters, exclude),
+            requested_by=requested_by,
         )
         return run_once(
             self.ledger,

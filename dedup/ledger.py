@@ -89,6 +89,7 @@ class RunDescription:
     scope: str | None = None
     parameters: dict | None = None
     fingerprint: str | None = None
+    requested_by: str | None = None  # the principal whose request made this claim (handlers.access)
 
 
 class Ledger:
@@ -353,6 +354,7 @@ def _claimed_record(
             "finished": None,
             "outcome": None,
             "instance": INSTANCE,
+            **({"requested_by": description.requested_by} if description.requested_by else {}),
         }
     )
     created = current.created if current else now

@@ -8,12 +8,13 @@ import re
 import threading
 from typing import Mapping
 
-from flask import Flask, current_app, request
+from flask import Flask, current_app, g, request
 from google.cloud import ndb
 
 from dedup.clock import Clock, SystemClock
 from dedup.ledger import Ledger
-from handlers.auth import AuthSettings, is_read_only, verifier_for
+from handlers.access import Principal, role_of
+from handlers.auth import AuthSettings, CallerGate
 from handlers.idempotent import GuardRegistry, install_guard
 from jobs.config import JobSpec, jobs_file_path, load_jobs
 
@@ -47,7 +48,7 @@ def create_app(
     from handlers.request_limits import limit_requests
 
     clock = clock or SystemClock()
-    verifier = verifier_for(auth or AuthSettings.from_environ(os.environ))
+    gate = CallerGate(auth or AuthSettings.from_environ(os.environ))
     jobs = load_jobs(jobs_file or jobs_file_path(os.environ))
     wait_slots = WaitSlots(max_waiters if max_waiters is not None else max_waiters_from_environ(os.environ))
     app = Flask(__name__)
@@ -59,15 +60,16 @@ def create_app(
 
     @app.before_request
     def verify_caller():
-        # Only GETs of views marked @read_only: a URL's place never makes a view read-only.
-        read_only = request.method == "GET" and is_read_only(app.view_functions.get(request.endpoint))
-        rejection = verifier.check(request.headers, read_only=read_only)
-        if rejection is not None:
-            response = errors.json_error(rejection.status, rejection.error, rejection.message)
-            if rejection.status == 401:
-                response.headers["WWW-Authenticate"] = 'Bearer realm="dedup"'
-            return response
-        return None
+        # The role is the view's own (@requires); a view without one is for internal callers only.
+        admitted = gate.admit(request.headers, role_of(app.view_functions.get(request.endpoint)))
+        if isinstance(admitted, Principal):
+            g.principal = admitted
+            logs.note_run(principal=admitted.name)
+            return None
+        response = errors.json_error(admitted.status, admitted.error, admitted.message)
+        if admitted.status == 401:
+            response.headers["WWW-Authenticate"] = 'Bearer realm="dedup"'
+        return response
 
     limit_requests(app)  # after verify_caller: a stranger learns only 401/403
     refuse_cross_site_requests(app)
@@ -103,6 +105,11 @@ def max_waiters_from_environ(environ: Mapping[str, str]) -> int:
 
 def app_state() -> AppState:
     return current_app.extensions["dedup"]
+
+
+def current_principal() -> Principal:
+    """Who the gate admitted this request as (every view runs after it)."""
+    return g.principal
 
 
 class NdbContextMiddleware:

@@ -19,7 +19,7 @@ from markupsafe import Markup, escape
 from dedup.keys import format_utc, is_run_id
 from dedup.queries import RunFilter
 from handlers import app_state
-from handlers.auth import read_only
+from handlers.access import Role, requires
 from handlers.run_documents import duration_seconds, is_stuck, run_document
 from models import RunRecord, RunSource, RunStatus
 
@@ -38,7 +38,7 @@ def outcome_of(record: RunRecord, now: datetime.datetime) -> str:
 
 
 @blueprint.get("/", provide_automatic_options=False)
-@read_only
+@requires(Role.VIEW)
 def dashboard():
     state = app_state()
     now = state.clock.now()
@@ -77,7 +77,7 @@ def dashboard():
 
 
 @blueprint.get("/runs/<run_id>", provide_automatic_options=False)
-@read_only
+@requires(Role.VIEW)
 def run_page(run_id: str):
     state = app_state()
     record = state.ledger.lookup(run_id) if is_run_id(run_id) else None

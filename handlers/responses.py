@@ -310,7 +310,13 @@ def manual_run_response(
 
 
 def _manual_run_document(record: RunRecord, token: str) -> Response:
-    document = {"run_id": record.run_id, "job_id": record.job_id, "clientToken": token, "attempt": record.attempt}
+    document = {
+        "run_id": record.run_id,
+        "job_id": record.job_id,
+        "clientToken": token,
+        "attempt": record.attempt,
+        "requested_by": record.requested_by,
+    }
     if record.status == RunStatus.COMPLETED:
         response = jsonify({**document, "status": "completed", "result": record.result})
         response.status_code = 201

@@ -75,6 +75,7 @@ def _fields(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
         "project": record.project or None,
         "location": record.location or None,
         "client_token": record.idempotency_key if record.source != RunSource.SCHEDULER else None,
+        "requested_by": record.requested_by,
         "downstream": record.downstream,
         "created": _time(record.created),
         "started": _time(record.started),

@@ -25,8 +25,8 @@ from dedup.ledger import RunPolicy
 from dedup.outcomes import Attempt
 from dedup.queries import RunFilter
 from dedup.runner import Waiting
-from handlers import app_state
-from handlers.auth import read_only
+from handlers import app_state, current_principal
+from handlers.access import Role, requires
 from handlers.cross_site import json_body
 from handlers.errors import json_error
 from handlers.idempotent import Fingerprint, GuardRejected, KeyFrom, guard_registry, preferred_wait
@@ -126,6 +126,7 @@ class ManualRunRequest:
 
 @blueprint.post("/jobs/<job_id>/runs", provide_automatic_options=False)
 @json_body
+@requires(Role.OPERATE)
 def start_manual_run(job_id: str):
     """A run now, once per client token: run like a scheduled run, answered from its record."""
     job = known_job(job_id)
@@ -144,6 +145,7 @@ def start_manual_run(job_id: str):
         exclude=job.fingerprint_exclude,
         wait=wait,
         job_id=job_id,
+        requested_by=current_principal().name,
     )
     note_outcome(outcome)
     return manual_run_response(outcome, job_id, ask.token, ask.parameters, job.fingerprint_exclude, wait)
@@ -159,7 +161,7 @@ def _bad(message: str):
 
 
 @blueprint.get("/runs", provide_automatic_options=False)
-@read_only
+@requires(Role.VIEW)
 def list_runs():
     """Runs newest first, a summary each: filters job, status, source, since, until; cursor pagination."""
     args = request.args
@@ -196,7 +198,7 @@ def list_runs():
 
 
 @blueprint.get("/runs/<run_id>", provide_automatic_options=False)
-@read_only
+@requires(Role.VIEW)
 def get_run(run_id: str):
     state = app_state()
     record = state.ledger.lookup(run_id) if is_run_id(run_id) else None

@@ -10,7 +10,8 @@ from dedup.keys import scheduled_run_key
 from dedup.ledger import RunDescription
 from dedup.outcomes import Attempt
 from dedup.runner import run_once
-from handlers import app_state
+from handlers import app_state, current_principal
+from handlers.access import Role, requires
 from handlers.errors import json_error
 from handlers.logs import note_run
 from handlers.responses import outcome_response
@@ -21,6 +22,7 @@ blueprint = Blueprint("scheduler", __name__)
 
 
 @blueprint.route("/jobs/<job_id>", methods=["GET", "POST"], provide_automatic_options=False)
+@requires(Role.DELIVER)
 def deliver(job_id: str):
     state = app_state()
     job = state.jobs.get(job_id)
@@ -47,6 +49,7 @@ def deliver(job_id: str):
         schedule_time=key.schedule_time,
         project=key.project,
         location=key.location,
+        requested_by=current_principal().name,
     )
 
     def work(attempt: Attempt):

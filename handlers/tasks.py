@@ -7,6 +7,7 @@ import time
 from flask import Blueprint, jsonify
 
 from handlers import app_state
+from handlers.access import Role, requires
 from handlers.cross_site import changes_state
 
 blueprint = Blueprint("tasks", __name__, url_prefix="/tasks")
@@ -19,6 +20,7 @@ CLEANUP_BATCH = 100
 
 @blueprint.route("/cleanup", methods=["GET", "POST"], provide_automatic_options=False)
 @changes_state  # cron calls it with GET
+@requires(Role.DELIVER)
 def cleanup_expired_runs():
     ledger = app_state().ledger
     deadline = time.monotonic() + CLEANUP_BUDGET_SECONDS

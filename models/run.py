@@ -56,6 +56,8 @@ class RunRecord(ndb.Model):
     scope = ndb.TextProperty()
     parameters = ndb.JsonProperty(compressed=True)
     fingerprint = ndb.TextProperty()
+    # Who asked (handlers.access.Principal.name): user:alice@example.com, appengine:cron, ...
+    requested_by = ndb.TextProperty()
 
     status = ndb.StringProperty(required=True, choices=[s.value for s in RunStatus])
     attempt_id = ndb.TextProperty(required=True)  # unindexed

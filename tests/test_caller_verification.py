@@ -1,5 +1,6 @@
 """Caller verification: spoofable headers never grant access; App Engine markers and
-Google-signed ID tokens do.  Every endpoint is covered; a rejected request writes nothing."""
+Google-signed ID tokens do.  Every endpoint is covered; a rejected request writes nothing.
+(Roles and IAP: tests/test_roles.py and tests/test_iap.py.)"""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from handlers.auth import AuthConfigError, AuthSettings
 from tests.support.callers import (  # noqa: F401 - fixtures
+    ADMIN,
     AUDIENCE,
     CALLER,
     app_with,
@@ -40,9 +42,11 @@ def test_spoofed_scheduler_headers_are_rejected_in_appengine_mode(appengine_app,
         path,
         method=method,
         headers=scheduler_headers(**{"User-Agent": "AppEngine-Google; (+http://code.google.com/appengine)"}),
-        status=403,
+        status=401,
     )
-    assert response.json["error"] == "Forbidden"
+    assert response.json["error"] == "Unauthenticated"
+    assert "X-CloudScheduler-* headers alone are not trusted" in response.json["message"]
+    assert response.headers["WWW-Authenticate"].startswith("Bearer")
     assert nothing_written(ndb_client)
 
 
@@ -61,13 +65,43 @@ def test_each_app_engine_marker_is_accepted(appengine_app, marker):
     appengine_app.post("/jobs/invoice", headers=scheduler_headers(**marker), status=200)
 
 
-def test_the_admin_marker_counts_only_when_chosen(appengine_app, datastore, ndb_client, jobs_file, clock):
-    # App Engine does not document stripping a client-sent X-Appengine-User-Is-Admin.
-    appengine_app.post("/jobs/invoice", headers=scheduler_headers(**{"X-Appengine-User-Is-Admin": "1"}), status=403)
-    opted_in = app_with(
-        {"DEDUP_AUTH": "appengine", "DEDUP_APPENGINE_TRUSTED": "admin"}, datastore, ndb_client, jobs_file, clock
+def test_the_admin_marker_is_a_person_who_never_delivers(appengine_app, ndb_client):
+    # A signed-in admin is a person: App Engine counts project Viewers as admins.
+    response = appengine_app.post("/jobs/invoice", headers=scheduler_headers(**ADMIN), status=403)
+    assert response.json["error"] == "Forbidden"
+    assert "user:carol@example.com" in response.json["message"]
+    assert nothing_written(ndb_client)
+
+
+def test_the_admin_marker_counts_only_when_trusted(datastore, ndb_client, jobs_file, clock):
+    # One rule for the admin marker: DEDUP_APPENGINE_TRUSTED says whether it names anyone, on every route.
+    trusted = app_with({"DEDUP_AUTH": "appengine"}, datastore, ndb_client, jobs_file, clock)
+    trusted.get("/admin/", headers=ADMIN, status=200)
+    trusted.get("/api/v1/runs", headers=ADMIN, status=200)
+    left_out = app_with(
+        {"DEDUP_AUTH": "appengine", "DEDUP_APPENGINE_TRUSTED": "cron,queue,ip:0.1.0.2"},
+        datastore,
+        ndb_client,
+        jobs_file,
+        clock,
     )
-    opted_in.post("/jobs/invoice", headers=scheduler_headers(**{"X-Appengine-User-Is-Admin": "1"}), status=200)
+    for path in ("/admin/", "/api/v1/runs", "/admin/runs/" + "0" * 64, "/api/v1/runs/" + "0" * 64):
+        assert left_out.get(path, headers=ADMIN, status=401).json["error"] == "Unauthenticated"
+    left_out.post("/jobs/invoice", headers=scheduler_headers(**{"X-Appengine-Cron": "true"}), status=200)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"X-Appengine-User-Is-Admin": "1"},  # no email: nobody to name
+        {"X-Appengine-User-Is-Admin": "0", "X-Appengine-User-Email": "carol@example.com"},
+        {"X-Appengine-User-Email": "carol@example.com"},
+        {"X-Appengine-User-Is-Admin": "1", "X-Appengine-User-Email": "not an email"},
+        {"X-Appengine-User-Is-Admin": "true", "X-Appengine-User-Email": "carol@example.com"},
+    ],
+)
+def test_a_signed_in_user_needs_both_markers(appengine_app, headers):
+    appengine_app.get("/admin/", headers=headers, status=401)
 
 
 @pytest.mark.parametrize(
@@ -79,8 +113,9 @@ def test_the_admin_marker_counts_only_when_chosen(appengine_app, datastore, ndb_
         {"X-Appengine-User-Ip": "0.1.0.3"},
     ],
 )
-def test_near_misses_are_rejected(appengine_app, marker):
-    appengine_app.post("/jobs/invoice", headers=scheduler_headers(**marker), status=403)
+def test_near_misses_are_rejected(appengine_app, ndb_client, marker):
+    appengine_app.post("/jobs/invoice", headers=scheduler_headers(**marker), status=401)
+    assert nothing_written(ndb_client)
 
 
 def test_the_trusted_marker_set_is_configurable(datastore, ndb_client, jobs_file, clock):
@@ -92,7 +127,8 @@ def test_the_trusted_marker_set_is_configurable(datastore, ndb_client, jobs_file
         clock,
     )
     app.post("/jobs/invoice", headers=scheduler_headers(**{"X-Appengine-User-Ip": "0.1.0.2"}), status=200)
-    app.post("/jobs/invoice", headers=scheduler_headers(**{"X-AppEngine-QueueName": "default"}), status=403)
+    app.post("/jobs/invoice", headers=scheduler_headers(**{"X-AppEngine-QueueName": "default"}), status=401)
+    app.get("/admin/", headers=ADMIN, status=401)  # admin left out too
 
 
 def bearer(token):
@@ -126,7 +162,6 @@ def test_spoofed_headers_without_a_token_are_401_in_oidc_mode(oidc_app, ndb_clie
         ("wrong-audience", "audience"),
         ("wrong-issuer", "issuer"),
         ("unverified-email", "not verified"),
-        ("unlisted-email", "not an allowed caller"),
         ("bad-signature", "signature"),
         ("malformed", "malformed"),
         ("basic-auth", "Bearer"),
@@ -138,7 +173,6 @@ def test_bad_tokens_are_401_and_write_nothing(oidc_app, ndb_client, issuer, case
         "wrong-audience": lambda: issuer.token(audience="https://elsewhere.example.com", email=CALLER),
         "wrong-issuer": lambda: issuer.token(audience=AUDIENCE, email=CALLER, issuer="https://evil.example.com"),
         "unverified-email": lambda: issuer.token(audience=AUDIENCE, email=CALLER, email_verified=False),
-        "unlisted-email": lambda: issuer.token(audience=AUDIENCE, email="intruder@acme-prod.iam.gserviceaccount.com"),
         "bad-signature": lambda: issuer.token(audience=AUDIENCE, email=CALLER, rogue=True),
         "malformed": lambda: "not.a.jwt",
         "basic-auth": lambda: None,
@@ -151,11 +185,27 @@ def test_bad_tokens_are_401_and_write_nothing(oidc_app, ndb_client, issuer, case
     assert nothing_written(ndb_client)
 
 
+def test_a_verified_but_unlisted_caller_is_403_and_writes_nothing(oidc_app, ndb_client, issuer):
+    # Any Google account can mint a token for any audience: verified is not allowed.
+    intruder = "intruder@acme-prod.iam.gserviceaccount.com"
+    token = issuer.token(audience=AUDIENCE, email=intruder)
+    response = oidc_app.post("/jobs/invoice", headers=scheduler_headers(**bearer(token)), status=403)
+    assert response.json["error"] == "Forbidden"
+    assert response.json["message"].startswith(f"serviceAccount:{intruder} may not do this")
+    assert AUDIENCE not in response.text and CALLER not in response.text
+    oidc_app.get("/api/v1/runs", headers=bearer(token), status=403)
+    assert nothing_written(ndb_client)
+
+
 @pytest.mark.parametrize(
     "environ, words",
     [
         ({}, "DEDUP_AUTH is not set"),
         ({"DEDUP_AUTH": "sometimes"}, "must be one of"),
+        ({"DEDUP_AUTH": "appengine,sometimes"}, "must be one of"),
+        ({"DEDUP_AUTH": "appengine,appengine"}, "names a mode twice"),
+        ({"DEDUP_AUTH": "none,appengine"}, "combines with no other mode"),
+        ({"DEDUP_AUTH": " , "}, "DEDUP_AUTH is not set"),
         ({"DEDUP_AUTH": "none", "GAE_ENV": "standard"}, "refused on App Engine"),
         ({"DEDUP_AUTH": "oidc", "DEDUP_OIDC_ALLOWED_EMAILS": CALLER}, "DEDUP_OIDC_AUDIENCE"),
         ({"DEDUP_AUTH": "oidc", "DEDUP_OIDC_AUDIENCE": AUDIENCE}, "DEDUP_OIDC_ALLOWED_EMAILS"),
@@ -180,17 +230,31 @@ def test_the_app_refuses_none_on_app_engine_at_start_up():
     assert "DEDUP_AUTH=none is for local development; it is refused on App Engine" in completed.stderr
 
 
-def test_signed_in_admins_may_read_but_not_run(appengine_app):
-    admin = {"X-Appengine-User-Is-Admin": "1"}
-    appengine_app.get("/admin/", headers=admin, status=200)
-    appengine_app.get("/api/v1/runs", headers=admin, status=200)
-    appengine_app.post("/jobs/invoice", headers=scheduler_headers(**admin), status=403)
-    appengine_app.post_json("/api/v1/jobs/invoice/runs", {}, headers=admin, status=403)
+def test_signed_in_admins_may_read_but_not_run(appengine_app, ndb_client):
+    appengine_app.get("/admin/", headers=ADMIN, status=200)
+    appengine_app.get("/api/v1/runs", headers=ADMIN, status=200)
+    appengine_app.post("/jobs/invoice", headers=scheduler_headers(**ADMIN), status=403)
+    refused = appengine_app.post_json("/api/v1/jobs/invoice/runs", {}, headers=ADMIN, status=403)
+    assert "needs an operator (DEDUP_OPERATORS)" in refused.json["message"]
+    assert nothing_written(ndb_client)
 
 
-def test_exactly_the_dashboard_and_the_run_api_reads_are_marked_read_only(appengine_app):
-    from handlers.auth import is_read_only
+def test_every_route_declares_the_role_it_needs(appengine_app):
+    from handlers.access import Role
 
     app = appengine_app.app
-    marked = sorted(endpoint for endpoint, view in app.view_functions.items() if is_read_only(view))
-    assert marked == ["admin.dashboard", "admin.run_page", "runs_api.get_run", "runs_api.list_runs"]
+    declared = {
+        endpoint: view.required_role.value
+        for endpoint, view in app.view_functions.items()
+        if endpoint != "static" and isinstance(getattr(view, "required_role", None), Role)
+    }
+    assert sorted(declared) == sorted(e for e in app.view_functions if e != "static")  # none forgotten
+    assert declared == {
+        "scheduler.deliver": "deliver",
+        "tasks.cleanup_expired_runs": "deliver",
+        "runs_api.start_manual_run": "operate",
+        "runs_api.list_runs": "view",
+        "runs_api.get_run": "view",
+        "admin.dashboard": "view",
+        "admin.run_page": "view",
+    }

@@ -141,7 +141,7 @@ def test_an_unauthenticated_path_cannot_forge_a_text_line(
 
     from handlers import create_app
 
-    auth = AuthSettings(mode="oidc", audience="https://dedup.example", allowed_emails=frozenset({"s@x.iam"}))
+    auth = AuthSettings(modes=("oidc",), audience="https://dedup.example", allowed_emails=frozenset({"s@x.iam"}))
     app = create_app(jobs_file=jobs_file(FORGING_JOBS), clock=clock, ndb_client=ndb_client, auth=auth)
     webtest.TestApp(app).post("/jobs/invoice" + encoded + quote(ATTACK, safe="/:,"), status=401)
     assert_one_line_per_record(text_logs)

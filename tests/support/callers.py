@@ -10,10 +10,14 @@ from handlers.auth import AuthSettings
 from models import RunRecord
 from tests import job_targets
 from tests.support.deliveries import JOBS
-from tests.support.oidc import TokenIssuer
+from tests.support.oidc import IapIssuer, TokenIssuer
 
 AUDIENCE = "https://dedup.example.com/jobs"
 CALLER = "scheduler-invoker@acme-prod.iam.gserviceaccount.com"
+IAP_AUDIENCE = "/projects/123456789012/apps/acme-prod"
+OPERATOR = "alice@example.com"
+VIEWER = "bob@example.com"
+ADMIN = {"X-Appengine-User-Is-Admin": "1", "X-Appengine-User-Email": "carol@example.com"}
 
 
 @pytest.fixture(scope="module")
@@ -21,6 +25,29 @@ def issuer():
     running = TokenIssuer()
     yield running
     running.close()
+
+
+@pytest.fixture(scope="module")
+def iap():
+    running = IapIssuer()
+    yield running
+    running.close()
+
+
+def iap_environ(iap, **extra):
+    """The shipped pairing for people and scripts: App Engine's markers and IAP's assertion."""
+    return {
+        "DEDUP_AUTH": "appengine,iap",
+        "DEDUP_IAP_AUDIENCE": IAP_AUDIENCE,
+        "DEDUP_IAP_CERTS_URL": iap.certs_url,
+        "DEDUP_OPERATORS": OPERATOR,
+        **extra,
+    }
+
+
+def as_person(iap, email, **claims):
+    """The header IAP adds for a request from ``email``."""
+    return {"X-Goog-IAP-JWT-Assertion": iap.assertion(audience=IAP_AUDIENCE, email=email, extra=claims or None)}
 
 
 def app_with(environ, datastore, ndb_client, jobs_file, clock):
@@ -47,6 +74,11 @@ def oidc_app(datastore, ndb_client, jobs_file, clock, issuer):
         jobs_file,
         clock,
     )
+
+
+@pytest.fixture
+def iap_app(datastore, ndb_client, jobs_file, clock, iap):
+    return app_with(iap_environ(iap), datastore, ndb_client, jobs_file, clock)
 
 
 def nothing_written(ndb_client):

@@ -1,5 +1,7 @@
-"""A local token issuer: an RSA key pair, its certificate served the way Google serves
-``oauth2/v1/certs`` ({key id: PEM certificate}), and ID tokens signed with google-auth.
+"""Local token issuers: an RSA key pair, its certificate served the way Google serves
+``oauth2/v1/certs`` ({key id: PEM certificate}), and ID tokens signed with google-auth;
+and an ES256 key pair, its public key served the way IAP serves
+``iap/verify/public_key`` ({key id: PEM public key}), and IAP assertions.
 
 Tokens can also be assembled from arbitrary segments (``segment``, ``signed``), so
 tests can present validly signed tokens whose content is hostile."""
@@ -16,7 +18,7 @@ from typing import Any, Mapping
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 from google.auth import crypt
 
@@ -43,6 +45,16 @@ def _key_and_certificate() -> tuple[bytes, bytes]:
     return private, certificate.public_bytes(serialization.Encoding.PEM)
 
 
+def _ec_key_pair() -> tuple[bytes, bytes]:
+    """An ES256 (P-256) private key and its public key, both PEM, as IAP publishes its keys."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return private, public
+
+
 def segment(value: Any) -> str:
     """One unpadded base64url token segment: bytes as they are, anything else as JSON."""
     data = value if isinstance(value, bytes) else json.dumps(value).encode()
@@ -50,9 +62,12 @@ def segment(value: Any) -> str:
 
 
 class TokenIssuer:
+    algorithm = "RS256"
+    signer_class: Any = crypt.RSASigner
+
     def __init__(self) -> None:
-        self.private_pem, certificate = _key_and_certificate()
-        self.rogue_pem, _ = _key_and_certificate()  # signs tokens no published certificate verifies
+        self.private_pem, certificate = self._key_pair()
+        self.rogue_pem, _ = self._key_pair()  # signs tokens no published key verifies
         self.kid = "test-key-1"
         self.certificate_pem = certificate.decode()
         self.certs = {self.kid: self.certificate_pem}
@@ -76,6 +91,9 @@ class TokenIssuer:
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.certs_url = f"http://127.0.0.1:{self.server.server_address[1]}/oauth2/v1/certs"
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": POLL_SECONDS}, daemon=True).start()
+
+    def _key_pair(self) -> tuple[bytes, bytes]:
+        return _key_and_certificate()
 
     def claims(
         self,
@@ -101,7 +119,7 @@ class TokenIssuer:
 
     def header(self, **fields: Any) -> dict[str, Any]:
         """A token header as Google writes it (RS256, this issuer's key id), with ``fields`` replaced."""
-        return {"alg": "RS256", "kid": self.kid, "typ": "JWT", **fields}
+        return {"alg": self.algorithm, "kid": self.kid, "typ": "JWT", **fields}
 
     def token(
         self,
@@ -131,11 +149,47 @@ class TokenIssuer:
         return self.signed(segment(self.header(**(header or {}))), segment(payload), rogue=rogue)
 
     def signed(self, header_segment: str, payload_segment: str, *, rogue: bool = False) -> str:
-        """The two segments with an RS256 signature over them, whatever they hold."""
-        signer = crypt.RSASigner.from_string(self.rogue_pem if rogue else self.private_pem)
+        """The two segments with this issuer's signature over them, whatever they hold."""
+        signer = self.signer_class.from_string(self.rogue_pem if rogue else self.private_pem)
         signing_input = f"{header_segment}.{payload_segment}"
         return f"{signing_input}.{segment(signer.sign(signing_input.encode()))}"
 
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class IapIssuer(TokenIssuer):
+    """Identity-Aware Proxy: ES256 assertions whose keys are PEM public keys, not certificates."""
+
+    algorithm = "ES256"
+    signer_class = crypt.ES256Signer
+
+    def _key_pair(self) -> tuple[bytes, bytes]:
+        return _ec_key_pair()
+
+    def assertion(
+        self,
+        *,
+        audience: str,
+        email: str,
+        issuer: str = "https://cloud.google.com/iap",
+        lifetime: int = 600,
+        issued_ago: int = 0,
+        rogue: bool = False,
+        extra: Mapping[str, Any] | None = None,
+        header: Mapping[str, Any] | None = None,
+    ) -> str:
+        """A signed assertion as IAP adds it to a request it lets through."""
+        now = int(time.time()) - issued_ago
+        payload = {
+            "iss": issuer,
+            "aud": audience,
+            "sub": "accounts.google.com:1234567890",
+            "email": email,
+            "hd": email.rpartition("@")[2],
+            "iat": now,
+            "exp": now + lifetime,
+            **(extra or {}),
+        }
+        return self.signed(segment(self.header(**(header or {}))), segment(payload), rogue=rogue)

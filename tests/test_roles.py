@@ -1,0 +1,201 @@
+"""Principals and roles: who may deliver, view and operate, with the defaults said and tested.
+
+The defaults: internal callers (App Engine's markers, DEDUP_OIDC_ALLOWED_EMAILS) deliver
+and nothing else; every person a Google front end admitted (a signed-in admin, an IAP
+identity) views while DEDUP_VIEWERS is unset; only DEDUP_OPERATORS operate.  A refusal
+for want of a role is a 403 that writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from handlers.access import AccessPolicy, Member, Principal, Role
+from handlers.auth import AuthConfigError, AuthSettings
+from tests.support.callers import (  # noqa: F401 - fixtures
+    ADMIN,
+    AUDIENCE,
+    CALLER,
+    OPERATOR,
+    VIEWER,
+    app_with,
+    as_person,
+    iap,
+    iap_app,
+    iap_environ,
+    issuer,
+    nothing_written,
+    oidc_app,
+)
+from tests.support.deliveries import scheduler_headers
+from tests.support.manual_runs import start
+
+READS = ["/admin/", "/api/v1/runs", "/api/v1/runs/" + "0" * 64, "/admin/runs/" + "0" * 64]
+
+
+def person(email: str, *, admitted: bool = True) -> Principal:
+    return Principal.person(email, "iap", admitted=admitted)
+
+
+def test_an_operator_starts_reads_and_is_named_on_the_record(iap_app, iap, caplog):
+    caplog.set_level(logging.INFO, logger="dedup.requests")
+    created = start(iap_app, headers=as_person(iap, OPERATOR), status=201).json
+    assert created["requested_by"] == "user:alice@example.com"
+    shown = iap_app.get(f"/api/v1/runs/{created['run_id']}", headers=as_person(iap, OPERATOR), status=200).json
+    assert shown["requested_by"] == "user:alice@example.com"
+    assert shown["attempts"][0]["requested_by"] == "user:alice@example.com"
+    listed = iap_app.get("/api/v1/runs", headers=as_person(iap, VIEWER), status=200).json["runs"]
+    assert [run["requested_by"] for run in listed] == ["user:alice@example.com"]
+    page = iap_app.get(f"/admin/runs/{created['run_id']}", headers=as_person(iap, VIEWER), status=200)
+    assert "user:alice@example.com" in page.text
+    logged = [r for r in caplog.records if getattr(r, "path", "").endswith("/runs") and r.status == 201]
+    assert [r.principal for r in logged] == ["user:alice@example.com"]
+
+
+def test_a_viewer_reads_but_cannot_act(iap_app, iap, ndb_client):
+    for path in READS[:2]:
+        iap_app.get(path, headers=as_person(iap, VIEWER), status=200)
+    refused = start(iap_app, headers=as_person(iap, VIEWER), status=403)
+    assert refused.json == {
+        "error": "Forbidden",
+        "message": "user:bob@example.com may not do this: "
+        "starting and retrying runs needs an operator (DEDUP_OPERATORS)",
+    }
+    assert nothing_written(ndb_client)
+
+
+def test_a_scheduled_delivery_names_its_internal_caller(iap_app):
+    iap_app.post("/jobs/invoice", headers=scheduler_headers(**{"X-Appengine-User-Ip": "0.1.0.2"}), status=200)
+    runs = iap_app.get("/api/v1/runs", headers=ADMIN, status=200).json["runs"]
+    assert [run["requested_by"] for run in runs] == ["appengine:ip:0.1.0.2"]
+
+
+def test_internal_callers_deliver_and_do_nothing_else(iap_app, ndb_client):
+    cron = {"X-Appengine-Cron": "true"}
+    for path in READS[:2]:
+        assert iap_app.get(path, headers=cron, status=403).json["message"].startswith("appengine:cron may not")
+    start(iap_app, headers=cron, status=403)
+    assert nothing_written(ndb_client)
+
+
+def test_admins_are_not_operators_unless_listed(datastore, ndb_client, jobs_file, clock, iap):
+    plain = app_with({"DEDUP_AUTH": "appengine"}, datastore, ndb_client, jobs_file, clock)
+    start(plain, headers=ADMIN, status=403)
+    listed = app_with(
+        {"DEDUP_AUTH": "appengine", "DEDUP_OPERATORS": "carol@example.com"}, datastore, ndb_client, jobs_file, clock
+    )
+    assert start(listed, headers=ADMIN, status=201).json["requested_by"] == "user:carol@example.com"
+
+
+def test_setting_viewers_limits_who_reads(datastore, ndb_client, jobs_file, clock, iap):
+    app = app_with(iap_environ(iap, DEDUP_VIEWERS="domain:example.org"), datastore, ndb_client, jobs_file, clock)
+    for path in READS:
+        refused = app.get(path, headers=as_person(iap, VIEWER), status=403)
+        assert "needs a viewer or an operator" in refused.json["message"]
+        app.get(path, headers=ADMIN, status=403)  # the signed-in admin too: the list says who
+    app.get("/api/v1/runs", headers=as_person(iap, "dan@example.org"), status=200)
+    app.get("/api/v1/runs", headers=as_person(iap, OPERATOR), status=200)  # operators always read
+
+
+def test_an_empty_viewer_list_leaves_only_operators(datastore, ndb_client, jobs_file, clock, iap):
+    app = app_with(iap_environ(iap, DEDUP_VIEWERS=""), datastore, ndb_client, jobs_file, clock)
+    app.get("/api/v1/runs", headers=as_person(iap, VIEWER), status=403)
+    app.get("/api/v1/runs", headers=as_person(iap, OPERATOR), status=200)
+
+
+def test_an_oidc_caller_delivers_and_operates_only_when_listed(datastore, ndb_client, jobs_file, clock, issuer):
+    script = "ci@acme-prod.iam.gserviceaccount.com"
+    environ = {
+        "DEDUP_AUTH": "oidc",
+        "DEDUP_OIDC_AUDIENCE": AUDIENCE,
+        "DEDUP_OIDC_ALLOWED_EMAILS": CALLER,
+        "DEDUP_OIDC_CERTS_URL": issuer.certs_url,
+        "DEDUP_OPERATORS": f"serviceAccount:{script}",
+    }
+    app = app_with(environ, datastore, ndb_client, jobs_file, clock)
+
+    def bearer(email):
+        return {"Authorization": f"Bearer {issuer.token(audience=AUDIENCE, email=email)}"}
+
+    app.post("/jobs/invoice", headers=scheduler_headers(**bearer(CALLER)), status=200)
+    app.get("/api/v1/runs", headers=bearer(CALLER), status=403)  # a token is never "admitted"
+    start(app, headers=bearer(CALLER), status=403)
+    assert start(app, headers=bearer(script), status=201).json["requested_by"] == f"serviceAccount:{script}"
+    app.post("/jobs/invoice", headers=scheduler_headers(**bearer(script)), status=403)
+
+
+def test_local_development_grants_everything(datastore, ndb_client, jobs_file, clock):
+    app = app_with({"DEDUP_AUTH": "none"}, datastore, ndb_client, jobs_file, clock)
+    assert start(app, status=201).json["requested_by"] == "local"
+    app.get("/admin/", status=200)
+
+
+@pytest.mark.parametrize(
+    "entry, email, matches",
+    [
+        ("alice@example.com", "alice@example.com", True),
+        ("Alice@Example.COM", "alice@example.com", True),
+        ("alice@example.com", "alice@example.com.evil.test", False),
+        ("alice@example.com", "malice@example.com", False),
+        ("user:alice@example.com", "alice@example.com", True),
+        ("user:alice@example.com", "bob@example.com", False),
+        ("domain:example.com", "bob@example.com", True),
+        ("domain:example.com", "bob@sub.example.com", False),
+        ("domain:example.com", "bob@evilexample.com", False),
+        ("domain:example.com", "bob@example.com.evil.test", False),
+        ("serviceAccount:ci@p.iam.gserviceaccount.com", "ci@p.iam.gserviceaccount.com", True),
+        ("ci@p.iam.gserviceaccount.com", "ci@p.iam.gserviceaccount.com", True),
+        ("domain:p.iam.gserviceaccount.com", "ci@p.iam.gserviceaccount.com", True),
+    ],
+)
+def test_members_match_as_iam_writes_them(entry, email, matches):
+    assert Member.parse(entry, "DEDUP_OPERATORS").matches(person(email)) is matches
+
+
+def test_user_and_service_account_members_never_match_the_other_kind():
+    sa = "ci@p.iam.gserviceaccount.com"
+    assert not Member("user", sa).matches(person(sa))
+    assert not Member("serviceAccount", "alice@example.com").matches(person("alice@example.com"))
+
+
+@pytest.mark.parametrize(
+    "raw, words",
+    [
+        ("alice", "does not hold an email"),
+        ("alice@", "does not hold an email"),
+        ("@example.com", "does not hold an email"),
+        ("alice@example", "does not hold an email"),
+        ("alice @example.com", "does not hold an email"),
+        ("alice@exa mple.com", "does not hold an email"),
+        ("alice@example.com\n", None),  # surrounding whitespace is trimmed, like the commas' spaces
+        ("alice\x00@example.com", "does not hold an email"),
+        ("group:ops@example.com", "write EMAIL, user:EMAIL"),
+        ("allUsers", "does not hold an email"),
+        ("domain:", "domain:DOMAIN"),
+        ("domain:*.example.com", "domain:DOMAIN"),
+        ("domain:example", "domain:DOMAIN"),
+        ("serviceAccount:alice@example.com", "ends with .gserviceaccount.com"),
+        ("user:ci@p.iam.gserviceaccount.com", "write serviceAccount:"),
+        ("a" * 250 + "@example.com", "does not hold an email"),
+    ],
+)
+def test_bad_members_stop_the_app(raw, words):
+    for setting in ("DEDUP_OPERATORS", "DEDUP_VIEWERS"):
+        environ = {"DEDUP_AUTH": "appengine", setting: f"ok@example.com, {raw}"}
+        if words is None:
+            AuthSettings.from_environ(environ)
+            continue
+        with pytest.raises(AuthConfigError, match=setting) as refused:
+            AuthSettings.from_environ(environ)
+        assert words in str(refused.value)
+
+
+def test_the_defaults_as_documented():
+    policy = AuthSettings.from_environ({"DEDUP_AUTH": "appengine"}).access
+    assert policy == AccessPolicy(operators=(), viewers=None)
+    assert policy.roles_of(person("carol@example.com")) == {Role.VIEW}
+    assert policy.roles_of(person("carol@example.com", admitted=False)) == frozenset()
+    internal = Principal("appengine:cron", "appengine", granted=frozenset({Role.DELIVER}))
+    assert policy.roles_of(internal) == {Role.DELIVER}
