@@ -13,7 +13,7 @@ from google.cloud import ndb
 
 from dedup.clock import Clock, SystemClock
 from dedup.ledger import Ledger
-from handlers.access import Principal, role_of
+from handlers.access import Principal, Role, role_of
 from handlers.auth import AuthSettings, CallerGate
 from handlers.idempotent import GuardRegistry, install_guard
 from jobs.config import JobSpec, jobs_file_path, load_jobs
@@ -43,7 +43,7 @@ def create_app(
     (``Prefer: wait``); default DEDUP_MAX_WAITERS, else DEFAULT_MAX_WAITERS.
     """
     from dedup.runner import WaitSlots
-    from handlers import admin, errors, logs, runs_api, scheduler, tasks
+    from handlers import admin, dashboard_actions, errors, logs, runs_api, scheduler, tasks
     from handlers.cross_site import refuse_cross_site_requests
     from handlers.request_limits import limit_requests
 
@@ -64,6 +64,7 @@ def create_app(
         admitted = gate.admit(request.headers, role_of(app.view_functions.get(request.endpoint)))
         if isinstance(admitted, Principal):
             g.principal = admitted
+            g.roles = gate.roles_of(admitted)
             logs.note_run(principal=admitted.name)
             return None
         response = errors.json_error(admitted.status, admitted.error, admitted.message)
@@ -77,6 +78,7 @@ def create_app(
     app.register_blueprint(runs_api.blueprint)
     app.register_blueprint(tasks.blueprint)
     app.register_blueprint(admin.blueprint)
+    app.register_blueprint(dashboard_actions.blueprint)
     app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)
     return app
 
@@ -110,6 +112,11 @@ def app_state() -> AppState:
 def current_principal() -> Principal:
     """Who the gate admitted this request as (every view runs after it)."""
     return g.principal
+
+
+def may(role: Role) -> bool:
+    """Whether this request's principal has ``role`` (what a page offers, e.g. buttons for operators)."""
+    return role in g.get("roles", frozenset())
 
 
 class NdbContextMiddleware:

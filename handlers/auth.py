@@ -292,6 +292,9 @@ class CallerGate:
         self.settings = settings
         self.verifiers = [VERIFIERS[mode](settings) for mode in settings.modes]
 
+    def roles_of(self, principal: Principal) -> frozenset[Role]:
+        return self.settings.access.roles_of(principal)
+
     def admit(self, headers: Mapping[str, str], needed: Role) -> Principal | Rejection:
         """The principal to act as, or the refusal.
 
@@ -321,6 +324,6 @@ class CallerGate:
             message = refusal or " or ".join(v.wanted for v in self.verifiers) + f" ({UNTRUSTED_HEADERS})"
             return Rejection(401, "Unauthenticated", message)
         for principal in principals:
-            if needed in self.settings.access.roles_of(principal):
+            if needed in self.roles_of(principal):
                 return principal
         return Rejection(403, "Forbidden", f"{principals[0].name} may not do this: {ROLE_NEEDS[needed]}")

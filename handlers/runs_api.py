@@ -22,7 +22,7 @@ from dedup.errors import InvalidRunRequest
 from dedup.idempotency import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS, IdempotencyGuard
 from dedup.keys import is_run_id, parse_rfc3339
 from dedup.ledger import RunPolicy
-from dedup.outcomes import Attempt
+from dedup.outcomes import Attempt, RunOutcome
 from dedup.queries import RunFilter
 from dedup.runner import Waiting
 from handlers import app_state, current_principal
@@ -124,18 +124,9 @@ class ManualRunRequest:
         )
 
 
-@blueprint.post("/jobs/<job_id>/runs", provide_automatic_options=False)
-@json_body
-@requires(Role.OPERATE)
-def start_manual_run(job_id: str):
-    """A run now, once per client token: run like a scheduled run, answered from its record."""
-    job = known_job(job_id)
-    try:
-        ask = ManualRunRequest.from_request()
-    except (GuardRejected, InvalidJson) as exc:
-        return json_error(400, INVALID, exc.message)
+def run_manually(job_id: str, job: JobSpec, ask: ManualRunRequest, wait: Waiting | None = None) -> RunOutcome:
+    """Run ``job`` once per client token, as the current principal: the API's and the dashboard's one path."""
     registry = guard_registry()
-    wait = Waiting(preferred_wait(), registry.wait_slots)
     guard = IdempotencyGuard(registry.ledger, MANUAL_RUN_NAMESPACE, manual_run_policy(job), RunSource.API.value)
     outcome = guard.run(
         ask.token,
@@ -148,6 +139,21 @@ def start_manual_run(job_id: str):
         requested_by=current_principal().name,
     )
     note_outcome(outcome)
+    return outcome
+
+
+@blueprint.post("/jobs/<job_id>/runs", provide_automatic_options=False)
+@json_body
+@requires(Role.OPERATE)
+def start_manual_run(job_id: str):
+    """A run now, once per client token: run like a scheduled run, answered from its record."""
+    job = known_job(job_id)
+    try:
+        ask = ManualRunRequest.from_request()
+    except (GuardRejected, InvalidJson) as exc:
+        return json_error(400, INVALID, exc.message)
+    wait = Waiting(preferred_wait(), guard_registry().wait_slots)
+    outcome = run_manually(job_id, job, ask, wait)
     return manual_run_response(outcome, job_id, ask.token, ask.parameters, job.fingerprint_exclude, wait)
 
 

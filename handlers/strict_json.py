@@ -37,23 +37,28 @@ def json_payload() -> Any:
     if cached is not _NO_PAYLOAD:
         return cached
     raw = request.get_data(cache=True)
-    payload = None
-    if raw.strip():
-        try:
-            payload = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-            if _nesting_depth_exceeds(payload, MAX_JSON_DEPTH):
-                # Parsed fine, but storing it would overflow the stack of NDB's encoder.
-                raise RecursionError
-            canonical_json(payload).encode("utf-8")
-        except (ValueError, RecursionError, UnicodeError) as exc:
-            reason = (
-                f"it is nested more than {MAX_JSON_DEPTH} levels deep"
-                if isinstance(exc, RecursionError)
-                else str(exc)[:200]
-            )
-            raise InvalidJson(f"the request body is not valid JSON: {reason}") from None
+    payload = strict_json(raw, "the request body") if raw.strip() else None
     g._idempotency_payload = payload
     return payload
+
+
+def strict_json(raw: bytes | str, what: str) -> Any:
+    """``raw`` parsed as strict JSON; InvalidJson naming ``what`` when it is not."""
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        value = json.loads(text, parse_constant=_reject_constant)
+        if _nesting_depth_exceeds(value, MAX_JSON_DEPTH):
+            # Parsed fine, but storing it would overflow the stack of NDB's encoder.
+            raise RecursionError
+        canonical_json(value).encode("utf-8")
+    except (ValueError, RecursionError, UnicodeError) as exc:
+        reason = (
+            f"it is nested more than {MAX_JSON_DEPTH} levels deep"
+            if isinstance(exc, RecursionError)
+            else str(exc)[:200]
+        )
+        raise InvalidJson(f"{what} is not valid JSON: {reason}") from None
+    return value
 
 
 def _nesting_depth_exceeds(value: Any, limit: int) -> bool:

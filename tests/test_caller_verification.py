@@ -257,4 +257,6 @@ def test_every_route_declares_the_role_it_needs(appengine_app):
         "runs_api.get_run": "view",
         "admin.dashboard": "view",
         "admin.run_page": "view",
+        "dashboard_actions.run_now": "operate",
+        "dashboard_actions.retry_run": "operate",
     }

@@ -1,0 +1,144 @@
+"""The dashboard's actions: **Run now** on a job and **Retry** on a failed manual run.
+
+Plain server-rendered forms (no script, no build step).  Each form carries a
+client token made when the page was rendered, so a double click, a refresh
+or a resubmitted form is one run: the action runs through the manual-run
+path of the run API (``run_manually``) under that token, and answers with a
+303 to the run's page (POST-redirect-GET).  Only operators see the buttons;
+anyone else who posts gets the gate's 403.  Cross-site posts never get here
+(``handlers.cross_site``).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from flask import Blueprint, redirect, render_template, request, url_for
+from werkzeug.wrappers import Response
+
+from dedup.keys import is_run_id
+from dedup.outcomes import Contended, Mismatch, OtherJob, Released, RunOutcome
+from handlers import app_state
+from handlers.access import Role, requires
+from handlers.idempotent import Fingerprint, GuardRejected
+from handlers.runs_api import ManualRunRequest, client_token_problem, known_job, run_manually
+from handlers.strict_json import InvalidJson, strict_json
+from models import RunRecord, RunSource, RunStatus
+
+blueprint = Blueprint("dashboard_actions", __name__, url_prefix="/admin", template_folder="templates")
+
+FORM_TYPE = "application/x-www-form-urlencoded"
+RUN_NOW_FIELDS = frozenset({"clientToken", "parameters"})
+RETRY_FIELDS = frozenset({"clientToken"})
+
+
+def new_form_token() -> str:
+    """The client token a rendered form carries: one run however often the form is sent."""
+    return str(uuid.uuid4())
+
+
+def may_retry(record: RunRecord) -> bool:
+    """A failed manual run can be run again, with its parameters, under a new token."""
+    return record.source == RunSource.API.value and record.status == RunStatus.FAILED.value
+
+
+class FormProblem(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@blueprint.post("/jobs/<job_id>/run", provide_automatic_options=False)
+@requires(Role.OPERATE)
+def run_now(job_id: str) -> Response | tuple[str, int]:
+    job = known_job(job_id)
+    try:
+        fields = form_fields(RUN_NOW_FIELDS)
+        ask = ManualRunRequest(form_token(fields), form_parameters(fields.get("parameters", "")))
+    except FormProblem as problem:
+        return problem_page(problem.status, problem.message)
+    return answer(run_manually(job_id, job, ask), job_id, ask)
+
+
+@blueprint.post("/runs/<run_id>/retry", provide_automatic_options=False)
+@requires(Role.OPERATE)
+def retry_run(run_id: str) -> Response | tuple[str, int]:
+    record = app_state().ledger.lookup(run_id) if is_run_id(run_id) else None
+    if record is None:
+        return problem_page(404, f"no run {run_id} (or it has expired)")
+    if not may_retry(record):
+        return problem_page(
+            409, f"only a failed manual run can be retried; this run is a {record.status} {record.source} run"
+        )
+    job = known_job(record.job_id)
+    try:
+        ask = ManualRunRequest(form_token(form_fields(RETRY_FIELDS)), dict(record.parameters or {}))
+    except FormProblem as problem:
+        return problem_page(problem.status, problem.message)
+    return answer(run_manually(record.job_id, job, ask), record.job_id, ask)
+
+
+def form_fields(allowed: frozenset[str]) -> dict[str, str]:
+    """The posted form's fields: urlencoded, each at most once, none unknown."""
+    if request.mimetype != FORM_TYPE:
+        raise FormProblem(415, f"the dashboard's forms are sent as {FORM_TYPE}")
+    form = request.form
+    unknown = sorted(set(form) - allowed)
+    if unknown:
+        raise FormProblem(400, f"unknown form field(s) {', '.join(unknown)}")
+    repeated = sorted(name for name in form if len(form.getlist(name)) > 1)
+    if repeated:
+        raise FormProblem(400, f"form field(s) sent more than once: {', '.join(repeated)}")
+    return {name: form[name] for name in form}
+
+
+def form_token(fields: dict[str, str]) -> str:
+    token = fields.get("clientToken", "")
+    problem = client_token_problem(token)
+    if problem:
+        raise FormProblem(400, f"the form's {problem}; reload the page for a new form")
+    return token
+
+
+def form_parameters(text: str) -> dict[str, Any]:
+    """The text area's JSON object (empty: no parameters), as strict and as bounded as the API's."""
+    if not text.strip():
+        return {}
+    try:
+        parameters = strict_json(text, "the parameters")
+    except InvalidJson as exc:
+        raise FormProblem(400, exc.message) from None
+    if not isinstance(parameters, dict):
+        raise FormProblem(400, 'the parameters must be a JSON object, such as {"until": "2026-12-01T00:00:00Z"}')
+    try:
+        return Fingerprint.of(lambda: parameters).parameters()
+    except GuardRejected as exc:
+        raise FormProblem(400, exc.message) from None
+
+
+def answer(outcome: RunOutcome, job_id: str, ask: ManualRunRequest) -> Response | tuple[str, int]:
+    """303 to the run's page whenever there is a run to see; a page saying why otherwise."""
+    if isinstance(outcome, (Mismatch, OtherJob)):
+        return problem_page(
+            422,
+            "this form was already sent with other parameters; reload the page to run again",
+            run_id=outcome.run_id,
+        )
+    if isinstance(outcome, Released):
+        return problem_page(
+            500,
+            f"the run failed with a retryable error and was released: {outcome.error.get('message')}. "
+            "Send the form again to retry it under the same client token.",
+            resend={"job_id": job_id, "token": ask.token, "parameters": json.dumps(ask.parameters)},
+        )
+    if isinstance(outcome, Contended):
+        return problem_page(409, "the ledger was busy; send the form again (it is the same run)")
+    # Finished, replayed, in progress (a double click), stale: the run's page tells the rest.
+    return redirect(url_for("admin.run_page", run_id=outcome.run_id), code=303)
+
+
+def problem_page(status: int, message: str, **context: Any) -> tuple[str, int]:
+    return render_template("admin/problem.html", status=status, message=message, **context), status

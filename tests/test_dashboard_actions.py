@@ -1,0 +1,273 @@
+"""The dashboard's actions: Run now and Retry, for operators only, one run per rendered form.
+
+Behind ``appengine,iap`` as shipped for people: the operator and the viewer are IAP
+identities (tests.support.callers).  The browser test (tests/test_dashboard.py)
+drives the same forms in chromium.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import threading
+
+import pytest
+from werkzeug.serving import make_server
+
+from models import RunRecord
+from tests import job_targets
+from tests.support import POLL_SECONDS
+from tests.support.callers import (  # noqa: F401 - fixtures
+    OPERATOR,
+    VIEWER,
+    as_person,
+    iap,
+    iap_app,
+    nothing_written,
+)
+from tests.support.manual_runs import start
+
+SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin"}
+TOKEN = re.compile(r'name="clientToken" value="([^"]+)"')
+
+
+def operator(iap):
+    return {**as_person(iap, OPERATOR), **SAME_ORIGIN}
+
+
+def viewer(iap):
+    return {**as_person(iap, VIEWER), **SAME_ORIGIN}
+
+
+def card_token(page, job_id: str) -> str:
+    """The client token of a job card's Run now form, as the page rendered it."""
+    card = page.text.split(f'data-job="{job_id}"', 1)[1].split('class="card job-card"', 1)[0]
+    return TOKEN.search(card).group(1)
+
+
+def run_now(app, headers, job="invoice", status=303, **fields):
+    return app.post(f"/admin/jobs/{job}/run", fields, headers=headers, status=status)
+
+
+def run_id_of(response) -> str:
+    return response.headers["Location"].rsplit("/", 1)[1]
+
+
+def records(ndb_client):
+    with ndb_client.context():
+        return RunRecord.query().fetch()
+
+
+def test_operators_see_a_form_per_job_with_a_fresh_token_each_render(iap_app, iap):
+    first = iap_app.get("/admin/", headers=operator(iap))
+    second = iap_app.get("/admin/", headers=operator(iap))
+    assert first.text.count('class="run-now"') == len(iap_app.app.extensions["dedup"].jobs)
+    tokens = TOKEN.findall(first.text)
+    assert len(set(tokens)) == len(tokens)  # one per form
+    assert card_token(first, "invoice") != card_token(second, "invoice")
+
+
+def test_viewers_see_no_buttons(iap_app, iap, ndb_client):
+    page = iap_app.get("/admin/", headers=viewer(iap))
+    assert "Run now" not in page.text and "clientToken" not in page.text
+
+
+def test_run_now_runs_once_however_often_the_form_is_sent(iap_app, iap, ndb_client):
+    token = card_token(iap_app.get("/admin/", headers=operator(iap)), "values")
+    fields = {"clientToken": token, "parameters": '{"value": 7}'}
+    first = run_now(iap_app, operator(iap), job="values", **fields)
+    again = run_now(iap_app, operator(iap), job="values", **fields)  # a double click, a refresh
+    assert first.headers["Location"] == again.headers["Location"] == f"/admin/runs/{run_id_of(first)}"
+    assert [e["parameters"] for e in job_targets.EFFECTS] == [{"value": 7}]
+    page = iap_app.get(first.headers["Location"], headers=viewer(iap))
+    assert "completed" in page.text and "user:alice@example.com" in page.text
+    document = iap_app.get(f"/api/v1/runs/{run_id_of(first)}", headers=viewer(iap)).json
+    assert document["requested_by"] == "user:alice@example.com"
+    assert document["client_token"] == token and document["result"] == 7
+
+
+def test_the_same_form_with_other_parameters_conflicts(iap_app, iap):
+    run_now(iap_app, operator(iap), job="values", clientToken="form-1", parameters='{"value": 1}')
+    page = run_now(iap_app, operator(iap), job="values", status=422, clientToken="form-1", parameters='{"value": 2}')
+    assert "already sent with other parameters" in page.text and 'id="existing-run"' in page.text
+    assert len(job_targets.EFFECTS) == 1
+
+
+def test_a_viewer_who_posts_anyway_is_refused(iap_app, iap, ndb_client):
+    response = run_now(iap_app, viewer(iap), status=403, clientToken="form-1", parameters="{}")
+    assert response.json["error"] == "Forbidden" and "operator" in response.json["message"]
+    assert nothing_written(ndb_client)
+
+
+def test_nobody_signed_in_is_refused(iap_app, ndb_client):
+    run_now(iap_app, SAME_ORIGIN, status=401, clientToken="form-1", parameters="{}")
+    assert nothing_written(ndb_client)
+
+
+@pytest.mark.parametrize(
+    "fetch_site, origin", [("cross-site", None), ("same-site", None), (None, "https://evil.example")]
+)
+def test_a_cross_site_post_is_refused(iap_app, iap, ndb_client, fetch_site, origin):
+    headers = as_person(iap, OPERATOR)
+    if fetch_site:
+        headers["Sec-Fetch-Site"] = fetch_site
+    if origin:
+        headers["Origin"] = origin
+    run_now(iap_app, headers, status=403, clientToken="form-1", parameters="{}")
+    assert nothing_written(ndb_client)
+
+
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        ({"parameters": "{}"}, "clientToken must be 1 to 64 characters"),
+        ({"clientToken": "", "parameters": "{}"}, "clientToken must be 1 to 64 characters"),
+        ({"clientToken": "x" * 65, "parameters": "{}"}, "clientToken must be 1 to 64 characters"),
+        ({"clientToken": "a b", "parameters": "{}"}, "may contain only ASCII characters 33 to 126"),
+        ({"clientToken": "a\u00e9", "parameters": "{}"}, "may contain only ASCII characters 33 to 126"),
+        ({"clientToken": "t", "parameters": "{not json"}, "the parameters is not valid JSON"),
+        ({"clientToken": "t", "parameters": "[1, 2]"}, "must be a JSON object"),
+        ({"clientToken": "t", "parameters": '"text"'}, "must be a JSON object"),
+        ({"clientToken": "t", "parameters": '{"a": NaN}'}, "NaN is not JSON"),
+        ({"clientToken": "t", "parameters": '{"a": ' * 150 + "1" + "}" * 150}, "nested more than 100 levels"),
+        ({"clientToken": "t", "parameters": '{"a": "\\ud800"}'}, "not valid JSON"),
+        ({"clientToken": "t", "parameters": json.dumps({"a": "x" * 300_000})}, "at most 262144 are kept"),
+        ({"clientToken": "t", "parameters": "{}", "extra": "1"}, "unknown form field(s) extra"),
+    ],
+)
+def test_bad_forms_are_400_and_write_nothing(iap_app, iap, ndb_client, fields, words):
+    page = run_now(iap_app, operator(iap), status=400, **fields)
+    assert words in page.text, page.text
+    assert page.content_type == "text/html"
+    assert nothing_written(ndb_client)
+
+
+def test_a_field_sent_twice_is_400(iap_app, iap, ndb_client):
+    body = "clientToken=a&clientToken=b&parameters=%7B%7D"
+    page = iap_app.post(
+        "/admin/jobs/invoice/run",
+        body,
+        headers=operator(iap),
+        content_type="application/x-www-form-urlencoded",
+        status=400,
+    )
+    assert "sent more than once: clientToken" in page.text
+    assert nothing_written(ndb_client)
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "text/plain", "multipart/form-data; boundary=x"])
+def test_only_urlencoded_forms_are_taken(iap_app, iap, ndb_client, content_type):
+    iap_app.post(
+        "/admin/jobs/invoice/run", "clientToken=t", headers=operator(iap), content_type=content_type, status=415
+    )
+    assert nothing_written(ndb_client)
+
+
+def test_an_unknown_job_is_404(iap_app, iap, ndb_client):
+    run_now(iap_app, operator(iap), job="nope", status=404, clientToken="t", parameters="{}")
+    assert nothing_written(ndb_client)
+
+
+def test_the_problem_page_escapes_what_the_operator_sent(iap_app, iap):
+    page = run_now(iap_app, operator(iap), status=400, clientToken="t", parameters="<script>alert(1)</script>")
+    assert "<script>alert" not in page.text
+
+
+def test_retry_runs_a_failed_manual_run_again_once(iap_app, iap):
+    job_targets.FAILURES["flaky"] = ["permanent"]
+    failed = start(iap_app, job="flaky", token="first", parameters={"invoice": 12}, headers=operator(iap), status=422)
+    failed_id = failed.json["run_id"]
+    page = iap_app.get(f"/admin/runs/{failed_id}", headers=operator(iap))
+    token = TOKEN.search(page.text.split('id="retry"', 1)[1]).group(1)
+    assert token != "first"
+    retried = iap_app.post(f"/admin/runs/{failed_id}/retry", {"clientToken": token}, headers=operator(iap), status=303)
+    again = iap_app.post(f"/admin/runs/{failed_id}/retry", {"clientToken": token}, headers=operator(iap), status=303)
+    assert retried.headers["Location"] == again.headers["Location"] != f"/admin/runs/{failed_id}"
+    assert [(e["client_token"], e["parameters"]) for e in job_targets.EFFECTS] == [
+        ("first", {"invoice": 12}),
+        (token, {"invoice": 12}),
+    ]
+    document = iap_app.get(f"/api/v1/runs/{run_id_of(retried)}", headers=viewer(iap)).json
+    assert document["status"] == "completed" and document["requested_by"] == "user:alice@example.com"
+
+
+def test_retry_is_offered_only_to_operators_on_failed_manual_runs(iap_app, iap):
+    done = start(iap_app, job="invoice", token="done", headers=operator(iap), status=201).json["run_id"]
+    assert 'id="retry"' not in iap_app.get(f"/admin/runs/{done}", headers=operator(iap)).text
+    refused = iap_app.post(f"/admin/runs/{done}/retry", {"clientToken": "r"}, headers=operator(iap), status=409)
+    assert "only a failed manual run can be retried" in refused.text
+    job_targets.FAILURES["flaky"] = ["permanent"]
+    failed = start(iap_app, job="flaky", token="f", headers=operator(iap), status=422).json["run_id"]
+    assert 'id="retry"' not in iap_app.get(f"/admin/runs/{failed}", headers=viewer(iap)).text
+    iap_app.post(f"/admin/runs/{failed}/retry", {"clientToken": "r"}, headers=viewer(iap), status=403)
+    iap_app.post(f"/admin/runs/{'0' * 64}/retry", {"clientToken": "r"}, headers=operator(iap), status=404)
+    iap_app.post("/admin/runs/not-a-run/retry", {"clientToken": "r"}, headers=operator(iap), status=404)
+    assert len(job_targets.EFFECTS) == 2
+
+
+def test_a_released_run_offers_the_same_form_again(iap_app, iap):
+    job_targets.FAILURES["flaky"] = ["retryable"]
+    page = run_now(iap_app, operator(iap), job="flaky", status=500, clientToken="form-r", parameters='{"n": 1}')
+    assert "retryable error and was released" in page.text
+    resend = page.forms["resend"]
+    assert resend["clientToken"].value == "form-r" and json.loads(resend["parameters"].value) == {"n": 1}
+    done = resend.submit(headers=operator(iap), status=303)
+    assert iap_app.get(f"/api/v1/runs/{run_id_of(done)}", headers=viewer(iap)).json["attempt"] == 1
+    assert [e["client_token"] for e in job_targets.EFFECTS] == ["form-r", "form-r"]
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture
+def served(iap_app):
+    server = make_server("127.0.0.1", 0, iap_app.app, threaded=True)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": POLL_SECONDS}, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it)")
+def test_the_forms_in_a_browser(served, iap):
+    from playwright.sync_api import sync_playwright
+
+    job_targets.FAILURES["flaky"] = ["permanent"]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        # IAP adds its assertion to every request it lets through; here the browser sends it.
+        as_operator = browser.new_context(extra_http_headers=as_person(iap, OPERATOR))
+        page = as_operator.new_page()
+        page.goto(f"{served}/admin/")
+        card = page.locator(".job-card[data-job='values']")
+        card.locator("textarea[name=parameters]").fill('{"value": "from the browser"}')
+        card.locator("button.run-now-button").click()
+        page.wait_for_url("**/admin/runs/**")
+        run_url = page.url
+        assert page.locator("#outcome").inner_text() == "completed"
+        assert page.locator("#requested-by").inner_text() == "user:alice@example.com"
+        # Back to the form as it was rendered, and sent again: the same run, not a second one.
+        page.go_back()
+        page.locator(".job-card[data-job='values'] button.run-now-button").click()
+        page.wait_for_url(run_url)
+        page.reload()  # a refresh of the run's page is a GET (POST-redirect-GET)
+        assert [e["parameters"] for e in job_targets.EFFECTS] == [{"value": "from the browser"}]
+        # A failed manual run, retried from its page.
+        page.goto(f"{served}/admin/")
+        page.locator(".job-card[data-job='flaky'] button.run-now-button").click()
+        page.wait_for_url("**/admin/runs/**")
+        assert page.locator("#outcome").inner_text() == "failed"
+        failed_url = page.url
+        page.locator("#retry-button").click()
+        page.wait_for_function(f"location.href !== {json.dumps(failed_url)}")
+        assert page.locator("#outcome").inner_text() == "completed"
+        assert len(job_targets.EFFECTS) == 3
+        # A viewer sees no buttons.
+        as_viewer = browser.new_context(extra_http_headers=as_person(iap, VIEWER))
+        viewer_page = as_viewer.new_page()
+        viewer_page.goto(f"{served}/admin/")
+        assert viewer_page.locator("button.run-now-button").count() == 0
+        viewer_page.goto(run_url)
+        assert viewer_page.locator("#retry-button").count() == 0
+        browser.close()
