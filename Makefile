@@ -1,5 +1,6 @@
 # make run   - serve the app with gunicorn on the Datastore emulator (http://127.0.0.1:8080)
 # make test  - ruff, then the whole test suite, against its own emulator (what CI runs)
+# make devserver - the app under Google's dev_appserver.py (login: admin, its sign-in cookie), on the emulator
 # make check - ruff, then the fast tier: no gunicorn, no browser, no exhaustive or slow tests
 # make requirements - recompile requirements*.txt (pinned, hashed) from requirements*.in
 # make bench - RPC counts and latencies per outcome, against the emulator
@@ -9,7 +10,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test check lint requirements bench simulate clean browser
+.PHONY: venv run devserver test check lint requirements bench simulate clean browser
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +21,9 @@ venv: $(STAMP)
 
 run: $(STAMP)
 	$(PY) -m devtools.serve
+
+devserver: $(STAMP)
+	$(PY) -m devtools.devserver
 
 test: $(STAMP) browser lint
 	$(PY) -m pytest

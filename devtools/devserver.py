@@ -1,0 +1,195 @@
+"""`make devserver`: the app under Google's own local server, ``dev_appserver.py``, with app.yaml as it is.
+
+Unlike `make run` (gunicorn alone, DEDUP_AUTH=none), dev_appserver enforces
+``login: admin`` and ``auth_fail_action: unauthorized`` and signs people in
+through its ``dev_appserver_login`` cookie (``"EMAIL:True:ID"``, True for an
+admin), so the shipped ``DEDUP_AUTH=appengine`` is what runs.  It runs the
+entrypoint (gunicorn) from a virtualenv it builds from requirements.txt; this
+keeps that virtualenv in ``.devserver/`` and, once it holds requirements.txt,
+lets restarts skip the package index.
+
+Not a security boundary: dev_appserver passes client-sent ``X-Appengine-*``
+markers through, honours ``X-AppEngine-Fake-Is-Admin``, and the gunicorn
+behind it listens on every interface (``--bind :$PORT``).  Use it on a
+machine you trust, to see login, roles and the dashboard as App Engine shows them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from devtools.emulator import DatastoreEmulator, EmulatorError
+
+ROOT = Path(__file__).resolve().parent.parent
+STATE_DIR = ROOT / ".devserver"
+DEFAULT_OPERATOR = "test@example.com"  # dev_appserver's login form suggests this email
+LOGIN_COOKIE = "dev_appserver_login"
+
+
+class DevServerMissing(RuntimeError):
+    """dev_appserver.py or the Cloud SDK's bundled Python is not installed here."""
+
+
+def find_sdk() -> tuple[Path, Path]:
+    """(dev_appserver.py, the SDK's bundled python3): the system Python fails on one of its imports."""
+    gcloud = shutil.which("gcloud")
+    if gcloud is None:
+        raise DevServerMissing("the gcloud CLI is not installed (https://cloud.google.com/sdk/docs/install)")
+    sdk = Path(os.path.realpath(gcloud)).parent.parent
+    dev_appserver = sdk / "bin" / "dev_appserver.py"
+    if not dev_appserver.exists():
+        raise DevServerMissing(
+            "dev_appserver.py is not installed: gcloud components install app-engine-python "
+            "(or apt-get install google-cloud-cli-app-engine-python)"
+        )
+    python = Path(os.environ.get("CLOUDSDK_PYTHON") or sdk / "platform" / "bundledpythonunix" / "bin" / "python3")
+    if not python.exists():
+        raise DevServerMissing(f"the Cloud SDK's bundled Python is missing ({python}); set CLOUDSDK_PYTHON to it")
+    return dev_appserver, python
+
+
+def runtime_python() -> str | None:
+    """A Python 3.13 (app.yaml's python313) for the app, else None: dev_appserver's own Python.
+
+    DEVSERVER_PYTHON names one; otherwise python3.13 on PATH or under pyenv, each
+    checked by running it (a pyenv shim for a version not selected fails).
+    """
+    candidates = [os.environ.get("DEVSERVER_PYTHON"), shutil.which("python3.13")]
+    candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.13*/bin/python3.13")))
+    for candidate in filter(None, candidates):
+        try:
+            probe = subprocess.run(
+                [candidate, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True, timeout=30
+            )
+        except OSError:
+            continue
+        if probe.returncode == 0 and probe.stdout.strip():
+            return probe.stdout.strip()
+    return None
+
+
+def login_cookie(email: str, admin: bool = True, user_id: str = "1") -> dict[str, str]:
+    """The cookie dev_appserver signs a user in with."""
+    return {LOGIN_COOKIE: f"{email}:{admin}:{user_id}"}
+
+
+def requirements_digest() -> str:
+    return hashlib.sha256((ROOT / "requirements.txt").read_bytes()).hexdigest()
+
+
+def command(
+    port: int,
+    emulator: DatastoreEmulator,
+    jobs_file: str,
+    operators: str,
+    state_dir: Path = STATE_DIR,
+) -> tuple[list[str], dict[str, str]]:
+    """The dev_appserver.py command line and its environment."""
+    dev_appserver, python = find_sdk()
+    runtime = runtime_python()
+    app_env = {
+        **emulator.env,
+        "DEDUP_JOBS_FILE": jobs_file,
+        "DEDUP_OPERATORS": operators,
+        # Bytecode written into the app directory would look like an edit to dev_appserver.
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    args = [
+        str(python),
+        str(dev_appserver),
+        f"--port={port}",
+        "--admin_port=0",
+        "--api_port=0",
+        f"--application={emulator.project}",
+        f"--storage_path={state_dir / 'storage'}",
+        f"--python_virtualenv_path={state_dir / 'venvs'}",
+        "--max_module_instances=1",
+        "--automatic_restart=no",
+        *([f"--runtime_python_path={runtime}"] if runtime else []),
+        *(f"--env_var={name}={value}" for name, value in app_env.items()),
+        str(ROOT),
+    ]
+    env = {**os.environ, "CLOUDSDK_PYTHON": str(python)}
+    stamp = state_dir / "venvs" / "requirements.sha256"
+    if stamp.exists() and stamp.read_text() == requirements_digest():
+        env["PIP_NO_INDEX"] = "1"  # everything is installed: restart without the package index
+    return args, env
+
+
+def mark_venv_ready(state_dir: Path = STATE_DIR) -> None:
+    """Record that the virtualenv holds this requirements.txt (called once the app answers)."""
+    (state_dir / "venvs").mkdir(parents=True, exist_ok=True)
+    (state_dir / "venvs" / "requirements.sha256").write_text(requirements_digest())
+
+
+def wait_ready(port: int, server: subprocess.Popen, timeout: float = 300) -> None:
+    """Until the app itself answers a signed-in admin (dev_appserver answers 401 alone before that)."""
+    deadline = time.monotonic() + timeout
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/v1/runs?limit=1",
+        headers={"Cookie": f"{LOGIN_COOKIE}={login_cookie(DEFAULT_OPERATOR)[LOGIN_COOKIE]}"},
+    )
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise DevServerMissing(f"dev_appserver.py exited with status {server.returncode}")
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"dev_appserver.py did not serve the app within {timeout:.0f} s")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8080)))
+    parser.add_argument("--jobs", default=os.environ.get("DEDUP_JOBS_FILE", "examples/local-jobs.yaml"))
+    parser.add_argument(
+        "--operators",
+        default=os.environ.get("DEDUP_OPERATORS", DEFAULT_OPERATOR),
+        help=f"DEDUP_OPERATORS for the app (default {DEFAULT_OPERATOR}, dev_appserver's suggested login)",
+    )
+    args = parser.parse_args()
+    try:
+        find_sdk()
+        emulator = DatastoreEmulator(project="dedup-local").start()
+    except (DevServerMissing, EmulatorError) as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    argv, env = command(args.port, emulator, args.jobs, args.operators)
+    print(
+        f"dev_appserver.py on http://127.0.0.1:{args.port}/admin/ (Datastore emulator on {emulator.host}); "
+        f"sign in as an admin with {args.operators.split(',')[0]} to act as an operator",
+        flush=True,
+    )
+    server = subprocess.Popen(argv, env=env, start_new_session=True)
+    signal.signal(signal.SIGTERM, lambda *_: os.killpg(server.pid, signal.SIGTERM))
+    try:
+        wait_ready(args.port, server)
+        mark_venv_ready()
+        print(f"ready: http://127.0.0.1:{args.port}/admin/", flush=True)
+        return server.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait()
+        emulator.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

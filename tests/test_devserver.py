@@ -1,0 +1,127 @@
+"""`make devserver`: the app under the Cloud SDK's dev_appserver.py, app.yaml as it is.
+
+dev_appserver enforces ``login: admin`` itself and signs people in with its
+``dev_appserver_login`` cookie; the app then sees the signed-in admin as App
+Engine shows it, in the shipped ``DEDUP_AUTH=appengine`` mode.  The first
+start builds dev_appserver's virtualenv from requirements.txt (in
+``.devserver/``, from the package index); later starts reuse it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+import requests
+
+from devtools import devserver
+from devtools.emulator import free_port
+
+try:
+    devserver.find_sdk()
+    MISSING = None
+except devserver.DevServerMissing as exc:
+    MISSING = str(exc)
+
+pytestmark = [
+    pytest.mark.live,
+    pytest.mark.slow,
+    pytest.mark.skipif(MISSING is not None, reason=f"make devserver cannot run here: {MISSING}"),
+]
+
+OPERATOR = devserver.login_cookie(devserver.DEFAULT_OPERATOR)
+VIEWER = devserver.login_cookie("viewer@example.com")  # an admin, not listed as an operator
+TOKEN = re.compile(r'name="clientToken" value="([^"]+)"')
+
+
+@pytest.fixture(scope="module")
+def served():
+    """`make devserver` as a reader runs it (python -m devtools.devserver), with its own emulator."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "devtools.devserver", f"--port={port}"],
+        cwd=devserver.ROOT,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        for line in server.stdout:  # the first start builds the virtualenv: minutes at most
+            if line.startswith("ready: "):
+                break
+        else:
+            raise AssertionError(f"make devserver stopped before serving (status {server.wait()})")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 0 or server.returncode == -signal.SIGTERM
+        with pytest.raises(ProcessLookupError):  # nothing of it is left: dev_appserver, gunicorn, emulator
+            os.killpg(server.pid, 0)
+
+
+def ledger_digest_runs(served):
+    return requests.get(f"{served}/api/v1/runs?job=ledger-digest", cookies=OPERATOR, timeout=30).json()["runs"]
+
+
+def test_anonymous_and_non_admin_requests_are_401_from_login_admin(served):
+    assert requests.get(f"{served}/admin/", timeout=30).status_code == 401
+    assert requests.post(f"{served}/jobs/ledger-digest", timeout=30).status_code == 401
+    non_admin = devserver.login_cookie("someone@example.com", admin=False)
+    assert requests.get(f"{served}/admin/", cookies=non_admin, timeout=30).status_code == 401
+
+
+def test_a_signed_in_admin_sees_the_dashboard_and_only_an_operator_its_buttons(served):
+    viewer_page = requests.get(f"{served}/admin/", cookies=VIEWER, timeout=30)
+    assert viewer_page.status_code == 200 and "Run now" not in viewer_page.text
+    operator_page = requests.get(f"{served}/admin/", cookies=OPERATOR, timeout=30)
+    assert operator_page.status_code == 200 and "Run now" in operator_page.text
+
+
+def test_an_operators_dashboard_action_is_one_run(served):
+    page = requests.get(f"{served}/admin/", cookies=OPERATOR, timeout=30).text
+    card = page.split('data-job="ledger-digest"', 1)[1]
+    form = {"clientToken": TOKEN.search(card).group(1), "parameters": "{}"}
+    headers = {"Sec-Fetch-Site": "same-origin"}
+    answers = [
+        requests.post(
+            f"{served}/admin/jobs/ledger-digest/run",
+            data=form,
+            cookies=OPERATOR,
+            headers=headers,
+            allow_redirects=False,
+            timeout=60,
+        )
+        for _ in range(2)  # a double click
+    ]
+    assert [a.status_code for a in answers] == [303, 303]
+    assert answers[0].headers["Location"] == answers[1].headers["Location"]
+    location = answers[0].headers["Location"]
+    run = requests.get(f"{served}/api/v1/runs/{location.rsplit('/', 1)[1]}", cookies=OPERATOR, timeout=30).json()
+    assert (run["status"], run["requested_by"]) == ("completed", "user:test@example.com")
+    assert [r["run_id"] for r in ledger_digest_runs(served)].count(run["run_id"]) == 1
+    refused = requests.post(
+        f"{served}/admin/jobs/ledger-digest/run",
+        data={"clientToken": "another", "parameters": "{}"},
+        cookies=VIEWER,
+        headers=headers,
+        timeout=30,
+    )
+    assert refused.status_code == 403
+
+
+def test_a_cross_site_post_is_403(served):
+    before = ledger_digest_runs(served)
+    response = requests.post(
+        f"{served}/admin/jobs/ledger-digest/run",
+        data={"clientToken": "cross", "parameters": "{}"},
+        cookies=OPERATOR,
+        headers={"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"},
+        timeout=30,
+    )
+    assert response.status_code == 403 and response.json()["error"] == "Forbidden"
+    assert ledger_digest_runs(served) == before
