@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import shutil
 import subprocess
 
@@ -261,3 +262,40 @@ def ttl(project: str | None, database: str | None, apply_: bool) -> None:
     if database:
         command.append(f"--database={database}")
     _print_and_maybe_run([command], apply_)
+
+
+IAP_ACCESSOR_ROLE = "roles/iap.httpsResourceAccessor"
+# IAM's member syntax, as gcloud takes it (the app's DEDUP_OPERATORS / DEDUP_VIEWERS name the same principals).
+IAM_MEMBER = re.compile(r"(?:user|serviceAccount|group):[^\s@,]+@[^\s@,]+\.[^\s@,]+|domain:[^\s@,]+\.[^\s@,]+")
+
+
+@cli.command(help="Identity-Aware Proxy for the app: enable it and let the given principals through.")
+@click.option("--project", required=True, help="Google Cloud project (the app's id).")
+@click.option(
+    "--member",
+    "members",
+    multiple=True,
+    help="An IAM member IAP lets through: user:EMAIL, serviceAccount:EMAIL, group:EMAIL, domain:DOMAIN (repeatable).",
+)
+@click.option("--apply", "apply_", is_flag=True, help="Run the commands instead of printing them only.")
+def iap(project: str, members: tuple[str, ...], apply_: bool) -> None:
+    """IAP lets a principal through; the app's DEDUP_VIEWERS and DEDUP_OPERATORS say what it may do there.
+
+    The audience the app checks (DEDUP_IAP_AUDIENCE) needs the project number,
+    which the last command prints.
+    """
+    bad = [member for member in members if not IAM_MEMBER.fullmatch(member)]
+    if bad:
+        raise click.BadParameter(
+            f"{', '.join(bad)}: write user:EMAIL, serviceAccount:EMAIL, group:EMAIL or domain:DOMAIN",
+            param_hint="--member",
+        )
+    scope = ["--resource-type=app-engine", f"--project={project}"]
+    commands = [["gcloud", "iap", "web", "enable", *scope]]
+    commands += [
+        ["gcloud", "iap", "web", "add-iam-policy-binding", *scope, f"--member={member}", f"--role={IAP_ACCESSOR_ROLE}"]
+        for member in members
+    ]
+    commands.append(["gcloud", "projects", "describe", project, "--format=value(projectNumber)"])
+    _print_and_maybe_run(commands, apply_)
+    click.echo(f"# then set DEDUP_AUTH=appengine,iap and DEDUP_IAP_AUDIENCE=/projects/PROJECT_NUMBER/apps/{project}")

@@ -376,3 +376,38 @@ def test_jobs_names_the_jobs_file_scheduler_yaml_is_checked_against(jobs_file, t
     broken = jobs_file("jobs: [")
     result = CliRunner().invoke(ops_cli, ["--jobs", broken, "scheduler", "validate", str(schedule)])
     assert result.exit_code == 1 and "not valid YAML" in result.output
+
+
+def test_iap_prints_and_applies_enable_grants_and_the_project_number(cli, fake_gcloud, monkeypatch):
+    env, calls = fake_gcloud
+    monkeypatch.setenv("PATH", env["PATH"])
+    members = ["serviceAccount:ci@acme-prod.iam.gserviceaccount.com", "domain:example.com"]
+    printed = cli("iap", "--project", "acme-prod", *[f"--member={m}" for m in members])
+    assert printed.exit_code == 0, printed.output
+    lines = [line for line in printed.output.splitlines() if line.startswith("gcloud ")]
+    assert lines == [
+        "gcloud iap web enable --resource-type=app-engine --project=acme-prod",
+        *[
+            "gcloud iap web add-iam-policy-binding --resource-type=app-engine --project=acme-prod "
+            f"--member={m} --role=roles/iap.httpsResourceAccessor"
+            for m in members
+        ],
+        "gcloud projects describe acme-prod '--format=value(projectNumber)'",
+    ]
+    assert "DEDUP_IAP_AUDIENCE=/projects/PROJECT_NUMBER/apps/acme-prod" in printed.output
+    assert calls() == []  # printed only
+    applied = cli("iap", "--project", "acme-prod", f"--member={members[0]}", "--apply")
+    assert applied.exit_code == 0, applied.output
+    assert [c[:4] for c in calls()] == [
+        ["iap", "web", "enable", "--resource-type=app-engine"],
+        ["iap", "web", "add-iam-policy-binding", "--resource-type=app-engine"],
+        ["projects", "describe", "acme-prod", "--format=value(projectNumber)"],
+    ]
+
+
+@pytest.mark.parametrize(
+    "member", ["alice@example.com", "user:alice", "allUsers", "user:a b@example.com", "domain:", "role:x@y.z"]
+)
+def test_iap_refuses_a_member_iam_would_not_take(cli, member):
+    refused = cli("iap", "--project", "acme-prod", f"--member={member}")
+    assert refused.exit_code != 0 and "user:EMAIL, serviceAccount:EMAIL" in refused.output
