@@ -265,7 +265,8 @@ def ttl(project: str | None, database: str | None, apply_: bool) -> None:
 
 
 IAP_ACCESSOR_ROLE = "roles/iap.httpsResourceAccessor"
-# IAM's member syntax, as gcloud takes it (the app's DEDUP_OPERATORS / DEDUP_VIEWERS name the same principals).
+# IAM's member syntax, as gcloud takes it.  IAP may let a group through; the app's DEDUP_OPERATORS and
+# DEDUP_VIEWERS cannot name groups (it cannot see membership), so they list the members.
 IAM_MEMBER = re.compile(r"(?:user|serviceAccount|group):[^\s@,]+@[^\s@,]+\.[^\s@,]+|domain:[^\s@,]+\.[^\s@,]+")
 
 

@@ -8,13 +8,13 @@ import re
 import threading
 from typing import Mapping
 
-from flask import Flask, current_app, g, request
+from flask import Flask, Response, current_app, g, request
 from google.cloud import ndb
 
 from dedup.clock import Clock, SystemClock
 from dedup.ledger import Ledger
 from handlers.access import Principal, Role, role_of
-from handlers.auth import AuthSettings, CallerGate
+from handlers.auth import Admission, AuthSettings, CallerGate
 from handlers.idempotent import GuardRegistry, install_guard
 from jobs.config import JobSpec, jobs_file_path, load_jobs
 
@@ -59,14 +59,17 @@ def create_app(
     logs.install_request_logging(app)
 
     @app.before_request
-    def verify_caller():
+    def verify_caller() -> Response | None:
         # The role is the view's own (@requires); a view without one is for internal callers only.
-        admitted = gate.admit(request.headers, role_of(app.view_functions.get(request.endpoint)))
-        if isinstance(admitted, Principal):
-            g.principal = admitted
-            g.roles = gate.roles_of(admitted)
-            logs.note_run(principal=admitted.name)
+        # A request no route takes needs only a verified caller: routing answers it (404, 405).
+        needed = None if request.routing_exception is not None else role_of(app.view_functions.get(request.endpoint))
+        admitted = gate.admit(request.headers, needed)
+        if isinstance(admitted, Admission):
+            g.principal, g.roles = admitted.principal, admitted.roles
+            logs.note_run(principal=admitted.principal.name)
             return None
+        if admitted.principal:
+            logs.note_run(principal=admitted.principal)
         response = errors.json_error(admitted.status, admitted.error, admitted.message)
         if admitted.status == 401:
             response.headers["WWW-Authenticate"] = 'Bearer realm="dedup"'

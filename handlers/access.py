@@ -16,7 +16,10 @@ principal; the roles follow from who vouched for it and from two lists:
 
 The lists take IAM's member syntax: ``alice@example.com`` or
 ``user:alice@example.com``, ``serviceAccount:ci@P.iam.gserviceaccount.com``,
-``domain:example.com``.  Emails compare without regard to case.
+``domain:example.com``.  Emails compare without regard to case.  As in IAM,
+``domain:`` is a Google Workspace domain: it matches the hosted-domain claim
+(``hd``) of a signed token, never the text after an email's ``@`` (anyone can
+make a consumer Google account with an address at any domain).
 """
 
 from __future__ import annotations
@@ -51,8 +54,22 @@ class AccessConfigError(ValueError):
     """A bad DEDUP_OPERATORS or DEDUP_VIEWERS: the app refuses to start."""
 
 
+def normal_domain(value: str) -> str:
+    """A hosted-domain claim lower-cased, or "" when it is absent or not a domain name."""
+    if not isinstance(value, str) or not value.isascii():
+        return ""
+    domain = value.strip().lower()
+    return domain if DOMAIN.fullmatch(domain) else ""
+
+
 def normal_email(value: str) -> str | None:
-    """``value`` lower-cased if it is an email this app can compare, else None."""
+    """``value`` lower-cased if it is an email this app can compare, else None.
+
+    ASCII is checked before lower-casing: some non-ASCII letters lower-case to
+    ASCII ones (the Kelvin sign to ``k``), and must not name someone else.
+    """
+    if not value.isascii():
+        return None
     email = value.strip().lower()
     if len(email) > MAX_EMAIL_CHARS or not EMAIL.fullmatch(email):
         return None
@@ -69,19 +86,22 @@ class Principal:
 
     ``name`` is what records and logs say (``user:alice@example.com``,
     ``serviceAccount:…``, ``appengine:cron``, ``local``); ``granted`` is what the
-    evidence alone grants; ``admitted`` marks a person a Google front end let in.
+    evidence alone grants; ``admitted`` marks a person a Google front end let in;
+    ``hosted_domain`` is the Workspace domain a signed token vouches for (``hd``).
     """
 
     name: str
-    via: str  # the DEDUP_AUTH mode whose evidence named it
     email: str = ""
     granted: frozenset[Role] = frozenset()
     admitted: bool = False
+    hosted_domain: str = ""
 
     @classmethod
-    def person(cls, email: str, via: str, *, granted: frozenset[Role] = frozenset(), admitted: bool) -> Principal:
+    def person(
+        cls, email: str, *, granted: frozenset[Role] = frozenset(), admitted: bool, hosted_domain: str = ""
+    ) -> Principal:
         kind = "serviceAccount" if is_service_account(email) else "user"
-        return cls(name=f"{kind}:{email}", via=via, email=email, granted=granted, admitted=admitted)
+        return cls(name=f"{kind}:{email}", email=email, granted=granted, admitted=admitted, hosted_domain=hosted_domain)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +141,7 @@ class Member:
         if not email:
             return False
         if self.kind == "domain":
-            return email.rpartition("@")[2] == self.value
+            return bool(principal.hosted_domain) and principal.hosted_domain == self.value
         if self.kind == "user" and is_service_account(email):
             return False
         if self.kind == "serviceAccount" and not is_service_account(email):

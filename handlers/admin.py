@@ -20,8 +20,8 @@ from dedup.keys import format_utc, is_run_id
 from dedup.queries import RunFilter
 from handlers import app_state, may
 from handlers.access import Role, requires
-from handlers.dashboard_actions import may_retry, new_form_token
-from handlers.run_documents import duration_seconds, is_stuck, run_document
+from handlers.dashboard_actions import new_form_token
+from handlers.run_documents import duration_seconds, is_stuck, may_retry, run_document
 from models import RunRecord, RunSource, RunStatus
 
 blueprint = Blueprint("admin", __name__, url_prefix="/admin", template_folder="templates")
@@ -97,7 +97,7 @@ def run_page(run_id: str):
         lease_left=lease_left(record, now),
         stored=shown_json(stored, run_id),
         parameters=shown_json(record.parameters, run_id) if record.parameters else None,
-        retry_token=new_form_token() if may(Role.OPERATE) and may_retry(record) else None,
+        retry_token=new_form_token() if may(Role.OPERATE) and may_retry(record, state.jobs) else None,
     )
 
 

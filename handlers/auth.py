@@ -24,7 +24,15 @@ import logging
 import re
 from typing import Mapping, Protocol
 
-from handlers.access import ROLE_NEEDS, AccessPolicy, Principal, Role, normal_email
+from handlers.access import (
+    ROLE_NEEDS,
+    AccessConfigError,
+    AccessPolicy,
+    Principal,
+    Role,
+    normal_domain,
+    normal_email,
+)
 from handlers.signed_tokens import CertificatesUnavailable, InvalidToken, SignedTokens, TokenKind
 
 log = logging.getLogger(__name__)
@@ -47,9 +55,13 @@ APPENGINE_MARKERS = {
     "ip:0.1.0.1": "X-Appengine-User-Ip 0.1.0.1 (cron jobs created with older tools)",
 }
 MODES = ("appengine", "iap", "oidc", "none")
+# App Engine's markers are only as good as App Engine stripping client-sent copies: outside it
+# (GAE_ENV unset) `appengine` is refused, unless tests and local tools say they know.
+OFF_APP_ENGINE_SETTING = "DEDUP_APPENGINE_OFF_GAE"
+OFF_APP_ENGINE_VALUE = "trust-forgeable-headers"
 
-ID_TOKEN = TokenKind("ID token", "RS256", {"iss": str, "aud": str, "email": str, "email_verified": bool})
-IAP_ASSERTION = TokenKind("IAP assertion", "ES256", {"iss": str, "aud": str, "email": str, "sub": str})
+ID_TOKEN = TokenKind("ID token", "RS256", {"iss": str, "aud": str, "email": str, "email_verified": bool, "hd": str})
+IAP_ASSERTION = TokenKind("IAP assertion", "ES256", {"iss": str, "aud": str, "email": str, "sub": str, "hd": str})
 
 # Refusals: fixed per kind of failure.
 MISSING_TOKEN = "an Authorization: Bearer <Google-signed ID token> header is required"
@@ -58,6 +70,7 @@ UNVERIFIED_EMAIL = "the ID token's email is not verified"
 IAP_WRONG_ISSUER = "the IAP assertion's issuer is not IAP"
 IAP_NO_EMAIL = "the IAP assertion names no email"
 UNTRUSTED_HEADERS = "X-CloudScheduler-* headers alone are not trusted"
+DIFFERENT_PEOPLE = "the credentials name different people"
 
 
 class AuthConfigError(ValueError):
@@ -69,6 +82,13 @@ class Rejection:
     status: int  # 401, 403, or 500 when keys cannot be fetched
     error: str
     message: str
+    principal: str | None = None  # a 403's verified caller, for the log
+
+
+@dataclasses.dataclass(frozen=True)
+class Admission:
+    principal: Principal
+    roles: frozenset[Role]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +108,16 @@ class AuthSettings:
         modes = _modes(environ.get("DEDUP_AUTH", ""), on_app_engine)
         settings = cls(modes=modes, access=_access(environ))
         if "appengine" in modes:
+            if not on_app_engine and environ.get(OFF_APP_ENGINE_SETTING) != OFF_APP_ENGINE_VALUE:
+                raise AuthConfigError(
+                    "DEDUP_AUTH=appengine trusts X-Appengine-* headers, which only App Engine strips from "
+                    "client requests; outside App Engine (GAE_ENV unset) anyone can send them. Choose iap or "
+                    f"oidc there (tests and local tools may set {OFF_APP_ENGINE_SETTING}={OFF_APP_ENGINE_VALUE})"
+                )
             raw = environ.get("DEDUP_APPENGINE_TRUSTED")
+            if raw is None and "iap" in modes:
+                # Behind IAP people come with a signed assertion; an unsigned signed-in-user header alone is no one.
+                settings = dataclasses.replace(settings, trusted_markers=frozenset(APPENGINE_MARKERS) - {"admin"})
             if raw is not None:
                 markers = frozenset(m.strip().lower() for m in raw.split(",") if m.strip())
                 unknown = sorted(markers - set(APPENGINE_MARKERS))
@@ -120,6 +149,11 @@ class AuthSettings:
                     "DEDUP_AUTH=iap needs DEDUP_IAP_AUDIENCE, IAP's audience for this app: "
                     "/projects/PROJECT_NUMBER/apps/PROJECT_ID (gcloud projects describe PROJECT_ID "
                     "--format='value(projectNumber)')"
+                )
+            if "appengine" in modes and not audience.split("/")[3] == "apps":
+                raise AuthConfigError(
+                    "DEDUP_IAP_AUDIENCE names a backend service (a load balancer), where App Engine's markers can "
+                    "be forged: DEDUP_AUTH=appengine is for an app App Engine serves (/projects/N/apps/ID)"
                 )
             settings = dataclasses.replace(
                 settings,
@@ -156,8 +190,6 @@ def _modes(raw: str, on_app_engine: bool) -> tuple[str, ...]:
 
 
 def _access(environ: Mapping[str, str]) -> AccessPolicy:
-    from handlers.access import AccessConfigError
-
     try:
         return AccessPolicy.from_environ(environ)
     except AccessConfigError as exc:
@@ -186,16 +218,17 @@ class AnyCaller:
         self.settings = settings
 
     def identify(self, headers: Mapping[str, str]) -> Principal | None:
-        return Principal(name="local", via="none", granted=frozenset(Role))
+        return Principal(name="local", granted=frozenset(Role))
 
 
 class AppEngineMarkers:
     """``appengine``: the markers App Engine sets, and the admin signed in behind ``login: admin``."""
 
-    wanted = "App Engine's cron, task queue or Cloud Scheduler markers, or an admin signed in behind login: admin"
-
     def __init__(self, settings: AuthSettings) -> None:
         self.settings = settings
+        self.wanted = "App Engine's cron, task queue or Cloud Scheduler markers" + (
+            ", or an admin signed in behind login: admin" if "admin" in settings.trusted_markers else ""
+        )
 
     def identify(self, headers: Mapping[str, str]) -> Principal | None:
         trusted = self.settings.trusted_markers
@@ -207,11 +240,14 @@ class AppEngineMarkers:
         }
         for marker, seen in internal.items():
             if seen and marker in trusted:
-                return Principal(name=f"appengine:{marker}", via="appengine", granted=frozenset({Role.DELIVER}))
+                return Principal(name=f"appengine:{marker}", granted=frozenset({Role.DELIVER}))
         if "admin" in trusted and headers.get("X-Appengine-User-Is-Admin") == "1":
+            if "iap" in self.settings.modes and IAP_HEADER in headers:
+                # Behind IAP the signed assertion is a person's only evidence: these headers are not signed.
+                return None
             email = normal_email(headers.get("X-Appengine-User-Email", ""))
             if email is not None:
-                return Principal.person(email, "appengine", admitted=True)
+                return Principal.person(email, admitted=True)
         return None
 
 
@@ -237,7 +273,7 @@ class IapAssertions:
         if email is None:
             raise InvalidToken(IAP_NO_EMAIL)
         # IAP let the principal through because IAM grants it access: admitted, as login: admin admits.
-        return Principal.person(email, "iap", admitted=True)
+        return Principal.person(email, admitted=True, hosted_domain=normal_domain(claims.get("hd", "")))
 
 
 class GoogleIdTokens:
@@ -273,7 +309,8 @@ class GoogleIdTokens:
         if email is None:
             raise InvalidToken(ID_TOKEN.malformed)
         delivers = frozenset({Role.DELIVER}) if email in self.settings.allowed_emails else frozenset()
-        return Principal.person(email, "oidc", granted=delivers, admitted=False)
+        hosted_domain = normal_domain(claims.get("hd", ""))
+        return Principal.person(email, granted=delivers, admitted=False, hosted_domain=hosted_domain)
 
 
 # DEDUP_AUTH's modes, in the order error messages name them.
@@ -295,21 +332,24 @@ class CallerGate:
     def roles_of(self, principal: Principal) -> frozenset[Role]:
         return self.settings.access.roles_of(principal)
 
-    def admit(self, headers: Mapping[str, str], needed: Role) -> Principal | Rejection:
-        """The principal to act as, or the refusal.
+    def admit(self, headers: Mapping[str, str], needed: Role | None) -> Admission | Rejection:
+        """Who is calling and what it may do, or the refusal; ``needed`` None: any verified caller
+        (the route does not exist, and routing answers 404 or 405).
 
-        Evidence that does not verify grants nothing; it refuses the request
-        (401) only when no other mode names the caller.  With ``iap,oidc`` IAP
-        may pass on the caller's own ``Authorization`` token (audience: IAP's
-        client id), and that must not hide the assertion IAP added.
+        Evidence that does not verify refuses the request (401), with one
+        exception: behind IAP a script's own ``Authorization`` token (meant for
+        IAP) reaches the app too, so with a verified assertion an ID token
+        that does not verify is ignored.  Two kinds of evidence naming two
+        different people are refused too.
         """
         principals: list[Principal] = []
-        refusal: str | None = None
-        for verifier in self.verifiers:
+        refusals: dict[str, str] = {}
+        iap_verified = False
+        for mode, verifier in zip(self.settings.modes, self.verifiers, strict=True):
             try:
                 principal = verifier.identify(headers)
             except InvalidToken as refused:
-                refusal = refusal or refused.reason
+                refusals[mode] = refused.reason
                 continue
             except CertificatesUnavailable as exc:
                 # Not the caller's fault: a 500 makes Scheduler retry (never a 503).  The
@@ -320,10 +360,22 @@ class CallerGate:
                 )
             if principal is not None:
                 principals.append(principal)
+                iap_verified = iap_verified or mode == "iap"
+        if iap_verified:
+            refusals.pop("oidc", None)
+        if refusals:
+            return self._unauthenticated(refusals.get("iap") or next(iter(refusals.values())))
         if not principals:
-            message = refusal or " or ".join(v.wanted for v in self.verifiers) + f" ({UNTRUSTED_HEADERS})"
-            return Rejection(401, "Unauthenticated", message)
+            return self._unauthenticated(" or ".join(v.wanted for v in self.verifiers) + f" ({UNTRUSTED_HEADERS})")
+        if len({p.email for p in principals if p.email}) > 1:
+            return self._unauthenticated(DIFFERENT_PEOPLE)
         for principal in principals:
-            if needed in self.roles_of(principal):
-                return principal
-        return Rejection(403, "Forbidden", f"{principals[0].name} may not do this: {ROLE_NEEDS[needed]}")
+            roles = self.roles_of(principal)
+            if needed is None or needed in roles:
+                return Admission(principal, roles)
+        first = principals[0]
+        return Rejection(403, "Forbidden", f"{first.name} may not do this: {ROLE_NEEDS[needed]}", principal=first.name)
+
+    @staticmethod
+    def _unauthenticated(message: str) -> Rejection:
+        return Rejection(401, "Unauthenticated", message)

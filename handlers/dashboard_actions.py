@@ -23,9 +23,11 @@ from dedup.outcomes import Contended, Mismatch, OtherJob, Released, RunOutcome
 from handlers import app_state
 from handlers.access import Role, requires
 from handlers.idempotent import Fingerprint, GuardRejected
-from handlers.runs_api import ManualRunRequest, client_token_problem, known_job, run_manually
+from handlers.logs import note_run
+from handlers.run_documents import may_retry
+from handlers.runs_api import ManualRunRequest, client_token_problem, run_manually
 from handlers.strict_json import InvalidJson, strict_json
-from models import RunRecord, RunSource, RunStatus
+from models import RunSource
 
 blueprint = Blueprint("dashboard_actions", __name__, url_prefix="/admin", template_folder="templates")
 
@@ -39,11 +41,6 @@ def new_form_token() -> str:
     return str(uuid.uuid4())
 
 
-def may_retry(record: RunRecord) -> bool:
-    """A failed manual run can be run again, with its parameters, under a new token."""
-    return record.source == RunSource.API.value and record.status == RunStatus.FAILED.value
-
-
 class FormProblem(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -54,7 +51,10 @@ class FormProblem(Exception):
 @blueprint.post("/jobs/<job_id>/run", provide_automatic_options=False)
 @requires(Role.OPERATE)
 def run_now(job_id: str) -> Response | tuple[str, int]:
-    job = known_job(job_id)
+    job = app_state().jobs.get(job_id)
+    if job is None:
+        return problem_page(404, f"no job {job_id!r} is declared in the jobs file")
+    note_run(job_id=job_id, source=RunSource.API.value)
     try:
         fields = form_fields(RUN_NOW_FIELDS)
         ask = ManualRunRequest(form_token(fields), form_parameters(fields.get("parameters", "")))
@@ -69,11 +69,14 @@ def retry_run(run_id: str) -> Response | tuple[str, int]:
     record = app_state().ledger.lookup(run_id) if is_run_id(run_id) else None
     if record is None:
         return problem_page(404, f"no run {run_id} (or it has expired)")
-    if not may_retry(record):
+    if not may_retry(record, app_state().jobs):
+        if record.job_id not in app_state().jobs:
+            return problem_page(409, f"the job {record.job_id!r} of this run is no longer declared in the jobs file")
         return problem_page(
             409, f"only a failed manual run can be retried; this run is a {record.status} {record.source} run"
         )
-    job = known_job(record.job_id)
+    job = app_state().jobs[record.job_id]
+    note_run(job_id=record.job_id, source=RunSource.API.value)
     try:
         ask = ManualRunRequest(form_token(form_fields(RETRY_FIELDS)), dict(record.parameters or {}))
     except FormProblem as problem:
@@ -108,7 +111,7 @@ def form_parameters(text: str) -> dict[str, Any]:
     if not text.strip():
         return {}
     try:
-        parameters = strict_json(text, "the parameters")
+        parameters = strict_json(text, "the parameters text")
     except InvalidJson as exc:
         raise FormProblem(400, exc.message) from None
     if not isinstance(parameters, dict):
@@ -121,21 +124,31 @@ def form_parameters(text: str) -> dict[str, Any]:
 
 def answer(outcome: RunOutcome, job_id: str, ask: ManualRunRequest) -> Response | tuple[str, int]:
     """303 to the run's page whenever there is a run to see; a page saying why otherwise."""
-    if isinstance(outcome, (Mismatch, OtherJob)):
+    resend = {"job_id": job_id, "token": ask.token, "parameters": json.dumps(ask.parameters)}
+    if isinstance(outcome, Mismatch):
         return problem_page(
             422,
             "this form was already sent with other parameters; reload the page to run again",
             run_id=outcome.run_id,
         )
+    if isinstance(outcome, OtherJob):
+        return problem_page(
+            422,
+            f"this form's client token already started a run of another job ({outcome.record.job_id}); "
+            "reload the page to run again",
+            run_id=outcome.run_id,
+        )
     if isinstance(outcome, Released):
+        cause = outcome.error.get("message") or outcome.error.get("type") or "a retryable error"
         return problem_page(
             500,
-            f"the run failed with a retryable error and was released: {outcome.error.get('message')}. "
+            f"the run failed with a retryable error and was released ({cause}). "
             "Send the form again to retry it under the same client token.",
-            resend={"job_id": job_id, "token": ask.token, "parameters": json.dumps(ask.parameters)},
+            resend=resend,
         )
     if isinstance(outcome, Contended):
-        return problem_page(409, "the ledger was busy; send the form again (it is the same run)")
+        # Reloading the dashboard would make a new token, and perhaps a second run: resend this one.
+        return problem_page(409, "the ledger was busy; send the form again (it is the same run)", resend=resend)
     # Finished, replayed, in progress (a double click), stale: the run's page tells the rest.
     return redirect(url_for("admin.run_page", run_id=outcome.run_id), code=303)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Any
+from typing import Any, Mapping
 
 from dedup.keys import format_utc
 from dedup.ledger import json_preview
@@ -121,3 +121,8 @@ def duration_seconds(record: RunRecord) -> float | None:
     if record.finished and record.started:
         return round((record.finished - record.started).total_seconds(), 3)
     return None
+
+
+def may_retry(record: RunRecord, jobs: Mapping[str, Any]) -> bool:
+    """A failed manual run of a job still declared can be run again, with its parameters, under a new token."""
+    return record.source == RunSource.API.value and record.status == RunStatus.FAILED.value and record.job_id in jobs

@@ -29,6 +29,8 @@ import requests
 log = logging.getLogger(__name__)
 CLOCK_SKEW_SECONDS = 10
 CERTS_MAX_AGE_SECONDS = 3600
+# A max-age below this (0 included) would mean a blocking fetch under the lock on every request.
+CERTS_MIN_AGE_SECONDS = 60
 FAILED_FETCH_PAUSE_SECONDS = 5
 # Google's ID tokens and IAP's assertions are about 1 KB; a longer token is refused
 # before any decoding, so hostile input costs nothing to parse (nor memory to hold decoded).
@@ -181,7 +183,7 @@ class CertificateCache:
         self._failed_until = 0.0
         self._lock = threading.Lock()
 
-    def get(self) -> dict:
+    def get(self) -> dict[str, str]:
         with self._lock:
             if time.monotonic() < self._failed_until:
                 raise CertificatesUnavailable(f"fetching {self.url} failed moments ago; not retrying yet")
@@ -195,7 +197,7 @@ class CertificateCache:
                 self._expires = time.monotonic() + max_age
             return self._certs
 
-    def _fetch(self) -> tuple[dict, float]:
+    def _fetch(self) -> tuple[dict[str, str], float]:
         try:
             response = requests.get(self.url, timeout=10)
             response.raise_for_status()
@@ -207,6 +209,6 @@ class CertificateCache:
         max_age = CERTS_MAX_AGE_SECONDS
         for directive in response.headers.get("Cache-Control", "").split(","):
             name, _, value = directive.strip().partition("=")
-            if name == "max-age" and value.isdigit():
-                max_age = min(int(value), CERTS_MAX_AGE_SECONDS)
+            if name.lower() == "max-age" and value.isascii() and value.isdigit():
+                max_age = max(CERTS_MIN_AGE_SECONDS, min(int(value), CERTS_MAX_AGE_SECONDS))
         return certs, max_age

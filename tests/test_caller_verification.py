@@ -15,6 +15,7 @@ from tests.support.callers import (  # noqa: F401 - fixtures
     ADMIN,
     AUDIENCE,
     CALLER,
+    OFF_GAE,
     app_with,
     appengine_app,
     issuer,
@@ -209,7 +210,7 @@ def test_a_verified_but_unlisted_caller_is_403_and_writes_nothing(oidc_app, ndb_
         ({"DEDUP_AUTH": "none", "GAE_ENV": "standard"}, "refused on App Engine"),
         ({"DEDUP_AUTH": "oidc", "DEDUP_OIDC_ALLOWED_EMAILS": CALLER}, "DEDUP_OIDC_AUDIENCE"),
         ({"DEDUP_AUTH": "oidc", "DEDUP_OIDC_AUDIENCE": AUDIENCE}, "DEDUP_OIDC_ALLOWED_EMAILS"),
-        ({"DEDUP_AUTH": "appengine", "DEDUP_APPENGINE_TRUSTED": "cron,everyone"}, "unknown"),
+        ({**OFF_GAE, "DEDUP_AUTH": "appengine", "DEDUP_APPENGINE_TRUSTED": "cron,everyone"}, "unknown"),
     ],
 )
 def test_bad_settings_stop_the_app(environ, words):

@@ -126,7 +126,7 @@ def test_a_cross_site_post_is_refused(iap_app, iap, ndb_client, fetch_site, orig
         ({"clientToken": "x" * 65, "parameters": "{}"}, "clientToken must be 1 to 64 characters"),
         ({"clientToken": "a b", "parameters": "{}"}, "may contain only ASCII characters 33 to 126"),
         ({"clientToken": "a\u00e9", "parameters": "{}"}, "may contain only ASCII characters 33 to 126"),
-        ({"clientToken": "t", "parameters": "{not json"}, "the parameters is not valid JSON"),
+        ({"clientToken": "t", "parameters": "{not json"}, "the parameters text is not valid JSON"),
         ({"clientToken": "t", "parameters": "[1, 2]"}, "must be a JSON object"),
         ({"clientToken": "t", "parameters": '"text"'}, "must be a JSON object"),
         ({"clientToken": "t", "parameters": '{"a": NaN}'}, "NaN is not JSON"),
@@ -271,3 +271,14 @@ def test_the_forms_in_a_browser(served, iap):
         viewer_page.goto(run_url)
         assert viewer_page.locator("#retry-button").count() == 0
         browser.close()
+
+
+def test_a_job_no_longer_declared_is_an_html_page_and_offers_no_retry(iap_app, iap, ndb_client):
+    job_targets.FAILURES["flaky"] = ["permanent"]
+    failed = start(iap_app, job="flaky", token="f", headers=operator(iap), status=422).json["run_id"]
+    del iap_app.app.extensions["dedup"].jobs["flaky"]  # the jobs file changed and the app restarted
+    assert 'id="retry"' not in iap_app.get(f"/admin/runs/{failed}", headers=operator(iap)).text
+    page = iap_app.post(f"/admin/runs/{failed}/retry", {"clientToken": "r"}, headers=operator(iap), status=409)
+    assert page.content_type == "text/html" and "no longer declared" in page.text
+    unknown = run_now(iap_app, operator(iap), job="nope", status=404, clientToken="t", parameters="{}")
+    assert unknown.content_type == "text/html" and "no job &#39;nope&#39; is declared" in unknown.text

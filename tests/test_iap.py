@@ -13,6 +13,7 @@ import pytest
 from handlers.auth import AuthConfigError, AuthSettings
 from tests.support.callers import (  # noqa: F401 - fixtures
     IAP_AUDIENCE,
+    OFF_GAE,
     OPERATOR,
     app_with,
     as_person,
@@ -136,6 +137,19 @@ def test_keys_are_fetched_once_and_cached_per_cache_control(iap_app, iap):
     assert iap.fetches - before <= 1
 
 
+@pytest.mark.parametrize("cache_control", ["no-cache, max-age=0", "public, MAX-AGE=0", "max-age=-5"])
+def test_keys_are_kept_a_minute_at_least(datastore, ndb_client, jobs_file, clock, iap, cache_control):
+    iap.cache_control = cache_control
+    try:
+        app = app_with(iap_environ(iap), datastore, ndb_client, jobs_file, clock)
+        before = iap.fetches
+        for _ in range(3):
+            app.get("/api/v1/runs", headers=as_person(iap, OPERATOR), status=200)
+        assert iap.fetches - before == 1
+    finally:
+        iap.cache_control = "public, max-age=3600"
+
+
 def test_keys_that_cannot_be_fetched_are_a_500_naming_nothing(datastore, ndb_client, jobs_file, clock, iap):
     environ = iap_environ(iap, DEDUP_IAP_CERTS_URL="http://127.0.0.1:9/iap/verify/public_key")
     app = app_with(environ, datastore, ndb_client, jobs_file, clock)
@@ -145,13 +159,14 @@ def test_keys_that_cannot_be_fetched_are_a_500_naming_nothing(datastore, ndb_cli
     assert nothing_written(ndb_client)
 
 
-def test_a_bad_assertion_grants_nothing_beside_a_good_marker(iap_app, iap, ndb_client):
-    # Unverified evidence is ignored when another mode names the caller: cron still delivers,
-    # and the forged assertion adds no role (a manual run stays refused).
+def test_a_bad_assertion_refuses_the_request_even_beside_a_good_marker(iap_app, iap, ndb_client):
+    # Evidence that does not verify is never set aside for other evidence.
     forged = {HEADER: iap.assertion(audience=IAP_AUDIENCE, email=OPERATOR, rogue=True)}
-    iap_app.post("/jobs/invoice", headers=scheduler_headers(**{"X-Appengine-Cron": "true"}, **forged), status=200)
-    refused = start(iap_app, headers={"X-Appengine-Cron": "true", **forged}, status=403)
-    assert refused.json["message"].startswith("appengine:cron may not do this")
+    refused = iap_app.post(
+        "/jobs/invoice", headers=scheduler_headers(**{"X-Appengine-Cron": "true"}, **forged), status=401
+    )
+    assert refused.json["message"] == SIGNATURE
+    iap_app.post("/jobs/invoice", headers=scheduler_headers(**{"X-Appengine-Cron": "true"}), status=200)
 
 
 def test_an_iap_identity_never_delivers(iap_app, iap, ndb_client):
@@ -165,7 +180,7 @@ def test_an_iap_identity_never_delivers(iap_app, iap, ndb_client):
 )
 def test_a_bad_iap_audience_stops_the_app(audience):
     with pytest.raises(AuthConfigError, match="DEDUP_IAP_AUDIENCE"):
-        AuthSettings.from_environ({"DEDUP_AUTH": "appengine,iap", "DEDUP_IAP_AUDIENCE": audience})
+        AuthSettings.from_environ({**OFF_GAE, "DEDUP_AUTH": "appengine,iap", "DEDUP_IAP_AUDIENCE": audience})
 
 
 def test_the_production_defaults_point_at_iap():

@@ -23,7 +23,7 @@ import requests
 
 from dedupctl.client import Exit
 from tests.support import POLL_SECONDS
-from tests.support.callers import IAP_AUDIENCE, iap, issuer  # noqa: F401 - fixtures
+from tests.support.callers import IAP_AUDIENCE, OFF_GAE, iap, issuer  # noqa: F401 - fixtures
 from tests.support.live import serving
 
 pytestmark = pytest.mark.live
@@ -105,6 +105,7 @@ class IapFront:
 @pytest.fixture(scope="module")
 def app_server(emulator, tmp_path_factory, iap):
     environ = {
+        **OFF_GAE,  # gunicorn here plays App Engine: nothing strips X-Appengine-* headers
         "DEDUP_AUTH": "appengine,iap",
         "DEDUP_IAP_AUDIENCE": IAP_AUDIENCE,
         "DEDUP_IAP_CERTS_URL": iap.certs_url,
@@ -174,7 +175,7 @@ def test_a_viewer_cannot_run_and_a_stranger_cannot_read(front, issuer, tmp_path)
     assert not os.listdir(tmp_path)
 
 
-def test_going_around_iap_with_a_forged_assertion_is_401(app_server, iap, datastore):
+def test_going_around_iap_with_forged_evidence_is_401(app_server, iap, datastore):
     forged = iap.assertion(audience=IAP_AUDIENCE, email=CI, rogue=True)
     response = requests.post(
         f"{app_server.url}/api/v1/jobs/effect/runs",
@@ -183,3 +184,11 @@ def test_going_around_iap_with_a_forged_assertion_is_401(app_server, iap, datast
         timeout=30,
     )
     assert response.status_code == 401 and response.json()["message"] == "the IAP assertion's signature does not verify"
+    # Nor do App Engine's unsigned signed-in-user headers name anyone behind IAP.
+    forged_admin = {"X-Appengine-User-Is-Admin": "1", "X-Appengine-User-Email": CI}
+    for headers in (forged_admin, {**forged_admin, "X-Goog-IAP-JWT-Assertion": forged}):
+        response = requests.post(
+            f"{app_server.url}/api/v1/jobs/effect/runs", json={"clientToken": "around"}, headers=headers, timeout=30
+        )
+        assert response.status_code == 401, response.text
+    assert requests.get(f"{app_server.url}/api/v1/runs", headers=forged_admin, timeout=30).status_code == 401

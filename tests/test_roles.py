@@ -12,12 +12,14 @@ import logging
 
 import pytest
 
-from handlers.access import AccessPolicy, Member, Principal, Role
+from handlers.access import AccessPolicy, Member, Principal, Role, normal_email
 from handlers.auth import AuthConfigError, AuthSettings
+from tests import job_targets
 from tests.support.callers import (  # noqa: F401 - fixtures
     ADMIN,
     AUDIENCE,
     CALLER,
+    OFF_GAE,
     OPERATOR,
     VIEWER,
     app_with,
@@ -35,8 +37,8 @@ from tests.support.manual_runs import start
 READS = ["/admin/", "/api/v1/runs", "/api/v1/runs/" + "0" * 64, "/admin/runs/" + "0" * 64]
 
 
-def person(email: str, *, admitted: bool = True) -> Principal:
-    return Principal.person(email, "iap", admitted=admitted)
+def person(email: str, *, admitted: bool = True, hosted_domain: str = "") -> Principal:
+    return Principal.person(email, admitted=admitted, hosted_domain=hosted_domain)
 
 
 def test_an_operator_starts_reads_and_is_named_on_the_record(iap_app, iap, caplog):
@@ -66,9 +68,9 @@ def test_a_viewer_reads_but_cannot_act(iap_app, iap, ndb_client):
     assert nothing_written(ndb_client)
 
 
-def test_a_scheduled_delivery_names_its_internal_caller(iap_app):
+def test_a_scheduled_delivery_names_its_internal_caller(iap_app, iap):
     iap_app.post("/jobs/invoice", headers=scheduler_headers(**{"X-Appengine-User-Ip": "0.1.0.2"}), status=200)
-    runs = iap_app.get("/api/v1/runs", headers=ADMIN, status=200).json["runs"]
+    runs = iap_app.get("/api/v1/runs", headers=as_person(iap, VIEWER), status=200).json["runs"]
     assert [run["requested_by"] for run in runs] == ["appengine:ip:0.1.0.2"]
 
 
@@ -94,7 +96,7 @@ def test_setting_viewers_limits_who_reads(datastore, ndb_client, jobs_file, cloc
     for path in READS:
         refused = app.get(path, headers=as_person(iap, VIEWER), status=403)
         assert "needs a viewer or an operator" in refused.json["message"]
-        app.get(path, headers=ADMIN, status=403)  # the signed-in admin too: the list says who
+        app.get(path, headers=ADMIN, status=401)  # behind IAP the unsigned admin headers name no one
     app.get("/api/v1/runs", headers=as_person(iap, "dan@example.org"), status=200)
     app.get("/api/v1/runs", headers=as_person(iap, OPERATOR), status=200)  # operators always read
 
@@ -141,17 +143,93 @@ def test_local_development_grants_everything(datastore, ndb_client, jobs_file, c
         ("alice@example.com", "malice@example.com", False),
         ("user:alice@example.com", "alice@example.com", True),
         ("user:alice@example.com", "bob@example.com", False),
-        ("domain:example.com", "bob@example.com", True),
-        ("domain:example.com", "bob@sub.example.com", False),
-        ("domain:example.com", "bob@evilexample.com", False),
-        ("domain:example.com", "bob@example.com.evil.test", False),
         ("serviceAccount:ci@p.iam.gserviceaccount.com", "ci@p.iam.gserviceaccount.com", True),
         ("ci@p.iam.gserviceaccount.com", "ci@p.iam.gserviceaccount.com", True),
-        ("domain:p.iam.gserviceaccount.com", "ci@p.iam.gserviceaccount.com", True),
     ],
 )
 def test_members_match_as_iam_writes_them(entry, email, matches):
     assert Member.parse(entry, "DEDUP_OPERATORS").matches(person(email)) is matches
+
+
+@pytest.mark.parametrize(
+    "hosted_domain, email, matches",
+    [
+        ("example.com", "bob@example.com", True),
+        ("example.com", "bob@example-alias.com", True),  # a secondary domain of the same Workspace
+        ("", "bob@example.com", False),  # a consumer account at that address: no hd, not the domain
+        ("sub.example.com", "bob@sub.example.com", False),
+        ("evilexample.com", "bob@evilexample.com", False),
+        ("example.com.evil.test", "bob@example.com", False),
+    ],
+)
+def test_domain_members_match_the_hosted_domain_a_token_vouches_for(hosted_domain, email, matches):
+    principal = person(email, hosted_domain=hosted_domain)
+    assert Member.parse("domain:example.com", "DEDUP_OPERATORS").matches(principal) is matches
+
+
+def test_a_consumer_account_at_the_domain_is_not_the_domain(datastore, ndb_client, jobs_file, clock, issuer, iap):
+    app = app_with(iap_environ(iap, DEDUP_OPERATORS="domain:example.com"), datastore, ndb_client, jobs_file, clock)
+    start(app, headers=as_person(iap, "mallory@example.com", hd=None), status=403)
+    start(app, headers=as_person(iap, "dan@example.com"), token="t2", status=201)  # hd: example.com
+    app.get("/admin/", headers={"X-Appengine-User-Is-Admin": "1", "X-Appengine-User-Email": "dan@example.com"},
+            status=401)  # behind IAP the unsigned header alone is no one  # fmt: skip
+    oidc = {
+        "DEDUP_AUTH": "oidc",
+        "DEDUP_OIDC_AUDIENCE": AUDIENCE,
+        "DEDUP_OIDC_ALLOWED_EMAILS": CALLER,
+        "DEDUP_OIDC_CERTS_URL": issuer.certs_url,
+        "DEDUP_OPERATORS": "domain:example.com",
+    }
+    by_token = app_with(oidc, datastore, ndb_client, jobs_file, clock)
+    token = issuer.token(audience=AUDIENCE, email="mallory@example.com")  # no hd claim
+    start(by_token, headers={"Authorization": f"Bearer {token}"}, token="t3", status=403)
+    signed = issuer.token(audience=AUDIENCE, email="dan@example.com", extra={"hd": "example.com"})
+    start(by_token, headers={"Authorization": f"Bearer {signed}"}, token="t4", status=201)
+
+
+def test_unsigned_admin_headers_never_add_to_an_iap_identity(iap_app, iap, ndb_client):
+    forged = {"X-Appengine-User-Is-Admin": "1", "X-Appengine-User-Email": OPERATOR}
+    refused = start(iap_app, headers={**as_person(iap, VIEWER), **forged}, status=403)
+    assert refused.json["message"].startswith("user:bob@example.com may not do this")
+    assert start(iap_app, headers={"X-Goog-IAP-JWT-Assertion": "a.b.c", **forged}, status=401)
+    assert start(iap_app, headers=forged, status=401)  # the admin marker is off by default behind IAP
+    assert nothing_written(ndb_client)
+
+
+def test_two_credentials_naming_two_people_are_refused(datastore, ndb_client, jobs_file, clock, iap, issuer):
+    environ = {
+        **iap_environ(iap),
+        "DEDUP_AUTH": "iap,oidc",
+        "DEDUP_OIDC_AUDIENCE": AUDIENCE,
+        "DEDUP_OIDC_ALLOWED_EMAILS": CALLER,
+        "DEDUP_OIDC_CERTS_URL": issuer.certs_url,
+    }
+    app = app_with(environ, datastore, ndb_client, jobs_file, clock)
+    other = {"Authorization": f"Bearer {issuer.token(audience=AUDIENCE, email=VIEWER)}"}
+    refused = start(app, headers={**as_person(iap, OPERATOR), **other}, status=401)
+    assert refused.json["message"] == "the credentials name different people"
+    # A script's own token for IAP (another audience) beside IAP's assertion is ignored.
+    for_iap = {"Authorization": f"Bearer {issuer.token(audience='123-abc.apps.googleusercontent.com', email=OPERATOR)}"}
+    start(app, headers={**as_person(iap, OPERATOR), **for_iap}, status=201)
+    start(app, headers=for_iap, token="t2", status=401)  # without IAP's assertion it is just a bad token
+    assert len(job_targets.EFFECTS) == 1
+
+
+def test_a_route_that_does_not_exist_is_404_for_any_verified_caller(iap_app, iap):
+    iap_app.get("/admin/nope", headers=as_person(iap, VIEWER), status=404)
+    iap_app.get("/admin/jobs/invoice/run", headers=as_person(iap, OPERATOR), status=405)
+    iap_app.get("/admin/nope", status=401)  # but only for a verified one
+
+
+def test_a_refused_principal_is_logged(iap_app, iap, caplog):
+    caplog.set_level(logging.INFO, logger="dedup.requests")
+    start(iap_app, headers=as_person(iap, VIEWER), status=403)
+    assert [r.principal for r in caplog.records if getattr(r, "status", None) == 403] == ["user:bob@example.com"]
+
+
+@pytest.mark.parametrize("email", ["\u212aate@example.com", "al\u0131ce@example.com", "alice@ex\u00e4mple.com"])
+def test_non_ascii_emails_name_nobody(email):
+    assert normal_email(email.encode().decode("unicode_escape")) is None
 
 
 def test_user_and_service_account_members_never_match_the_other_kind():
@@ -183,7 +261,7 @@ def test_user_and_service_account_members_never_match_the_other_kind():
 )
 def test_bad_members_stop_the_app(raw, words):
     for setting in ("DEDUP_OPERATORS", "DEDUP_VIEWERS"):
-        environ = {"DEDUP_AUTH": "appengine", setting: f"ok@example.com, {raw}"}
+        environ = {**OFF_GAE, "DEDUP_AUTH": "appengine", setting: f"ok@example.com, {raw}"}
         if words is None:
             AuthSettings.from_environ(environ)
             continue
@@ -192,8 +270,23 @@ def test_bad_members_stop_the_app(raw, words):
         assert words in str(refused.value)
 
 
+def test_appengine_mode_is_refused_off_app_engine_and_behind_a_load_balancer():
+    with pytest.raises(AuthConfigError, match="only App Engine strips"):
+        AuthSettings.from_environ({"DEDUP_AUTH": "appengine"})
+    assert AuthSettings.from_environ({"DEDUP_AUTH": "appengine", "GAE_ENV": "standard"}).modes == ("appengine",)
+    backend = "/projects/123456789012/global/backendServices/42"
+    with pytest.raises(AuthConfigError, match="backend service"):
+        AuthSettings.from_environ({"GAE_ENV": "standard", "DEDUP_AUTH": "appengine,iap", "DEDUP_IAP_AUDIENCE": backend})
+    assert AuthSettings.from_environ({"DEDUP_AUTH": "iap", "DEDUP_IAP_AUDIENCE": backend}).iap_audience == backend
+
+
 def test_the_defaults_as_documented():
-    policy = AuthSettings.from_environ({"DEDUP_AUTH": "appengine"}).access
+    assert AuthSettings.from_environ({**OFF_GAE, "DEDUP_AUTH": "appengine"}).trusted_markers == {
+        "cron", "queue", "admin", "ip:0.1.0.2", "ip:0.1.0.1"
+    }  # fmt: skip
+    behind_iap = {**OFF_GAE, "DEDUP_AUTH": "appengine,iap", "DEDUP_IAP_AUDIENCE": "/projects/1/apps/p"}
+    assert "admin" not in AuthSettings.from_environ(behind_iap).trusted_markers
+    policy = AuthSettings.from_environ({**OFF_GAE, "DEDUP_AUTH": "appengine"}).access
     assert policy == AccessPolicy(operators=(), viewers=None)
     assert policy.roles_of(person("carol@example.com")) == {Role.VIEW}
     assert policy.roles_of(person("carol@example.com", admitted=False)) == frozenset()

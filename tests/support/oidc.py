@@ -72,6 +72,7 @@ class TokenIssuer:
         self.certificate_pem = certificate.decode()
         self.certs = {self.kid: self.certificate_pem}
         self.fetches = 0
+        self.cache_control = "public, max-age=3600"
         issuer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -80,7 +81,7 @@ class TokenIssuer:
                 data = json.dumps(issuer.certs).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Cache-Control", "public, max-age=3600")
+                self.send_header("Cache-Control", issuer.cache_control)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -179,8 +180,9 @@ class IapIssuer(TokenIssuer):
         rogue: bool = False,
         extra: Mapping[str, Any] | None = None,
         header: Mapping[str, Any] | None = None,
+        drop: Any = (),
     ) -> str:
-        """A signed assertion as IAP adds it to a request it lets through."""
+        """A signed assertion as IAP adds it to a request it lets through; ``drop`` leaves claims out."""
         now = int(time.time()) - issued_ago
         payload = {
             "iss": issuer,
@@ -192,4 +194,5 @@ class IapIssuer(TokenIssuer):
             "exp": now + lifetime,
             **(extra or {}),
         }
+        payload = {name: value for name, value in payload.items() if name not in drop}
         return self.signed(segment(self.header(**(header or {}))), segment(payload), rogue=rogue)
