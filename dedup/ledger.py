@@ -118,6 +118,8 @@ class Ledger:
             return None
         if job_id is not None and record.job_id != job_id:
             return OtherJob(record, job_id)
+        if record.status == RunStatus.RELEASED:
+            return None  # waiting for its retry: the claim runs it
         if record.fingerprint != fingerprint:
             return Mismatch(record)
         if record.status != RunStatus.IN_PROGRESS:
@@ -147,9 +149,9 @@ class Ledger:
             refusal = _refusal(live, description, now)
             if refusal is not None:
                 return refusal
-            # Absent, or an in-progress record whose lease ran out (a takeover).
-            # The attempt number rises with every takeover, so it is a usable
-            # fencing token (a release deletes the record: the next claim is attempt 1 again).
+            # Absent, released, or an in-progress record whose lease ran out (a
+            # takeover).  The attempt number rises with every claim of the run, so it
+            # is a usable fencing token.
             attempt = Attempt(
                 run_id,
                 attempt_id,
@@ -217,14 +219,23 @@ class Ledger:
         return self._finish(attempt, RunStatus.FAILED, error, policy)
 
     def release_run(self, attempt: Attempt, error: dict) -> Released | Stale:
-        """Give the run up after a retryable failure: delete the record."""
+        """Give the run up after a retryable failure: the record stays, ``released``.
+
+        It counts as absent for the next claim, so the retry runs at once (as when
+        releasing deleted the record); the attempt number, the history and what the
+        attempt started downstream (for the retry to adopt) carry over.
+        """
 
         def release(record: RunRecord, now: datetime.datetime) -> Released:
-            record.key.delete()
-            return Released(attempt.run_id, attempt.attempt, error)
+            _record_end(record, RunStatus.RELEASED, error, now)
+            record.lease_expires = now  # nobody holds it
+            record.put()
+            return Released(attempt.run_id, attempt.attempt, error, record)
 
         def landed(record: RunRecord | None) -> Released | None:
-            return Released(attempt.run_id, attempt.attempt, error) if record is None else None
+            if record is not None and record.attempt_id == attempt.attempt_id and record.status == RunStatus.RELEASED:
+                return Released(attempt.run_id, attempt.attempt, error, record)
+            return None
 
         return self._fenced(attempt, release, landed=landed)
 
@@ -238,20 +249,7 @@ class Ledger:
         """Record the outcome (a result, or an error) of the attempt that owns the run."""
 
         def finish(record: RunRecord, now: datetime.datetime) -> Finished:
-            record.status = status.value
-            if status == RunStatus.COMPLETED:
-                record.result = document
-            else:
-                record.error = document
-            record.preview = json_preview(document)
-            record.finished = now
-            record.updated = now
-            record.attempts = [
-                {**entry, "finished": format_utc(now), "outcome": record.status}
-                if entry.get("attempt_id") == record.attempt_id
-                else entry
-                for entry in record.attempts or []
-            ]
+            _record_end(record, status, document, now)
             if policy.finished_retention_seconds is None:
                 record.expire_at = max(record.expire_at, now + _seconds(policy.retention_seconds))
             else:
@@ -326,6 +324,8 @@ def _refusal(current: RunRecord | None, description: RunDescription, now: dateti
         return None
     if current.job_id != description.job_id:
         return OtherJob(current, description.job_id)
+    if current.status == RunStatus.RELEASED:
+        return None  # absent for a claim, which replaces it (its parameters too)
     if current.fingerprint != description.fingerprint:
         return Mismatch(current)
     if current.status != RunStatus.IN_PROGRESS:
@@ -383,6 +383,24 @@ def json_preview(value: Any, chars: int = PREVIEW_CHARS) -> str:
     except (TypeError, ValueError, RecursionError):
         text = repr(value)
     return text if len(text) <= chars else text[: chars - 1] + "…"
+
+
+def _record_end(record: RunRecord, status: RunStatus, document: object, now: datetime.datetime) -> None:
+    """Write how the owning attempt ended: its status, its result or error, its history entry."""
+    record.status = status.value
+    if status == RunStatus.COMPLETED:
+        record.result = document
+    else:
+        record.error = document
+    record.preview = json_preview(document)
+    record.finished = now
+    record.updated = now
+    record.attempts = [
+        {**entry, "finished": format_utc(now), "outcome": record.status}
+        if entry.get("attempt_id") == record.attempt_id
+        else entry
+        for entry in record.attempts or []
+    ]
 
 
 def _finish_landed(attempt: Attempt, status: RunStatus) -> Callable[[RunRecord | None], Finished | None]:

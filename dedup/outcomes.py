@@ -137,15 +137,12 @@ class Finished:
 
 @dataclasses.dataclass(frozen=True)
 class Released:
-    """A retryable failure: the claim was deleted so the next delivery runs again."""
+    """A retryable failure: the record says ``released``, so the next delivery claims and runs again."""
 
     run_id: str
     attempt: int
     error: dict  # for guarded endpoints: the response that was not kept
-
-    @property
-    def record(self) -> None:
-        return None  # nothing was read, or the record is gone
+    record: RunRecord | None = None  # the released record (None from code that read none)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -56,7 +56,7 @@ def run_document(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
         document["response"] = response_view(StoredResponse.from_document(kept))
     elif record.status == RunStatus.COMPLETED:
         document["result"] = record.result
-    elif record.status == RunStatus.FAILED:
+    elif record.status in (RunStatus.FAILED, RunStatus.RELEASED):
         document["error"] = record.error
     return document
 

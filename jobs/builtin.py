@@ -48,6 +48,7 @@ def ledger_digest(context: RunContext) -> dict:
         # False when the scan stopped at DIGEST_SCAN_LIMIT records: the counts are a lower bound.
         "complete": read < DIGEST_SCAN_LIMIT,
         "runs_with_takeovers": sum(d["runs_with_takeovers"] for d in digests.values()),
+        "releases": sum(d["releases"] for d in digests.values()),
         "by_job": digests,
     }
 
@@ -58,7 +59,7 @@ class JobDigest:
     def __init__(self) -> None:
         self.by_status: collections.Counter[str] = collections.Counter()
         self.by_source: collections.Counter[str] = collections.Counter()
-        self.runs = self.stuck = self.takeovers = self.runs_with_takeovers = 0
+        self.runs = self.stuck = self.takeovers = self.runs_with_takeovers = self.releases = 0
 
     def count(self, record: RunRecord, now: datetime.datetime) -> None:
         self.runs += 1
@@ -69,6 +70,7 @@ class JobDigest:
         outcomes = [entry.get("outcome") for entry in record.attempts or [] if isinstance(entry, dict)]
         taken_over = outcomes.count("lease_expired")
         self.takeovers += taken_over
+        self.releases += outcomes.count(RunStatus.RELEASED.value)  # retryable failures, retried or not
         self.runs_with_takeovers += bool(taken_over) or (not outcomes and record.attempt > 1)
 
     def document(self) -> dict[str, Any]:
@@ -79,6 +81,7 @@ class JobDigest:
             "stuck": self.stuck,
             "takeovers": self.takeovers,
             "runs_with_takeovers": self.runs_with_takeovers,
+            "releases": self.releases,
         }
 
 

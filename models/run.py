@@ -16,6 +16,9 @@ class RunStatus(str, enum.Enum):
     IN_PROGRESS = "in_progress"
     COMPLETED = "completed"
     FAILED = "failed"
+    # A retryable failure, kept: it counts as absent for the next claim (the retry runs at
+    # once), which continues its attempt numbers and history.
+    RELEASED = "released"
 
 
 class RunSource(str, enum.Enum):

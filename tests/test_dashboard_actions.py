@@ -213,7 +213,7 @@ def test_a_released_run_offers_the_same_form_again(iap_app, iap):
     resend = page.forms["resend"]
     assert resend["clientToken"].value == "form-r" and json.loads(resend["parameters"].value) == {"n": 1}
     done = resend.submit(headers=operator(iap), status=303)
-    assert iap_app.get(f"/api/v1/runs/{run_id_of(done)}", headers=viewer(iap)).json["attempt"] == 1
+    assert iap_app.get(f"/api/v1/runs/{run_id_of(done)}", headers=viewer(iap)).json["attempt"] == 2
     assert [e["client_token"] for e in job_targets.EFFECTS] == ["form-r", "form-r"]
 
 

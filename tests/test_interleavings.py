@@ -64,7 +64,7 @@ class Model:
     now: int = 0  # seconds since the start
     owner: str | None = None  # the attempt holding the claim, until it finishes
     lease_until: int = 0
-    attempts: int = 0  # the attempt counter of the live record (0: no record)
+    attempts: int = 0  # the attempt counter of the record, released ones too (0: no record)
     downstream: str | None = None
     finished: str | None = None  # "completed" or "failed": replayed from now on
 
@@ -202,6 +202,8 @@ class Explorer:
             assert (outcome.record.status, outcome.record.result) == (RunStatus.COMPLETED, {"by": actor}), where
         elif step == "fail":
             assert (outcome.record.status, outcome.record.error) == (RunStatus.FAILED, {"by": actor}), where
+        elif step == "release":
+            assert outcome.record.status == RunStatus.RELEASED and outcome.record.lease_expires <= self.clock.now()
         return True
 
     @staticmethod
@@ -214,7 +216,8 @@ class Explorer:
         if step == "renew":
             return dataclasses.replace(model, lease_until=model.now + LEASE)
         if step == "release":
-            return dataclasses.replace(model, owner=None, attempts=0, downstream=None)
+            # The record stays, released: the next claim continues its count and adopts its downstream.
+            return dataclasses.replace(model, owner=None)
         return dataclasses.replace(model, owner=None, finished={"complete": "completed", "fail": "failed"}[step])
 
     def _check_end(self, state: State) -> None:

@@ -88,11 +88,25 @@ def test_a_finished_run_is_terminal(ledger, clock):
     assert before["result"] == {"n": 1} and before["status"] == RunStatus.COMPLETED
 
 
-def test_release_deletes_the_record(ledger):
+def test_release_keeps_the_record_and_the_retry_continues_it(ledger, clock):
     first = claim(ledger)
-    assert isinstance(ledger.release_run(first.attempt, {"message": "busy"}), Released)
-    assert RunRecord.get_by_id("run-1") is None
-    assert claim(ledger).attempt.attempt == 1
+    ledger.record_downstream(first.attempt, "executions/e1")
+    clock.advance(5)
+    released = ledger.release_run(first.attempt, {"message": "busy"})
+    assert isinstance(released, Released) and released.record.status == RunStatus.RELEASED
+    kept = RunRecord.get_by_id("run-1")
+    assert kept.status == RunStatus.RELEASED and kept.error == {"message": "busy"}
+    assert kept.lease_expires == clock.now() and kept.finished == clock.now()
+    assert [(a["attempt"], a["outcome"]) for a in kept.attempts] == [(1, "released")]
+    assert ledger.replay("run-1", None, kept.job_id) is None  # nothing to replay: the retry runs
+    retry = claim(ledger)
+    assert isinstance(retry, Claimed) and retry.attempt.attempt == 2  # the attempt numbers go on
+    assert retry.attempt.downstream == "executions/e1"  # what the released attempt started, to adopt
+    record = RunRecord.get_by_id("run-1")
+    assert [(a["attempt"], a["outcome"]) for a in record.attempts] == [(1, "released"), (2, None)]
+    assert record.status == RunStatus.IN_PROGRESS and record.error is None and record.finished is None
+    assert isinstance(ledger.renew_lease(first.attempt, 60), Stale)  # the released attempt is fenced out
+    assert isinstance(ledger.release_run(first.attempt, {}), Stale)
 
 
 def test_renewal_extends_the_lease_of_the_owner(ledger, clock):

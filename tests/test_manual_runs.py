@@ -187,9 +187,9 @@ def test_a_retryable_failure_is_500_and_the_retry_runs_again(client, ndb_client,
     failed = start(client, job="flaky", status=500)
     assert failed.json["error"] == "RetryableFailure"
     with ndb_client.context():
-        assert RunRecord.query().fetch() == []  # the record was deleted
+        assert [r.status for r in RunRecord.query().fetch()] == ["released"]  # kept, counting as absent
     retried = start(client, job="flaky", status=201)
-    assert retried.json["attempt"] == 1
+    assert retried.json["attempt"] == 2
     assert len(job_targets.EFFECTS) == 2
 
 
@@ -348,3 +348,21 @@ def test_a_run_kept_as_a_response_before_manual_runs_kept_results_is_still_repla
     again = start(client, token="old-1", parameters={"value": 1}, status=200)
     assert again.body == first.body and again.headers["Idempotent-Replayed"] == "true"
     assert len(job_targets.EFFECTS) == 1
+
+
+def test_a_released_run_is_shown_with_its_error_until_its_retry_continues_it(client):
+    job_targets.FAILURES["flaky"] = ["retryable"]
+    failed = start(client, job="flaky", token="rel-1", status=500).json
+    listed = client.get("/api/v1/runs?status=released").json["runs"]
+    assert [(r["run_id"], r["status"], r["attempt"]) for r in listed] == [(failed["run_id"], "released", 1)]
+    assert "the bank is busy" in listed[0]["preview"]
+    shown = client.get(f"/api/v1/runs/{failed['run_id']}").json
+    assert shown["error"]["message"] == "the bank is busy"
+    assert [a["outcome"] for a in shown["attempts"]] == ["released"]
+    page = client.get(f"/admin/runs/{failed['run_id']}")
+    assert 'class="badge released"' in page.text
+    start(client, job="flaky", token="rel-1", status=201)
+    shown = client.get(f"/api/v1/runs/{failed['run_id']}").json
+    assert shown["status"] == "completed" and shown["attempt"] == 2 and "error" not in shown
+    assert [(a["attempt"], a["outcome"]) for a in shown["attempts"]] == [(1, "released"), (2, "completed")]
+    assert client.get("/api/v1/runs?status=released").json["runs"] == []

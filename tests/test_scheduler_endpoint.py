@@ -138,8 +138,8 @@ def test_retryable_failure_releases_the_claim_and_the_retry_runs(client, failure
     assert failed.headers["X-Dedup-Run-Id"] == failed.json["run_id"]
     retried = deliver(client, job="flaky", status=200)
     assert retried.json["duplicate"] is False
-    # The record was deleted, so the retry starts over at attempt 1.
-    assert retried.json["attempt"] == 1
+    # The record was kept (released), so the retry is attempt 2.
+    assert retried.json["attempt"] == 2
     assert len(job_targets.EFFECTS) == 2
 
 

@@ -153,6 +153,11 @@ def test_the_digest_counts_each_jobs_runs_by_status_takeovers_and_stuck_runs(mak
         retaken = _run(ledger, "sync", 2, policy)  # a takeover after the lease ran out
         ledger.complete_run(retaken.attempt, {"ok": True}, policy)
         assert retaken.attempt.attempt == taken.attempt.attempt + 1
+        busy = _run(ledger, "sync", 4, policy)  # released after a retryable failure, then retried
+        ledger.release_run(busy.attempt, {"type": "RetryableJobError", "message": "busy"})
+        ledger.complete_run(_run(ledger, "sync", 4, policy).attempt, {"ok": True}, policy)
+        waiting = _run(ledger, "report", 5, policy)  # released, its retry still to come
+        ledger.release_run(waiting.attempt, {"type": "RetryableJobError", "message": "busy"})
     clock.advance(3600)
     # Manual runs count too: the digest reads every record of the window.
     client.post_json("/api/v1/jobs/other/runs", {"clientToken": "t-1"}, status=201)
@@ -166,17 +171,20 @@ def test_the_digest_counts_each_jobs_runs_by_status_takeovers_and_stuck_runs(mak
     )
     digest = response.json["result"]
     assert digest["until"] == until.strftime("%Y-%m-%dT%H:%M:%S.000000Z")
-    assert digest["complete"] is True and digest["runs"] == 5 and digest["runs_with_takeovers"] == 1
+    assert digest["complete"] is True and digest["runs"] == 7 and digest["runs_with_takeovers"] == 1
+    assert digest["releases"] == 2
     assert digest["by_job"]["sync"] == {
-        "runs": 3,
-        "by_status": {"completed": 2, "failed": 1},
-        "by_source": {"scheduler": 3},
+        "runs": 4,
+        "by_status": {"completed": 3, "failed": 1},
+        "by_source": {"scheduler": 4},
         "stuck": 0,
         "takeovers": 1,
         "runs_with_takeovers": 1,
+        "releases": 1,
     }
     assert digest["by_job"]["report"]["stuck"] == 1
-    assert digest["by_job"]["report"]["by_status"] == {"in_progress": 1}
+    assert digest["by_job"]["report"]["by_status"] == {"in_progress": 1, "released": 1}
+    assert digest["by_job"]["report"]["releases"] == 1
     assert digest["by_job"]["other"]["by_source"] == {"api": 1}
 
 
