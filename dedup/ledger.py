@@ -17,6 +17,8 @@ import socket
 import uuid
 from typing import Any, Callable
 
+from google.cloud import ndb
+
 from dedup import queries
 from dedup.clock import Clock
 from dedup.keys import format_utc
@@ -104,6 +106,14 @@ class Ledger:
         if record is None or record.is_expired(self.clock.now()):
             return None
         return record
+
+    def lookup_many(self, run_ids: list[str]) -> dict[str, RunRecord]:
+        """The records of ``run_ids`` that exist and have not expired, in one batch lookup."""
+        if not run_ids:
+            return {}
+        now = self.clock.now()
+        records = ndb.get_multi([ndb.Key(RunRecord, run_id) for run_id in run_ids])
+        return {r.key.id(): r for r in records if r is not None and not r.is_expired(now)}
 
     def replay(
         self, run_id: str, fingerprint: str | None = None, job_id: str | None = None

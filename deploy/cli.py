@@ -14,19 +14,11 @@ import subprocess
 
 import click
 
-from deploy.scheduler_config import (
-    DEFAULT_FILE,
-    ScheduleFileError,
-    SchedulerJob,
-    dedup_problems,
-    gcloud_commands,
-    load_scheduler_file,
-    shell_line,
-    update_warnings,
-)
+from deploy.scheduler_config import gcloud_commands, shell_line, update_warnings
 from jobs.config import JobSpec, jobs_file_path, load_jobs
 from jobs.errors import JobsConfigError
 from models import RunRecord
+from schedules.config import DEFAULT_FILE, ScheduleFileError, SchedulerJob, dedup_problems, load_scheduler_file
 
 SCHEDULER_IPS = (
     ("0.1.0.2/32", "Cloud Scheduler App Engine jobs, Cloud Tasks and cron"),

@@ -32,8 +32,8 @@ import zoneinfo
 import requests
 from croniter import croniter
 
-from deploy.scheduler_config import SchedulerJob, load_scheduler_file, retry_intervals
 from jobs.config import DEFAULT_JOBS_FILE, load_jobs
+from schedules.config import SchedulerJob, load_scheduler_file, retry_intervals
 
 
 @dataclasses.dataclass

@@ -17,6 +17,7 @@ from handlers.access import Principal, Role, role_of
 from handlers.auth import Admission, AuthSettings, CallerGate
 from handlers.idempotent import GuardRegistry, install_guard
 from jobs.config import JobSpec, jobs_file_path, load_jobs
+from schedules.config import SchedulerJob, load_app_schedules, scheduler_file_path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +25,7 @@ class AppState:
     jobs: Mapping[str, JobSpec]
     clock: Clock
     guard: GuardRegistry  # the one ledger: scheduled runs, manual runs and guarded views share it
+    schedules: tuple[SchedulerJob, ...] = ()  # scheduler.yaml's jobs, validated against ``jobs``
 
     @property
     def ledger(self) -> Ledger:
@@ -36,25 +38,33 @@ def create_app(
     ndb_client: ndb.Client | None = None,
     auth: AuthSettings | None = None,
     max_waiters: int | None = None,
+    scheduler_file: str | None = None,
 ) -> Flask:
     """Build the app; a bad jobs file or setting raises here, before serving.
 
     ``max_waiters`` bounds the requests of this process that wait at once
     (``Prefer: wait``); default DEDUP_MAX_WAITERS, else DEFAULT_MAX_WAITERS.
+    ``scheduler_file``: the Scheduler jobs that target the app (default
+    DEDUP_SCHEDULER_FILE, else the scheduler.yaml beside the jobs file; absent: none).
     """
     from dedup.runner import WaitSlots
-    from handlers import admin, dashboard_actions, errors, logs, runs_api, scheduler, tasks
+    from handlers import admin, dashboard_actions, errors, executions, logs, runs_api, scheduler, tasks
     from handlers.cross_site import refuse_cross_site_requests
     from handlers.request_limits import limit_requests
 
     clock = clock or SystemClock()
     gate = CallerGate(auth or AuthSettings.from_environ(os.environ))
-    jobs = load_jobs(jobs_file or jobs_file_path(os.environ))
+    jobs_path = jobs_file or jobs_file_path(os.environ)
+    jobs = load_jobs(jobs_path)
+    required = scheduler_file is not None or bool(os.environ.get("DEDUP_SCHEDULER_FILE"))
+    schedules = load_app_schedules(scheduler_file or scheduler_file_path(os.environ, jobs_path), jobs, required)
     wait_slots = WaitSlots(max_waiters if max_waiters is not None else max_waiters_from_environ(os.environ))
     app = Flask(__name__)
     app.json.sort_keys = False
     ledger = Ledger(clock)
-    app.extensions["dedup"] = AppState(jobs=jobs, clock=clock, guard=install_guard(app, ledger, wait_slots))
+    app.extensions["dedup"] = AppState(
+        jobs=jobs, clock=clock, guard=install_guard(app, ledger, wait_slots), schedules=schedules
+    )
     errors.register(app)
     logs.install_request_logging(app)
 
@@ -79,6 +89,7 @@ def create_app(
     refuse_cross_site_requests(app)
     app.register_blueprint(scheduler.blueprint)
     app.register_blueprint(runs_api.blueprint)
+    app.register_blueprint(executions.blueprint)
     app.register_blueprint(tasks.blueprint)
     app.register_blueprint(admin.blueprint)
     app.register_blueprint(dashboard_actions.blueprint)

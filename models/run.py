@@ -19,6 +19,8 @@ class RunStatus(str, enum.Enum):
     # A retryable failure, kept: it counts as absent for the next claim (the retry runs at
     # once), which continues its attempt numbers and history.
     RELEASED = "released"
+    # A delivery later than its job's max_delay_seconds: answered 200, the job not run.
+    SKIPPED = "skipped"
 
 
 class RunSource(str, enum.Enum):

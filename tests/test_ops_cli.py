@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from deploy.cli import cli as ops_cli
-from deploy.scheduler_config import RetryConfig, retry_intervals
+from schedules.config import RetryConfig, retry_intervals
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APP_JOBS = """

@@ -16,10 +16,10 @@ import textwrap
 
 import pytest
 
-from deploy.scheduler_config import parse_scheduler_document
 from devtools.gunicorn import GunicornServer
 from devtools.simulate import EffectSink, Faults, report, simulate, simulation_jobs_file, unexplained
 from models import RunRecord, RunStatus
+from schedules.config import parse_scheduler_document
 
 pytestmark = pytest.mark.live
 

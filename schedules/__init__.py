@@ -1,0 +1,1 @@
+"""The schedules of the Cloud Scheduler jobs that target this app: scheduler.yaml, slots, executions."""

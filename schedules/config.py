@@ -1,0 +1,465 @@
+"""scheduler.yaml: the Cloud Scheduler jobs that target this app, validated against jobs.yaml.
+
+Read by the ops CLI (``python -m deploy scheduler ...``) and by the app at
+start-up (it knows its schedules: schedules.slots), with one validation.
+
+Validation catches what breaks deduplication, not only what gcloud would
+refuse: a schedule that sends no ScheduleTime, a lease shorter than the
+attempt deadline, a retention shorter than the retry window or the period,
+a job id shared across scopes that are not passed to the app.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import re
+import urllib.parse
+import zoneinfo
+from typing import Any, Mapping
+
+import yaml
+from croniter import croniter
+
+from dedup.keys import PROJECT_ID, SCHEDULER_JOB_ID
+from jobs.config import REQUEST_TIMEOUT_SECONDS, JobSpec, load_strict_yaml
+
+DEFAULT_FILE = "scheduler.yaml"
+MIN_ATTEMPT_DEADLINE = 15
+MAX_ATTEMPT_DEADLINE = 24 * 3600 + 15  # App Engine targets: 15 s to 24 h 15 s (job.proto)
+METHODS = ("POST", "GET")  # what /jobs/<job_id> serves
+LIST_DELIMITERS = (",", ";", "|", "~", "#", "@")  # gcloud's dict flags ("gcloud topic escaping")
+JOB_KEYS = frozenset(
+    {
+        "name",
+        "target",
+        "schedule",
+        "time_zone",
+        "method",
+        "body",
+        "headers",
+        "attempt_deadline",
+        "retry",
+        "project",
+        "location",
+        "service",
+        "version",
+        "scaling",
+        "pass_scope",
+        "description",
+    }
+)
+RETRY_KEYS = frozenset({"retry_count", "max_retry_duration", "min_backoff", "max_backoff", "max_doublings"})
+_LOCATION = re.compile(r"[a-z]+-[a-z]+[0-9]+")
+_DURATION = re.compile(r"(?:\d+(?:\.\d+)?[dhms])+|\d+(?:\.\d+)?")  # 600, 600s, 10m, 1h30m, 1d
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms]?)")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 1}
+_RESERVED_HEADER = re.compile(r"(?i)(x-google-|x-appengine-|x-cloudscheduler)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    job: str | None
+    field: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = " ".join(
+            p for p in (f"job {self.job!r}" if self.job else "", f"field {self.field!r}" if self.field else "") if p
+        )
+        return f"{DEFAULT_FILE}: {where + ': ' if where else ''}{self.message}"
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryConfig:
+    retry_count: int = 0
+    max_retry_duration: float = 0
+    min_backoff: float = 5
+    max_backoff: float = 3600
+    max_doublings: int = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulerJob:
+    key: str  # the declaration in scheduler.yaml
+    name: str  # the Cloud Scheduler job id
+    target: str
+    schedule: str
+    project: str
+    location: str
+    time_zone: str = "Etc/UTC"
+    method: str = "POST"
+    body: str | None = None
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    attempt_deadline: float = 600
+    retry: RetryConfig = RetryConfig()
+    service: str | None = None
+    version: str | None = None
+    scaling: str = "automatic"
+    pass_scope: bool = True
+    description: str | None = None
+
+    @property
+    def relative_url(self) -> str:
+        path = f"/jobs/{self.target}"
+        if self.pass_scope:
+            path += "?" + urllib.parse.urlencode({"project": self.project, "location": self.location})
+        return path
+
+
+class ScheduleFileError(ValueError):
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("\n".join(str(p) for p in problems))
+        self.problems = problems
+
+
+def load_scheduler_file(path: str) -> list[SchedulerJob]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = load_strict_yaml(handle)
+    except OSError as exc:
+        raise ScheduleFileError([Problem(None, None, f"cannot read {path}: {exc.strerror}")]) from None
+    except yaml.YAMLError as exc:
+        raise ScheduleFileError([Problem(None, None, f"not valid YAML: {exc}")]) from None
+    return parse_scheduler_document(document)
+
+
+def parse_scheduler_document(document: Any) -> list[SchedulerJob]:
+    problems: list[Problem] = []
+    if not isinstance(document, dict) or not isinstance(document.get("jobs"), dict) or not document["jobs"]:
+        raise ScheduleFileError([Problem(None, "jobs", "the file must map 'jobs' to at least one Scheduler job")])
+    unknown_top = set(document) - {"jobs", "defaults"}
+    if unknown_top:
+        problems.append(Problem(None, None, f"unknown top-level key(s) {sorted(unknown_top)}; allowed: defaults, jobs"))
+    defaults = document.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        problems.append(Problem(None, "defaults", "must be a mapping"))
+        defaults = {}
+    jobs = []
+    for name, settings in document["jobs"].items():
+        if not isinstance(settings, dict):
+            problems.append(Problem(str(name), None, "settings must be a mapping"))
+            continue
+        merged = {**defaults, **settings}
+        if isinstance(defaults.get("retry"), dict) and isinstance(settings.get("retry"), dict):
+            merged["retry"] = {**defaults["retry"], **settings["retry"]}
+        job = _parse_job(str(name), merged, problems)
+        if job is not None:
+            jobs.append(job)
+    if problems:
+        raise ScheduleFileError(problems)
+    return jobs
+
+
+def _parse_job(key: str, settings: dict, problems: list[Problem]) -> SchedulerJob | None:
+    """``key`` names the declaration; ``name`` (default: the key) is the Scheduler job id,
+    so one job id can be declared in several projects or locations."""
+    start = len(problems)
+    name = settings.get("name", key)
+
+    def problem(field: str | None, message: str) -> None:
+        problems.append(Problem(key, field, message))
+
+    if not isinstance(name, str):
+        problem("name", "must be a string")
+        return None
+
+    if not SCHEDULER_JOB_ID.fullmatch(name):
+        problem(None, "Scheduler job names are 1 to 500 letters, digits, '-' and '_'")
+    for unknown in sorted(set(settings) - JOB_KEYS):
+        problem(unknown, f"unknown key; allowed: {', '.join(sorted(JOB_KEYS))}")
+    for required in ("target", "schedule", "project", "location"):
+        if not isinstance(settings.get(required), str) or not settings.get(required):
+            problem(required, "missing (or not a string)")
+    if len(problems) > start:
+        return None
+    schedule = settings["schedule"].strip()
+    fields = schedule.split()
+    if len(fields) != 5 or not croniter.is_valid(schedule) or not all(_plain_cron_field(f) for f in fields):
+        problem(
+            "schedule",
+            f"{schedule!r} is not a unix-cron schedule ('MIN HOUR DOM MON DOW', e.g. '*/5 * * * *'): "
+            "Cloud Scheduler sends X-CloudScheduler-ScheduleTime only for unix-cron schedules, and without it "
+            "no delivery can be deduplicated",
+        )
+    time_zone = settings.get("time_zone", "Etc/UTC")
+    if not _known_time_zone(str(time_zone)):
+        problem("time_zone", f"{time_zone!r} is not a tz database time zone (e.g. Etc/UTC, utc, Europe/Paris)")
+    if not PROJECT_ID.fullmatch(settings["project"]):
+        problem("project", f"{settings['project']!r} is not a project id")
+    if not _LOCATION.fullmatch(settings["location"]):
+        problem("location", f"{settings['location']!r} is not a location such as us-central1")
+    method = str(settings.get("method", "POST")).upper()
+    if method not in METHODS:
+        problem("method", f"{method!r}: /jobs/<job_id> serves {' and '.join(METHODS)}")
+    body = settings.get("body")
+    if body is not None and (not isinstance(body, str) or method != "POST"):
+        problem("body", "must be a string, sent with POST only")
+    headers = settings.get("headers") or {}
+    if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+        problem("headers", "must map header names to string values")
+        headers = {}
+    for header in headers:
+        if _RESERVED_HEADER.match(header):
+            problem(
+                "headers", f"{header!r}: X-Google-*, X-AppEngine-* and X-CloudScheduler* are set by Google, not by jobs"
+            )
+    if headers and all(any(d in f"{k}={v}" for k, v in headers.items()) for d in LIST_DELIMITERS):
+        problem(
+            "headers", f"between them the headers use every list delimiter gcloud offers ({' '.join(LIST_DELIMITERS)})"
+        )
+    scaling = settings.get("scaling", "automatic")
+    if scaling not in REQUEST_TIMEOUT_SECONDS:
+        problem(
+            "scaling", f"{scaling!r}: one of {', '.join(REQUEST_TIMEOUT_SECONDS)} (the target service's scaling type)"
+        )
+    deadline = _duration(
+        settings.get("attempt_deadline", REQUEST_TIMEOUT_SECONDS.get(scaling, 600)), "attempt_deadline", problem
+    )
+    if deadline is not None and not MIN_ATTEMPT_DEADLINE <= deadline <= MAX_ATTEMPT_DEADLINE:
+        problem("attempt_deadline", f"{int(deadline)}s: App Engine targets take 15s to 24h15s")
+    retry_settings = settings.get("retry") or {}
+    retry = None
+    if not isinstance(retry_settings, dict):
+        problem("retry", "must be a mapping")
+    else:
+        retry = _parse_retry(retry_settings, problem)
+    for text_field in ("service", "version", "description"):
+        if text_field in settings and not isinstance(settings[text_field], str):
+            problem(text_field, "must be a string")
+    if not isinstance(settings.get("pass_scope", True), bool):
+        problem("pass_scope", "must be true or false")
+    if len(problems) > start or deadline is None or retry is None:
+        return None
+    return SchedulerJob(
+        key=key,
+        name=name,
+        target=settings["target"],
+        schedule=schedule,
+        project=settings["project"],
+        location=settings["location"],
+        time_zone=str(time_zone),
+        method=method,
+        body=body,
+        headers=headers,
+        attempt_deadline=deadline,
+        retry=retry,
+        service=settings.get("service"),
+        version=settings.get("version"),
+        scaling=scaling,
+        pass_scope=settings.get("pass_scope", True),
+        description=settings.get("description"),
+    )
+
+
+_CRON_TOKEN = re.compile(r"\*|\d+|JAN|FEB|MAR|APR|MAY|JUN|JUL|AUG|SEP|OCT|NOV|DEC|SUN|MON|TUE|WED|THU|FRI|SAT", re.I)
+
+
+def _plain_cron_field(field: str) -> bool:
+    """Unix-cron as Cloud Scheduler takes it: numbers, names, *, ranges, lists and steps
+    (croniter also accepts L, W, # and ?, which Scheduler does not)."""
+    return all(_CRON_TOKEN.fullmatch(token) for token in re.split(r"[,/-]", field))
+
+
+def _parse_retry(settings: dict, problem) -> RetryConfig | None:
+    before = RetryConfig()
+    for key in sorted(set(settings) - RETRY_KEYS):
+        problem(f"retry.{key}", f"unknown key; allowed: {', '.join(sorted(RETRY_KEYS))}")
+    count = settings.get("retry_count", before.retry_count)
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 5:
+        problem("retry.retry_count", f"{count!r}: Cloud Scheduler allows 0 to 5")
+        return None
+    doublings = settings.get("max_doublings", before.max_doublings)
+    if isinstance(doublings, bool) or not isinstance(doublings, int) or not 0 <= doublings <= 16:
+        problem("retry.max_doublings", f"{doublings!r}: must be an integer from 0 to 16")
+        return None
+    values = {}
+    for key in ("max_retry_duration", "min_backoff", "max_backoff"):
+        values[key] = _duration(settings.get(key, getattr(before, key)), f"retry.{key}", problem)
+        if values[key] is None:
+            return None
+    if values["max_backoff"] < values["min_backoff"]:
+        problem(
+            "retry.max_backoff", f"{values['max_backoff']:g}s is shorter than min_backoff ({values['min_backoff']:g}s)"
+        )
+        return None
+    return RetryConfig(count, values["max_retry_duration"], values["min_backoff"], values["max_backoff"], doublings)
+
+
+def _duration(value: Any, field: str, problem) -> float | None:
+    """Seconds from 600, '600s', '10m', '1h', '1h30m' or '1d' (gcloud's duration forms)."""
+    if isinstance(value, bool):
+        value = None
+    elif isinstance(value, (int, float)) and value >= 0:
+        return float(value)
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        if _DURATION.fullmatch(text):
+            return sum(float(number) * _UNITS[unit] for number, unit in _DURATION_PART.findall(text))
+    problem(field, f"{value!r} is not a duration (seconds, or e.g. '30s', '10m', '1h30m')")
+    return None
+
+
+# -- what breaks deduplication ---------------------------------------------------------
+
+
+def _known_time_zone(name: str) -> bool:
+    """A tz database zone name as Scheduler takes them ("utc" too, as gcloud suggests);
+    not the local-system aliases zoneinfo also resolves."""
+    return name.lower() == "utc" or (name in zoneinfo.available_timezones() and name not in ("Factory", "localtime"))
+
+
+def schedule_period_seconds(schedule: str, time_zone: str) -> float:
+    """The longest gap between two executions over the coming year (at most 2000 of them)."""
+    zone = zoneinfo.ZoneInfo("Etc/UTC" if time_zone.lower() == "utc" else time_zone)
+    start = datetime.datetime(2026, 1, 1, tzinfo=zone)
+    iterator = croniter(schedule, start)
+    previous = iterator.get_next(datetime.datetime)
+    longest = 0.0
+    for _ in range(2000):
+        current = iterator.get_next(datetime.datetime)
+        longest = max(longest, (current - previous).total_seconds())
+        previous = current
+        if (current - start).days > 400:
+            break
+    return longest
+
+
+def retry_intervals(retry: RetryConfig) -> list[float]:
+    """Scheduler's waits before each retry: doubling maxDoublings times, then linear, capped."""
+    intervals = []
+    for index in range(retry.retry_count):
+        if index <= retry.max_doublings:
+            wait = retry.min_backoff * 2**index
+        else:
+            wait = retry.min_backoff * 2**retry.max_doublings * (index - retry.max_doublings + 1)
+        intervals.append(min(wait, retry.max_backoff))
+    return intervals
+
+
+def retry_window_seconds(job: SchedulerJob) -> float:
+    """How long after an execution's first attempt deliveries of it can still arrive.
+
+    Every attempt may run until its deadline.  Retries stop when both
+    ``retry_count`` and ``max_retry_duration`` are used up (no retries only when
+    both are 0), and they may run past the next scheduled time (Scheduler then
+    skips that execution), so the window is not capped at the period.
+    """
+    retry = job.retry
+    by_count = sum(retry_intervals(retry)) + (retry.retry_count + 1) * job.attempt_deadline
+    by_duration = retry.max_retry_duration + job.attempt_deadline if retry.max_retry_duration else 0
+    return max(by_count, by_duration)
+
+
+def dedup_problems(jobs: list[SchedulerJob], app_jobs: Mapping[str, JobSpec]) -> list[Problem]:
+    problems: list[Problem] = []
+    for job in jobs:
+        spec = app_jobs.get(job.target)
+        if spec is None:
+            problems.append(
+                Problem(job.key, "target", f"{job.target!r} is not a job in jobs.yaml ({', '.join(sorted(app_jobs))})")
+            )
+            continue
+        lease, retention = spec.policy.lease_seconds, spec.policy.retention_seconds
+        if lease < job.attempt_deadline:
+            problems.append(
+                Problem(
+                    job.key,
+                    "attempt_deadline",
+                    (
+                        f"{int(job.attempt_deadline)}s is longer than the lease of {job.target!r} ({int(lease)}s): "
+                        "Scheduler would retry while the first attempt still holds the run, the lease would have "
+                        "run out, and two attempts would run at once. Raise lease_seconds or lower the deadline"
+                    ),
+                )
+            )
+        limit = REQUEST_TIMEOUT_SECONDS[job.scaling]
+        if job.attempt_deadline > limit:
+            problems.append(
+                Problem(
+                    job.key,
+                    "attempt_deadline",
+                    (
+                        f"{int(job.attempt_deadline)}s is longer than the request timeout of {job.scaling} "
+                        f"scaling ({limit}s): "
+                        "App Engine ends the request first"
+                    ),
+                )
+            )
+        period = schedule_period_seconds(job.schedule, job.time_zone)
+        window = retry_window_seconds(job)
+        if retention < window:
+            problems.append(
+                Problem(
+                    job.key,
+                    "retry",
+                    (
+                        f"deliveries can arrive for {int(window)}s, longer than the retention of {job.target!r} "
+                        f"({int(retention)}s): a late retry would find no record and run again"
+                    ),
+                )
+            )
+        if retention < period:
+            problems.append(
+                Problem(
+                    job.key,
+                    "schedule",
+                    (
+                        f"executions are up to {int(period)}s apart, longer than the retention of {job.target!r} "
+                        f"({int(retention)}s); raise retention_seconds to at least the period"
+                    ),
+                )
+            )
+    by_name: dict[str, list[SchedulerJob]] = {}
+    for job in jobs:
+        by_name.setdefault(job.name, []).append(job)
+    for name, declared in by_name.items():
+        places = {(job.project, job.location) for job in declared}
+        if len(places) < len(declared):
+            problems.append(
+                Problem(
+                    declared[-1].key, "name", f"Scheduler job {name!r} is declared twice in one project and location"
+                )
+            )
+        if len(places) > 1:
+            for job in declared:
+                if not job.pass_scope:
+                    problems.append(
+                        Problem(
+                            job.key,
+                            "pass_scope",
+                            (
+                                f"Scheduler job {name!r} exists in {len(places)} projects/locations; without its "
+                                "scope in the URL their executions would share keys and deduplicate each other: "
+                                "keep pass_scope: true"
+                            ),
+                        )
+                    )
+    return problems
+
+
+class ScheduleSettingError(ValueError):
+    """The scheduler file the app was given does not validate: the app refuses to start."""
+
+
+def scheduler_file_path(environ: Mapping[str, str], jobs_file: str) -> str:
+    """DEDUP_SCHEDULER_FILE, else the scheduler.yaml beside the jobs file (absent: no schedule features)."""
+    return environ.get("DEDUP_SCHEDULER_FILE") or os.path.join(os.path.dirname(jobs_file) or ".", DEFAULT_FILE)
+
+
+def load_app_schedules(path: str, app_jobs: Mapping[str, JobSpec], required: bool = False) -> tuple[SchedulerJob, ...]:
+    """The Scheduler jobs of ``path``, validated as ``python -m deploy scheduler validate`` does.
+
+    An absent file is no schedule (unless ``required``: DEDUP_SCHEDULER_FILE named it).
+    """
+    if not os.path.exists(path) and not required:
+        return ()
+    try:
+        jobs = load_scheduler_file(path)
+    except ScheduleFileError as exc:
+        raise ScheduleSettingError(f"{path}: " + "; ".join(str(p) for p in exc.problems)) from None
+    problems = dedup_problems(jobs, app_jobs)
+    if problems:
+        raise ScheduleSettingError(f"{path}: " + "; ".join(str(p) for p in problems))
+    return tuple(jobs)

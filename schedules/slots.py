@@ -1,0 +1,156 @@
+"""Expected executions: each slot of a Scheduler job's cron, the run id its delivery would have, and its status.
+
+Every slot's key is deterministic (the Scheduler job id, the schedule time
+and the scope the delivery carries), so the app can tell, without any
+delivery arriving, which executions happened, which are still inside their
+retry window, and which were missed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import zoneinfo
+from typing import Any, Iterable, Iterator
+
+from croniter import croniter
+
+from dedup.keys import format_utc, scheduled_run_key
+from models import RunRecord, RunStatus
+from schedules.config import SchedulerJob, retry_window_seconds
+
+# Scheduler starts an execution's first attempt a little after its schedule time; a slot
+# is not missed while a first attempt could still be on its way.
+DELIVERY_GRACE_SECONDS = 120
+# The most slots one answer lists (a job every minute: 16 hours of them).
+MAX_SLOTS = 1000
+UTC = datetime.timezone.utc
+
+
+class Status:
+    """What became of an expected execution (the run's own status where there is a run)."""
+
+    COMPLETED = RunStatus.COMPLETED.value
+    FAILED = RunStatus.FAILED.value
+    IN_PROGRESS = RunStatus.IN_PROGRESS.value
+    RELEASED = RunStatus.RELEASED.value
+    SKIPPED = RunStatus.SKIPPED.value
+    DUE = "due"
+    MISSED = "missed"
+    UPCOMING = "upcoming"
+
+
+def _zone(job: SchedulerJob) -> zoneinfo.ZoneInfo:
+    return zoneinfo.ZoneInfo("Etc/UTC" if job.time_zone.lower() == "utc" else job.time_zone)
+
+
+def delivery_scope(job: SchedulerJob) -> tuple[str | None, str | None]:
+    """(project, location) as a delivery of ``job`` carries them: its URL's query, else its headers."""
+    if job.pass_scope:
+        return job.project, job.location
+    headers = {name.lower(): value for name, value in job.headers.items()}
+    return headers.get("x-scheduler-project"), headers.get("x-scheduler-location")
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """One expected execution of a Scheduler job."""
+
+    job: SchedulerJob
+    schedule_time: datetime.datetime  # aware, UTC
+
+    @property
+    def run_id(self) -> str:
+        """Exactly the run id a Scheduler delivery of this slot gets (handlers/scheduler.py)."""
+        project, location = delivery_scope(self.job)
+        return scheduled_run_key(
+            self.job.name, format_utc(self.schedule_time), query_project=project, query_location=location
+        ).run_id
+
+    @property
+    def window_closes(self) -> datetime.datetime:
+        """When no delivery of this slot can arrive any more: every attempt and retry, however late.
+
+        Google's pages disagree on whether retries stop at the next slot or run
+        through it; this takes the later bound (schedules.config.retry_window_seconds).
+        """
+        seconds = retry_window_seconds(self.job) + DELIVERY_GRACE_SECONDS
+        return self.schedule_time + datetime.timedelta(seconds=seconds)
+
+
+def _times(job: SchedulerJob, since: datetime.datetime) -> Iterator[datetime.datetime]:
+    """The job's schedule times at or after ``since``, in UTC."""
+    start = (since - datetime.timedelta(microseconds=1)).astimezone(_zone(job))
+    iterator = croniter(job.schedule, start)
+    while True:
+        yield iterator.get_next(datetime.datetime).astimezone(UTC)
+
+
+def slots_between(
+    jobs: Iterable[SchedulerJob], since: datetime.datetime, until: datetime.datetime, limit: int = MAX_SLOTS
+) -> list[Slot]:
+    """The slots in [since, until) of every job, oldest first, at most ``limit`` of them."""
+    found: list[Slot] = []
+    for job in jobs:
+        for count, instant in enumerate(_times(job, since)):
+            if instant >= until or count >= limit:
+                break
+            found.append(Slot(job, instant))
+    found.sort(key=lambda slot: (slot.schedule_time, slot.job.name, slot.job.project, slot.job.location))
+    return found[:limit]
+
+
+def nearest_slots(job: SchedulerJob, instant: datetime.datetime) -> tuple[datetime.datetime, datetime.datetime]:
+    """The job's last schedule time before ``instant`` and its first one after it."""
+    zone_instant = instant.astimezone(_zone(job))
+    before = croniter(job.schedule, zone_instant).get_prev(datetime.datetime).astimezone(UTC)
+    after = croniter(job.schedule, zone_instant).get_next(datetime.datetime).astimezone(UTC)
+    return before, after
+
+
+def is_slot(job: SchedulerJob, instant: datetime.datetime) -> bool:
+    return next(_times(job, instant)) == instant
+
+
+def execution_status(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> str:
+    """The slot's status: the run's own, or what its absence means at ``now``.
+
+    A released run, or one whose lease ran out without finishing, becomes
+    ``missed`` once no retry can come; so does an absent run.
+    """
+    window_open = now < slot.window_closes
+    if record is None:
+        if slot.schedule_time > now:
+            return Status.UPCOMING
+        return Status.DUE if window_open else Status.MISSED
+    if record.status == RunStatus.RELEASED:
+        return Status.RELEASED if window_open else Status.MISSED
+    if record.status == RunStatus.IN_PROGRESS and not record.lease_is_live(now) and not window_open:
+        return Status.MISSED  # stuck, and nothing will take it over
+    return record.status
+
+
+def execution_document(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> dict[str, Any]:
+    """One entry of the executions listing."""
+    document: dict[str, Any] = {
+        "schedule_time": format_utc(slot.schedule_time),
+        "scheduler_job": slot.job.name,
+        "project": slot.job.project,
+        "location": slot.job.location,
+        "run_id": slot.run_id,
+        "status": execution_status(slot, record, now),
+        "retry_window_closes": format_utc(slot.window_closes),
+    }
+    if record is not None:
+        document["run"] = {
+            "status": record.status,
+            "attempt": record.attempt,
+            "created": format_utc(record.created),
+            "started": format_utc(record.started) if record.started else None,
+            "finished": format_utc(record.finished) if record.finished else None,
+            "outcome": record.preview,
+            "requested_by": record.requested_by,
+        }
+        if record.status == Status.SKIPPED:
+            document["reason"] = (record.error or {}).get("message")
+    return document

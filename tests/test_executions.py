@@ -1,0 +1,226 @@
+"""Knowing the schedule: every expected execution of a job from scheduler.yaml, with its status.
+
+The clock starts at 2030-01-01T00:00Z.  The hourly job's retry window is what
+schedules.config.retry_window_seconds says for its retry settings, plus the
+delivery grace; the tests derive it the same way rather than hard-coding it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import textwrap
+
+import pytest
+import webtest
+
+from dedup.keys import format_utc, scheduled_run_key
+from handlers import create_app
+from schedules.config import ScheduleSettingError, load_scheduler_file
+from schedules.slots import DELIVERY_GRACE_SECONDS, MAX_SLOTS, Slot, slots_between
+from tests import job_targets
+from tests.support.deliveries import scheduler_headers
+
+JOBS = """
+jobs:
+  invoice:
+    kind: python
+    target: tests.job_targets:scripted_failures
+    lease_seconds: 60
+    retention_seconds: 604800
+  report:
+    kind: python
+    target: tests.job_targets:record
+    lease_seconds: 60
+    retention_seconds: 604800
+"""
+SCHEDULES = """
+defaults:
+  project: acme-prod
+  location: us-central1
+  retry: {retry_count: 2, min_backoff: 30s, max_backoff: 60s}
+jobs:
+  invoice-hourly:
+    target: invoice
+    schedule: "0 * * * *"
+    attempt_deadline: 60s
+  report-paris:
+    target: report
+    schedule: "30 1 * * *"
+    time_zone: Europe/Paris
+    attempt_deadline: 60s
+    pass_scope: false
+"""
+T0 = datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+@pytest.fixture
+def site(datastore, ndb_client, tmp_path, clock):
+    (tmp_path / "scheduler.yaml").write_text(textwrap.dedent(SCHEDULES))
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(textwrap.dedent(JOBS))
+    app = create_app(jobs_file=str(jobs), clock=clock, ndb_client=ndb_client)
+    return webtest.TestApp(app)
+
+
+def window(tmp_path) -> float:
+    """Seconds from a slot to the close of its retry window, as the app derives it."""
+    (tmp_path / "w.yaml").write_text(textwrap.dedent(SCHEDULES))
+    job = load_scheduler_file(str(tmp_path / "w.yaml"))[0]
+    return (Slot(job, T0).window_closes - T0).total_seconds()
+
+
+def deliver_slot(site, hour: int, status="*", job="invoice", name="invoice-hourly", **query):
+    path = f"/jobs/{job}?project=acme-prod&location=us-central1"
+    when = format_utc(T0 + datetime.timedelta(hours=hour))
+    return site.post(path, b"", headers=scheduler_headers(job_name=name, schedule_time=when), status=status)
+
+
+def executions(site, **params):
+    return site.get("/api/v1/jobs/invoice/executions", params=params).json
+
+
+def test_each_expected_slot_has_the_run_id_a_delivery_gets(site, clock):
+    clock.advance(3 * 3600 + 10)  # 03:00:10
+    deliver_slot(site, 1, status=200)
+    listing = executions(site, since="2030-01-01T00:00:00Z", until="2030-01-01T04:00:00Z")
+    assert listing["scheduler_jobs"] == ["invoice-hourly"]
+    times = [e["schedule_time"] for e in listing["executions"]]
+    assert times == [f"2030-01-01T0{h}:00:00.000000Z" for h in range(4)]
+    delivered = scheduled_run_key(
+        "invoice-hourly", "2030-01-01T01:00:00Z", query_project="acme-prod", query_location="us-central1"
+    ).run_id
+    assert listing["executions"][1]["run_id"] == delivered
+    assert listing["executions"][1]["status"] == "completed"
+    assert listing["executions"][1]["run"]["attempt"] == 1
+
+
+def test_every_status_of_a_slot(site, clock, tmp_path):
+    closes = window(tmp_path)
+    job_targets.FAILURES["invoice"] = [None, "permanent", "retryable", "retryable"]
+    clock.advance(3600 * 5 + 30)  # 05:00:30
+    deliver_slot(site, 0, status=200)  # completed
+    deliver_slot(site, 1, status=422)  # failed
+    deliver_slot(site, 2, status=500)  # released, its window long closed by now
+    deliver_slot(site, 5, status=500)  # released, retries still to come
+    listing = executions(site, since="2030-01-01T00:00:00Z", until="2030-01-01T08:00:00Z")
+    statuses = {e["schedule_time"][11:13]: e["status"] for e in listing["executions"]}
+    assert closes < 3600  # the slots of 00:00 to 03:00 have closed windows at 05:00:30
+    assert statuses == {
+        "00": "completed",
+        "01": "failed",
+        "02": "missed",  # released, and no retry can come any more
+        "03": "missed",  # nothing arrived
+        "04": "missed",
+        "05": "released",
+        "06": "upcoming",
+        "07": "upcoming",
+    }
+    released = next(e for e in listing["executions"] if e["schedule_time"].startswith("2030-01-01T05"))
+    assert released["run"]["status"] == "released" and "the bank is busy" in released["run"]["outcome"]
+
+
+def test_a_slot_is_due_until_its_window_closes(site, clock, tmp_path):
+    closes = window(tmp_path)
+    clock.advance(closes - 1)
+    first = executions(site, since="2030-01-01T00:00:00Z", until="2030-01-01T00:00:01Z")["executions"]
+    assert [e["status"] for e in first] == ["due"]
+    assert first[0]["retry_window_closes"] == format_utc(T0 + datetime.timedelta(seconds=closes))
+    clock.advance(1)
+    assert [e["status"] for e in executions(site, since="2030-01-01T00:00:00Z", until="2030-01-01T00:00:01Z")[
+        "executions"
+    ]] == ["missed"]  # fmt: skip
+
+
+def test_the_window_covers_every_retry_and_the_grace(tmp_path):
+    # retry_count 2, backoff 30 s then 60 s, each of the 3 attempts up to its 60 s deadline.
+    assert window(tmp_path) == 30 + 60 + 3 * 60 + DELIVERY_GRACE_SECONDS
+
+
+def test_a_stuck_run_is_missed_once_nothing_can_take_it_over(site, clock, tmp_path, ndb_client):
+    from dedup.ledger import Ledger, RunDescription, RunPolicy
+
+    key = scheduled_run_key(
+        "invoice-hourly", "2030-01-01T00:00:00Z", query_project="acme-prod", query_location="us-central1"
+    )
+    with ndb_client.context():
+        Ledger(clock).claim_run(key.run_id, RunDescription("scheduler", "invoice"), RunPolicy(60, 604800))
+    first_slot = {"since": "2030-01-01T00:00:00Z", "until": "2030-01-01T00:00:01Z"}
+    clock.advance(120)  # the lease is over, but a retry can still take it over
+    assert executions(site, **first_slot)["executions"][0]["status"] == "in_progress"
+    clock.advance(window(tmp_path))
+    assert executions(site, **first_slot)["executions"][0]["status"] == "missed"
+
+
+def test_runs_that_match_no_slot_are_listed_apart(site, clock):
+    clock.advance(100)
+    site.post_json("/api/v1/jobs/invoice/runs", {"clientToken": "by-hand"}, status=201)
+    deliver_slot(site, 0, status=200, name="an-old-name")  # a Scheduler job no longer declared
+    listing = executions(site, since="2030-01-01T00:00:00Z", until="2030-01-01T01:00:00Z")
+    assert [e["status"] for e in listing["executions"]] == ["due"]
+    assert sorted(r["source"] for r in listing["unscheduled"]) == ["api", "scheduler"]
+
+
+def test_time_zones_and_scope_come_from_the_scheduler_job(site, clock):
+    clock.advance(3 * 86400)
+    listing = site.get(
+        "/api/v1/jobs/report/executions", params={"since": "2030-01-01T00:00:00Z", "until": "2030-01-03T00:00:00Z"}
+    ).json
+    # 01:30 in Paris is 00:30 UTC in winter.
+    assert [e["schedule_time"] for e in listing["executions"]] == [
+        "2030-01-01T00:30:00.000000Z",
+        "2030-01-02T00:30:00.000000Z",
+    ]
+    unscoped = scheduled_run_key("report-paris", "2030-01-01T00:30:00Z").run_id  # pass_scope: false
+    assert listing["executions"][0]["run_id"] == unscoped
+
+
+def test_the_default_range_is_the_last_day_and_the_cap_pages(site, clock):
+    clock.advance(86400 * 60)
+    listing = executions(site)
+    assert len(listing["executions"]) == 24 and listing["next_since"] is None
+    assert listing["until"] == format_utc(clock.now())
+    wide = executions(site, since="2030-01-01T00:00:00Z", until="2030-03-01T00:00:00Z")
+    assert len(wide["executions"]) == MAX_SLOTS
+    assert wide["next_since"] == format_utc(T0 + datetime.timedelta(hours=MAX_SLOTS))
+    rest = executions(site, since=wide["next_since"], until="2030-03-01T00:00:00Z")
+    assert rest["executions"][0]["schedule_time"] == wide["next_since"]
+
+
+@pytest.mark.parametrize(
+    "params, words",
+    [
+        ({"since": "yesterday"}, "since must be an RFC 3339"),
+        ({"until": "2030-01-01"}, "until must be an RFC 3339"),
+        ({"since": "2030-01-02T00:00:00Z", "until": "2030-01-01T00:00:00Z"}, "since must be before until"),
+    ],
+)
+def test_bad_ranges_are_400(site, params, words):
+    response = site.get("/api/v1/jobs/invoice/executions", params=params, status=400)
+    assert words in response.json["message"]
+
+
+def test_unknown_jobs_and_apps_without_a_schedule_are_404(site, tmp_path, ndb_client, clock):
+    site.get("/api/v1/jobs/nope/executions", status=404)
+    (tmp_path / "alone").mkdir()
+    jobs = tmp_path / "alone" / "jobs.yaml"  # no scheduler.yaml beside it
+    jobs.write_text(textwrap.dedent(JOBS))
+    plain = webtest.TestApp(create_app(jobs_file=str(jobs), clock=clock, ndb_client=ndb_client))
+    assert "no schedule is loaded" in plain.get("/api/v1/jobs/invoice/executions", status=404).json["message"]
+
+
+def test_a_scheduler_file_that_does_not_validate_stops_the_app(tmp_path, ndb_client, clock):
+    (tmp_path / "scheduler.yaml").write_text(textwrap.dedent(SCHEDULES).replace("target: report", "target: nope"))
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(textwrap.dedent(JOBS))
+    with pytest.raises(ScheduleSettingError, match="'nope' is not a job in jobs.yaml"):
+        create_app(jobs_file=str(jobs), clock=clock, ndb_client=ndb_client)
+    with pytest.raises(ScheduleSettingError, match="cannot read"):
+        create_app(jobs_file=str(jobs), clock=clock, ndb_client=ndb_client, scheduler_file=str(tmp_path / "none.yaml"))
+
+
+def test_slots_between_keeps_to_the_range_and_the_limit(tmp_path):
+    (tmp_path / "s.yaml").write_text(textwrap.dedent(SCHEDULES))
+    hourly = load_scheduler_file(str(tmp_path / "s.yaml"))[0]
+    slots = slots_between([hourly], T0, T0 + datetime.timedelta(hours=3))
+    assert [s.schedule_time for s in slots] == [T0 + datetime.timedelta(hours=h) for h in range(3)]
+    assert len(slots_between([hourly], T0, T0 + datetime.timedelta(days=10), limit=5)) == 5
