@@ -34,6 +34,7 @@ from dedup.outcomes import (
     Released,
     Renewed,
     Replayed,
+    Skipped,
     Stale,
 )
 from dedup.queries import RunFilter
@@ -190,6 +191,51 @@ class Ledger:
                 extra={"run_id": run_id, "attempt": outcome.attempt.attempt, "outcome": "takeover"},
             )
         return outcome
+
+    def skip_run(
+        self, run_id: str, description: RunDescription, policy: RunPolicy, reason: str
+    ) -> Skipped | ClaimOutcome | None:
+        """Record a late delivery's slot as skipped, without running it; None: claim it instead.
+
+        Only where a claim would start the run afresh (no record, a released
+        or expired one).  A finished run is replayed and a leased one refused,
+        as a claim would; an attempt that started and lost its lease is taken
+        over (None), since what it began must be finished, not skipped.
+        """
+
+        def skip() -> Skipped | ClaimOutcome | None:
+            now = self.clock.now()
+            current = RunRecord.get_by_id(run_id)
+            live = current if current is not None and not current.is_expired(now) else None
+            refusal = _refusal(live, description, now)
+            if refusal is not None:
+                return refusal
+            if live is not None and live.status == RunStatus.IN_PROGRESS:
+                return None
+            record = RunRecord(
+                id=run_id,
+                **{field.name: getattr(description, field.name) for field in dataclasses.fields(description)},
+                attempts=list(live.attempts or []) if live else [],
+                status=RunStatus.SKIPPED.value,
+                attempt_id=uuid.uuid4().hex,  # no attempt ran: an id nothing holds
+                attempt=live.attempt if live else 0,
+                lease_expires=now,
+                expire_at=now + _seconds(policy.retention_seconds),
+                created=live.created if live else now,
+                updated=now,
+                finished=now,
+                error={"type": "LateDelivery", "message": reason},
+                preview=json_preview({"type": "LateDelivery", "message": reason}),
+            )
+            record.put()
+            return Skipped(record)
+
+        try:
+            return run_transaction(skip, CLAIM_PATIENCE_SECONDS)
+        except RETRYABLE_ERRORS as exc:
+            if not is_contention(exc):
+                raise
+            return Contended(run_id)
 
     def renew_lease(
         self, attempt: Attempt, lease_seconds: float, patience_seconds: float | None = None

@@ -170,4 +170,17 @@ class Stale:
 
 ClaimOutcome = Claimed | Replayed | Mismatch | OtherJob | InProgress | Contended
 FinishOutcome = Finished | Released | Stale
-RunOutcome = Replayed | Mismatch | OtherJob | InProgress | Contended | Finished | Released | Stale
+
+
+@dataclasses.dataclass(frozen=True)
+class Skipped:
+    """A delivery too late for its job's max_delay_seconds: recorded as skipped, the job not run."""
+
+    record: RunRecord
+
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
+
+
+RunOutcome = Replayed | Mismatch | OtherJob | InProgress | Contended | Finished | Released | Stale | Skipped

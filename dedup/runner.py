@@ -101,6 +101,7 @@ def run_once(
     *,
     classify: Callable[[Any], Verdict] | None = None,
     wait: Waiting | None = None,
+    skip_reason: str | None = None,
 ) -> RunOutcome:
     """Replay a finished run, or claim it, run ``work`` once and record the outcome.
 
@@ -108,6 +109,8 @@ def run_once(
     With ``wait`` an in-progress duplicate waits up to ``wait.seconds`` for
     the attempt holding the lease, instead of answering InProgress at once,
     when one of ``wait.slots`` is free.  The slot is held only while waiting.
+    ``skip_reason`` (a delivery later than its job allows): where a claim would
+    start the run afresh, it is recorded as skipped instead, and ``work`` never runs.
     """
     deadline = time.monotonic() + max(0.0, wait.seconds if wait else 0.0)
     polls = iter(WAIT_POLL_SECONDS)
@@ -117,7 +120,7 @@ def run_once(
             # The stored lease is counted from inside the claim's transaction, so
             # never earlier than this: the job's view of its lease errs short.
             claim_began = time.monotonic()
-            outcome = _replay_or_claim(ledger, run_id, description, policy)
+            outcome = _replay_or_claim(ledger, run_id, description, policy, skip_reason)
             if isinstance(outcome, Claimed):
                 break
             remaining = deadline - time.monotonic()
@@ -133,10 +136,16 @@ def run_once(
     return _run_claimed(ledger, outcome.attempt, policy, work, classify, claim_began)
 
 
-def _replay_or_claim(ledger: Ledger, run_id: str, description: RunDescription, policy: RunPolicy):
+def _replay_or_claim(
+    ledger: Ledger, run_id: str, description: RunDescription, policy: RunPolicy, skip_reason: str | None = None
+):
     replay = ledger.replay(run_id, description.fingerprint, description.job_id)
     if replay is not None:
         return replay
+    if skip_reason is not None:
+        skipped = ledger.skip_run(run_id, description, policy, skip_reason)
+        if skipped is not None:
+            return skipped
     return ledger.claim_run(run_id, description, policy)
 
 

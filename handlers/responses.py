@@ -12,6 +12,7 @@ Scheduled runs (``outcome_response``), and guarded views and manual runs
 | in progress (live lease)         | 409 + Retry-After |
 | contended / stale attempt        | 409 + Retry-After / 409 |
 | released (retryable failure)     | 500    |
+| skipped (later than max_delay_seconds), and its replays | 200 |
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from dedup.outcomes import (
     Released,
     Replayed,
     RunOutcome,
+    Skipped,
     Stale,
 )
 from dedup.runner import Waiting
@@ -58,6 +60,7 @@ OUTCOME_NAMES = {
     Released: "released",
     Mismatch: "conflict",
     OtherJob: "job_mismatch",
+    Skipped: "skipped",
 }
 
 
@@ -76,7 +79,7 @@ def note_outcome(outcome: RunOutcome) -> None:
 
 
 def _outcome_response(outcome: RunOutcome) -> Response:
-    if isinstance(outcome, (Finished, Replayed)):
+    if isinstance(outcome, (Finished, Replayed, Skipped)):
         return _record_response(outcome.record, duplicate=isinstance(outcome, Replayed))
     if isinstance(outcome, Released):
         return json_error(
@@ -188,6 +191,8 @@ def record_document(record: RunRecord, duplicate: bool) -> dict:
         document["downstream"] = record.downstream
     if record.status == RunStatus.COMPLETED:
         document["result"] = record.result
+    elif record.status == RunStatus.SKIPPED:
+        document["reason"] = (record.error or {}).get("message")
     else:
         document["error"] = record.error
     return document
@@ -195,7 +200,8 @@ def record_document(record: RunRecord, duplicate: bool) -> dict:
 
 def _record_response(record: RunRecord, duplicate: bool) -> Response:
     response = jsonify(record_document(record, duplicate))
-    response.status_code = 200 if record.status == RunStatus.COMPLETED else 422
+    # A skipped slot is done with: never a 5xx for a late delivery, so Scheduler stops retrying.
+    response.status_code = 200 if record.status in (RunStatus.COMPLETED, RunStatus.SKIPPED) else 422
     if duplicate:
         response.headers["Idempotent-Replayed"] = "true"
     return response

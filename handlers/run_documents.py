@@ -58,6 +58,8 @@ def run_document(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
         document["result"] = record.result
     elif record.status in (RunStatus.FAILED, RunStatus.RELEASED):
         document["error"] = record.error
+    elif record.status == RunStatus.SKIPPED:
+        document["reason"] = (record.error or {}).get("message")
     return document
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
+
 from flask import Blueprint, request
 from werkzeug.exceptions import NotFound
 
 from dedup.errors import InvalidRunRequest
-from dedup.keys import scheduled_run_key
+from dedup.keys import ScheduledRunKey, scheduled_run_key
 from dedup.ledger import RunDescription
 from dedup.outcomes import Attempt
 from dedup.runner import run_once
@@ -16,6 +18,7 @@ from handlers.errors import json_error
 from handlers.logs import note_run
 from handlers.responses import outcome_response
 from jobs.base import RunContext
+from jobs.config import JobSpec
 from models import RunSource
 
 blueprint = Blueprint("scheduler", __name__)
@@ -66,4 +69,20 @@ def deliver(job_id: str):
             )
         )
 
-    return outcome_response(run_once(state.ledger, key.run_id, description, job.policy, work))
+    outcome = run_once(
+        state.ledger, key.run_id, description, job.policy, work, skip_reason=late_delivery(job, key, state.clock.now())
+    )
+    return outcome_response(outcome)
+
+
+def late_delivery(job: JobSpec, key: ScheduledRunKey, now: datetime.datetime) -> str | None:
+    """Why this delivery is too late to run (its job's max_delay_seconds), or None."""
+    if job.max_delay_seconds is None:
+        return None
+    delay = (now - key.schedule_time).total_seconds()
+    if delay <= job.max_delay_seconds:
+        return None
+    return (
+        f"delivered {delay:.0f}s after its schedule time, later than the job's max_delay_seconds "
+        f"({job.max_delay_seconds:g}s): not run; an operator can run the slot by hand"
+    )

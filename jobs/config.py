@@ -23,7 +23,15 @@ DEFAULT_JOBS_FILE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "jo
 DEFAULT_LEASE_SECONDS = 600  # the automatic-scaling request timeout
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600
 COMMON_KEYS = frozenset(
-    {"kind", "lease_seconds", "retention_seconds", "fingerprint_exclude", "heartbeat", "max_run_seconds"}
+    {
+        "kind",
+        "lease_seconds",
+        "retention_seconds",
+        "fingerprint_exclude",
+        "heartbeat",
+        "max_run_seconds",
+        "max_delay_seconds",
+    }
 )
 # The request timeout of the service's scaling type (DEDUP_SCALING): how long a run may last.
 REQUEST_TIMEOUT_SECONDS = {"automatic": 600, "basic": 24 * 3600, "manual": 24 * 3600}
@@ -41,6 +49,9 @@ class JobSpec:
     # Manual-run parameters left out of the client-token fingerprint (as ECS
     # leaves out Region and Availability Zone).
     fingerprint_exclude: frozenset[str] = frozenset()
+    # A delivery whose schedule time is older than this is skipped, not run (Quartz's misfire
+    # threshold, Kubernetes' startingDeadlineSeconds); None: every delivery runs, however late.
+    max_delay_seconds: float | None = None
 
 
 def jobs_file_path(environ: Mapping[str, str] = os.environ) -> str:
@@ -126,6 +137,9 @@ def _parse_job(job_id: Any, settings: Any) -> JobSpec:
     exclude = settings.get("fingerprint_exclude", [])
     if not isinstance(exclude, list) or not all(isinstance(name, str) and name for name in exclude):
         raise JobsConfigError(job_id, "fingerprint_exclude", "must be a list of parameter names")
+    max_delay = settings.get("max_delay_seconds")
+    if max_delay is not None:
+        max_delay = positive_number(job_id, "max_delay_seconds", max_delay)
     options = {key: value for key, value in settings.items() if key not in COMMON_KEYS}
     runner = kind.from_config(job_id, options, lease)
     return JobSpec(
@@ -134,6 +148,7 @@ def _parse_job(job_id: Any, settings: Any) -> JobSpec:
         RunPolicy(lease, retention, heartbeat=heartbeat, max_run_seconds=max_run),
         runner,
         frozenset(exclude),
+        max_delay,
     )
 
 
