@@ -145,8 +145,15 @@ class Ledger:
 
     # -- writes (each one transaction) -----------------------------------------
 
-    def claim_run(self, run_id: str, description: RunDescription, policy: RunPolicy) -> ClaimOutcome:
-        """Take the run for a new attempt, or say why not."""
+    def claim_run(
+        self, run_id: str, description: RunDescription, policy: RunPolicy, reopen: bool = False
+    ) -> ClaimOutcome:
+        """Take the run for a new attempt, or say why not.
+
+        ``reopen`` (an operator running a slot by hand): a failed or skipped run
+        counts as absent too, so the claim replaces it, keeping its history and
+        attempt count; a completed one is still replayed, a leased one refused.
+        """
         # Chosen once, outside the transaction: if a commit lands but its answer
         # is lost, the retry finds this id in the record and knows the claim is its own.
         attempt_id = uuid.uuid4().hex
@@ -157,7 +164,7 @@ class Ledger:
             if current is not None and current.attempt_id == attempt_id:
                 return Claimed(current, Attempt(run_id, attempt_id, current.attempt, downstream=current.downstream))
             live = current if current is not None and not current.is_expired(now) else None  # expired: absent
-            refusal = _refusal(live, description, now)
+            refusal = _refusal(live, description, now, reopen)
             if refusal is not None:
                 return refusal
             # Absent, released, or an in-progress record whose lease ran out (a
@@ -373,14 +380,19 @@ class FencedWrite:
         return self.change(record, now)
 
 
-def _refusal(current: RunRecord | None, description: RunDescription, now: datetime.datetime) -> ClaimOutcome | None:
+REOPENED = frozenset({RunStatus.FAILED.value, RunStatus.SKIPPED.value})  # what an operator's run replaces
+
+
+def _refusal(
+    current: RunRecord | None, description: RunDescription, now: datetime.datetime, reopen: bool = False
+) -> ClaimOutcome | None:
     """Why the live record ``current`` refuses a new claim (another job's, other parameters,
     finished, leased), or None."""
     if current is None:
         return None
     if current.job_id != description.job_id:
         return OtherJob(current, description.job_id)
-    if current.status == RunStatus.RELEASED:
+    if current.status == RunStatus.RELEASED or (reopen and current.status in REOPENED):
         return None  # absent for a claim, which replaces it (its parameters too)
     if current.fingerprint != description.fingerprint:
         return Mismatch(current)

@@ -17,8 +17,8 @@ from typing import Any, Callable
 
 from dedup.errors import PermanentJobError
 from dedup.heartbeat import LeaseHeartbeat
-from dedup.ledger import Ledger, RunDescription, RunPolicy
-from dedup.outcomes import Attempt, Claimed, Contended, InProgress, RunOutcome, Stale
+from dedup.ledger import REOPENED, Ledger, RunDescription, RunPolicy
+from dedup.outcomes import Attempt, Claimed, Contended, InProgress, Replayed, RunOutcome, Stale
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,7 @@ def run_once(
     classify: Callable[[Any], Verdict] | None = None,
     wait: Waiting | None = None,
     skip_reason: str | None = None,
+    reopen: bool = False,
 ) -> RunOutcome:
     """Replay a finished run, or claim it, run ``work`` once and record the outcome.
 
@@ -111,6 +112,7 @@ def run_once(
     when one of ``wait.slots`` is free.  The slot is held only while waiting.
     ``skip_reason`` (a delivery later than its job allows): where a claim would
     start the run afresh, it is recorded as skipped instead, and ``work`` never runs.
+    ``reopen`` (a slot run by hand): a failed or skipped run is run again under its key.
     """
     deadline = time.monotonic() + max(0.0, wait.seconds if wait else 0.0)
     polls = iter(WAIT_POLL_SECONDS)
@@ -120,7 +122,7 @@ def run_once(
             # The stored lease is counted from inside the claim's transaction, so
             # never earlier than this: the job's view of its lease errs short.
             claim_began = time.monotonic()
-            outcome = _replay_or_claim(ledger, run_id, description, policy, skip_reason)
+            outcome = _replay_or_claim(ledger, run_id, description, policy, skip_reason, reopen)
             if isinstance(outcome, Claimed):
                 break
             remaining = deadline - time.monotonic()
@@ -137,16 +139,21 @@ def run_once(
 
 
 def _replay_or_claim(
-    ledger: Ledger, run_id: str, description: RunDescription, policy: RunPolicy, skip_reason: str | None = None
+    ledger: Ledger,
+    run_id: str,
+    description: RunDescription,
+    policy: RunPolicy,
+    skip_reason: str | None = None,
+    reopen: bool = False,
 ):
     replay = ledger.replay(run_id, description.fingerprint, description.job_id)
-    if replay is not None:
+    if replay is not None and not (reopen and isinstance(replay, Replayed) and replay.record.status in REOPENED):
         return replay
     if skip_reason is not None:
         skipped = ledger.skip_run(run_id, description, policy, skip_reason)
         if skipped is not None:
             return skipped
-    return ledger.claim_run(run_id, description, policy)
+    return ledger.claim_run(run_id, description, policy, reopen=reopen)
 
 
 @dataclasses.dataclass(frozen=True)

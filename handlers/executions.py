@@ -16,14 +16,18 @@ from flask import Blueprint, jsonify, request
 from werkzeug.exceptions import NotFound
 
 from dedup.errors import InvalidRunRequest
-from dedup.keys import format_utc, parse_rfc3339
+from dedup.keys import format_utc, parse_rfc3339, scheduled_run_key
 from dedup.queries import RunFilter
 from handlers import app_state
 from handlers.access import Role, requires
 from handlers.errors import json_error
+from handlers.logs import note_run
+from handlers.responses import outcome_response
 from handlers.run_documents import run_summaries
+from handlers.scheduler import run_scheduled
+from models import RunSource
 from schedules.config import SchedulerJob
-from schedules.slots import MAX_SLOTS, execution_document, slots_between
+from schedules.slots import MAX_SLOTS, Slot, delivery_scope, execution_document, is_slot, nearest_slots, slots_between
 
 blueprint = Blueprint("executions", __name__, url_prefix="/api/v1")
 
@@ -83,3 +87,47 @@ def list_executions(job_id: str):
             "next_since": next_since,
         }
     )
+
+
+@blueprint.post("/jobs/<job_id>/executions/<schedule_time>/run", provide_automatic_options=False)
+@requires(Role.OPERATE)
+def run_slot(job_id: str, schedule_time: str):
+    """Run one slot by hand under exactly the key a Scheduler delivery of it has.
+
+    A slot run by hand and a late Scheduler retry of it are one run.  A
+    failed, released, skipped or missed slot is reopened (run again, its
+    history kept); a completed one is answered as a duplicate, and one in
+    progress gets 409.  The answer is a delivery's.
+    """
+    scheduler_jobs = schedules_of(job_id)
+    try:
+        instant = parse_rfc3339(schedule_time, "schedule_time")
+    except InvalidRunRequest:
+        message = "the schedule time must be an RFC 3339 timestamp such as 2026-11-29T00:00:00Z"
+        return json_error(400, "InvalidParameterException", message)
+    named = request.args.get("scheduler_job")
+    if named is not None:
+        scheduler_jobs = [job for job in scheduler_jobs if job.name == named]
+        if not scheduler_jobs:
+            raise NotFound(f"no Scheduler job {named!r} targets job {job_id!r}")
+    matching = [job for job in scheduler_jobs if is_slot(job, instant)]
+    if not matching:
+        nearest = "; ".join(
+            f"{job.name}: {format_utc(before)} or {format_utc(after)}"
+            for job in scheduler_jobs
+            for before, after in [nearest_slots(job, instant)]
+        )
+        raise NotFound(
+            f"{format_utc(instant)} is not a slot of {job_id!r}'s schedule; the nearest: {nearest or 'none'}"
+        )
+    if len(matching) > 1:
+        names = ", ".join(sorted(job.name for job in matching))
+        message = f"several Scheduler jobs have this slot ({names}): name one with ?scheduler_job="
+        return json_error(400, "InvalidParameterException", message)
+    slot = Slot(matching[0], instant)
+    project, location = delivery_scope(slot.job)
+    key = scheduled_run_key(slot.job.name, format_utc(instant), query_project=project, query_location=location)
+    note_run(job_id=job_id, source=RunSource.SCHEDULER.value, run_id=key.run_id)
+    body = (slot.job.body or "").encode("utf-8")  # what Scheduler sends for this job
+    outcome = run_scheduled(job_id, app_state().jobs[job_id], key, body, reopen=True)
+    return outcome_response(outcome)

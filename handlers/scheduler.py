@@ -10,7 +10,7 @@ from werkzeug.exceptions import NotFound
 from dedup.errors import InvalidRunRequest
 from dedup.keys import ScheduledRunKey, scheduled_run_key
 from dedup.ledger import RunDescription
-from dedup.outcomes import Attempt
+from dedup.outcomes import Attempt, RunOutcome
 from dedup.runner import run_once
 from handlers import app_state, current_principal
 from handlers.access import Role, requires
@@ -45,6 +45,21 @@ def deliver(job_id: str):
         return json_error(400, "InvalidRequest", exc.message, field=exc.field)
     note_run(job_id=job_id, source=RunSource.SCHEDULER.value, run_id=key.run_id)
     body = request.get_data(cache=False)
+    outcome = run_scheduled(job_id, job, key, body, skip_reason=late_delivery(job, key, state.clock.now()))
+    return outcome_response(outcome)
+
+
+def run_scheduled(
+    job_id: str,
+    job: JobSpec,
+    key: ScheduledRunKey,
+    body: bytes,
+    *,
+    skip_reason: str | None = None,
+    reopen: bool = False,
+) -> RunOutcome:
+    """Run a scheduled execution once under its key: a delivery's path, and an operator's run of a slot."""
+    state = app_state()
     description = RunDescription(
         source=RunSource.SCHEDULER.value,
         job_id=job_id,
@@ -69,10 +84,7 @@ def deliver(job_id: str):
             )
         )
 
-    outcome = run_once(
-        state.ledger, key.run_id, description, job.policy, work, skip_reason=late_delivery(job, key, state.clock.now())
-    )
-    return outcome_response(outcome)
+    return run_once(state.ledger, key.run_id, description, job.policy, work, skip_reason=skip_reason, reopen=reopen)
 
 
 def late_delivery(job: JobSpec, key: ScheduledRunKey, now: datetime.datetime) -> str | None:

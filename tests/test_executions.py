@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import textwrap
+import urllib.parse
 
 import pytest
 import webtest
@@ -43,6 +44,7 @@ jobs:
     target: invoice
     schedule: "0 * * * *"
     attempt_deadline: 60s
+    body: '{"mode": "full"}'
   report-paris:
     target: report
     schedule: "30 1 * * *"
@@ -224,3 +226,70 @@ def test_slots_between_keeps_to_the_range_and_the_limit(tmp_path):
     slots = slots_between([hourly], T0, T0 + datetime.timedelta(hours=3))
     assert [s.schedule_time for s in slots] == [T0 + datetime.timedelta(hours=h) for h in range(3)]
     assert len(slots_between([hourly], T0, T0 + datetime.timedelta(days=10), limit=5)) == 5
+
+
+def run_slot(site, when, status="*", job="invoice", **params):
+    query = f"?{urllib.parse.urlencode(params)}" if params else ""
+    return site.post(f"/api/v1/jobs/{job}/executions/{when}/run{query}", "", status=status)
+
+
+def slot_of(site, hour):
+    since = f"2030-01-01T{hour:02d}:00:00Z"
+    return executions(site, since=since, until=f"2030-01-01T{hour:02d}:00:01Z")["executions"][0]
+
+
+def test_a_missed_slot_run_by_hand_and_a_late_retry_of_it_are_one_run(site, clock, tmp_path):
+    clock.advance(3 * 3600)
+    assert slot_of(site, 1)["status"] == "missed"
+    ran = run_slot(site, "2030-01-01T01:00:00Z", status=200).json
+    assert ran["status"] == "completed" and ran["duplicate"] is False
+    assert ran["run_id"] == slot_of(site, 1)["run_id"]  # exactly the delivery's key
+    assert job_targets.EFFECTS[0]["body"] == b'{"mode": "full"}'  # what Scheduler sends for this job
+    late = deliver_slot(site, 1, status=200).json  # Scheduler's own retry, however late
+    assert late["duplicate"] is True and len(job_targets.EFFECTS) == 1
+    listed = slot_of(site, 1)
+    assert listed["status"] == "completed" and listed["run"]["requested_by"] == "local"
+
+
+def test_a_failed_slot_is_reopened_with_its_history_and_a_completed_one_is_not(site, clock):
+    job_targets.FAILURES["invoice"] = ["permanent"]
+    clock.advance(10)
+    deliver_slot(site, 0, status=422)
+    ran = run_slot(site, "2030-01-01T00:00:00Z", status=200).json
+    assert ran["status"] == "completed" and ran["attempt"] == 2
+    shown = site.get(f"/api/v1/runs/{ran['run_id']}").json
+    assert [(a["attempt"], a["outcome"]) for a in shown["attempts"]] == [(1, "failed"), (2, "completed")]
+    again = run_slot(site, "2030-01-01T00:00:00Z", status=200).json
+    assert again["duplicate"] is True and len(job_targets.EFFECTS) == 2
+
+
+def test_a_skipped_or_released_slot_is_reopened_and_a_running_one_is_409(site, clock, ndb_client):
+    from dedup.ledger import Ledger, RunDescription, RunPolicy
+
+    clock.advance(2 * 3600 + 10)
+    skipped_id = slot_of(site, 0)["run_id"]
+    with ndb_client.context():
+        Ledger(clock).skip_run(skipped_id, RunDescription("scheduler", "invoice"), RunPolicy(60, 604800), "late")
+    assert slot_of(site, 0)["status"] == "skipped" and slot_of(site, 0)["reason"] == "late"
+    assert run_slot(site, "2030-01-01T00:00:00Z", status=200).json["status"] == "completed"
+    job_targets.FAILURES["invoice"] = ["retryable"]
+    deliver_slot(site, 2, status=500)
+    assert run_slot(site, "2030-01-01T02:00:00Z", status=200).json["attempt"] == 2
+    running = slot_of(site, 1)["run_id"]
+    with ndb_client.context():
+        Ledger(clock).claim_run(running, RunDescription("scheduler", "invoice"), RunPolicy(60, 604800))
+    assert run_slot(site, "2030-01-01T01:00:00Z", status=409).json["error"] == "RunInProgress"
+
+
+@pytest.mark.parametrize(
+    "when, params, status, words",
+    [
+        ("2030-01-01T00:30:00Z", {}, 404, "nearest: invoice-hourly: 2030-01-01T00:00:00.000000Z or 2030-01-01T01:00"),
+        ("yesterday", {}, 400, "RFC 3339"),
+        ("2030-01-01T00:00:00Z", {"scheduler_job": "other"}, 404, "no Scheduler job 'other' targets"),
+    ],
+)
+def test_a_time_that_is_not_a_slot_is_refused(site, when, params, status, words):
+    response = run_slot(site, when, status=status, **params)
+    assert words in response.json["message"]
+    assert job_targets.EFFECTS == []
