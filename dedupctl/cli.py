@@ -1,4 +1,4 @@
-"""``python -m dedupctl run JOB --url BASE ...``, ``runs list``, ``runs show RUN_ID``."""
+"""``python -m dedupctl run JOB --url BASE ...``, ``runs list``, ``runs show RUN_ID``, ``backfill JOB``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from typing import Any
 
 import requests
 
+from dedupctl.backfill import add_parser as add_backfill_parser
+from dedupctl.backfill import backfill
 from dedupctl.client import Exit, RetryPolicy, run_with_retries
 
 TOKEN_ENV = "DEDUPCTL_ID_TOKEN"
@@ -26,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
         return Exit.REFUSED
     if args.command == "run":
         return _run(args, headers)
+    if args.command == "backfill":
+        return backfill(args, headers)
     return _read_runs(args, headers)
 
 
@@ -59,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--limit", type=int)
     show = reads.add_parser("show", parents=[common])
     show.add_argument("run_id")
+    add_backfill_parser(commands, common)
     return parser
 
 

@@ -1,0 +1,129 @@
+"""``python -m dedupctl backfill JOB``: run a job's missed, failed, released or skipped slots by hand.
+
+Each slot runs under exactly the key Scheduler's own delivery of it has
+(``POST /api/v1/jobs/JOB/executions/TIME/run``), with the retry rules of
+``dedupctl run``, so a backfill and a late Scheduler retry are one run, and
+running the same backfill again does nothing for the slots that completed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import sys
+import urllib.parse
+from typing import Any
+
+import requests
+
+from dedupctl.client import Exit, RetryPolicy, run_with_retries
+
+REOPENABLE = ("missed", "failed", "released", "skipped")
+# The executions the app lists that a backfill leaves alone, and why.
+LEFT_ALONE = {
+    "completed": "completed already",
+    "in_progress": "running now",
+    "due": "still inside its retry window: Scheduler may deliver it",
+    "upcoming": "still to come",
+}
+
+
+def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    backfill = commands.add_parser("backfill", parents=[common], help="run a job's missed or failed slots by hand")
+    backfill.add_argument("job")
+    backfill.add_argument("--since", required=True, help="RFC 3339, e.g. 2026-11-28T00:00:00Z")
+    backfill.add_argument("--until", required=True, help="RFC 3339 (exclusive)")
+    backfill.add_argument(
+        "--only", default=",".join(REOPENABLE), help=f"which statuses to run (default {','.join(REOPENABLE)})"
+    )
+    backfill.add_argument("--dry-run", action="store_true", help="say what would run, run nothing")
+    backfill.add_argument("--concurrency", type=int, default=1, help="slots run at once (1 to 16)")
+    backfill.add_argument("--max-attempts", type=int, default=RetryPolicy.max_attempts)
+    backfill.add_argument("--deadline", type=float, default=RetryPolicy.deadline_seconds)
+    backfill.add_argument("--backoff", type=float, default=RetryPolicy.backoff_base_seconds, help=argparse.SUPPRESS)
+
+
+def backfill(args: argparse.Namespace, headers: dict[str, str]) -> int:
+    only = [status.strip() for status in args.only.split(",") if status.strip()]
+    if not only or set(only) - set(REOPENABLE):
+        _say(f"--only takes some of {','.join(REOPENABLE)}")
+        return Exit.REFUSED
+    if not 1 <= args.concurrency <= 16 or args.max_attempts < 1 or args.deadline <= 0:
+        _say("--concurrency 1 to 16, --max-attempts and --deadline above 0")
+        return Exit.REFUSED
+    base = f"{args.url.rstrip('/')}/api/v1/jobs/{urllib.parse.quote(args.job, safe='')}/executions"
+    try:
+        executions = _executions(base, args.since, args.until, headers)
+    except _Refused as refused:
+        print(refused.answer, file=sys.stderr)
+        return refused.exit
+    chosen = [e for e in executions if e["status"] in only]
+    for execution in executions:
+        if execution not in chosen:
+            why = LEFT_ALONE.get(execution["status"], f"{execution['status']}, not asked for (--only)")
+            _say(f"{execution['schedule_time']} {execution['scheduler_job']}: left alone, {why}")
+    if args.dry_run or not chosen:
+        for execution in chosen:
+            print(
+                json.dumps({"schedule_time": execution["schedule_time"], "status": execution["status"], "ran": False})
+            )
+        _say(f"{len(chosen)} slot(s) to run" + (" (dry run: nothing ran)" if args.dry_run else ""))
+        return Exit.OK
+    policy = RetryPolicy(args.max_attempts, args.deadline, args.backoff)
+    with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
+        outcomes = list(pool.map(lambda e: _run_slot(base, e, headers, policy), chosen))
+    for execution, (_, answer) in zip(chosen, outcomes, strict=True):
+        print(json.dumps({"schedule_time": execution["schedule_time"], "was": execution["status"], "answer": answer}))
+    worst = max((code for code, _ in outcomes), default=Exit.OK)
+    _say(f"ran {len(chosen)} slot(s); exit {int(worst)}")
+    return worst
+
+
+def _say(message: str) -> None:
+    print(f"dedupctl: {message}", file=sys.stderr)
+
+
+class _Refused(Exception):
+    def __init__(self, exit_code: Exit, answer: str) -> None:
+        super().__init__(answer)
+        self.exit, self.answer = exit_code, answer
+
+
+def _executions(base: str, since: str, until: str, headers: dict[str, str]) -> list[dict[str, Any]]:
+    """Every expected execution in [since, until), following next_since across pages."""
+    found: list[dict[str, Any]] = []
+    cursor: str | None = since
+    while cursor is not None:
+        try:
+            response = requests.get(
+                base,
+                params={"since": cursor, "until": until},
+                headers=headers,
+                timeout=RetryPolicy.timeout_seconds,
+                allow_redirects=False,
+            )
+        except requests.RequestException as exc:
+            raise _Refused(Exit.GAVE_UP, f"dedupctl: {base}: {exc}") from None
+        if response.status_code != 200:
+            code = Exit.GAVE_UP if response.status_code >= 500 else Exit.REFUSED
+            raise _Refused(code, response.text.rstrip())
+        page = response.json()
+        found += page["executions"]
+        cursor = page.get("next_since")
+    return found
+
+
+def _run_slot(base: str, execution: dict[str, Any], headers: dict[str, str], policy: RetryPolicy):
+    query = urllib.parse.urlencode({"scheduler_job": execution["scheduler_job"]})
+    url = f"{base}/{urllib.parse.quote(execution['schedule_time'], safe='')}/run?{query}"
+    session = requests.Session()
+
+    def send(timeout: float) -> requests.Response:
+        return session.post(url, headers=headers, timeout=timeout, allow_redirects=False)
+
+    try:
+        outcome = run_with_retries(send, policy)
+    except requests.RequestException as exc:
+        return Exit.REFUSED, str(exc)
+    return outcome.exit, outcome.body
