@@ -7,6 +7,7 @@ app, so it needs no caller verification setting and no credentials.
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 import shutil
@@ -292,3 +293,80 @@ def iap(project: str, members: tuple[str, ...], apply_: bool) -> None:
     commands.append(["gcloud", "projects", "describe", project, "--format=value(projectNumber)"])
     _print_and_maybe_run(commands, apply_)
     click.echo(f"# then set DEDUP_AUTH=appengine,iap and DEDUP_IAP_AUDIENCE=/projects/PROJECT_NUMBER/apps/{project}")
+
+
+# Log-based metrics over the request and audit lines' `outcome` (handlers/logs.py, schedules/audit.py).
+ALERT_METRICS = {
+    "dedup-missed-executions": (
+        "Scheduler executions that never ran (the /tasks/audit pass, one line per slot)",
+        'resource.type="gae_app" AND jsonPayload.outcome="missed"',
+    ),
+    "dedup-failed-executions": (
+        "Scheduler executions that failed permanently",
+        'resource.type="gae_app" AND jsonPayload.outcome="failed" AND jsonPayload.source="scheduler"',
+    ),
+}
+POLICY_FILE = "dedup-alert-policy.json"
+
+
+def alert_policy(project: str, channels: tuple[str, ...]) -> dict:
+    """An alert policy firing on any missed or failed execution (one condition per metric)."""
+    return {
+        "displayName": "Dedup: missed or failed Scheduler executions",
+        "combiner": "OR",
+        "conditions": [
+            {
+                "displayName": description,
+                "conditionThreshold": {
+                    "filter": f'metric.type="logging.googleapis.com/user/{name}" AND resource.type="gae_app"',
+                    "comparison": "COMPARISON_GT",
+                    "thresholdValue": 0,
+                    "duration": "0s",
+                    "aggregations": [{"alignmentPeriod": "900s", "perSeriesAligner": "ALIGN_COUNT"}],
+                },
+            }
+            for name, (description, _) in ALERT_METRICS.items()
+        ],
+        "notificationChannels": [
+            channel if channel.startswith("projects/") else f"projects/{project}/notificationChannels/{channel}"
+            for channel in channels
+        ],
+    }
+
+
+@cli.command(help="Log-based metrics and an alert policy on missed and failed executions.")
+@click.option("--project", required=True, help="Google Cloud project.")
+@click.option("--notification-channel", "channels", multiple=True, help="A Monitoring channel id (repeatable).")
+@click.option("--apply", "apply_", is_flag=True, help="Write the policy file and run the commands.")
+def alerts(project: str, channels: tuple[str, ...], apply_: bool) -> None:
+    """Prints the policy's JSON (as a file to write) and the gcloud commands; --apply writes and runs them."""
+    commands = [
+        [
+            "gcloud",
+            "logging",
+            "metrics",
+            "create",
+            name,
+            f"--description={description}",
+            f"--log-filter={log_filter}",
+            f"--project={project}",
+        ]
+        for name, (description, log_filter) in ALERT_METRICS.items()
+    ]
+    commands.append(
+        [
+            "gcloud",
+            "alpha",
+            "monitoring",
+            "policies",
+            "create",
+            f"--policy-from-file={POLICY_FILE}",
+            f"--project={project}",
+        ]
+    )
+    policy = json.dumps(alert_policy(project, channels), indent=2)
+    click.echo(f"cat > {POLICY_FILE} <<'EOF'\n{policy}\nEOF")
+    if apply_:
+        with open(POLICY_FILE, "w", encoding="utf-8") as handle:
+            handle.write(policy + "\n")
+    _print_and_maybe_run(commands, apply_)

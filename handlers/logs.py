@@ -28,7 +28,20 @@ from flask import Flask, Response, g, has_request_context, request
 
 TRACE_FIELD = "logging.googleapis.com/trace"
 SPAN_FIELD = "logging.googleapis.com/spanId"
-FIELDS = ("run_id", "job_id", "attempt", "outcome", "source", "principal", "method", "path", "status", "latency_ms")
+FIELDS = (
+    "run_id",
+    "job_id",
+    "scheduler_job",
+    "schedule_time",
+    "attempt",
+    "outcome",
+    "source",
+    "principal",
+    "method",
+    "path",
+    "status",
+    "latency_ms",
+)
 SEVERITIES = {"DEBUG": "DEBUG", "INFO": "INFO", "WARNING": "WARNING", "ERROR": "ERROR", "CRITICAL": "CRITICAL"}
 # What begins every further line of a text record (its traceback): nothing a
 # request sends can start a line at column 0.

@@ -1,4 +1,4 @@
-"""``/tasks/cleanup``: cron.yaml's fallback for deleting expired records."""
+"""``/tasks/cleanup`` (cron.yaml's fallback for deleting expired records) and ``/tasks/audit`` (missed executions)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from flask import Blueprint, jsonify
 from handlers import app_state
 from handlers.access import Role, requires
 from handlers.cross_site import changes_state
+from schedules.audit import audit
 
 blueprint = Blueprint("tasks", __name__, url_prefix="/tasks")
 
@@ -33,3 +34,13 @@ def cleanup_expired_runs():
         if cursor is None:
             break
     return jsonify({"deleted": deleted, "batches": batches, "more": cursor is not None})
+
+
+@blueprint.route("/audit", methods=["GET", "POST"], provide_automatic_options=False)
+@changes_state  # cron calls it with GET
+@requires(Role.DELIVER)
+def audit_missed_executions():
+    """cron.yaml's missed-execution alert: each slot that became missed since the last pass, logged once."""
+    state = app_state()
+    missed = audit(state.ledger, state.schedules)
+    return jsonify({"missed": [slot.document() for slot in missed], "scheduler_jobs": len(state.schedules)})

@@ -293,3 +293,29 @@ def test_a_time_that_is_not_a_slot_is_refused(site, when, params, status, words)
     response = run_slot(site, when, status=status, **params)
     assert words in response.json["message"]
     assert job_targets.EFFECTS == []
+
+
+def test_the_audit_reports_each_missed_slot_once_and_never_blocks_a_late_delivery(site, clock, caplog):
+    import logging
+
+    caplog.set_level(logging.ERROR, logger="dedup.audit")
+    clock.advance(3 * 3600 + 1800)  # 03:30
+    deliver_slot(site, 1, status=200)
+    cron = {"X-Appengine-Cron": "true"}
+    every = site.get("/tasks/audit", headers=cron).json["missed"]
+    first = [m for m in every if m["scheduler_job"] == "invoice-hourly"]
+    today = [m["schedule_time"][11:16] for m in first if m["schedule_time"].startswith("2030-01-01")]
+    assert today == ["00:00", "02:00", "03:00"]  # 01:00 ran; 03:00's window closed at 03:06:30
+    assert len(first) == 23  # a first pass looks back a day: 24 slots, one of them ran
+    assert [m["schedule_time"] for m in every if m["scheduler_job"] == "report-paris"] == [
+        "2030-01-01T00:30:00.000000Z"  # the other job's one slot of that day
+    ]
+    lines = [r for r in caplog.records if getattr(r, "outcome", None) == "missed"]
+    assert len(lines) == 24 and all(r.levelname == "ERROR" for r in lines)
+    assert {(r.job_id, r.scheduler_job) for r in lines} == {("invoice", "invoice-hourly"), ("report", "report-paris")}
+    assert site.get("/tasks/audit", headers=cron).json["missed"] == []  # once per slot
+    clock.advance(3600)  # 04:30: the 04:00 slot's window has closed
+    assert [m["schedule_time"][11:16] for m in site.get("/tasks/audit", headers=cron).json["missed"]] == ["04:00"]
+    # What the audit remembers is not a run: Scheduler's late retry of a reported slot still runs.
+    assert deliver_slot(site, 2, status=200).json["status"] == "completed"
+    assert site.get("/tasks/audit", headers=cron).json["missed"] == []

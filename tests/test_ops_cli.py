@@ -411,3 +411,30 @@ def test_iap_prints_and_applies_enable_grants_and_the_project_number(cli, fake_g
 def test_iap_refuses_a_member_iam_would_not_take(cli, member):
     refused = cli("iap", "--project", "acme-prod", f"--member={member}")
     assert refused.exit_code != 0 and "user:EMAIL, serviceAccount:EMAIL" in refused.output
+
+
+def test_alerts_prints_the_metrics_and_a_policy_and_applies_them(cli, fake_gcloud, monkeypatch, tmp_path):
+    import json
+
+    env, calls = fake_gcloud
+    monkeypatch.setenv("PATH", env["PATH"])
+    monkeypatch.chdir(tmp_path)
+    printed = cli("alerts", "--project", "acme-prod", "--notification-channel", "123")
+    assert printed.exit_code == 0, printed.output
+    lines = [line for line in printed.output.splitlines() if line.startswith("gcloud ")]
+    assert [line.split()[:5] for line in lines] == [
+        ["gcloud", "logging", "metrics", "create", "dedup-missed-executions"],
+        ["gcloud", "logging", "metrics", "create", "dedup-failed-executions"],
+        ["gcloud", "alpha", "monitoring", "policies", "create"],
+    ]
+    assert 'jsonPayload.outcome="missed"' in lines[0] and 'jsonPayload.outcome="failed"' in lines[1]
+    policy = json.loads(printed.output.split("<<'EOF'\n", 1)[1].split("\nEOF", 1)[0])
+    assert policy["notificationChannels"] == ["projects/acme-prod/notificationChannels/123"]
+    assert [c["conditionThreshold"]["filter"].split('"')[1] for c in policy["conditions"]] == [
+        "logging.googleapis.com/user/dedup-missed-executions",
+        "logging.googleapis.com/user/dedup-failed-executions",
+    ]
+    assert calls() == [] and not (tmp_path / "dedup-alert-policy.json").exists()  # printed only
+    assert cli("alerts", "--project", "acme-prod", "--apply").exit_code == 0
+    assert [c[:3] for c in calls()] == [["logging", "metrics", "create"]] * 2 + [["alpha", "monitoring", "policies"]]
+    assert json.loads((tmp_path / "dedup-alert-policy.json").read_text())["combiner"] == "OR"

@@ -1,0 +1,24 @@
+"""What the missed-execution audit remembers: how far it has looked, per Scheduler job.
+
+Kept apart from the run records on purpose: nothing the audit stores is ever
+read by a claim, so it can never stop a late legitimate delivery from running.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from google.cloud import ndb
+
+
+class AuditMark(ndb.Model):
+    """Every slot of one Scheduler job whose retry window closed before ``checked_until`` was audited."""
+
+    _use_cache = False
+    _use_global_cache = False
+
+    checked_until = ndb.DateTimeProperty(required=True, indexed=False, tzinfo=datetime.timezone.utc)
+
+    @classmethod
+    def _get_kind(cls) -> str:
+        return "DedupAuditMark"
