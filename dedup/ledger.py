@@ -31,6 +31,7 @@ from dedup.outcomes import (
     InProgress,
     Mismatch,
     OtherJob,
+    Overlap,
     Released,
     Renewed,
     Replayed,
@@ -40,6 +41,7 @@ from dedup.outcomes import (
 from dedup.queries import RunFilter
 from dedup.transactions import RETRYABLE_ERRORS, is_contention, run_transaction
 from models import RunRecord, RunStatus
+from models.job_lock import JobLock
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,8 @@ class RunPolicy:
     # for at most max_run_seconds.
     heartbeat: bool = False
     max_run_seconds: float | None = None
+    # overlap: forbid: one execution of the job at a time, under the job's lock (models.job_lock).
+    exclusive: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,15 +162,26 @@ class Ledger:
         # is lost, the retry finds this id in the record and knows the claim is its own.
         attempt_id = uuid.uuid4().hex
 
+        lock_key = ndb.Key(JobLock, description.job_id) if policy.exclusive else None
+
         def claim() -> ClaimOutcome:
             now = self.clock.now()
-            current = RunRecord.get_by_id(run_id)
+            if lock_key is None:
+                current, lock = RunRecord.get_by_id(run_id), None
+            else:  # one round trip for both
+                current, lock = ndb.get_multi([ndb.Key(RunRecord, run_id), lock_key])
+            job_lock = lock_key.id() if lock_key else None
             if current is not None and current.attempt_id == attempt_id:
-                return Claimed(current, Attempt(run_id, attempt_id, current.attempt, downstream=current.downstream))
+                return Claimed(
+                    current,
+                    Attempt(run_id, attempt_id, current.attempt, downstream=current.downstream, job_lock=job_lock),
+                )
             live = current if current is not None and not current.is_expired(now) else None  # expired: absent
             refusal = _refusal(live, description, now, reopen)
             if refusal is not None:
                 return refusal
+            if lock is not None and lock.run_id != run_id and lock.is_held(now):
+                return Overlap.until(run_id, lock.run_id, lock.lease_expires, now)
             # Absent, released, or an in-progress record whose lease ran out (a
             # takeover).  The attempt number rises with every claim of the run, so it
             # is a usable fencing token.
@@ -175,9 +190,14 @@ class Ledger:
                 attempt_id,
                 (current.attempt if current else 0) + 1,
                 downstream=live.downstream if live else None,
+                job_lock=job_lock,
             )
             record = _claimed_record(attempt, description, policy, live, now)
-            record.put()
+            if lock_key is None:
+                record.put()
+            else:  # the run and the job's lock, in one commit
+                held = JobLock(key=lock_key, run_id=run_id, attempt_id=attempt_id, lease_expires=record.lease_expires)
+                ndb.put_multi([record, held])
             return Claimed(record, attempt)
 
         try:
@@ -260,7 +280,7 @@ class Ledger:
             record.put()
             return Renewed(record)
 
-        return self._fenced(attempt, renew, patience_seconds)
+        return self._fenced(attempt, renew, patience_seconds, keeps_running=True)
 
     def record_downstream(self, attempt: Attempt, resource_name: str) -> Renewed | Stale:
         """Note what this attempt started downstream, so a takeover can adopt it."""
@@ -271,7 +291,7 @@ class Ledger:
             record.put()
             return Renewed(record)
 
-        return self._fenced(attempt, record)
+        return self._fenced(attempt, record, keeps_running=True)
 
     def complete_run(self, attempt: Attempt, result: object, policy: RunPolicy) -> Finished | Stale:
         """Record success; the retention window restarts from the finish."""
@@ -328,6 +348,7 @@ class Ledger:
         change: Callable[[RunRecord, datetime.datetime], object],
         patience_seconds: float | None = None,
         landed: Callable[[RunRecord | None], object | None] | None = None,
+        keeps_running: bool = False,
     ):
         """Apply ``change`` in a transaction only while ``attempt`` owns the run.
 
@@ -335,7 +356,7 @@ class Ledger:
         can abort the owner's commit; giving up would leave a performed job
         unrecorded (and run again after the lease), so the owner persists.
         """
-        write = FencedWrite(self.clock, attempt, change, landed)
+        write = FencedWrite(self.clock, attempt, change, landed, keeps_running)
         outcome = run_transaction(write, FINISH_PATIENCE_SECONDS if patience_seconds is None else patience_seconds)
         if isinstance(outcome, Stale):
             current = outcome.current
@@ -363,21 +384,39 @@ class FencedWrite:
         attempt: Attempt,
         change: Callable[[RunRecord, datetime.datetime], object],
         landed: Callable[[RunRecord | None], object | None] | None,
+        keeps_running: bool = False,
     ) -> None:
         self.clock, self.attempt, self.change, self.landed = clock, attempt, change, landed
+        # A renewal or a downstream note: the attempt goes on running, so it must still hold the job's lock.
+        self.keeps_running = keeps_running
         self.wrote = False
 
     def __call__(self) -> object:
         now = self.clock.now()
-        record = RunRecord.get_by_id(self.attempt.run_id)
+        attempt = self.attempt
+        if attempt.job_lock is None:
+            record, lock = RunRecord.get_by_id(attempt.run_id), None
+        else:  # the run and the job's lock, in one round trip
+            record, lock = ndb.get_multi([ndb.Key(RunRecord, attempt.run_id), ndb.Key(JobLock, attempt.job_lock)])
         if self.wrote and self.landed is not None:
             outcome = self.landed(record)
             if outcome is not None:
                 return outcome
-        if record is None or record.attempt_id != self.attempt.attempt_id or record.status != RunStatus.IN_PROGRESS:
-            return Stale(self.attempt.run_id, self.attempt.attempt, record)
+        if record is None or record.attempt_id != attempt.attempt_id or record.status != RunStatus.IN_PROGRESS:
+            return Stale(attempt.run_id, attempt.attempt, record)
+        owns_lock = lock is not None and lock.attempt_id == attempt.attempt_id
+        if attempt.job_lock is not None and self.keeps_running and not owns_lock:
+            # Its lease ran out and another execution of the job took the lock: it must stop.
+            return Stale(attempt.run_id, attempt.attempt, record)
         self.wrote = True
-        return self.change(record, now)
+        outcome = self.change(record, now)
+        if owns_lock:
+            if record.status == RunStatus.IN_PROGRESS:
+                lock.lease_expires = record.lease_expires  # renewed with the run
+                lock.put()
+            else:
+                lock.key.delete()  # finished or released: the next execution may start
+        return outcome
 
 
 REOPENED = frozenset({RunStatus.FAILED.value, RunStatus.SKIPPED.value})  # what an operator's run replaces

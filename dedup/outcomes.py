@@ -9,6 +9,7 @@ read or written; None where there is none to show).
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import math
 from typing import Protocol
 
@@ -35,6 +36,8 @@ class Attempt:
     attempt: int
     # What an earlier attempt started downstream, when it recorded it.
     downstream: str | None = None
+    # The job lock this attempt holds (a job with overlap: forbid), else None.
+    job_lock: str | None = None
     # The run while this attempt runs it; bound by the runner, None before.
     held: HeldRun | None = dataclasses.field(default=None, compare=False, repr=False)
 
@@ -168,7 +171,6 @@ class Stale:
         return self.current
 
 
-ClaimOutcome = Claimed | Replayed | Mismatch | OtherJob | InProgress | Contended
 FinishOutcome = Finished | Released | Stale
 
 
@@ -183,4 +185,22 @@ class Skipped:
         return self.record.run_id
 
 
-RunOutcome = Replayed | Mismatch | OtherJob | InProgress | Contended | Finished | Released | Stale | Skipped
+@dataclasses.dataclass(frozen=True)
+class Overlap:
+    """Another execution of a job that forbids overlap holds the job's lock with a live lease."""
+
+    run_id: str
+    holder_run_id: str
+    retry_after_seconds: int
+
+    @staticmethod
+    def until(run_id: str, holder_run_id: str, lease_expires: datetime.datetime, now) -> "Overlap":
+        return Overlap(run_id, holder_run_id, max(1, math.ceil((lease_expires - now).total_seconds())))
+
+    @property
+    def record(self) -> None:
+        return None  # nothing of this run was read or written
+
+
+RunOutcome = Overlap | Replayed | Mismatch | OtherJob | InProgress | Contended | Finished | Released | Stale | Skipped
+ClaimOutcome = Claimed | Replayed | Mismatch | OtherJob | InProgress | Contended | Overlap

@@ -19,7 +19,7 @@ from flask import Blueprint, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from dedup.keys import is_run_id
-from dedup.outcomes import Contended, Mismatch, OtherJob, Released, RunOutcome
+from dedup.outcomes import Contended, Mismatch, OtherJob, Overlap, Released, RunOutcome
 from handlers import app_state
 from handlers.access import Role, requires
 from handlers.idempotent import Fingerprint, GuardRejected
@@ -144,6 +144,12 @@ def answer(outcome: RunOutcome, job_id: str, ask: ManualRunRequest) -> Response 
             500,
             f"the run failed with a retryable error and was released ({cause}). "
             "Send the form again to retry it under the same client token.",
+            resend=resend,
+        )
+    if isinstance(outcome, Overlap):
+        return problem_page(
+            409,
+            "the job forbids overlap and another execution of it is running; send the form again later",
             resend=resend,
         )
     if isinstance(outcome, Contended):

@@ -10,6 +10,7 @@ Scheduled runs (``outcome_response``), and guarded views and manual runs
 | finished / replayed: failed      | 422    |
 | key belongs to another job       | 422 (logged at ERROR) |
 | in progress (live lease)         | 409 + Retry-After |
+| another execution holds the job (overlap: forbid) | 409 ExecutionOverlap + Retry-After |
 | contended / stale attempt        | 409 + Retry-After / 409 |
 | released (retryable failure)     | 500    |
 | skipped (later than max_delay_seconds), and its replays | 200 |
@@ -30,6 +31,7 @@ from dedup.outcomes import (
     InProgress,
     Mismatch,
     OtherJob,
+    Overlap,
     Released,
     Replayed,
     RunOutcome,
@@ -61,6 +63,7 @@ OUTCOME_NAMES = {
     Mismatch: "conflict",
     OtherJob: "job_mismatch",
     Skipped: "skipped",
+    Overlap: "overlap",
 }
 
 
@@ -157,6 +160,17 @@ def busy_response(outcome: RunOutcome) -> Response:
             "RunContended",
             "other deliveries of this run are claiming it at this moment; retry shortly",
             run_id=outcome.run_id,
+        )
+        response.headers["Retry-After"] = str(outcome.retry_after_seconds)
+        return response
+    if isinstance(outcome, Overlap):
+        response = json_error(
+            409,
+            "ExecutionOverlap",
+            f"the job forbids overlap and another execution (run {outcome.holder_run_id}) holds it; "
+            "this one did not run: retry after it",
+            run_id=outcome.run_id,
+            holder_run_id=outcome.holder_run_id,
         )
         response.headers["Retry-After"] = str(outcome.retry_after_seconds)
         return response

@@ -31,6 +31,7 @@ COMMON_KEYS = frozenset(
         "heartbeat",
         "max_run_seconds",
         "max_delay_seconds",
+        "overlap",
     }
 )
 # The request timeout of the service's scaling type (DEDUP_SCALING): how long a run may last.
@@ -137,6 +138,9 @@ def _parse_job(job_id: Any, settings: Any) -> JobSpec:
     exclude = settings.get("fingerprint_exclude", [])
     if not isinstance(exclude, list) or not all(isinstance(name, str) and name for name in exclude):
         raise JobsConfigError(job_id, "fingerprint_exclude", "must be a list of parameter names")
+    overlap = settings.get("overlap", "allow")
+    if overlap not in ("allow", "forbid"):
+        raise JobsConfigError(job_id, "overlap", f"must be allow or forbid, got {overlap!r}")
     max_delay = settings.get("max_delay_seconds")
     if max_delay is not None:
         max_delay = positive_number(job_id, "max_delay_seconds", max_delay)
@@ -145,7 +149,7 @@ def _parse_job(job_id: Any, settings: Any) -> JobSpec:
     return JobSpec(
         job_id,
         text_value(job_id, "kind", kind_name),
-        RunPolicy(lease, retention, heartbeat=heartbeat, max_run_seconds=max_run),
+        RunPolicy(lease, retention, heartbeat=heartbeat, max_run_seconds=max_run, exclusive=overlap == "forbid"),
         runner,
         frozenset(exclude),
         max_delay,

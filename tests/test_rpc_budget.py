@@ -40,3 +40,13 @@ def test_bad_input_costs_nothing(counted):
     app.post("/jobs/invoice", headers=scheduler_headers(schedule_time="nope"), status=400)
     app.post("/jobs/nope", headers=scheduler_headers(), status=404)
     assert counter.total == 0
+
+
+def test_forbidding_overlap_adds_no_round_trip(datastore, jobs_file, clock):
+    """The job's lock is read with the run in one batch lookup and written in the same commits."""
+    client, counter = counting_client(datastore.project)
+    exclusive = JOBS.replace("    lease_seconds: 60\n", "    lease_seconds: 60\n    overlap: forbid\n", 1)
+    assert "overlap: forbid" in exclusive
+    app = webtest.TestApp(create_app(jobs_file=jobs_file(exclusive), clock=clock, ndb_client=client))
+    app.post("/jobs/invoice", headers=scheduler_headers(), status=200)
+    assert counter.snapshot() == {"Lookup": 3, "BeginTransaction": 2, "Commit": 2}

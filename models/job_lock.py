@@ -1,0 +1,28 @@
+"""The per-job lock of a job that forbids overlap (jobs.yaml ``overlap: forbid``).
+
+Held by one attempt of one run, leased like the run: claimed in the same
+transaction as the run, renewed by the heartbeat, released when the run
+finishes or is released, so a crashed attempt never holds it past its lease.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from google.cloud import ndb
+
+
+class JobLock(ndb.Model):
+    _use_cache = False
+    _use_global_cache = False
+
+    run_id = ndb.TextProperty(required=True)  # unindexed
+    attempt_id = ndb.TextProperty(required=True)
+    lease_expires = ndb.DateTimeProperty(required=True, indexed=False, tzinfo=datetime.timezone.utc)
+
+    @classmethod
+    def _get_kind(cls) -> str:
+        return "DedupJobLock"
+
+    def is_held(self, now: datetime.datetime) -> bool:
+        return self.lease_expires > now
