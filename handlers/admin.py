@@ -16,13 +16,14 @@ from typing import Any
 from flask import Blueprint, abort, render_template, request
 from markupsafe import Markup, escape
 
-from dedup.keys import format_utc, is_run_id
+from dedup.keys import format_utc, is_run_id, parse_rfc3339
 from dedup.queries import RunFilter
 from handlers import app_state, may
 from handlers.access import Role, requires
 from handlers.dashboard_actions import new_form_token
 from handlers.run_documents import duration_seconds, is_stuck, may_retry, run_document
 from models import RunRecord, RunSource, RunStatus
+from schedules.slots import MAX_SLOTS, execution_document, slots_between
 
 blueprint = Blueprint("admin", __name__, url_prefix="/admin", template_folder="templates")
 
@@ -32,6 +33,8 @@ RECENT_RUNS = 100
 MAX_SHOWN_DOCUMENT_BYTES = 128 * 1024
 RUNS_PER_JOB = 50
 CHART_WIDTH, CHART_LEFT, CHART_ROW = 960, 170, 30
+CARD_SLOTS = 48  # the expected executions a job card looks at (the newest of the last day)
+RUNNABLE_SLOTS = ("missed", "failed", "released", "skipped")  # what an operator may run again by hand
 
 
 def outcome_of(record: RunRecord, now: datetime.datetime) -> str:
@@ -54,6 +57,11 @@ def dashboard():
     except ValueError as exc:
         abort(400, str(exc).replace("job_id", "job"))
     recent, _ = state.ledger.find_runs(run_filter, RECENT_RUNS)
+    expected = {
+        job_id: expected_executions(job_id, now)
+        for job_id in sorted(state.jobs)
+        if not chosen["job"] or job_id == chosen["job"]
+    }
     summaries = [
         job_summary(
             job_id,
@@ -61,17 +69,19 @@ def dashboard():
             # Every run in progress, however old: a stuck one must not hide behind newer runs.
             state.ledger.find_runs(RunFilter(job_id=job_id, status=RunStatus.IN_PROGRESS.value), RUNS_PER_JOB)[0],
             now,
+            expected[job_id],
         )
         for job_id in sorted(state.jobs)
         if not chosen["job"] or job_id == chosen["job"]
     ]
+    gaps = [(job_id, e) for job_id, executions in expected.items() for e in executions if e["status"] == "missed"]
     return render_template(
         "admin/dashboard.html",
         now=format_utc(now),
         summaries=summaries,
         chosen=chosen,
         runs=[row(record, now) for record in recent],
-        chart=timeline(recent, now),
+        chart=timeline(recent, now, gaps),
         job_ids=sorted(state.jobs),
         statuses=[s.value for s in RunStatus],
         can_operate=may(Role.OPERATE),
@@ -141,8 +151,23 @@ def row(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
     }
 
 
+def expected_executions(job_id: str, now: datetime.datetime) -> list[dict[str, Any]]:
+    """The job's expected executions of the last day (at most CARD_SLOTS, the newest), with their status."""
+    state = app_state()
+    scheduler_jobs = [job for job in state.schedules if job.target == job_id]
+    if not scheduler_jobs:
+        return []
+    slots = slots_between(scheduler_jobs, now - datetime.timedelta(hours=24), now, MAX_SLOTS)[-CARD_SLOTS:]
+    records = state.ledger.lookup_many([slot.run_id for slot in slots])
+    return [execution_document(slot, records.get(slot.run_id), now) for slot in slots]
+
+
 def job_summary(
-    job_id: str, runs: list[RunRecord], unfinished: list[RunRecord], now: datetime.datetime
+    job_id: str,
+    runs: list[RunRecord],
+    unfinished: list[RunRecord],
+    now: datetime.datetime,
+    expected: list[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     finished = [r for r in runs if r.status != RunStatus.IN_PROGRESS]
     completed = [r for r in finished if r.status == RunStatus.COMPLETED]
@@ -155,16 +180,24 @@ def job_summary(
         "running": [row(r, now) for r in unfinished if not is_stuck(r, now)],
         "stuck": [row(r, now) for r in unfinished if is_stuck(r, now)],
         "latest": [row(r, now) for r in runs[:5]],
+        "scheduled": bool(expected),
+        "last_expected": expected[-1] if expected else None,
+        # Slots an operator may run by hand, newest first.
+        "to_run": [e for e in reversed(expected) if e["status"] in RUNNABLE_SLOTS][:5],
+        "missed": sum(e["status"] == "missed" for e in expected),
     }
 
 
-def timeline(runs: list[RunRecord], now: datetime.datetime) -> dict[str, Any]:
-    """An SVG-ready chart: one row per job, one mark per run at its schedule (or start) time."""
-    if not runs:
-        return {"rows": [], "marks": [], "height": CHART_ROW, "width": CHART_WIDTH, "ticks": []}
-    jobs = sorted({r.job_id for r in runs})
+def timeline(runs: list[RunRecord], now: datetime.datetime, gaps: list = ()) -> dict[str, Any]:
+    """An SVG-ready chart: one row per job, one mark per run at its schedule (or start) time, and a
+    hollow mark at each missed slot (``gaps``: (job_id, execution document))."""
+    if not runs and not gaps:
+        return {"rows": [], "marks": [], "gaps": [], "height": CHART_ROW, "width": CHART_WIDTH, "ticks": []}
+    gap_times = [(job_id, parse_rfc3339(e["schedule_time"], "schedule_time")) for job_id, e in gaps]
+    jobs = sorted({r.job_id for r in runs} | {job_id for job_id, _ in gaps})
     times = [(r.schedule_time or r.created) for r in runs]
-    start, end = min(times), max(times)
+    all_times = times + [when for _, when in gap_times]
+    start, end = min(all_times), max(all_times)
     span = max((end - start).total_seconds(), 1.0)
     plot = CHART_WIDTH - CHART_LEFT - 20
 
@@ -181,6 +214,10 @@ def timeline(runs: list[RunRecord], now: datetime.datetime) -> dict[str, Any]:
         }
         for r, when in zip(runs, times, strict=True)
     ]
+    missed_marks = [
+        {"x": x(when), "y": 20 + CHART_ROW * jobs.index(job_id), "label": f"{job_id} {format_utc(when)} missed"}
+        for job_id, when in gap_times
+    ]
     ticks = [
         {"x": x(start), "label": format_utc(start)[:16].replace("T", " "), "anchor": "start"},
         {"x": x(end), "label": format_utc(end)[:16].replace("T", " "), "anchor": "end"},
@@ -188,6 +225,7 @@ def timeline(runs: list[RunRecord], now: datetime.datetime) -> dict[str, Any]:
     return {
         "rows": [{"job_id": job, "y": 20 + CHART_ROW * i} for i, job in enumerate(jobs)],
         "marks": marks,
+        "gaps": missed_marks,
         "height": 40 + CHART_ROW * len(jobs),
         "width": CHART_WIDTH,
         "ticks": ticks,

@@ -16,12 +16,15 @@ import uuid
 from typing import Any
 
 from flask import Blueprint, redirect, render_template, request, url_for
+from werkzeug.exceptions import NotFound
 from werkzeug.wrappers import Response
 
-from dedup.keys import is_run_id
+from dedup.errors import InvalidRunRequest
+from dedup.keys import is_run_id, parse_rfc3339
 from dedup.outcomes import Contended, Mismatch, OtherJob, Overlap, Released, RunOutcome
 from handlers import app_state
 from handlers.access import Role, requires
+from handlers.executions import find_slot, run_slot_now, schedules_of
 from handlers.idempotent import Fingerprint, GuardRejected
 from handlers.logs import note_run
 from handlers.run_documents import may_retry
@@ -161,3 +164,31 @@ def answer(outcome: RunOutcome, job_id: str, ask: ManualRunRequest) -> Response 
 
 def problem_page(status: int, message: str, **context: Any) -> tuple[str, int]:
     return render_template("admin/problem.html", status=status, message=message, **context), status
+
+
+@blueprint.post("/jobs/<job_id>/executions/<schedule_time>/run", provide_automatic_options=False)
+@requires(Role.OPERATE)
+def run_slot(job_id: str, schedule_time: str) -> Response | tuple[str, int]:
+    """The dashboard's "run" on a missed, failed, released or skipped slot.
+
+    No form token: the slot's own key makes a double click one run, and a
+    late Scheduler retry of it the same run.
+    """
+    try:
+        fields = form_fields(frozenset({"scheduler_job"}))
+        instant = parse_rfc3339(schedule_time, "schedule_time")
+        found = find_slot(job_id, schedules_of(job_id), instant, fields.get("scheduler_job"))
+    except FormProblem as problem:
+        return problem_page(problem.status, problem.message)
+    except InvalidRunRequest:
+        return problem_page(400, "the schedule time must be an RFC 3339 timestamp")
+    except NotFound as missing:
+        return problem_page(404, missing.description)
+    if isinstance(found, str):
+        return problem_page(400, found)
+    outcome = run_slot_now(job_id, found)
+    if isinstance(outcome, Overlap):
+        return problem_page(409, "the job forbids overlap and another execution of it is running; try again later")
+    if isinstance(outcome, Contended):
+        return problem_page(409, "the ledger was busy; send again (it is the same run)")
+    return redirect(url_for("admin.run_page", run_id=outcome.run_id), code=303)

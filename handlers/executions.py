@@ -17,6 +17,7 @@ from werkzeug.exceptions import NotFound
 
 from dedup.errors import InvalidRunRequest
 from dedup.keys import format_utc, parse_rfc3339, scheduled_run_key
+from dedup.outcomes import RunOutcome
 from dedup.queries import RunFilter
 from handlers import app_state
 from handlers.access import Role, requires
@@ -105,7 +106,14 @@ def run_slot(job_id: str, schedule_time: str):
     except InvalidRunRequest:
         message = "the schedule time must be an RFC 3339 timestamp such as 2026-11-29T00:00:00Z"
         return json_error(400, "InvalidParameterException", message)
-    named = request.args.get("scheduler_job")
+    found = find_slot(job_id, scheduler_jobs, instant, request.args.get("scheduler_job"))
+    if isinstance(found, str):
+        return json_error(400, "InvalidParameterException", found)
+    return outcome_response(run_slot_now(job_id, found))
+
+
+def find_slot(job_id: str, scheduler_jobs: list[SchedulerJob], instant: datetime.datetime, named: str | None):
+    """The slot of ``job_id`` at ``instant``; NotFound naming the nearest slots, or a 400 message."""
     if named is not None:
         scheduler_jobs = [job for job in scheduler_jobs if job.name == named]
         if not scheduler_jobs:
@@ -122,12 +130,16 @@ def run_slot(job_id: str, schedule_time: str):
         )
     if len(matching) > 1:
         names = ", ".join(sorted(job.name for job in matching))
-        message = f"several Scheduler jobs have this slot ({names}): name one with ?scheduler_job="
-        return json_error(400, "InvalidParameterException", message)
-    slot = Slot(matching[0], instant)
+        return f"several Scheduler jobs have this slot ({names}): name one with ?scheduler_job="
+    return Slot(matching[0], instant)
+
+
+def run_slot_now(job_id: str, slot: Slot) -> RunOutcome:
+    """Run ``slot`` under its Scheduler key, reopening it if it failed, was released, skipped or missed."""
     project, location = delivery_scope(slot.job)
-    key = scheduled_run_key(slot.job.name, format_utc(instant), query_project=project, query_location=location)
+    key = scheduled_run_key(
+        slot.job.name, format_utc(slot.schedule_time), query_project=project, query_location=location
+    )
     note_run(job_id=job_id, source=RunSource.SCHEDULER.value, run_id=key.run_id)
     body = (slot.job.body or "").encode("utf-8")  # what Scheduler sends for this job
-    outcome = run_scheduled(job_id, app_state().jobs[job_id], key, body, reopen=True)
-    return outcome_response(outcome)
+    return run_scheduled(job_id, app_state().jobs[job_id], key, body, reopen=True)

@@ -263,4 +263,5 @@ def test_every_route_declares_the_role_it_needs(appengine_app):
         "dashboard_actions.retry_run": "operate",
         "executions.list_executions": "view",
         "executions.run_slot": "operate",
+        "dashboard_actions.run_slot": "operate",
     }

@@ -319,3 +319,25 @@ def test_the_audit_reports_each_missed_slot_once_and_never_blocks_a_late_deliver
     # What the audit remembers is not a run: Scheduler's late retry of a reported slot still runs.
     assert deliver_slot(site, 2, status=200).json["status"] == "completed"
     assert site.get("/tasks/audit", headers=cron).json["missed"] == []
+
+
+def test_the_dashboard_shows_expected_slots_and_runs_a_missed_one(site, clock):
+    clock.advance(3 * 3600 + 1800)  # 03:30
+    deliver_slot(site, 3, status=200)
+    page = site.get("/admin/")
+    card = page.text.split('data-job="invoice"', 1)[1].split('class="card job-card"', 1)[0]
+    assert "Last expected execution:" in card and "2030-01-01T03:00:00.000000Z" in card
+    assert 'class="badge completed">completed' in card.split("Last expected execution:", 1)[1][:200]
+    assert "23 missed in the last day" in card  # 24 slots from 03:30 a day back; 03:00 ran
+    assert page.text.count('class="gap missed"') >= 23  # the timeline rings each missed slot
+    slot_forms = [f for key, f in page.forms.items() if isinstance(key, int) and "/executions/" in f.action]
+    form = slot_forms[0]  # the newest slot to run first
+    assert form.action == "/admin/jobs/invoice/executions/2030-01-01T02:00:00.000000Z/run"
+    ran = form.submit(headers={"Sec-Fetch-Site": "same-origin"}, status=303)
+    again = form.submit(headers={"Sec-Fetch-Site": "same-origin"}, status=303)  # a double click
+    assert ran.headers["Location"] == again.headers["Location"]
+    assert slot_of(site, 2)["status"] == "completed" and len(job_targets.EFFECTS) == 2
+    bad = site.post(
+        "/admin/jobs/invoice/executions/2030-01-01T02:30:00Z/run", {"scheduler_job": "invoice-hourly"}, status=404
+    )
+    assert "not a slot" in bad.text and bad.content_type == "text/html"
