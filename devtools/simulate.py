@@ -43,6 +43,7 @@ class Faults:
     slow: float = 0.1  # the side effect outlasts the attempt deadline
     transient: float = 0.1  # the side effect fails with a 503 (the job's retryable failure)
     worker_kills: float = 0.05  # per execution: a gunicorn worker is SIGKILLed at a random moment
+    outages: float = 0.05  # per execution: never delivered (the job paused, the app down past the retries)
 
 
 class EffectSink:
@@ -105,6 +106,12 @@ class Execution:
     effects: int = 0
     calls: int = 0
     window: tuple[float, float] = (0.0, 0.0)  # monotonic start and end of its deliveries
+    listed: str | None = None  # its status in the app's executions listing, after the simulation
+
+    @property
+    def expected_status(self) -> str:
+        """What the listing must say: it took effect (completed), or no delivery ran it (missed)."""
+        return "completed" if self.effects else "missed"
 
 
 def executions_of(jobs: list[SchedulerJob], count: int, start: datetime.datetime) -> list[Execution]:
@@ -128,6 +135,11 @@ def deliver_execution(
     killer: WorkerKiller | None = None,
 ) -> None:
     """Scheduler's attempts for one execution until a 2xx gets through or retries run out."""
+    with lock:
+        outage = rng.random() < faults.outages
+    if outage:
+        execution.attempts.append("outage")  # Scheduler never delivered it: the slot must show as missed
+        return
     job = execution.job
     deadline = job.attempt_deadline / compress
     waits = iter(retry_intervals(dataclasses.replace(job.retry, retry_count=job.retry.retry_count + 50)))
@@ -248,7 +260,7 @@ class Simulation:
 
 
 def unexplained(plan: list[Execution], kills: list[float]) -> list[Execution]:
-    """Executions that did not take effect exactly once, and whose extra calls no kill explains.
+    """Executions delivered that did not take effect exactly once, and whose extra calls no kill explains.
 
     A second call with a run's key is expected only when an attempt died after
     the effect and before recording it: a worker killed while the execution
@@ -258,7 +270,8 @@ def unexplained(plan: list[Execution], kills: list[float]) -> list[Execution]:
     def killed_during(e: Execution) -> bool:
         return any(e.window[0] <= t <= e.window[1] + 5 for t in kills)
 
-    return [e for e in plan if e.effects != 1 or (e.calls > 1 and not killed_during(e))]
+    delivered = [e for e in plan if e.attempts != ["outage"]]  # an outage's execution is missed, and must be
+    return [e for e in delivered if e.effects != 1 or (e.calls > 1 and not killed_during(e))]
 
 
 def _children(pid: int) -> list[int]:
@@ -300,21 +313,42 @@ def simulation_jobs_file(jobs: list[SchedulerJob], sink_url: str, compress: floa
     return handle.name
 
 
+def list_executions(plan: list[Execution], now: datetime.datetime) -> None:
+    """Each execution's status as the app's executions listing derives it (schedules.slots), from its record.
+
+    Needs an NDB context on the simulation's Datastore.
+    """
+    from dedup.clock import ManualClock
+    from dedup.ledger import Ledger
+    from schedules.slots import Slot, execution_status
+
+    slots = [Slot(e.job, e.schedule_time) for e in plan]
+    records = Ledger(ManualClock(now)).lookup_many([slot.run_id for slot in slots])
+    for execution, slot in zip(plan, slots, strict=True):
+        execution.listed = execution_status(slot, records.get(slot.run_id), now)
+
+
 def report(plan: list[Execution]) -> tuple[str, str]:
-    rows = [f"{'execution':<44} {'effects':>7} {'calls':>5}  attempts"]
+    rows = [f"{'execution':<44} {'effects':>7} {'calls':>5} {'listed':>9}  attempts"]
     for e in plan:
         rows.append(
-            f"{e.job.name + ' ' + e.schedule_time.strftime('%Y-%m-%d %H:%M'):<44} {e.effects:>7} {e.calls:>5}  "
-            f"{' '.join(e.attempts)}"
+            f"{e.job.name + ' ' + e.schedule_time.strftime('%Y-%m-%d %H:%M'):<44} {e.effects:>7} {e.calls:>5} "
+            f"{e.listed or '-':>9}  {' '.join(e.attempts)}"
         )
     once = sum(1 for e in plan if e.effects == 1)
     rows.append(
         f"\n{once} of {len(plan)} executions took effect exactly once at the downstream; "
         f"{sum(1 for e in plan if e.effects == 0)} never; {sum(1 for e in plan if e.calls > 1)} reached it "
-        f"more than once (a worker killed after the effect; the key absorbed it)."
+        f"more than once (a worker killed after the effect; the key absorbed it). "
+        f"The executions listing: {sum(1 for e in plan if e.listed == 'missed')} missed "
+        f"({sum(1 for e in plan if e.attempts == ['outage'])} never delivered), "
+        f"{sum(1 for e in plan if e.listed == 'skipped')} skipped; "
+        f"{sum(1 for e in plan if e.listed is not None and e.listed != e.expected_status)} "
+        "disagree with the simulation."
     )
     cells = "".join(
-        f'<div class="cell {"ok" if e.effects == 1 else "bad"}" title="{html.escape(e.job.name)} '
+        f'<div class="cell {"missed" if e.listed == "missed" else "ok" if e.effects == 1 else "bad"}" '
+        f'title="{html.escape(e.job.name)} '
         f'{e.schedule_time:%Y-%m-%d %H:%M}: {e.effects} effect(s); {html.escape(" ".join(e.attempts))}"></div>'
         for e in plan
     )
@@ -322,10 +356,11 @@ def report(plan: list[Execution]) -> tuple[str, str]:
         f"<!doctype html><meta charset=utf-8><title>Simulated deliveries</title>"
         f"<style>body{{font:14px system-ui;margin:1.5rem}} .grid{{display:flex;flex-wrap:wrap;gap:3px;max-width:900px}}"
         f" .cell{{width:16px;height:16px;border-radius:3px}} .ok{{background:#1a7f37}}"
-        f" .bad{{background:#cf222e}}</style>"
+        f" .bad{{background:#cf222e}} .missed{{border:2px dashed #cf222e}}</style>"
         f"<h1>Simulated Cloud Scheduler deliveries</h1><p>{html.escape(rows[-1].strip())}</p>"
         f"<p>One square per execution, in time order: green = its side effect happened exactly once; "
-        f"red = not. Hover for its attempts.</p><div class=grid>{cells}</div>"
+        f"dashed = missed (never delivered, and the listing says so); red = anything else. "
+        f"Hover for its attempts.</p><div class=grid>{cells}</div>"
         f"<pre>{html.escape(chr(10).join(rows))}</pre>"
     )
     return "\n".join(rows), page
@@ -358,6 +393,11 @@ def main() -> int:
         simulation = simulate(
             server.url, jobs, args.executions, args.compress, faults, args.seed, sink, server_pid=server.process.pid
         )
+        os.environ.update(emulator.env)
+        from google.cloud import ndb
+
+        with ndb.Client(project=emulator.project).context():
+            list_executions(simulation.plan, datetime.datetime.now(datetime.timezone.utc))
     plan = simulation.plan
     os.unlink(jobs_file)
     table, page = report(plan)
@@ -366,8 +406,10 @@ def main() -> int:
         handle.write(page)
     print(f"chart: {args.report}")
     bad = unexplained(plan, simulation.kills)
+    disagree = [e for e in plan if e.listed != e.expected_status]
     print(f"{len(simulation.kills)} worker kill(s); {len(bad)} execution(s) not exactly once")
-    return 0 if not bad else 1
+    print(f"executions listing: {len(disagree)} slot(s) disagree with what the simulation delivered")
+    return 0 if not bad and not disagree else 1
 
 
 if __name__ == "__main__":

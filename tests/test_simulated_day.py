@@ -1,10 +1,11 @@
 """Chaos: a simulated day of Cloud Scheduler deliveries against gunicorn (devtools/simulate.py).
 
 200 executions with 30% duplicate deliveries, 10% lost acknowledgements, 5%
-worker kills, 10% transient failures and 10% side effects slower than the
-attempt deadline: every execution's side effect happens, and happens once
-(counted at the downstream by key), and no record is left in progress after
-its lease.
+worker kills, 10% transient failures, 10% side effects slower than the
+attempt deadline and 5% executions never delivered (outages): every delivered
+execution's side effect happens, and happens once (counted at the downstream
+by key), no record is left in progress after its lease, and the executions
+listing says of each slot what happened: completed, or missed for the outages.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import textwrap
 import pytest
 
 from devtools.gunicorn import GunicornServer
-from devtools.simulate import EffectSink, Faults, report, simulate, simulation_jobs_file, unexplained
+from devtools.simulate import EffectSink, Faults, list_executions, report, simulate, simulation_jobs_file, unexplained
 from models import RunRecord, RunStatus
 from schedules.config import parse_scheduler_document
 
@@ -46,7 +47,7 @@ def test_a_simulated_day(datastore, ndb_client, tmp_path):
 
     jobs = parse_scheduler_document(yaml.safe_load(SCHEDULE))
     compress = 60.0
-    faults = Faults(duplicates=0.3, lost_acks=0.1, slow=0.1, transient=0.1, worker_kills=0.05)
+    faults = Faults(duplicates=0.3, lost_acks=0.1, slow=0.1, transient=0.1, worker_kills=0.05, outages=0.05)
     sink = EffectSink(faults, slow_seconds=1.5, rng=random.Random(11))
     jobs_file = simulation_jobs_file(jobs, sink.url, compress)
     try:
@@ -57,6 +58,8 @@ def test_a_simulated_day(datastore, ndb_client, tmp_path):
     finally:
         os.unlink(jobs_file)
     plan = simulation.plan
+    with ndb_client.context():
+        list_executions(plan, datetime.datetime.now(datetime.timezone.utc))
     table, page = report(plan)
     (tmp_path / "simulation.html").write_text(page)
     assert len(plan) == 200
@@ -67,6 +70,13 @@ def test_a_simulated_day(datastore, ndb_client, tmp_path):
     assert bad == [], "\n".join(
         f"{e.job.name} {e.schedule_time} effects={e.effects} calls={e.calls} {e.attempts}" for e in bad
     )
+    # The executions listing agrees with what was delivered: each outage's slot is missed, every
+    # other one completed (its effect happened once), and nothing else.
+    outages = [e for e in plan if e.attempts == ["outage"]]
+    assert outages and all(e.listed == "missed" for e in outages)
+    disagree = [e for e in plan if e.listed != e.expected_status]
+    assert disagree == [], [(e.job.name, e.schedule_time, e.listed, e.effects, e.attempts) for e in disagree]
+    assert "missed" in table.splitlines()[-1]
     with ndb_client.context():
         now = datetime.datetime.now(datetime.timezone.utc)
         stuck = [
