@@ -28,7 +28,14 @@ def main() -> int:
     )
     print(f"Example downstream service (examples/downstream.py) on http://127.0.0.1:{args.downstream_port}", flush=True)
     # Local development: no caller verification unless DEDUP_AUTH says otherwise.
-    env = {"DEDUP_AUTH": "none", **os.environ, **emulator.env, "DEDUP_JOBS_FILE": args.jobs}
+    env = {
+        "DEDUP_AUTH": "none",
+        # The Scheduler jobs make run knows it is the target of (executions listing, dashboard).
+        "DEDUP_SCHEDULER_FILE": "examples/local-scheduler.yaml" if args.jobs == "examples/local-jobs.yaml" else "",
+        **os.environ,
+        **emulator.env,
+        "DEDUP_JOBS_FILE": args.jobs,
+    }
     servers = [
         _gunicorn(args.port, "main:app", env),
         _gunicorn(args.downstream_port, "examples.downstream_main:app", env, workers=1),

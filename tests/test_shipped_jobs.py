@@ -110,12 +110,37 @@ def test_every_shipped_job_runs_to_completion(jobs_file_name, job_id, request, d
         assert [(c["path"], c["key"]) for c in downstream.calls] == [(declared_path, first.json["run_id"])]
 
 
+# Each shipped scheduler file, and the jobs file it is checked against.
+SHIPPED_SCHEDULES = {"scheduler.yaml": "jobs.yaml", "examples/local-scheduler.yaml": "examples/local-jobs.yaml"}
+
+
 def test_shipped_files_are_all_covered():
-    """A new jobs file under examples/ is shipped too: it must be listed above."""
+    """A new jobs or scheduler file under examples/ is shipped too: it must be listed above."""
     found = {
         f"examples/{name}" for name in os.listdir(os.path.join(ROOT, "examples")) if name.endswith((".yaml", ".yml"))
     }
-    assert found | {"jobs.yaml"} == set(SHIPPED_FILES)
+    assert found | {"jobs.yaml", "scheduler.yaml"} == set(SHIPPED_FILES) | set(SHIPPED_SCHEDULES)
+
+
+@pytest.mark.parametrize("schedule, jobs", sorted(SHIPPED_SCHEDULES.items()))
+def test_each_shipped_scheduler_file_loads_with_its_jobs(schedule, jobs, datastore, ndb_client, clock):
+    """The app starts with it (the same validation as the ops CLI) and lists its slots."""
+    import webtest
+
+    from handlers import create_app
+
+    app = create_app(
+        jobs_file=os.path.join(ROOT, jobs),
+        scheduler_file=os.path.join(ROOT, schedule),
+        clock=clock,
+        ndb_client=ndb_client,
+    )
+    state = app.extensions["dedup"]
+    assert state.schedules
+    client = webtest.TestApp(app)
+    for target in sorted({job.target for job in state.schedules}):
+        listing = client.get(f"/api/v1/jobs/{target}/executions", params={"since": "2029-12-30T00:00:00Z"}).json
+        assert listing["executions"] and {e["status"] for e in listing["executions"]} <= {"missed", "due"}
 
 
 DIGEST_JOBS = """
