@@ -237,7 +237,9 @@ class Ledger:
             refusal = _refusal(live, description, now)
             if refusal is not None:
                 return refusal
-            if live is not None and live.status == RunStatus.IN_PROGRESS:
+            if live is not None and (live.status == RunStatus.IN_PROGRESS or live.downstream):
+                # An attempt began (it holds or held the run, or started something downstream):
+                # what it began must be finished, and the claim adopts it.
                 return None
             record = RunRecord(
                 id=run_id,
@@ -245,7 +247,7 @@ class Ledger:
                 attempts=list(live.attempts or []) if live else [],
                 status=RunStatus.SKIPPED.value,
                 attempt_id=uuid.uuid4().hex,  # no attempt ran: an id nothing holds
-                attempt=live.attempt if live else 0,
+                attempt=current.attempt if current else 0,  # attempt numbers never go back
                 lease_expires=now,
                 expire_at=now + _seconds(policy.retention_seconds),
                 created=live.created if live else now,

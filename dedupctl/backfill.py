@@ -115,7 +115,7 @@ def _executions(base: str, since: str, until: str, headers: dict[str, str]) -> l
 
 
 def _run_slot(base: str, execution: dict[str, Any], headers: dict[str, str], policy: RetryPolicy):
-    query = urllib.parse.urlencode({"scheduler_job": execution["scheduler_job"]})
+    query = urllib.parse.urlencode({name: execution[name] for name in ("scheduler_job", "project", "location")})
     url = f"{base}/{urllib.parse.quote(execution['schedule_time'], safe='')}/run?{query}"
     session = requests.Session()
 

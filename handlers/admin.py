@@ -23,7 +23,7 @@ from handlers.access import Role, requires
 from handlers.dashboard_actions import new_form_token
 from handlers.run_documents import duration_seconds, is_stuck, may_retry, run_document
 from models import RunRecord, RunSource, RunStatus
-from schedules.slots import MAX_SLOTS, execution_document, slots_between
+from schedules.slots import execution_document, latest_slots
 
 blueprint = Blueprint("admin", __name__, url_prefix="/admin", template_folder="templates")
 
@@ -152,12 +152,13 @@ def row(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
 
 
 def expected_executions(job_id: str, now: datetime.datetime) -> list[dict[str, Any]]:
-    """The job's expected executions of the last day (at most CARD_SLOTS, the newest), with their status."""
+    """The job's newest CARD_SLOTS expected executions (of the last day), with their status."""
     state = app_state()
     scheduler_jobs = [job for job in state.schedules if job.target == job_id]
     if not scheduler_jobs:
         return []
-    slots = slots_between(scheduler_jobs, now - datetime.timedelta(hours=24), now, MAX_SLOTS)[-CARD_SLOTS:]
+    day_ago = now - datetime.timedelta(hours=24)
+    slots = [slot for slot in latest_slots(scheduler_jobs, now, CARD_SLOTS) if slot.schedule_time > day_ago]
     records = state.ledger.lookup_many([slot.run_id for slot in slots])
     return [execution_document(slot, records.get(slot.run_id), now) for slot in slots]
 
@@ -185,6 +186,7 @@ def job_summary(
         # Slots an operator may run by hand, newest first.
         "to_run": [e for e in reversed(expected) if e["status"] in RUNNABLE_SLOTS][:5],
         "missed": sum(e["status"] == "missed" for e in expected),
+        "expected_count": len(expected),
     }
 
 

@@ -20,7 +20,7 @@ from werkzeug.exceptions import NotFound
 from werkzeug.wrappers import Response
 
 from dedup.errors import InvalidRunRequest
-from dedup.keys import is_run_id, parse_rfc3339
+from dedup.keys import check_schedule_time, is_run_id, parse_rfc3339
 from dedup.outcomes import Contended, Mismatch, OtherJob, Overlap, Released, RunOutcome
 from handlers import app_state
 from handlers.access import Role, requires
@@ -175,13 +175,13 @@ def run_slot(job_id: str, schedule_time: str) -> Response | tuple[str, int]:
     late Scheduler retry of it the same run.
     """
     try:
-        fields = form_fields(frozenset({"scheduler_job"}))
-        instant = parse_rfc3339(schedule_time, "schedule_time")
-        found = find_slot(job_id, schedules_of(job_id), instant, fields.get("scheduler_job"))
+        fields = form_fields(frozenset({"scheduler_job", "project", "location"}))
+        instant = check_schedule_time("schedule_time", parse_rfc3339(schedule_time, "schedule_time"))
+        found = find_slot(job_id, schedules_of(job_id), instant, **fields)
     except FormProblem as problem:
         return problem_page(problem.status, problem.message)
     except InvalidRunRequest:
-        return problem_page(400, "the schedule time must be an RFC 3339 timestamp")
+        return problem_page(400, "the schedule time must be an RFC 3339 timestamp from 2000 up to 2100")
     except NotFound as missing:
         return problem_page(404, missing.description)
     if isinstance(found, str):

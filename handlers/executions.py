@@ -16,7 +16,7 @@ from flask import Blueprint, jsonify, request
 from werkzeug.exceptions import NotFound
 
 from dedup.errors import InvalidRunRequest
-from dedup.keys import format_utc, parse_rfc3339, scheduled_run_key
+from dedup.keys import EARLIEST_SCHEDULE_TIME, check_schedule_time, format_utc, parse_rfc3339, scheduled_run_key
 from dedup.outcomes import RunOutcome
 from dedup.queries import RunFilter
 from handlers import app_state
@@ -26,7 +26,7 @@ from handlers.logs import note_run
 from handlers.responses import outcome_response
 from handlers.run_documents import run_summaries
 from handlers.scheduler import run_scheduled
-from models import RunSource
+from models import RunRecord, RunSource
 from schedules.config import SchedulerJob
 from schedules.slots import MAX_SLOTS, Slot, delivery_scope, execution_document, is_slot, nearest_slots, slots_between
 
@@ -34,6 +34,42 @@ blueprint = Blueprint("executions", __name__, url_prefix="/api/v1")
 
 DEFAULT_RANGE = datetime.timedelta(hours=24)
 MAX_UNSCHEDULED = 100
+
+
+MAX_UNSCHEDULED_PAGES = 5  # the run pages read to find MAX_UNSCHEDULED runs that match no slot
+
+
+def _time_problem(name: str, exc: InvalidRunRequest) -> str:
+    if "outside the accepted range" in exc.message:
+        return exc.message
+    return f"{name} must be an RFC 3339 timestamp such as 2026-11-29T00:00:00Z"
+
+
+def is_expected_run(record: RunRecord, scheduler_jobs: list[SchedulerJob]) -> bool:
+    """A Scheduler run of a declared Scheduler job, in its scope, at one of its slots."""
+    if record.source != RunSource.SCHEDULER.value or record.schedule_time is None:
+        return False
+    return any(
+        job.name == record.scheduler_job_name
+        and delivery_scope(job) == (record.project or None, record.location or None)
+        and is_slot(job, record.schedule_time)
+        for job in scheduler_jobs
+    )
+
+
+def unscheduled_runs(
+    job_id: str, scheduler_jobs: list[SchedulerJob], since: datetime.datetime, until: datetime.datetime
+) -> list[RunRecord]:
+    """Runs of the job created in [since, until) that match no slot: manual runs, undeclared Scheduler jobs."""
+    state = app_state()
+    found: list[RunRecord] = []
+    cursor = None
+    for _ in range(MAX_UNSCHEDULED_PAGES):
+        page, cursor = state.ledger.find_runs(RunFilter(job_id=job_id, since=since, until=until), 100, cursor)
+        found += [record for record in page if not is_expected_run(record, scheduler_jobs)]
+        if cursor is None or len(found) >= MAX_UNSCHEDULED:
+            break
+    return found[:MAX_UNSCHEDULED]
 
 
 def schedules_of(job_id: str) -> list[SchedulerJob]:
@@ -59,24 +95,24 @@ def list_executions(job_id: str):
     for name in ("since", "until"):
         if request.args.get(name):
             try:
-                bounds[name] = parse_rfc3339(request.args[name], name)
-            except InvalidRunRequest:
-                return json_error(
-                    400,
-                    "InvalidParameterException",
-                    f"{name} must be an RFC 3339 timestamp such as 2026-11-29T00:00:00Z",
-                )
+                bounds[name] = check_schedule_time(name, parse_rfc3339(request.args[name], name))
+            except InvalidRunRequest as exc:
+                return json_error(400, "InvalidParameterException", _time_problem(name, exc))
     until = bounds.get("until", now)
-    since = bounds.get("since", until - DEFAULT_RANGE)
+    since = bounds.get("since", max(until - DEFAULT_RANGE, EARLIEST_SCHEDULE_TIME))
     if since >= until:
         return json_error(400, "InvalidParameterException", "since must be before until")
     slots = slots_between(scheduler_jobs, since, until, MAX_SLOTS + 1)
-    next_since = format_utc(slots[MAX_SLOTS].schedule_time) if len(slots) > MAX_SLOTS else None
-    slots = slots[:MAX_SLOTS]
+    next_since = None
+    if len(slots) > MAX_SLOTS:
+        # End the page before the time the cap cut into, so a time shared by several
+        # Scheduler jobs is never split over two pages (nor listed twice).
+        next_time = slots[MAX_SLOTS].schedule_time
+        kept = [slot for slot in slots[:MAX_SLOTS] if slot.schedule_time < next_time]
+        slots = kept or [slot for slot in slots if slot.schedule_time == next_time]
+        next_since = format_utc(next_time if kept else next_time + datetime.timedelta(microseconds=1))
     records = state.ledger.lookup_many([slot.run_id for slot in slots])
-    expected = {slot.run_id for slot in slots}
-    listed, _ = state.ledger.find_runs(RunFilter(job_id=job_id, since=since, until=until), MAX_UNSCHEDULED)
-    unscheduled = [record for record in listed if record.run_id not in expected]
+    unscheduled = unscheduled_runs(job_id, scheduler_jobs, since, until)
     return jsonify(
         {
             "job_id": job_id,
@@ -102,22 +138,42 @@ def run_slot(job_id: str, schedule_time: str):
     """
     scheduler_jobs = schedules_of(job_id)
     try:
-        instant = parse_rfc3339(schedule_time, "schedule_time")
-    except InvalidRunRequest:
-        message = "the schedule time must be an RFC 3339 timestamp such as 2026-11-29T00:00:00Z"
-        return json_error(400, "InvalidParameterException", message)
-    found = find_slot(job_id, scheduler_jobs, instant, request.args.get("scheduler_job"))
+        instant = check_schedule_time("schedule_time", parse_rfc3339(schedule_time, "schedule_time"))
+    except InvalidRunRequest as exc:
+        return json_error(400, "InvalidParameterException", _time_problem("schedule_time", exc))
+    chosen = {name: request.args.get(name) for name in ("scheduler_job", "project", "location")}
+    found = find_slot(job_id, scheduler_jobs, instant, **chosen)
     if isinstance(found, str):
         return json_error(400, "InvalidParameterException", found)
     return outcome_response(run_slot_now(job_id, found))
 
 
-def find_slot(job_id: str, scheduler_jobs: list[SchedulerJob], instant: datetime.datetime, named: str | None):
-    """The slot of ``job_id`` at ``instant``; NotFound naming the nearest slots, or a 400 message."""
-    if named is not None:
-        scheduler_jobs = [job for job in scheduler_jobs if job.name == named]
-        if not scheduler_jobs:
-            raise NotFound(f"no Scheduler job {named!r} targets job {job_id!r}")
+def find_slot(
+    job_id: str,
+    scheduler_jobs: list[SchedulerJob],
+    instant: datetime.datetime,
+    scheduler_job: str | None = None,
+    project: str | None = None,
+    location: str | None = None,
+):
+    """The slot of ``job_id`` at ``instant``; NotFound naming the nearest slots, or a 400 message.
+
+    ``scheduler_job``, ``project`` and ``location`` pick among several Scheduler jobs
+    (one job id may be declared in several projects or locations).
+    """
+    picked = [
+        job
+        for job in scheduler_jobs
+        if scheduler_job in (None, job.name) and project in (None, job.project) and location in (None, job.location)
+    ]
+    if not picked:
+        wanted = ", ".join(
+            f"{k}={v!r}"
+            for k, v in (("scheduler_job", scheduler_job), ("project", project), ("location", location))
+            if v is not None
+        )
+        raise NotFound(f"no Scheduler job with {wanted} targets job {job_id!r}")
+    scheduler_jobs = picked
     matching = [job for job in scheduler_jobs if is_slot(job, instant)]
     if not matching:
         nearest = "; ".join(
@@ -129,8 +185,8 @@ def find_slot(job_id: str, scheduler_jobs: list[SchedulerJob], instant: datetime
             f"{format_utc(instant)} is not a slot of {job_id!r}'s schedule; the nearest: {nearest or 'none'}"
         )
     if len(matching) > 1:
-        names = ", ".join(sorted(job.name for job in matching))
-        return f"several Scheduler jobs have this slot ({names}): name one with ?scheduler_job="
+        names = ", ".join(sorted(f"{job.name} in {job.project}/{job.location}" for job in matching))
+        return f"several Scheduler jobs have this slot ({names}): choose with scheduler_job, project and location"
     return Slot(matching[0], instant)
 
 

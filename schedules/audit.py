@@ -23,9 +23,11 @@ from schedules.config import SchedulerJob
 from schedules.slots import MAX_SLOTS, Slot, Status, execution_status, slots_between
 
 log = logging.getLogger("dedup.audit")
-# A first pass (no mark yet) looks this far back; later passes start where the last stopped.
-FIRST_LOOKBACK = datetime.timedelta(hours=24)
+# A first pass (no mark yet: a new Scheduler job, the first deploy) starts from now, so it never
+# reports a day of "missed" slots that were never expected of this app; later passes start
+# where the last stopped.
 AUDIT_PATIENCE_SECONDS = 10
+MICROSECOND = datetime.timedelta(microseconds=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,18 +59,28 @@ def audit(ledger: Ledger, jobs: tuple[SchedulerJob, ...]) -> list[MissedSlot]:
 def _audit_job(ledger: Ledger, job: SchedulerJob, now: datetime.datetime) -> list[MissedSlot]:
     key = ndb.Key(AuditMark, mark_id(job))
     mark = key.get()
-    checked_until = mark.checked_until if mark else now - FIRST_LOOKBACK
     window = Slot(job, now).window_closes - now
+    checked_until = mark.checked_until if mark else now
     # The slots whose window closed in [checked_until, now): scheduled a window earlier.
     slots = slots_between([job], checked_until - window, now - window, MAX_SLOTS)
-    if not slots:
-        return []
-    through = now if len(slots) < MAX_SLOTS else slots[-1].schedule_time + window
+    through = now if len(slots) < MAX_SLOTS else slots[-1].schedule_time + window + MICROSECOND
     records = ledger.lookup_many([slot.run_id for slot in slots])
-    found = [MissedSlot(s) for s in slots if execution_status(s, records.get(s.run_id), now) == Status.MISSED]
+    statuses = [execution_status(s, records.get(s.run_id), now) for s in slots]
+    # A run still holding a live lease past its window (a long lease, a heartbeat) may yet be
+    # missed: stop the mark before it, and report only what lies before it.
+    pending = [s for s, status in zip(slots, statuses, strict=True) if status == Status.IN_PROGRESS]
+    if pending:
+        through = min(through, pending[0].schedule_time + window)
+    found = [
+        MissedSlot(s)
+        for s, status in zip(slots, statuses, strict=True)
+        if status == Status.MISSED and s.schedule_time + window < through
+    ]
 
     def advance() -> bool:
         current = key.get()
+        if current is not None and current.checked_until == through:
+            return True  # this pass's own commit, landed although its answer was lost
         if (current.checked_until if current else None) != (mark.checked_until if mark else None):
             return False  # another pass got here first: it reports these slots
         AuditMark(key=key, checked_until=through).put()

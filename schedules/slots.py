@@ -100,6 +100,16 @@ def slots_between(
     return found[:limit]
 
 
+def latest_slots(jobs: Iterable[SchedulerJob], now: datetime.datetime, count: int) -> list[Slot]:
+    """The newest ``count`` slots at or before ``now`` of every job, oldest first."""
+    found: list[Slot] = []
+    for job in jobs:
+        iterator = croniter(job.schedule, (now + datetime.timedelta(microseconds=1)).astimezone(_zone(job)))
+        found += [Slot(job, iterator.get_prev(datetime.datetime).astimezone(UTC)) for _ in range(count)]
+    found.sort(key=lambda slot: (slot.schedule_time, slot.job.name, slot.job.project, slot.job.location))
+    return found[-count:]
+
+
 def nearest_slots(job: SchedulerJob, instant: datetime.datetime) -> tuple[datetime.datetime, datetime.datetime]:
     """The job's last schedule time before ``instant`` and its first one after it."""
     zone_instant = instant.astimezone(_zone(job))

@@ -286,7 +286,12 @@ def test_a_skipped_or_released_slot_is_reopened_and_a_running_one_is_409(site, c
     [
         ("2030-01-01T00:30:00Z", {}, 404, "nearest: invoice-hourly: 2030-01-01T00:00:00.000000Z or 2030-01-01T01:00"),
         ("yesterday", {}, 400, "RFC 3339"),
-        ("2030-01-01T00:00:00Z", {"scheduler_job": "other"}, 404, "no Scheduler job 'other' targets"),
+        (
+            "2030-01-01T00:00:00Z",
+            {"scheduler_job": "other"},
+            404,
+            "no Scheduler job with scheduler_job='other' targets",
+        ),
     ],
 )
 def test_a_time_that_is_not_a_slot_is_refused(site, when, params, status, words):
@@ -299,19 +304,18 @@ def test_the_audit_reports_each_missed_slot_once_and_never_blocks_a_late_deliver
     import logging
 
     caplog.set_level(logging.ERROR, logger="dedup.audit")
+    cron = {"X-Appengine-Cron": "true"}
+    assert site.get("/tasks/audit", headers=cron).json["missed"] == []  # a first pass starts from now
     clock.advance(3 * 3600 + 1800)  # 03:30
     deliver_slot(site, 1, status=200)
-    cron = {"X-Appengine-Cron": "true"}
     every = site.get("/tasks/audit", headers=cron).json["missed"]
-    first = [m for m in every if m["scheduler_job"] == "invoice-hourly"]
-    today = [m["schedule_time"][11:16] for m in first if m["schedule_time"].startswith("2030-01-01")]
-    assert today == ["00:00", "02:00", "03:00"]  # 01:00 ran; 03:00's window closed at 03:06:30
-    assert len(first) == 23  # a first pass looks back a day: 24 slots, one of them ran
+    first = [m["schedule_time"][11:16] for m in every if m["scheduler_job"] == "invoice-hourly"]
+    assert first == ["00:00", "02:00", "03:00"]  # 01:00 ran; 03:00's window closed at 03:06:30
     assert [m["schedule_time"] for m in every if m["scheduler_job"] == "report-paris"] == [
-        "2030-01-01T00:30:00.000000Z"  # the other job's one slot of that day
+        "2030-01-01T00:30:00.000000Z"  # the other job's slot of that night
     ]
     lines = [r for r in caplog.records if getattr(r, "outcome", None) == "missed"]
-    assert len(lines) == 24 and all(r.levelname == "ERROR" for r in lines)
+    assert len(lines) == 4 and all(r.levelname == "ERROR" for r in lines)
     assert {(r.job_id, r.scheduler_job) for r in lines} == {("invoice", "invoice-hourly"), ("report", "report-paris")}
     assert site.get("/tasks/audit", headers=cron).json["missed"] == []  # once per slot
     clock.advance(3600)  # 04:30: the 04:00 slot's window has closed
@@ -321,6 +325,78 @@ def test_the_audit_reports_each_missed_slot_once_and_never_blocks_a_late_deliver
     assert site.get("/tasks/audit", headers=cron).json["missed"] == []
 
 
+def hourly_missed(answer) -> list[str]:
+    return [m["schedule_time"][11:16] for m in answer["missed"] if m["scheduler_job"] == "invoice-hourly"]
+
+
+def test_the_audit_waits_for_a_run_whose_lease_outlives_its_window(site, clock, ndb_client):
+    from dedup.ledger import Ledger, RunDescription, RunPolicy
+
+    cron = {"X-Appengine-Cron": "true"}
+    site.get("/tasks/audit", headers=cron)  # the mark starts at 00:00
+    clock.advance(3600)
+    run_id = slot_of(site, 1)["run_id"]
+    with ndb_client.context():  # 01:00's attempt crashes holding a 3-hour lease
+        Ledger(clock).claim_run(run_id, RunDescription("scheduler", "invoice"), RunPolicy(3 * 3600, 604800))
+    clock.advance(5400)  # 02:30
+    reported = hourly_missed(site.get("/tasks/audit", headers=cron).json)
+    assert reported == ["00:00"]  # 01:00 may still finish; what comes after it waits with it
+    clock.advance(2 * 3600)  # 04:30: its lease ran out at 04:00, long after its window
+    reported = hourly_missed(site.get("/tasks/audit", headers=cron).json)
+    assert reported == ["01:00", "02:00", "03:00", "04:00"]
+    assert hourly_missed(site.get("/tasks/audit", headers=cron).json) == []
+
+
+def test_a_capped_audit_pass_reports_no_slot_twice(datastore, ndb_client, clock):
+    from dedup.ledger import Ledger
+    from schedules.audit import audit
+    from schedules.config import SchedulerJob
+
+    every_minute = SchedulerJob(
+        key="k", name="minutely", target="invoice", schedule="* * * * *", project="acme-prod", location="us-central1"
+    )
+    with ndb_client.context():
+        ledger = Ledger(clock)
+        assert audit(ledger, (every_minute,)) == []
+        clock.advance(86400)
+        passes = [audit(ledger, (every_minute,)) for _ in range(3)]
+    assert [len(p) for p in passes][0] == MAX_SLOTS  # the cap
+    times = [m.slot.schedule_time for p in passes for m in p]
+    assert len(times) == len(set(times)) == 1440  # a day of closed windows, each slot once
+
+
+def test_an_audit_whose_commit_landed_but_whose_answer_was_lost_still_reports(datastore, ndb_client, clock):
+    from unittest import mock
+
+    from google.api_core import exceptions as api_exceptions
+    from google.cloud import ndb
+
+    from dedup.ledger import Ledger
+    from schedules.audit import audit
+    from schedules.config import SchedulerJob
+
+    hourly = SchedulerJob(
+        key="k", name="hourly", target="invoice", schedule="0 * * * *", project="acme-prod", location="us-central1"
+    )
+    real, calls = ndb.transaction, []
+
+    def lossy(callback, retries=0):
+        result = real(callback, retries=retries)
+        calls.append(result)
+        if len(calls) == 1:
+            raise api_exceptions.DeadlineExceeded("commit landed, answer lost")
+        return result
+
+    with ndb_client.context():
+        ledger = Ledger(clock)
+        audit(ledger, (hourly,))
+        clock.advance(3 * 3600)
+        with mock.patch.object(ndb, "transaction", lossy):
+            missed = audit(ledger, (hourly,))
+        assert [m.slot.schedule_time.hour for m in missed] == [0, 1, 2]
+        assert audit(ledger, (hourly,)) == []
+
+
 def test_the_dashboard_shows_expected_slots_and_runs_a_missed_one(site, clock):
     clock.advance(3 * 3600 + 1800)  # 03:30
     deliver_slot(site, 3, status=200)
@@ -328,7 +404,7 @@ def test_the_dashboard_shows_expected_slots_and_runs_a_missed_one(site, clock):
     card = page.text.split('data-job="invoice"', 1)[1].split('class="card job-card"', 1)[0]
     assert "Last expected execution:" in card and "2030-01-01T03:00:00.000000Z" in card
     assert 'class="badge completed">completed' in card.split("Last expected execution:", 1)[1][:200]
-    assert "23 missed in the last day" in card  # 24 slots from 03:30 a day back; 03:00 ran
+    assert "23 missed of the last 24 expected" in card  # 24 slots from 03:30 a day back; 03:00 ran
     assert page.text.count('class="gap missed"') >= 23  # the timeline rings each missed slot
     slot_forms = [f for key, f in page.forms.items() if isinstance(key, int) and "/executions/" in f.action]
     form = slot_forms[0]  # the newest slot to run first
@@ -341,3 +417,75 @@ def test_the_dashboard_shows_expected_slots_and_runs_a_missed_one(site, clock):
         "/admin/jobs/invoice/executions/2030-01-01T02:30:00Z/run", {"scheduler_job": "invoice-hourly"}, status=404
     )
     assert "not a slot" in bad.text and bad.content_type == "text/html"
+
+
+@pytest.mark.parametrize(
+    "when", ["0001-01-01T00:00:00Z", "9999-12-31T23:00:00Z", "1999-12-31T23:00:00Z", "2100-01-01T00:00:00Z"]
+)
+def test_times_outside_the_schedule_range_are_400_never_500(site, when):
+    for params in ({"since": when}, {"until": when}, {"since": "2000-01-01T00:00:00Z", "until": when}):
+        response = site.get("/api/v1/jobs/invoice/executions", params=params, expect_errors=True)
+        assert response.status_int == 400, (params, response.status)
+    assert run_slot(site, when, status=400).json["error"] == "InvalidParameterException"
+    page = site.post(f"/admin/jobs/invoice/executions/{when}/run", {"scheduler_job": "invoice-hourly"}, status=400)
+    assert page.content_type == "text/html"
+
+
+SHARED = """
+defaults: {project: acme-prod, location: us-central1, attempt_deadline: 60s}
+jobs:
+  a: {target: invoice, schedule: "* * * * *"}
+  b: {target: invoice, schedule: "* * * * *"}
+  c: {target: invoice, schedule: "* * * * *"}
+"""
+
+
+def test_paging_never_splits_a_time_shared_by_several_scheduler_jobs(tmp_path, ndb_client, datastore, clock):
+    (tmp_path / "scheduler.yaml").write_text(textwrap.dedent(SHARED))
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(textwrap.dedent(JOBS))
+    site = webtest.TestApp(create_app(jobs_file=str(jobs), clock=clock, ndb_client=ndb_client))
+    seen, since = [], "2029-12-31T00:00:00Z"
+    while since:
+        page = site.get(
+            "/api/v1/jobs/invoice/executions", params={"since": since, "until": "2030-01-01T00:00:00Z"}
+        ).json
+        seen += [(e["scheduler_job"], e["schedule_time"]) for e in page["executions"]]
+        since = page["next_since"]
+    assert len(seen) == len(set(seen)) == 3 * 1440
+
+
+def test_unscheduled_is_what_matches_no_slot_wherever_the_page_ends(site, clock):
+    clock.advance(3 * 3600)
+    deliver_slot(site, 0, status=200)  # created 03:00, for the 00:00 slot
+    listing = executions(site, since="2030-01-01T01:00:00Z", until="2030-01-01T04:00:00Z")
+    assert listing["unscheduled"] == []  # a delivered slot before since is still a slot's run
+
+
+def test_a_late_delivery_of_a_released_run_that_started_something_adopts_it(make_client, clock, ndb_client):
+    from dedup.ledger import Ledger, RunDescription, RunPolicy
+
+    late_jobs = "jobs:\n  invoice:\n    kind: python\n    target: tests.job_targets:scripted_failures\n"
+    client = make_client(late_jobs + "    max_delay_seconds: 60\n")
+    key = scheduled_run_key("invoice", "2030-01-01T00:00:00Z")
+    with ndb_client.context():
+        ledger = Ledger(clock)
+        claimed = ledger.claim_run(
+            key.run_id, RunDescription("scheduler", "invoice", "invoice", key.schedule_time), RunPolicy(60, 86400)
+        )
+        ledger.record_downstream(claimed.attempt, "executions/started")
+        ledger.release_run(claimed.attempt, {"message": "busy"})
+    clock.advance(600)
+    headers = scheduler_headers(job_name="invoice", schedule_time="2030-01-01T00:00:00Z")
+    answer = client.post("/jobs/invoice", b"", headers=headers, status=200).json
+    assert answer["status"] == "completed" and answer["downstream"] == "executions/started"  # finished, not skipped
+
+
+def test_the_card_of_a_minutely_job_shows_its_newest_slot(tmp_path, ndb_client, datastore, clock):
+    (tmp_path / "scheduler.yaml").write_text(textwrap.dedent(SHARED))
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(textwrap.dedent(JOBS))
+    site = webtest.TestApp(create_app(jobs_file=str(jobs), clock=clock, ndb_client=ndb_client))
+    clock.advance(3600 + 30)  # 01:00:30
+    card = site.get("/admin/").text.split('data-job="invoice"', 1)[1].split('class="card job-card"', 1)[0]
+    assert "Last expected execution:\n      2030-01-01T01:00:00.000000Z" in card
