@@ -150,13 +150,23 @@ class Ledger:
     # -- writes (each one transaction) -----------------------------------------
 
     def claim_run(
-        self, run_id: str, description: RunDescription, policy: RunPolicy, reopen: bool = False
-    ) -> ClaimOutcome:
+        self,
+        run_id: str,
+        description: RunDescription,
+        policy: RunPolicy,
+        reopen: bool = False,
+        skip_reason: str | None = None,
+    ) -> ClaimOutcome | Skipped:
         """Take the run for a new attempt, or say why not.
 
         ``reopen`` (an operator running a slot by hand): a failed or skipped run
         counts as absent too, so the claim replaces it, keeping its history and
         attempt count; a completed one is still replayed, a leased one refused.
+        ``skip_reason`` (a delivery later than its job allows): where the claim
+        would start the run afresh (no record, a released or expired one that
+        started nothing downstream), the run is recorded as skipped instead, in
+        the same transaction; an attempt that began is still taken over, since
+        what it began must be finished.
         """
         # Chosen once, outside the transaction: if a commit lands but its answer
         # is lost, the retry finds this id in the record and knows the claim is its own.
@@ -180,6 +190,12 @@ class Ledger:
             refusal = _refusal(live, description, now, reopen)
             if refusal is not None:
                 return refusal
+            if skip_reason is not None and (
+                live is None or (live.status != RunStatus.IN_PROGRESS and not live.downstream)
+            ):
+                record = _skipped_record(run_id, description, policy, skip_reason, live, current, now)
+                record.put()
+                return Skipped(record)
             if lock is not None and lock.run_id != run_id and lock.is_held(now):
                 return Overlap.until(run_id, lock.run_id, lock.lease_expires, now)
             # Absent, released, or an in-progress record whose lease ran out (a
@@ -218,53 +234,6 @@ class Ledger:
                 extra={"run_id": run_id, "attempt": outcome.attempt.attempt, "outcome": "takeover"},
             )
         return outcome
-
-    def skip_run(
-        self, run_id: str, description: RunDescription, policy: RunPolicy, reason: str
-    ) -> Skipped | ClaimOutcome | None:
-        """Record a late delivery's slot as skipped, without running it; None: claim it instead.
-
-        Only where a claim would start the run afresh (no record, a released
-        or expired one).  A finished run is replayed and a leased one refused,
-        as a claim would; an attempt that started and lost its lease is taken
-        over (None), since what it began must be finished, not skipped.
-        """
-
-        def skip() -> Skipped | ClaimOutcome | None:
-            now = self.clock.now()
-            current = RunRecord.get_by_id(run_id)
-            live = current if current is not None and not current.is_expired(now) else None
-            refusal = _refusal(live, description, now)
-            if refusal is not None:
-                return refusal
-            if live is not None and (live.status == RunStatus.IN_PROGRESS or live.downstream):
-                # An attempt began (it holds or held the run, or started something downstream):
-                # what it began must be finished, and the claim adopts it.
-                return None
-            record = RunRecord(
-                id=run_id,
-                **{field.name: getattr(description, field.name) for field in dataclasses.fields(description)},
-                attempts=list(live.attempts or []) if live else [],
-                status=RunStatus.SKIPPED.value,
-                attempt_id=uuid.uuid4().hex,  # no attempt ran: an id nothing holds
-                attempt=current.attempt if current else 0,  # attempt numbers never go back
-                lease_expires=now,
-                expire_at=now + _seconds(policy.retention_seconds),
-                created=live.created if live else now,
-                updated=now,
-                finished=now,
-                error={"type": "LateDelivery", "message": reason},
-                preview=json_preview({"type": "LateDelivery", "message": reason}),
-            )
-            record.put()
-            return Skipped(record)
-
-        try:
-            return run_transaction(skip, CLAIM_PATIENCE_SECONDS)
-        except RETRYABLE_ERRORS as exc:
-            if not is_contention(exc):
-                raise
-            return Contended(run_id)
 
     def renew_lease(
         self, attempt: Attempt, lease_seconds: float, patience_seconds: float | None = None
@@ -510,6 +479,34 @@ def _record_end(record: RunRecord, status: RunStatus, document: object, now: dat
         else entry
         for entry in record.attempts or []
     ]
+
+
+def _skipped_record(
+    run_id: str,
+    description: RunDescription,
+    policy: RunPolicy,
+    reason: str,
+    live: RunRecord | None,
+    current: RunRecord | None,
+    now: datetime.datetime,
+) -> RunRecord:
+    """A late slot, recorded as skipped: no attempt ran (its attempt id is one nothing holds)."""
+    error = {"type": "LateDelivery", "message": reason}
+    return RunRecord(
+        id=run_id,
+        **{field.name: getattr(description, field.name) for field in dataclasses.fields(description)},
+        attempts=list(live.attempts or []) if live else [],
+        status=RunStatus.SKIPPED.value,
+        attempt_id=uuid.uuid4().hex,
+        attempt=current.attempt if current else 0,  # attempt numbers never go back
+        lease_expires=now,
+        expire_at=now + _seconds(policy.retention_seconds),
+        created=live.created if live else now,
+        updated=now,
+        finished=now,
+        error=error,
+        preview=json_preview(error),
+    )
 
 
 def _finish_landed(attempt: Attempt, status: RunStatus) -> Callable[[RunRecord | None], Finished | None]:

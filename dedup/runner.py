@@ -149,11 +149,7 @@ def _replay_or_claim(
     replay = ledger.replay(run_id, description.fingerprint, description.job_id)
     if replay is not None and not (reopen and isinstance(replay, Replayed) and replay.record.status in REOPENED):
         return replay
-    if skip_reason is not None:
-        skipped = ledger.skip_run(run_id, description, policy, skip_reason)
-        if skipped is not None:
-            return skipped
-    return ledger.claim_run(run_id, description, policy, reopen=reopen)
+    return ledger.claim_run(run_id, description, policy, reopen=reopen, skip_reason=skip_reason)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -269,7 +269,9 @@ def test_a_skipped_or_released_slot_is_reopened_and_a_running_one_is_409(site, c
     clock.advance(2 * 3600 + 10)
     skipped_id = slot_of(site, 0)["run_id"]
     with ndb_client.context():
-        Ledger(clock).skip_run(skipped_id, RunDescription("scheduler", "invoice"), RunPolicy(60, 604800), "late")
+        Ledger(clock).claim_run(
+            skipped_id, RunDescription("scheduler", "invoice"), RunPolicy(60, 604800), skip_reason="late"
+        )
     assert slot_of(site, 0)["status"] == "skipped" and slot_of(site, 0)["reason"] == "late"
     assert run_slot(site, "2030-01-01T00:00:00Z", status=200).json["status"] == "completed"
     job_targets.FAILURES["invoice"] = ["retryable"]
