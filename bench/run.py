@@ -84,96 +84,104 @@ def main() -> int:
     parser.add_argument("--no-write", action="store_true", help="print only; do not update bench/results.md")
     parser.add_argument("--concurrency", type=int, default=64, help="concurrent duplicates of one execution")
     parser.add_argument("--throughput-requests", type=int, default=400, help="distinct runs per throughput row")
+    parser.add_argument(
+        "--rtt-ms",
+        type=float,
+        default=0,
+        help="also measure with this Datastore round trip (half each way, through devtools.latency_proxy)",
+    )
     args = parser.parse_args()
 
     import logging
+
+    from devtools.latency_proxy import DelayingProxy
 
     logging.getLogger("dedup.requests").setLevel(logging.ERROR)  # one line per request is noise here
     with DatastoreEmulator(project="dedup-bench") as emulator:
         os.environ.update(emulator.env)
         os.environ.setdefault("DEDUP_AUTH", "none")  # measure the ledger, not token checks
-        from dedup.ledger import RunDescription, RunPolicy
-        from handlers import create_app
-
-        client, counter = counting_client(emulator.project)
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
-            handle.write(BENCH_JOBS)
-        app = create_app(jobs_file=handle.name, ndb_client=client)
-        os.unlink(handle.name)
-        http = werkzeug.test.Client(app)
-        state = app.extensions["dedup"]
-        base = datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc)
-
-        def deliver(schedule_time: datetime.datetime, job_name: str = "bench") -> int:
-            return http.post(
-                "/jobs/noop",
-                headers={
-                    "X-CloudScheduler-JobName": job_name,
-                    "X-CloudScheduler-ScheduleTime": schedule_time.isoformat(),
-                },
-            ).status_code
-
-        def at(index: int) -> datetime.datetime:
-            return base + datetime.timedelta(minutes=index)
-
-        # Warm up connections and code paths.
-        for index in range(20):
-            deliver(at(-100 - index), "warmup")
-
-        rows = [measure("fresh run", args.requests, lambda i: deliver(at(i)), counter, 200)]
-        rows.append(measure("completed duplicate", args.requests, lambda i: deliver(at(0)), counter, 200))
-        # An attempt that holds a live lease and never finishes.
-        held = datetime.datetime(2031, 1, 1, tzinfo=datetime.timezone.utc)
-        from dedup.keys import ScheduledRunKey
-
-        run_id = ScheduledRunKey("", "", "bench", held).run_id
-        with client.context():
-            state.ledger.claim_run(run_id, RunDescription("scheduler", "noop"), RunPolicy(3600, 7200))
-        rows.append(measure("in-progress duplicate", args.requests, lambda i: deliver(held), counter, 409))
-        # Refused before the ledger is asked: a schedule time that is not RFC 3339.
-        rows.append(
-            measure(
-                "bad input (400)",
-                args.requests,
-                lambda i: (
-                    http.post(
-                        "/jobs/noop",
-                        headers={"X-CloudScheduler-JobName": "bench", "X-CloudScheduler-ScheduleTime": "yesterday"},
-                    ).status_code
-                ),
-                counter,
-                400,
-            )
-        )
-        # One heartbeat renewal of a running attempt (every third of the lease while a job runs).
-        renewing = datetime.datetime(2031, 6, 1, tzinfo=datetime.timezone.utc)
-        with client.context():
-            owner = state.ledger.claim_run(
-                ScheduledRunKey("", "", "bench", renewing).run_id,
-                RunDescription("scheduler", "noop"),
-                RunPolicy(3600, 7200),
-            ).attempt
-
-            def renew(_: int) -> int:
-                return 200 if state.ledger.renew_lease(owner, 3600).__class__.__name__ == "Renewed" else 409
-
-            rows.append(measure("heartbeat renewal (each)", args.requests, renew, counter, 200))
-        baseline = werkzeug.test.Client(plain_app(state.jobs["noop"], client))
-        rows.append(
-            measure(
-                "same job without dedup", args.requests, lambda i: baseline.post("/plain").status_code, counter, 200
-            )
-        )
-
+        rows = measure_rows(emulator, emulator.host, args.requests)
+        delayed = None
+        if args.rtt_ms:
+            host, port = emulator.host.rsplit(":", 1)
+            with DelayingProxy(host, int(port), args.rtt_ms / 2) as proxy:
+                delayed = measure_rows(emulator, proxy.host, args.requests, first_minute=100_000)
+            os.environ["DATASTORE_EMULATOR_HOST"] = emulator.host
         live = measure_live(emulator, args.concurrency, args.throughput_requests)
 
-    report = render(rows, args.requests) + render_live(live, args.concurrency, args.throughput_requests)
+    report = render(rows, args.requests, delayed, args.rtt_ms) + render_live(
+        live, args.concurrency, args.throughput_requests
+    )
     print(report)
     if not args.no_write:
         with open(RESULTS_FILE, "w", encoding="utf-8") as handle:
             handle.write(report)
         print(f"written to {os.path.relpath(RESULTS_FILE)}")
     return 0
+
+
+def measure_rows(emulator, datastore_host: str, requests_: int, first_minute: int = 0) -> list[dict]:
+    """Each outcome's RPCs and latency, the app's NDB client reaching Datastore at ``datastore_host``.
+
+    ``first_minute`` keeps the schedule times of a second pass apart from the first's.
+    """
+    os.environ["DATASTORE_EMULATOR_HOST"] = datastore_host
+    from dedup.keys import ScheduledRunKey
+    from dedup.ledger import RunDescription, RunPolicy
+    from handlers import create_app
+
+    client, counter = counting_client(emulator.project)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
+        handle.write(BENCH_JOBS)
+    app = create_app(jobs_file=handle.name, ndb_client=client)
+    os.unlink(handle.name)
+    http = werkzeug.test.Client(app)
+    state = app.extensions["dedup"]
+    base = datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(minutes=first_minute)
+
+    def deliver(schedule_time: datetime.datetime, job_name: str = "bench") -> int:
+        return http.post(
+            "/jobs/noop",
+            headers={"X-CloudScheduler-JobName": job_name, "X-CloudScheduler-ScheduleTime": schedule_time.isoformat()},
+        ).status_code
+
+    def at(index: int) -> datetime.datetime:
+        return base + datetime.timedelta(minutes=index)
+
+    for index in range(20):  # warm up connections and code paths
+        deliver(at(-100 - index), "warmup")
+
+    rows = [measure("fresh run", requests_, lambda i: deliver(at(i)), counter, 200)]
+    rows.append(measure("completed duplicate", requests_, lambda i: deliver(at(0)), counter, 200))
+    # An attempt that holds a live lease and never finishes.
+    held = base + datetime.timedelta(days=365)
+    run_id = ScheduledRunKey("", "", "bench", held).run_id
+    with client.context():
+        state.ledger.claim_run(run_id, RunDescription("scheduler", "noop"), RunPolicy(3600, 7200))
+    rows.append(measure("in-progress duplicate", requests_, lambda i: deliver(held), counter, 409))
+    # Refused before the ledger is asked: a schedule time that is not RFC 3339.
+    bad = {"X-CloudScheduler-JobName": "bench", "X-CloudScheduler-ScheduleTime": "yesterday"}
+    rows.append(
+        measure("bad input (400)", requests_, lambda i: http.post("/jobs/noop", headers=bad).status_code, counter, 400)
+    )
+    # One heartbeat renewal of a running attempt (every third of the lease while a job runs).
+    renewing = base + datetime.timedelta(days=500)
+    with client.context():
+        owner = state.ledger.claim_run(
+            ScheduledRunKey("", "", "bench", renewing).run_id,
+            RunDescription("scheduler", "noop"),
+            RunPolicy(3600, 7200),
+        ).attempt
+
+        def renew(_: int) -> int:
+            return 200 if state.ledger.renew_lease(owner, 3600).__class__.__name__ == "Renewed" else 409
+
+        rows.append(measure("heartbeat renewal (each)", requests_, renew, counter, 200))
+    baseline = werkzeug.test.Client(plain_app(state.jobs["noop"], client))
+    rows.append(
+        measure("same job without dedup", requests_, lambda i: baseline.post("/plain").status_code, counter, 200)
+    )
+    return rows
 
 
 def measure_live(emulator, concurrency: int, throughput_requests: int) -> dict:
@@ -274,7 +282,7 @@ def render_live(live: dict, concurrency: int, throughput_requests: int) -> str:
     )
 
 
-def render(rows: list[dict], requests_: int) -> str:
+def render(rows: list[dict], requests_: int, delayed: list[dict] | None = None, rtt_ms: float = 0) -> str:
     machine = (
         f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"{platform.system()} {platform.release()}"
@@ -293,6 +301,20 @@ def render(rows: list[dict], requests_: int) -> str:
         lines.append(
             f"| {row['label']} | {row['rpcs']:g} | {row['breakdown'] or '-'} | {row['median']:.2f} | {row['p95']:.2f} |"
         )
+    if delayed:
+        lines += [
+            "",
+            f"## At {rtt_ms:g} ms Datastore round trip (`make bench RTT_MS={rtt_ms:g}`)",
+            "",
+            f"The same rows through `devtools/latency_proxy.py` ({rtt_ms / 2:g} ms each way, concurrent calls "
+            "not serialised). Sequential round trips = (median at this RTT - median at 0) / RTT.",
+            "",
+            "| outcome | median ms | p95 ms | sequential round trips |",
+            "|---|---|---|---|",
+        ]
+        for fast, slow in zip(rows, delayed, strict=True):
+            trips = (slow["median"] - fast["median"]) / rtt_ms
+            lines.append(f"| {slow['label']} | {slow['median']:.2f} | {slow['p95']:.2f} | {trips:.1f} |")
     return "\n".join(lines) + "\n"
 
 

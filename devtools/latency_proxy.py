@@ -1,0 +1,120 @@
+"""A TCP proxy that adds a fixed delay each way, for measuring at production-like round trips.
+
+On the loopback emulator a Datastore round trip costs almost nothing, which
+hides what users pay against real Datastore.  This proxy sits between the app
+and the emulator and holds every chunk for ``one_way_ms`` in each direction,
+**without serialising concurrent calls**: each chunk is scheduled for its
+arrival time plus the delay (``loop.call_at``), so calls that overlap on the
+wire (NDB's parallel RPCs, gRPC streams multiplexed on one connection) still
+overlap, each paying the delay once per direction.  Sleeping per call in a
+gRPC interceptor would serialise them and overstate the cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+
+CHUNK = 64 * 1024
+
+
+class DelayingProxy:
+    """``127.0.0.1:<port>`` forwarding to ``target`` with ``one_way_ms`` added each way; a context manager."""
+
+    def __init__(self, target_host: str, target_port: int, one_way_ms: float) -> None:
+        if one_way_ms < 0:
+            raise ValueError("the delay cannot be negative")
+        self.target = (target_host, target_port)
+        self.delay = one_way_ms / 1000
+        self.loop = asyncio.new_event_loop()
+        self.port = 0
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._server: asyncio.base_events.Server | None = None
+
+    @property
+    def host(self) -> str:
+        """``host:port``, as DATASTORE_EMULATOR_HOST takes it."""
+        return f"127.0.0.1:{self.port}"
+
+    def __enter__(self) -> DelayingProxy:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+    async def _shutdown(self) -> None:
+        """Close the listener and end every connection's tasks, so nothing is left pending."""
+        self._server.close()
+        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self._server = self.loop.run_until_complete(asyncio.start_server(self._connect, "127.0.0.1", 0))
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        try:
+            self.loop.run_forever()
+        finally:
+            self._server.close()
+            self.loop.close()
+
+    async def _connect(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            client_writer.close()
+            return
+        for writer in (client_writer, upstream_writer):
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        await asyncio.gather(
+            self._pump(client_reader, upstream_writer),
+            self._pump(upstream_reader, client_writer),
+            return_exceptions=True,
+        )
+        await asyncio.sleep(self.delay)  # the last scheduled chunks go out first
+        for writer in (client_writer, upstream_writer):
+            _close(writer)
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Forward each chunk at its arrival time plus the delay; order is kept (FIFO at equal times)."""
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                chunk = await reader.read(CHUNK)
+                due = loop.time() + self.delay
+                if not chunk:
+                    loop.call_at(due, _end, writer)  # a half-close, passed on after the same delay
+                    return
+                loop.call_at(due, _write, writer, chunk)
+        except (ConnectionError, OSError):
+            loop.call_at(loop.time() + self.delay, _close, writer)
+
+
+def _write(writer: asyncio.StreamWriter, chunk: bytes) -> None:
+    if not writer.is_closing():
+        writer.write(chunk)
+
+
+def _end(writer: asyncio.StreamWriter) -> None:
+    if writer.is_closing():
+        return
+    if writer.can_write_eof():
+        writer.write_eof()
+    else:
+        writer.close()
+
+
+def _close(writer: asyncio.StreamWriter) -> None:
+    if not writer.is_closing():
+        writer.close()
