@@ -21,6 +21,7 @@ from google.cloud import ndb
 
 from dedup import queries
 from dedup.clock import Clock
+from dedup.finished_cache import FinishedRuns
 from dedup.keys import format_utc
 from dedup.outcomes import (
     Attempt,
@@ -100,8 +101,10 @@ class RunDescription:
 
 
 class Ledger:
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, finished: FinishedRuns | None = None) -> None:
+        """``finished``: this process's cache of completed runs (default: a new, bounded one)."""
         self.clock = clock
+        self.finished = finished if finished is not None else FinishedRuns()
 
     # -- reads ---------------------------------------------------------------
 
@@ -128,9 +131,12 @@ class Ledger:
         ``job_id`` (when given) is the job the caller asked for: a record of
         another job is never replayed to it.
         """
-        record = self.lookup(run_id)
+        record = self.finished.get(run_id, self.clock.now())  # a completed run, answered before: no round trip
+        if record is None:
+            record = self.lookup(run_id)
         if record is None:
             return None
+        self.finished.remember(record)
         if job_id is not None and record.job_id != job_id:
             return OtherJob(record, job_id)
         if record.status == RunStatus.RELEASED:
@@ -311,7 +317,10 @@ class Ledger:
             record.put()
             return Finished(record)
 
-        return self._fenced(attempt, finish, landed=_finish_landed(attempt, status))
+        outcome = self._fenced(attempt, finish, landed=_finish_landed(attempt, status))
+        if isinstance(outcome, Finished):
+            self.finished.remember(outcome.record)  # after the commit: the next duplicate costs nothing
+        return outcome
 
     def _fenced(
         self,

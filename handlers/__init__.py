@@ -12,6 +12,7 @@ from flask import Flask, Response, current_app, g, request
 from google.cloud import ndb
 
 from dedup.clock import Clock, SystemClock
+from dedup.finished_cache import FinishedRuns
 from dedup.ledger import Ledger
 from handlers.access import Principal, Role, role_of
 from handlers.auth import Admission, AuthSettings, CallerGate
@@ -61,7 +62,7 @@ def create_app(
     wait_slots = WaitSlots(max_waiters if max_waiters is not None else max_waiters_from_environ(os.environ))
     app = Flask(__name__)
     app.json.sort_keys = False
-    ledger = Ledger(clock)
+    ledger = Ledger(clock, FinishedRuns(max_entries=finished_cache_entries_from_environ(os.environ)))
     app.extensions["dedup"] = AppState(
         jobs=jobs, clock=clock, guard=install_guard(app, ledger, wait_slots), schedules=schedules
     )
@@ -115,6 +116,23 @@ def max_waiters_from_environ(environ: Mapping[str, str]) -> int:
         raise SettingError(
             f"DEDUP_MAX_WAITERS={raw!r}: a whole number from 0 (Prefer: wait is never honoured) to "
             f"{MAX_WAITERS_LIMIT}; keep it a small share of gunicorn's --threads"
+        )
+    return int(raw)
+
+
+MAX_FINISHED_CACHE_ENTRIES = 100_000
+
+
+def finished_cache_entries_from_environ(environ: Mapping[str, str]) -> int:
+    """DEDUP_FINISHED_CACHE_ENTRIES: completed runs each process remembers (0 turns the cache off)."""
+    from dedup.finished_cache import MAX_ENTRIES
+
+    raw = environ.get("DEDUP_FINISHED_CACHE_ENTRIES", "").strip()
+    if not raw:
+        return MAX_ENTRIES
+    if not re.fullmatch(r"[0-9]{1,6}", raw) or int(raw) > MAX_FINISHED_CACHE_ENTRIES:
+        raise SettingError(
+            f"DEDUP_FINISHED_CACHE_ENTRIES={raw!r}: a whole number from 0 (no cache) to {MAX_FINISHED_CACHE_ENTRIES}"
         )
     return int(raw)
 

@@ -21,12 +21,21 @@ def counted(datastore, jobs_file, clock):
     return webtest.TestApp(app), counter
 
 
-def test_a_completed_duplicate_costs_one_lookup(counted):
+def test_a_completed_duplicate_costs_one_lookup_and_none_in_the_process_that_saw_it(
+    counted, datastore, jobs_file, clock
+):
     app, counter = counted
     app.post("/jobs/invoice", headers=scheduler_headers(), status=200)
     counter.reset()
-    app.post("/jobs/invoice", headers=scheduler_headers(), status=200)
-    assert counter.snapshot() == {"Lookup": 1}
+    replay = app.post("/jobs/invoice", headers=scheduler_headers(), status=200)
+    assert replay.json["duplicate"] is True and counter.snapshot() == {}  # this process finished it
+    other_client, other_counter = counting_client(datastore.project)  # another instance
+    other = webtest.TestApp(create_app(jobs_file=jobs_file(JOBS), clock=clock, ndb_client=other_client))
+    other.post("/jobs/invoice", headers=scheduler_headers(), status=200)
+    assert other_counter.snapshot() == {"Lookup": 1}
+    other_counter.reset()
+    other.post("/jobs/invoice", headers=scheduler_headers(), status=200)
+    assert other_counter.snapshot() == {}  # it replayed it once: now it remembers
 
 
 def test_a_fresh_run_costs_a_lookup_and_two_transactions(counted):

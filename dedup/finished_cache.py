@@ -1,0 +1,64 @@
+"""Completed runs this process has seen, answered again without a Datastore round trip.
+
+A completed run never changes (no claim replaces it; an operator's reopen
+leaves completed runs alone), so a duplicate of one can be answered from
+memory until the record's ``expire_at``.  Only completed records are kept:
+an in-progress, released or skipped record is still to change, and a failed
+one can be reopened by an operator (another process's cache would go on
+answering the old failure).  Bounded in entries and in the size of what it
+holds, least recently used first out.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import json
+import threading
+
+from models import RunRecord, RunStatus
+
+MAX_ENTRIES = 1024
+# A record whose result or kept response is larger stays out: the cache's memory is bounded by
+# MAX_ENTRIES x this, whatever jobs return (results may be 512 KiB).
+MAX_DOCUMENT_CHARS = 16 * 1024
+
+
+class FinishedRuns:
+    def __init__(self, max_entries: int = MAX_ENTRIES, max_document_chars: int = MAX_DOCUMENT_CHARS) -> None:
+        if max_entries < 0:
+            raise ValueError("the cache cannot hold fewer than no entries")
+        self.max_entries, self.max_document_chars = max_entries, max_document_chars
+        self._entries: collections.OrderedDict[str, RunRecord] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, run_id: str, now: datetime.datetime) -> RunRecord | None:
+        """The completed record of ``run_id`` if this process holds one that has not expired."""
+        with self._lock:
+            record = self._entries.get(run_id)
+            if record is None:
+                return None
+            if record.is_expired(now):
+                del self._entries[run_id]
+                return None
+            self._entries.move_to_end(run_id)
+            return record
+
+    def remember(self, record: RunRecord) -> None:
+        """Keep ``record`` if it is completed and small enough; anything else is never held."""
+        if record.status != RunStatus.COMPLETED or self.max_entries == 0 or not self._small(record):
+            return
+        with self._lock:
+            self._entries[record.run_id] = record
+            self._entries.move_to_end(record.run_id)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _small(self, record: RunRecord) -> bool:
+        try:
+            return len(json.dumps(record.result, default=str)) <= self.max_document_chars
+        except (TypeError, ValueError, RecursionError):
+            return False

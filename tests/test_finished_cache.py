@@ -1,0 +1,94 @@
+"""The in-process cache of completed runs: a hit costs no round trip, an entry lasts until the
+record's expire_at, only completed records are ever held, and it is bounded."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from dedup.finished_cache import FinishedRuns
+from dedup.ledger import Ledger, RunDescription, RunPolicy
+from dedup.outcomes import Claimed, Replayed
+from models import RunRecord, RunStatus
+
+POLICY = RunPolicy(60, 3600)
+
+
+def record(run_id: str, status: str, expires: datetime.datetime, result=None) -> RunRecord:
+    now = expires - datetime.timedelta(hours=1)
+    return RunRecord(
+        id=run_id, source="scheduler", job_id="j", status=status, attempt_id="a", attempt=1,
+        lease_expires=now, expire_at=expires, created=now, updated=now, result=result,
+    )  # fmt: skip
+
+
+T = datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def test_a_completed_record_is_held_until_it_expires(ndb_context):
+    cache = FinishedRuns()
+    cache.remember(record("r", RunStatus.COMPLETED.value, T + datetime.timedelta(hours=1), {"ok": 1}))
+    assert cache.get("r", T).result == {"ok": 1}
+    assert cache.get("r", T + datetime.timedelta(hours=1)) is None  # expire_at: gone, as for any read
+    assert len(cache) == 0
+
+
+@pytest.mark.parametrize("status", [s.value for s in RunStatus if s != RunStatus.COMPLETED])
+def test_nothing_but_completed_records_is_ever_held(ndb_context, status):
+    cache = FinishedRuns()
+    cache.remember(record("r", status, T + datetime.timedelta(hours=1)))
+    assert cache.get("r", T) is None
+
+
+def test_it_is_bounded_least_recently_used_first_out_and_keeps_big_results_out(ndb_context):
+    cache = FinishedRuns(max_entries=3, max_document_chars=100)
+    later = T + datetime.timedelta(hours=1)
+    for name in "abc":
+        cache.remember(record(name, RunStatus.COMPLETED.value, later, {"n": name}))
+    cache.get("a", T)  # a is used: b is now the oldest
+    cache.remember(record("d", RunStatus.COMPLETED.value, later, {"n": "d"}))
+    assert [name for name in "abcd" if cache.get(name, T)] == ["a", "c", "d"]
+    cache.remember(record("big", RunStatus.COMPLETED.value, later, {"x": "y" * 200}))
+    assert cache.get("big", T) is None and len(cache) == 3
+    assert len(FinishedRuns(max_entries=0)) == 0
+    with pytest.raises(ValueError):
+        FinishedRuns(max_entries=-1)
+
+
+def test_the_ledger_answers_a_completed_duplicate_from_memory_and_only_then(ndb_context, clock):
+    ledger = Ledger(clock)
+    claimed = ledger.claim_run("run-1", RunDescription("scheduler", "j"), POLICY)
+    assert isinstance(claimed, Claimed) and ledger.replay("run-1", None, "j") is None  # in progress: not held
+    ledger.complete_run(claimed.attempt, {"ok": True}, POLICY)
+    RunRecord.get_by_id("run-1").key.delete()  # gone from Datastore: only memory can answer now
+    replay = ledger.replay("run-1", None, "j")
+    assert isinstance(replay, Replayed) and replay.record.result == {"ok": True}
+    assert ledger.replay("run-1", None, "other-job").__class__.__name__ == "OtherJob"  # the checks still apply
+    clock.advance(3601 + 60)
+    assert ledger.replay("run-1", None, "j") is None  # past expire_at: absent, as everywhere
+
+
+def test_a_failed_run_is_never_answered_from_memory(ndb_context, clock):
+    """An operator may reopen it; another process's memory must not go on answering the failure."""
+    ledger = Ledger(clock)
+    claimed = ledger.claim_run("run-2", RunDescription("scheduler", "j"), POLICY)
+    ledger.fail_run(claimed.attempt, {"type": "Rejected"}, POLICY)
+    assert ledger.replay("run-2", None, "j").record.status == RunStatus.FAILED
+    RunRecord.get_by_id("run-2").key.delete()
+    assert ledger.replay("run-2", None, "j") is None
+
+
+@pytest.mark.parametrize("raw, entries", [("", 1024), ("0", 0), ("50", 50)])
+def test_the_cache_size_is_a_setting(raw, entries):
+    from handlers import finished_cache_entries_from_environ
+
+    assert finished_cache_entries_from_environ({"DEDUP_FINISHED_CACHE_ENTRIES": raw}) == entries
+
+
+@pytest.mark.parametrize("raw", ["-1", "lots", "1e3", "100001"])
+def test_a_bad_cache_size_stops_the_app(raw):
+    from handlers import SettingError, finished_cache_entries_from_environ
+
+    with pytest.raises(SettingError, match="DEDUP_FINISHED_CACHE_ENTRIES"):
+        finished_cache_entries_from_environ({"DEDUP_FINISHED_CACHE_ENTRIES": raw})
