@@ -105,36 +105,35 @@ class SettingError(ValueError):
     """A bad DEDUP_* setting: the app refuses to start."""
 
 
+def whole_number_setting(environ: Mapping[str, str], name: str, default: int, limit: int, zero_means: str) -> int:
+    """A DEDUP_* setting that is a whole number from 0 to ``limit`` (unset: ``default``)."""
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not re.fullmatch(r"[0-9]{1,7}", raw) or int(raw) > limit:
+        raise SettingError(f"{name}={raw!r}: a whole number from 0 ({zero_means}) to {limit}")
+    return int(raw)
+
+
 def max_waiters_from_environ(environ: Mapping[str, str]) -> int:
-    """DEDUP_MAX_WAITERS: a whole number from 0 (never wait) to MAX_WAITERS_LIMIT."""
+    """DEDUP_MAX_WAITERS: keep it a small share of gunicorn's --threads."""
     from handlers.idempotent import DEFAULT_MAX_WAITERS
 
-    raw = environ.get("DEDUP_MAX_WAITERS", "").strip()
-    if not raw:
-        return DEFAULT_MAX_WAITERS
-    if not re.fullmatch(r"[0-9]{1,3}", raw) or int(raw) > MAX_WAITERS_LIMIT:
-        raise SettingError(
-            f"DEDUP_MAX_WAITERS={raw!r}: a whole number from 0 (Prefer: wait is never honoured) to "
-            f"{MAX_WAITERS_LIMIT}; keep it a small share of gunicorn's --threads"
-        )
-    return int(raw)
+    return whole_number_setting(
+        environ, "DEDUP_MAX_WAITERS", DEFAULT_MAX_WAITERS, MAX_WAITERS_LIMIT, "Prefer: wait is never honoured"
+    )
 
 
 MAX_FINISHED_CACHE_ENTRIES = 100_000
 
 
 def finished_cache_entries_from_environ(environ: Mapping[str, str]) -> int:
-    """DEDUP_FINISHED_CACHE_ENTRIES: completed runs each process remembers (0 turns the cache off)."""
+    """DEDUP_FINISHED_CACHE_ENTRIES: completed runs each process remembers."""
     from dedup.finished_cache import MAX_ENTRIES
 
-    raw = environ.get("DEDUP_FINISHED_CACHE_ENTRIES", "").strip()
-    if not raw:
-        return MAX_ENTRIES
-    if not re.fullmatch(r"[0-9]{1,6}", raw) or int(raw) > MAX_FINISHED_CACHE_ENTRIES:
-        raise SettingError(
-            f"DEDUP_FINISHED_CACHE_ENTRIES={raw!r}: a whole number from 0 (no cache) to {MAX_FINISHED_CACHE_ENTRIES}"
-        )
-    return int(raw)
+    return whole_number_setting(
+        environ, "DEDUP_FINISHED_CACHE_ENTRIES", MAX_ENTRIES, MAX_FINISHED_CACHE_ENTRIES, "no cache"
+    )
 
 
 def app_state() -> AppState:
