@@ -367,38 +367,6 @@ def test_a_capped_audit_pass_reports_no_slot_twice(datastore, ndb_client, clock)
     assert len(times) == len(set(times)) == 1440  # a day of closed windows, each slot once
 
 
-def test_an_audit_whose_commit_landed_but_whose_answer_was_lost_still_reports(datastore, ndb_client, clock):
-    from unittest import mock
-
-    from google.api_core import exceptions as api_exceptions
-    from google.cloud import ndb
-
-    from dedup.ledger import Ledger
-    from schedules.audit import audit
-    from schedules.config import SchedulerJob
-
-    hourly = SchedulerJob(
-        key="k", name="hourly", target="invoice", schedule="0 * * * *", project="acme-prod", location="us-central1"
-    )
-    real, calls = ndb.transaction, []
-
-    def lossy(callback, retries=0):
-        result = real(callback, retries=retries)
-        calls.append(result)
-        if len(calls) == 1:
-            raise api_exceptions.DeadlineExceeded("commit landed, answer lost")
-        return result
-
-    with ndb_client.context():
-        ledger = Ledger(clock)
-        audit(ledger, (hourly,))
-        clock.advance(3 * 3600)
-        with mock.patch.object(ndb, "transaction", lossy):
-            missed = audit(ledger, (hourly,))
-        assert [m.slot.schedule_time.hour for m in missed] == [0, 1, 2]
-        assert audit(ledger, (hourly,)) == []
-
-
 def test_the_dashboard_shows_expected_slots_and_runs_a_missed_one(site, clock):
     clock.advance(3 * 3600 + 1800)  # 03:30
     deliver_slot(site, 3, status=200)

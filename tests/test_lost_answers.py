@@ -114,3 +114,19 @@ def test_a_stale_release_whose_answer_was_lost_is_still_stale(ledger, lost_answe
     lost_answers.lose_next_commits(1)  # the stale attempt's (read-only) commit
     assert isinstance(ledger.release_run(first.attempt, {"message": "late"}), Stale)
     assert lost_answers.lost == before + 1
+
+
+def test_an_audit_pass_whose_mark_landed_but_whose_answer_was_lost_still_reports(ledger, lost_answers, clock):
+    """The missed-execution audit recognises its own landed mark (it would never report those slots)."""
+    from schedules.audit import audit
+    from schedules.config import SchedulerJob
+
+    hourly = SchedulerJob(
+        key="k", name="hourly", target="invoice", schedule="0 * * * *", project="acme-prod", location="us-central1"
+    )
+    assert audit(ledger, (hourly,)) == []  # a first pass sets the mark at now
+    clock.advance(3 * 3600)
+    lost_answers.lose_next_commits(1)
+    missed = audit(ledger, (hourly,))
+    assert [m.slot.schedule_time.hour for m in missed] == [0, 1, 2]
+    assert audit(ledger, (hourly,)) == []
