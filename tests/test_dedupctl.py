@@ -21,6 +21,7 @@ import requests
 from dedupctl.client import Exit, RetryPolicy, run_with_retries
 from tests.support import POLL_SECONDS
 from tests.support.live import serving
+from tests.support.proxies import LocalServer, relay
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -167,21 +168,13 @@ class FaultProxy:
                 if step == "drop":
                     self.close_connection = True
                     return  # the run happened; its answer never reaches the client
-                self.send_response(answer.status_code)
-                for name, value in answer.headers.items():
-                    if name.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date"):
-                        self.send_header(name, value)
-                self.send_header("Content-Length", str(len(answer.content)))
-                self.end_headers()
-                self.wfile.write(answer.content)
+                relay(self, answer)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": POLL_SECONDS}, daemon=True).start()
+        self.local = LocalServer(Handler)
+        self.url = self.local.url
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.local.close()
 
 
 @pytest.fixture(scope="module")

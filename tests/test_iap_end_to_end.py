@@ -15,16 +15,15 @@ import json
 import os
 import subprocess
 import sys
-import threading
 
 import google.auth.jwt
 import pytest
 import requests
 
 from dedupctl.client import Exit
-from tests.support import POLL_SECONDS
 from tests.support.callers import IAP_AUDIENCE, OFF_GAE, iap, issuer  # noqa: F401 - fixtures
 from tests.support.live import serving
+from tests.support.proxies import LocalServer, relay
 
 pytestmark = pytest.mark.live
 
@@ -79,13 +78,7 @@ class IapFront:
                 if front.plan and front.plan.pop(0) == "drop":
                     self.close_connection = True
                     return
-                self.send_response(answer.status_code)
-                for name, value in answer.headers.items():
-                    if name.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date"):
-                        self.send_header(name, value)
-                self.send_header("Content-Length", str(len(answer.content)))
-                self.end_headers()
-                self.wfile.write(answer.content)
+                relay(self, answer)
 
             def do_GET(self) -> None:
                 self._forward("GET")
@@ -93,13 +86,11 @@ class IapFront:
             def do_POST(self) -> None:
                 self._forward("POST")
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": POLL_SECONDS}, daemon=True).start()
+        self.local = LocalServer(Handler)
+        self.url = self.local.url
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.local.close()
 
 
 @pytest.fixture(scope="module")
