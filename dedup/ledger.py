@@ -40,7 +40,7 @@ from dedup.outcomes import (
     Stale,
 )
 from dedup.queries import RunFilter
-from dedup.transactions import RETRYABLE_ERRORS, is_contention, run_transaction
+from dedup.transactions import RETRYABLE_ERRORS, EarlyTransaction, is_contention, run_transaction
 from models import RunRecord, RunStatus
 from models.job_lock import JobLock
 
@@ -123,29 +123,57 @@ class Ledger:
         records = ndb.get_multi([ndb.Key(RunRecord, run_id) for run_id in run_ids])
         return {r.key.id(): r for r in records if r is not None and not r.is_expired(now)}
 
-    def replay(
-        self, run_id: str, fingerprint: str | None = None, job_id: str | None = None
-    ) -> Replayed | Mismatch | OtherJob | None:
-        """The fast path: a finished run answered without a transaction.
+    def refusal(self, run_id: str, description: RunDescription, reopen: bool = False) -> ClaimOutcome | None:
+        """What the record answers without a claim (Replayed, Mismatch, OtherJob, InProgress), or None.
 
-        ``job_id`` (when given) is the job the caller asked for: a record of
-        another job is never replayed to it.
+        A completed run this process has seen costs no round trip, any other
+        one strongly consistent lookup.
         """
-        record = self.finished.get(run_id, self.clock.now())  # a completed run, answered before: no round trip
-        if record is None:
-            record = self.lookup(run_id)
-        if record is None:
-            return None
-        self.finished.remember(record)
-        if job_id is not None and record.job_id != job_id:
-            return OtherJob(record, job_id)
-        if record.status == RunStatus.RELEASED:
-            return None  # waiting for its retry: the claim runs it
-        if record.fingerprint != fingerprint:
-            return Mismatch(record)
-        if record.status != RunStatus.IN_PROGRESS:
-            return Replayed(record)
-        return None
+        return self._cached_refusal(run_id, description, reopen) or self._stored_refusal(run_id, description, reopen)
+
+    def _cached_refusal(self, run_id: str, description: RunDescription, reopen: bool) -> ClaimOutcome | None:
+        cached = self.finished.get(run_id, self.clock.now())
+        return None if cached is None else _refusal(cached, description, self.clock.now(), reopen)
+
+    def _stored_refusal(self, run_id: str, description: RunDescription, reopen: bool) -> ClaimOutcome | None:
+        record = self.lookup(run_id)
+        if record is not None:
+            self.finished.remember(record)  # completed records only
+        return _refusal(record, description, self.clock.now(), reopen)
+
+    def replay_or_claim(
+        self,
+        run_id: str,
+        description: RunDescription,
+        policy: RunPolicy,
+        reopen: bool = False,
+        skip_reason: str | None = None,
+        speculate: bool = True,
+    ) -> ClaimOutcome | Skipped:
+        """Answer from the record when it refuses a claim, else claim the run (``claim_run``).
+
+        The fast path: a completed run this process has seen costs no round
+        trip; any other refusal (finished, another job's, other parameters, a
+        live lease) one strongly consistent lookup, without a transaction,
+        since answering changes nothing.  With ``speculate`` the claim's
+        transaction begins beside that lookup, and the finish's beside the
+        claim, so a fresh run costs five sequential round trips, not seven;
+        whichever is not used is rolled back without waiting.
+        """
+        refusal = self._cached_refusal(run_id, description, reopen)
+        if refusal is not None:
+            return refusal
+        claim_transaction = EarlyTransaction() if speculate else None
+        try:
+            refusal = self._stored_refusal(run_id, description, reopen)  # beside the claim's BeginTransaction
+            if refusal is None:
+                return self.claim_run(
+                    run_id, description, policy, reopen, skip_reason, early=claim_transaction, prepare_finish=speculate
+                )
+            return refusal
+        finally:
+            if claim_transaction is not None:
+                claim_transaction.discard()  # no-op once the claim took it
 
     def find_runs(
         self, run_filter: RunFilter, page_size: int, cursor: str | None = None
@@ -162,8 +190,14 @@ class Ledger:
         policy: RunPolicy,
         reopen: bool = False,
         skip_reason: str | None = None,
+        early: EarlyTransaction | None = None,
+        prepare_finish: bool = False,
     ) -> ClaimOutcome | Skipped:
         """Take the run for a new attempt, or say why not.
+
+        ``early``: a transaction begun beforehand for the claim to use.
+        ``prepare_finish``: begin the finish's transaction beside the claim's
+        round trips (``Claimed.finish_transaction``; discarded on any other outcome).
 
         ``reopen`` (an operator running a slot by hand): a failed or skipped run
         counts as absent too, so the claim replaces it, keeping its history and
@@ -222,13 +256,25 @@ class Ledger:
                 ndb.put_multi([record, held])
             return Claimed(record, attempt)
 
+        finish_transaction = EarlyTransaction() if prepare_finish else None
         try:
-            outcome = run_transaction(claim, CLAIM_PATIENCE_SECONDS)
+            outcome = run_transaction(claim, CLAIM_PATIENCE_SECONDS, early=early)
         except RETRYABLE_ERRORS as exc:
+            if finish_transaction is not None:
+                finish_transaction.discard()
             if not is_contention(exc):
                 raise
             log.warning("run %s: claim lost to contention (%s); answering 409", run_id, exc)
             return Contended(run_id)
+        except BaseException:
+            if finish_transaction is not None:
+                finish_transaction.discard()
+            raise
+        if finish_transaction is not None:
+            if isinstance(outcome, Claimed):
+                outcome = dataclasses.replace(outcome, finish_transaction=finish_transaction)
+            else:
+                finish_transaction.discard()
         history = outcome.record.attempts or [] if isinstance(outcome, Claimed) else []
         if len(history) > 1 and history[-2].get("outcome") == "lease_expired":
             # Logged once, after the commit (the callback may have run more than once).
@@ -270,15 +316,23 @@ class Ledger:
 
         return self._fenced(attempt, record, keeps_running=True)
 
-    def complete_run(self, attempt: Attempt, result: object, policy: RunPolicy) -> Finished | Stale:
-        """Record success; the retention window restarts from the finish."""
-        return self._finish(attempt, RunStatus.COMPLETED, result, policy)
+    def complete_run(
+        self, attempt: Attempt, result: object, policy: RunPolicy, early: EarlyTransaction | None = None
+    ) -> Finished | Stale:
+        """Record success; the retention window restarts from the finish.
 
-    def fail_run(self, attempt: Attempt, error: dict, policy: RunPolicy) -> Finished | Stale:
+        ``early`` (here and in ``fail_run``, ``release_run``): the transaction
+        the claim began for the finish (``Claimed.finish_transaction``).
+        """
+        return self._finish(attempt, RunStatus.COMPLETED, result, policy, early)
+
+    def fail_run(
+        self, attempt: Attempt, error: dict, policy: RunPolicy, early: EarlyTransaction | None = None
+    ) -> Finished | Stale:
         """Record a permanent failure, replayed to every later delivery."""
-        return self._finish(attempt, RunStatus.FAILED, error, policy)
+        return self._finish(attempt, RunStatus.FAILED, error, policy, early)
 
-    def release_run(self, attempt: Attempt, error: dict) -> Released | Stale:
+    def release_run(self, attempt: Attempt, error: dict, early: EarlyTransaction | None = None) -> Released | Stale:
         """Give the run up after a retryable failure: the record stays, ``released``.
 
         It counts as absent for the next claim, so the retry runs at once (as when
@@ -297,7 +351,7 @@ class Ledger:
                 return Released(attempt.run_id, attempt.attempt, error, record)
             return None
 
-        return self._fenced(attempt, release, landed=landed)
+        return self._fenced(attempt, release, landed=landed, early=early)
 
     def delete_expired(self, batch_size: int = 100, cursor: str | None = None) -> tuple[int, str | None]:
         """Delete one batch of expired records (dedup/queries.py: the fallback where no TTL policy is set)."""
@@ -305,7 +359,14 @@ class Ledger:
 
     # -- internals -----------------------------------------------------------
 
-    def _finish(self, attempt: Attempt, status: RunStatus, document: object, policy: RunPolicy) -> Finished | Stale:
+    def _finish(
+        self,
+        attempt: Attempt,
+        status: RunStatus,
+        document: object,
+        policy: RunPolicy,
+        early: EarlyTransaction | None = None,
+    ) -> Finished | Stale:
         """Record the outcome (a result, or an error) of the attempt that owns the run."""
 
         def finish(record: RunRecord, now: datetime.datetime) -> Finished:
@@ -317,7 +378,7 @@ class Ledger:
             record.put()
             return Finished(record)
 
-        outcome = self._fenced(attempt, finish, landed=_finish_landed(attempt, status))
+        outcome = self._fenced(attempt, finish, landed=_finish_landed(attempt, status), early=early)
         if isinstance(outcome, Finished):
             self.finished.remember(outcome.record)  # after the commit: the next duplicate costs nothing
         return outcome
@@ -329,6 +390,7 @@ class Ledger:
         patience_seconds: float | None = None,
         landed: Callable[[RunRecord | None], object | None] | None = None,
         keeps_running: bool = False,
+        early: EarlyTransaction | None = None,
     ):
         """Apply ``change`` in a transaction only while ``attempt`` owns the run.
 
@@ -337,7 +399,14 @@ class Ledger:
         unrecorded (and run again after the lease), so the owner persists.
         """
         write = FencedWrite(self.clock, attempt, change, landed, keeps_running)
-        outcome = run_transaction(write, FINISH_PATIENCE_SECONDS if patience_seconds is None else patience_seconds)
+        patience = FINISH_PATIENCE_SECONDS if patience_seconds is None else patience_seconds
+        outcome = run_transaction(write, patience, early=early)
+        if isinstance(outcome, Stale) and early is not None:
+            # The early transaction began before the claim committed.  Where
+            # reads are served at the transaction's start (optimistic
+            # concurrency), it could miss the claim itself: a stale verdict,
+            # which would leave a performed run unrecorded, is checked again.
+            outcome = run_transaction(write, patience)
         if isinstance(outcome, Stale):
             current = outcome.current
             log.warning(

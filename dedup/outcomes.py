@@ -54,6 +54,8 @@ class Claimed:
 
     record: RunRecord
     attempt: Attempt
+    # A transaction begun beside the claim for the finish to use (dedup.transactions.EarlyTransaction).
+    finish_transaction: object | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def run_id(self) -> str:

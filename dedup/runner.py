@@ -17,8 +17,9 @@ from typing import Any, Callable
 
 from dedup.errors import PermanentJobError
 from dedup.heartbeat import LeaseHeartbeat
-from dedup.ledger import REOPENED, Ledger, RunDescription, RunPolicy
-from dedup.outcomes import Attempt, Claimed, Contended, InProgress, Replayed, RunOutcome, Stale
+from dedup.ledger import Ledger, RunDescription, RunPolicy
+from dedup.outcomes import Attempt, Claimed, Contended, InProgress, RunOutcome, Stale
+from dedup.transactions import EarlyTransaction
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,8 @@ def run_once(
             # The stored lease is counted from inside the claim's transaction, so
             # never earlier than this: the job's view of its lease errs short.
             claim_began = time.monotonic()
-            outcome = _replay_or_claim(ledger, run_id, description, policy, skip_reason, reopen)
+            # A waiting call polls a record it saw leased: no transactions begun on speculation.
+            outcome = ledger.replay_or_claim(run_id, description, policy, reopen, skip_reason, speculate=not holding)
             if isinstance(outcome, Claimed):
                 break
             remaining = deadline - time.monotonic()
@@ -135,21 +137,12 @@ def run_once(
     finally:
         if holding:
             wait.end()
-    return _run_claimed(ledger, outcome.attempt, policy, work, classify, claim_began)
-
-
-def _replay_or_claim(
-    ledger: Ledger,
-    run_id: str,
-    description: RunDescription,
-    policy: RunPolicy,
-    skip_reason: str | None = None,
-    reopen: bool = False,
-):
-    replay = ledger.replay(run_id, description.fingerprint, description.job_id)
-    if replay is not None and not (reopen and isinstance(replay, Replayed) and replay.record.status in REOPENED):
-        return replay
-    return ledger.claim_run(run_id, description, policy, reopen=reopen, skip_reason=skip_reason)
+    finish_transaction = outcome.finish_transaction
+    try:
+        return _run_claimed(ledger, outcome.attempt, policy, work, classify, claim_began, finish_transaction)
+    finally:
+        if finish_transaction is not None:
+            finish_transaction.discard()  # no-op once the finish used it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,6 +168,7 @@ def _run_claimed(
     work: Callable[[Attempt], Any],
     classify: Callable[[Any], Verdict] | None,
     claim_began: float,
+    early: EarlyTransaction | None = None,
 ) -> RunOutcome:
     run_id = attempt.run_id
     claimed = attempt
@@ -187,7 +181,7 @@ def _run_claimed(
             result = work(attempt)
     except PermanentJobError as exc:
         log.info("run %s attempt %d failed permanently: %s", run_id, attempt.attempt, exc)
-        return ledger.fail_run(attempt, error_document(exc, details=exc.details), policy)
+        return ledger.fail_run(attempt, error_document(exc, details=exc.details), policy, early)
     except Exception as exc:  # noqa: BLE001 - every other error is retryable by contract
         log.warning(
             "run %s attempt %d failed, releasing for retry: %r",
@@ -196,19 +190,19 @@ def _run_claimed(
             exc,
             exc_info=True,
         )
-        return ledger.release_run(attempt, error_document(exc, details=getattr(exc, "details", None)))
+        return ledger.release_run(attempt, error_document(exc, details=getattr(exc, "details", None)), early)
     problem = storable_json_problem(result)
     if problem:
         # The job ran and may have had effects: record a failure rather than
         # release the claim and run it again.
         log.error("run %s attempt %d: %s", run_id, attempt.attempt, problem)
-        return ledger.fail_run(attempt, {"type": "InvalidResult", "message": problem}, policy)
+        return ledger.fail_run(attempt, {"type": "InvalidResult", "message": problem}, policy, early)
     verdict = classify(result) if classify else Verdict.COMPLETED
     if verdict is Verdict.FAILED:
-        return ledger.fail_run(attempt, result, policy)
+        return ledger.fail_run(attempt, result, policy, early)
     if verdict is Verdict.RELEASED:
-        return ledger.release_run(attempt, result)
-    return ledger.complete_run(attempt, result, policy)
+        return ledger.release_run(attempt, result, early)
+    return ledger.complete_run(attempt, result, policy, early)
 
 
 # An error message is for people; a stack of HTML from a proxy is cut short.

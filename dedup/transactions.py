@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from typing import Any, Callable
 
 from google.api_core import exceptions as api_exceptions
 from google.cloud import ndb
+from google.cloud.datastore_v1.types import datastore as datastore_pb2
+from google.cloud.ndb import _datastore_api
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +45,22 @@ def is_contention(exc: Exception) -> bool:
     return isinstance(exc, api_exceptions.Aborted)
 
 
-def run_transaction(callback: Callable[[], Any], patience_seconds: float) -> Any:
-    """One NDB transaction, tried again on contention and transient errors until patience runs out."""
+def run_transaction(callback: Callable[[], Any], patience_seconds: float, early: EarlyTransaction | None = None) -> Any:
+    """One NDB transaction, tried again on contention and transient errors until patience runs out.
+
+    ``early``: the first try runs in that transaction, begun beforehand; when
+    it is unusable or its try fails, the tries go on in new ones.
+    """
     deadline = time.monotonic() + patience_seconds
     delay = 0.02
+    transaction_id = early.take() if early is not None else None
+    if transaction_id is not None:
+        try:
+            return in_transaction(transaction_id, callback)
+        except api_exceptions.GoogleAPICallError as exc:
+            # Every write of the ledger recognises its own landed commit, so a
+            # try in a new transaction is as safe here as in the loop below.
+            log.info("early transaction failed (%s); trying again in a new one", type(exc).__name__)
     while True:
         try:
             try:
@@ -65,3 +80,104 @@ def run_transaction(callback: Callable[[], Any], patience_seconds: float) -> Any
             log.info("transaction failed (%s); trying again", type(exc).__name__)
             time.sleep(random.uniform(delay / 2, delay))
             delay = min(delay * 2, 1.0)
+
+
+# An early transaction older than this is not used: Datastore ends a
+# transaction left idle for a minute, and one begun long before its read
+# only widens the window in which it can conflict.
+EARLY_TRANSACTION_MAX_AGE_SECONDS = 30.0
+# Rollbacks of early transactions nobody used, still in flight (a gRPC call
+# whose future is dropped is cancelled).
+_ROLLBACKS_IN_FLIGHT: set = set()
+_ROLLBACKS_LOCK = threading.Lock()
+
+
+class EarlyTransaction:
+    """A read-write transaction begun before it is known to be needed.
+
+    Its BeginTransaction travels beside another round trip (the fast-path
+    lookup, the claim), so using it saves one round trip; a transaction begun
+    and never read holds no lock, and one nobody uses is rolled back without
+    waiting for the answer.  Used at most once.
+    """
+
+    def __init__(self) -> None:
+        self._client = ndb.get_context().client
+        self._begun_at = time.monotonic()
+        self._begin = _datastore_api.begin_transaction(False, retries=0)  # in flight from here
+        self._spent = False
+
+    def take(self) -> bytes | None:
+        """The transaction's id, once; None when it is too old or could not begin (begin a new one)."""
+        if self._spent:
+            return None
+        if time.monotonic() - self._begun_at > EARLY_TRANSACTION_MAX_AGE_SECONDS:
+            self.discard()
+            return None
+        self._spent = True
+        try:
+            return self._begin.result()
+        except api_exceptions.GoogleAPICallError as exc:
+            log.info("early transaction did not begin (%s); beginning another", type(exc).__name__)
+            return None
+
+    def discard(self) -> None:
+        """Roll it back unless it was taken, without waiting (no-op when spent)."""
+        if self._spent:
+            return
+        self._spent = True
+        self._begin.add_done_callback(self._roll_back)
+
+    def _roll_back(self, begin: ndb.Future) -> None:
+        if begin.exception() is not None:
+            return  # never began: nothing to end
+        request = datastore_pb2.RollbackRequest(
+            project_id=self._client.project, database_id=self._client.database, transaction=begin.result()
+        )
+        metadata = _datastore_api._add_routing_info((), request)
+        # Straight to the stub, beside NDB's event loop, so the request's NDB
+        # context does not wait for the answer on its way out.
+        call = self._client.stub.rollback.future(request, timeout=_datastore_api._DEFAULT_TIMEOUT, metadata=metadata)
+        with _ROLLBACKS_LOCK:
+            _ROLLBACKS_IN_FLIGHT.add(call)
+        call.add_done_callback(_rollback_done)
+
+
+def _rollback_done(call) -> None:
+    with _ROLLBACKS_LOCK:
+        _ROLLBACKS_IN_FLIGHT.discard(call)
+    # A rollback that failed leaves a transaction that read nothing: it ends by itself.
+
+
+def in_transaction(transaction_id: bytes, callback: Callable[[], Any]) -> Any:
+    """Run ``callback`` in the begun transaction ``transaction_id`` and commit it.
+
+    The body of NDB's own ``_transaction_async`` (google-cloud-ndb 2.7, pinned)
+    for a transaction begun beforehand: the same fresh context, cache and
+    batches, the same prepare-then-commit, the rollback on any error.
+    """
+    context = ndb.get_context()
+    tx_context = context.new(
+        transaction=transaction_id,
+        on_commit_callbacks=[],
+        transaction_complete_callbacks=[],
+        batches=None,
+        commit_batches=None,
+        cache=None,
+        eventloop=type(context.eventloop)(),
+        retry=context.get_retry_state(),
+    )
+    with tx_context.use():
+        try:
+            result = callback()
+            _datastore_api.prepare_to_commit(transaction_id)
+            tx_context.eventloop.run()
+            _datastore_api.commit(transaction_id, retries=0).result()
+        except Exception:
+            tx_context.cache.clear()
+            try:
+                _datastore_api.rollback(transaction_id, retries=0).result()
+            except api_exceptions.GoogleAPICallError:
+                pass  # the error that matters is the one that made us roll back
+            raise
+    return result

@@ -9,7 +9,7 @@ import pytest
 
 from dedup.finished_cache import FinishedRuns
 from dedup.ledger import Ledger, RunDescription, RunPolicy
-from dedup.outcomes import Claimed, Replayed
+from dedup.outcomes import Claimed, InProgress, Replayed
 from models import RunRecord, RunStatus
 
 POLICY = RunPolicy(60, 3600)
@@ -59,14 +59,18 @@ def test_it_is_bounded_least_recently_used_first_out_and_keeps_big_results_out(n
 def test_the_ledger_answers_a_completed_duplicate_from_memory_and_only_then(ndb_context, clock):
     ledger = Ledger(clock)
     claimed = ledger.claim_run("run-1", RunDescription("scheduler", "j"), POLICY)
-    assert isinstance(claimed, Claimed) and ledger.replay("run-1", None, "j") is None  # in progress: not held
+    description = RunDescription("scheduler", "j")
+    assert isinstance(claimed, Claimed) and ledger.finished.get("run-1", clock.now()) is None
+    assert isinstance(ledger.refusal("run-1", description), InProgress)  # read, but in progress: not held
+    assert ledger.finished.get("run-1", clock.now()) is None
     ledger.complete_run(claimed.attempt, {"ok": True}, POLICY)
     RunRecord.get_by_id("run-1").key.delete()  # gone from Datastore: only memory can answer now
-    replay = ledger.replay("run-1", None, "j")
+    replay = ledger.refusal("run-1", description)
     assert isinstance(replay, Replayed) and replay.record.result == {"ok": True}
-    assert ledger.replay("run-1", None, "other-job").__class__.__name__ == "OtherJob"  # the checks still apply
+    other = RunDescription("scheduler", "other-job")
+    assert ledger.refusal("run-1", other).__class__.__name__ == "OtherJob"  # the checks still apply
     clock.advance(3601 + 60)
-    assert ledger.replay("run-1", None, "j") is None  # past expire_at: absent, as everywhere
+    assert ledger.refusal("run-1", description) is None  # past expire_at: absent, as everywhere
 
 
 def test_a_failed_run_is_never_answered_from_memory(ndb_context, clock):
@@ -74,9 +78,10 @@ def test_a_failed_run_is_never_answered_from_memory(ndb_context, clock):
     ledger = Ledger(clock)
     claimed = ledger.claim_run("run-2", RunDescription("scheduler", "j"), POLICY)
     ledger.fail_run(claimed.attempt, {"type": "Rejected"}, POLICY)
-    assert ledger.replay("run-2", None, "j").record.status == RunStatus.FAILED
+    description = RunDescription("scheduler", "j")
+    assert ledger.refusal("run-2", description).record.status == RunStatus.FAILED
     RunRecord.get_by_id("run-2").key.delete()
-    assert ledger.replay("run-2", None, "j") is None
+    assert ledger.refusal("run-2", description) is None
 
 
 @pytest.mark.parametrize("raw, entries", [("", 1024), ("0", 0), ("50", 50)])

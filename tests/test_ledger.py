@@ -98,7 +98,7 @@ def test_release_keeps_the_record_and_the_retry_continues_it(ledger, clock):
     assert kept.status == RunStatus.RELEASED and kept.error == {"message": "busy"}
     assert kept.lease_expires == clock.now() and kept.finished == clock.now()
     assert [(a["attempt"], a["outcome"]) for a in kept.attempts] == [(1, "released")]
-    assert ledger.replay("run-1", None, kept.job_id) is None  # nothing to replay: the retry runs
+    assert ledger.refusal("run-1", DESCRIPTION) is None  # nothing to replay: the retry runs
     retry = claim(ledger)
     assert isinstance(retry, Claimed) and retry.attempt.attempt == 2  # the attempt numbers go on
     assert retry.attempt.downstream == "executions/e1"  # what the released attempt started, to adopt
@@ -121,20 +121,24 @@ def test_an_expired_record_counts_as_absent_before_ttl_deletes_it(ledger, clock)
     first = claim(ledger)
     ledger.complete_run(first.attempt, {"n": 1}, POLICY)
     clock.advance(3601)
-    assert ledger.replay("run-1") is None
+    assert ledger.refusal("run-1", DESCRIPTION) is None
     again = claim(ledger)
     # The attempt number keeps rising, so it stays a valid fencing token.
     assert again.attempt.attempt == 2
     assert RunRecord.get_by_id("run-1").created == clock.now()
 
 
-def test_replay_answers_only_finished_runs(ledger):
-    assert ledger.replay("run-1") is None
+def test_the_record_refuses_a_claim_only_while_leased_or_once_finished(ledger, clock):
+    assert ledger.refusal("run-1", DESCRIPTION) is None
     first = claim(ledger)
-    assert ledger.replay("run-1") is None
+    assert isinstance(ledger.refusal("run-1", DESCRIPTION), InProgress)  # a live lease: 409, no transaction
+    clock.advance(POLICY.lease_seconds + 1)
+    assert ledger.refusal("run-1", DESCRIPTION) is None  # the lease ran out: a claim takes it over
+    clock.advance(-(POLICY.lease_seconds + 1))
     ledger.fail_run(first.attempt, {"message": "rejected"}, POLICY)
-    replay = ledger.replay("run-1")
+    replay = ledger.refusal("run-1", DESCRIPTION)
     assert isinstance(replay, Replayed) and replay.record.error == {"message": "rejected"}
+    assert ledger.refusal("run-1", DESCRIPTION, reopen=True) is None  # an operator's run replaces a failure
 
 
 def test_only_aborted_transactions_count_as_contention():

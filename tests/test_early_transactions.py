@@ -1,0 +1,97 @@
+"""Transactions begun before they are needed (dedup/transactions.py, EarlyTransaction).
+
+The ledger begins the claim's transaction beside the fast-path lookup and
+the finish's beside the claim.  These tests hold what that must never
+change: an early transaction that is too old, or ended behind its back, is
+replaced by a new one; one nobody uses is rolled back; and every write
+lands exactly once either way.
+"""
+
+from __future__ import annotations
+
+import webtest
+from google.cloud import ndb
+from google.cloud.datastore_v1.types import datastore as datastore_pb2
+
+from dedup import transactions
+from dedup.ledger import Ledger, RunDescription, RunPolicy
+from dedup.outcomes import Claimed, Finished, Stale
+from dedup.transactions import EarlyTransaction, run_transaction
+from devtools.rpc_counter import counting_client
+from handlers import create_app
+from models import RunRecord, RunStatus
+from tests import job_targets
+from tests.support.deliveries import JOBS, scheduler_headers
+
+POLICY = RunPolicy(60, 3600)
+
+
+class Tally(ndb.Model):
+    count = ndb.IntegerProperty(default=0)
+
+
+def add_one() -> int:
+    tally = Tally.get_by_id("t") or Tally(id="t")
+    tally.count += 1
+    tally.put()
+    return tally.count
+
+
+def test_an_early_transaction_is_used_once(ndb_context):
+    early = EarlyTransaction()
+    assert run_transaction(add_one, 3, early=early) == 1
+    assert early.take() is None  # spent: the next write begins its own
+    assert run_transaction(add_one, 3, early=early) == 2
+
+
+def test_one_ended_behind_its_back_gives_way_to_a_new_one(ndb_context, datastore, caplog):
+    caplog.set_level("INFO", logger="dedup.transactions")
+    early = EarlyTransaction()
+    client = ndb.get_context().client
+    transaction_id = early._begin.result()
+    client.stub.rollback(datastore_pb2.RollbackRequest(project_id=datastore.project, transaction=transaction_id))
+    assert run_transaction(add_one, 3, early=early) == 1  # its try failed; a new transaction wrote, once
+    assert Tally.get_by_id("t", use_cache=False).count == 1
+    assert "early transaction failed" in caplog.text
+
+
+def test_a_fresh_run_works_when_every_early_transaction_is_too_old(datastore, jobs_file, clock, monkeypatch):
+    monkeypatch.setattr(transactions, "EARLY_TRANSACTION_MAX_AGE_SECONDS", -1.0)  # a job longer than the cap
+    client, counter = counting_client(datastore.project)
+    app = webtest.TestApp(create_app(jobs_file=jobs_file(JOBS), clock=clock, ndb_client=client))
+    response = app.post("/jobs/invoice", headers=scheduler_headers(), status=200)
+    assert response.json["duplicate"] is False and len(job_targets.EFFECTS) == 1
+    counter.wait_until_idle()
+    # Both early transactions were rolled back unused; the claim and the finish began their own.
+    assert counter.snapshot() == {"Lookup": 3, "BeginTransaction": 4, "Commit": 2, "Rollback": 2}
+    with client.context():
+        assert RunRecord.get_by_id(response.json["run_id"]).status == RunStatus.COMPLETED
+
+
+def test_a_finish_transaction_nobody_needs_is_rolled_back(datastore, jobs_file, clock):
+    """A claim that loses (here: a live lease found inside the transaction) discards the finish's."""
+    client, counter = counting_client(datastore.project)
+    with client.context():
+        ledger = Ledger(clock)
+        owner = ledger.claim_run("run-1", RunDescription("scheduler", "invoice"), POLICY)
+        assert isinstance(owner, Claimed)
+        counter.reset()
+        early = EarlyTransaction()
+        refused = ledger.claim_run(
+            "run-1", RunDescription("scheduler", "invoice"), POLICY, early=early, prepare_finish=True
+        )
+        assert refused.__class__.__name__ == "InProgress" and getattr(refused, "finish_transaction", None) is None
+    counter.wait_until_idle()
+    assert counter.snapshot() == {"BeginTransaction": 2, "Lookup": 1, "Commit": 1, "Rollback": 1}
+
+
+def test_a_stale_verdict_in_an_early_transaction_is_checked_again_and_stays(ndb_context, clock):
+    """A finish whose run was taken over is stale in the early transaction and again in a new one."""
+    ledger = Ledger(clock)
+    first = ledger.claim_run("run-1", RunDescription("scheduler", "invoice"), POLICY)
+    clock.advance(POLICY.lease_seconds + 1)
+    second = ledger.claim_run("run-1", RunDescription("scheduler", "invoice"), POLICY)
+    assert isinstance(second, Claimed) and second.attempt.attempt == 2
+    assert isinstance(ledger.complete_run(first.attempt, {"late": True}, POLICY, early=EarlyTransaction()), Stale)
+    finished = ledger.complete_run(second.attempt, {"ok": True}, POLICY, early=EarlyTransaction())
+    assert isinstance(finished, Finished) and RunRecord.get_by_id("run-1").result == {"ok": True}

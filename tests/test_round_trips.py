@@ -1,0 +1,141 @@
+"""Sequential Datastore round trips per outcome: what each answer costs in latency.
+
+Every call goes through ``devtools/latency_proxy.py`` (a round trip of
+ROUND_TRIP_MS), so calls the code sends together are in flight together
+and calls that wait for one another do not overlap.  The count is the
+longest chain of calls each sent after the one before was answered, among
+the calls answered before the response was: a rollback sent without
+waiting is not on the answer's path.  These are counts, not timings.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+
+import pytest
+import webtest
+from flask import Flask, jsonify, request
+
+from dedup.keys import ScheduledRunKey
+from dedup.ledger import Ledger, RunDescription, RunPolicy
+from dedup.outcomes import Renewed
+from devtools.latency_proxy import DelayingProxy
+from devtools.rpc_counter import counting_client
+from handlers import NdbContextMiddleware, create_app
+from handlers.idempotent import idempotent, install_guard
+from tests.support import manual_runs
+from tests.support.deliveries import JOBS, T0, scheduler_headers
+
+ROUND_TRIP_MS = 40  # long against the time Python takes between two sends
+
+
+@pytest.fixture
+def proxy(datastore):
+    host, port = datastore.host.rsplit(":", 1)
+    with DelayingProxy(host, int(port), ROUND_TRIP_MS / 2) as delaying:
+        yield delaying
+
+
+@pytest.fixture
+def slow_client(proxy, datastore):
+    """A counted NDB client that reaches the emulator one round trip away."""
+    return counting_client(datastore.project, proxy.host)
+
+
+def round_trips(counter, send) -> tuple[object, int]:
+    """``send()``'s answer, and the sequential round trips on its path."""
+    counter.wait_until_idle()
+    counter.reset()
+    answer = send()
+    answered = time.monotonic()
+    return answer, counter.sequential_round_trips(until=answered)
+
+
+@pytest.fixture
+def delivering(slow_client, jobs_file, clock):
+    client, counter = slow_client
+    app = webtest.TestApp(create_app(jobs_file=jobs_file(JOBS), clock=clock, ndb_client=client))
+
+    def deliver(schedule_time=T0, status=200):
+        return round_trips(
+            counter,
+            lambda: app.post("/jobs/invoice", headers=scheduler_headers(schedule_time=schedule_time), status=status),
+        )
+
+    return deliver, counter
+
+
+def test_a_fresh_run_costs_five_round_trips(delivering):
+    deliver, counter = delivering
+    response, trips = deliver()
+    assert response.json["duplicate"] is False
+    assert trips == 5  # lookup and two begins together; claim lookup, commit; finish lookup, commit
+    counter.wait_until_idle()
+    assert counter.snapshot() == {"Lookup": 3, "BeginTransaction": 2, "Commit": 2}  # nothing left unused
+
+
+def test_a_completed_duplicate_costs_one_round_trip_and_none_where_it_was_seen(
+    delivering, slow_client, datastore, jobs_file, clock
+):
+    deliver, counter = delivering
+    deliver()
+    response, trips = deliver()
+    assert response.json["duplicate"] is True and trips == 0  # this process finished it
+    other_client, other_counter = counting_client(datastore.project, slow_client[0].host)
+    other = webtest.TestApp(create_app(jobs_file=jobs_file(JOBS), clock=clock, ndb_client=other_client))
+    response, trips = round_trips(other_counter, lambda: other.post("/jobs/invoice", headers=scheduler_headers()))
+    assert response.json["duplicate"] is True and trips == 1  # another instance: one lookup
+    other_counter.wait_until_idle()
+    # The claim's transaction began beside the lookup and is rolled back after the answer.
+    assert other_counter.snapshot() == {"Lookup": 1, "BeginTransaction": 1, "Rollback": 1}
+
+
+def test_an_in_progress_duplicate_costs_one_round_trip(delivering, slow_client, clock):
+    deliver, _ = delivering
+    client, _ = slow_client
+    schedule_time = "2025-10-18T00:00:00Z"
+    held = ScheduledRunKey("", "", "nightly-invoice", datetime.datetime(2025, 10, 18, tzinfo=datetime.timezone.utc))
+    with client.context():  # an attempt that holds a live lease
+        Ledger(clock).claim_run(held.run_id, RunDescription("scheduler", "invoice"), RunPolicy(600, 7200))
+    response, trips = deliver(schedule_time, status=409)
+    assert trips == 1 and response.headers["Retry-After"]
+
+
+def test_a_lease_renewal_costs_three_round_trips(slow_client, clock):
+    client, counter = slow_client
+    ledger = Ledger(clock)
+    with client.context():
+        owner = ledger.claim_run("renewed", RunDescription("scheduler", "invoice"), RunPolicy(600, 7200)).attempt
+        renewed, trips = round_trips(counter, lambda: ledger.renew_lease(owner, 600))
+    assert isinstance(renewed, Renewed) and trips == 3  # begin; lookup; commit
+
+
+def test_a_manual_run_and_its_retry(slow_client, jobs_file, clock):
+    client, counter = slow_client
+    app = webtest.TestApp(create_app(jobs_file=jobs_file(manual_runs.JOBS), clock=clock, ndb_client=client))
+    first, trips = round_trips(counter, lambda: manual_runs.start(app, parameters={"customer": "c-1"}, status=201))
+    assert trips == 5
+    again, trips = round_trips(counter, lambda: manual_runs.start(app, parameters={"customer": "c-1"}, status=200))
+    assert again.json == first.json and trips == 0  # finished here: remembered
+
+
+def test_a_guarded_endpoint_and_its_retry(slow_client, clock):
+    client, counter = slow_client
+    app = Flask(__name__)
+    install_guard(app, Ledger(clock))
+    effects = []
+
+    @app.post("/orders")
+    @idempotent("orders")
+    def create_order():
+        effects.append(request.get_json())
+        return jsonify({"order": len(effects)}), 201
+
+    app.wsgi_app = NdbContextMiddleware(app.wsgi_app, client)
+    http = webtest.TestApp(app)
+    headers = {"Idempotency-Key": "order-1"}
+    first, trips = round_trips(counter, lambda: http.post_json("/orders", {"sku": "a"}, headers=headers, status=201))
+    assert trips == 5
+    again, trips = round_trips(counter, lambda: http.post_json("/orders", {"sku": "a"}, headers=headers, status=201))
+    assert again.json == first.json and trips == 0 and len(effects) == 1
