@@ -9,7 +9,9 @@ absolute numbers, with production.
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime
+import json
 import os
 import platform
 import statistics
@@ -35,6 +37,7 @@ jobs:
     lease_seconds: 60
 """
 RESULTS_FILE = os.path.join(os.path.dirname(__file__), "results.md")
+ORIGINAL = "original pattern"  # bench/original_pattern.py: two transactions, no fast path
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -43,20 +46,37 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 def measure(label: str, requests_: int, call, counter, expect_status: int) -> dict:
-    latencies = []
-    counter.reset()
+    """``requests_`` calls one after another: RPCs, entities billed, round trips and latency per call.
+
+    Sequential round trips are counted on the wire (``RpcCounter.sequential_round_trips``)
+    among the calls answered before the response was: a rollback sent without waiting is
+    not on the answer's path.
+    """
+    latencies, trips = [], 0
+    calls: collections.Counter[str] = collections.Counter()
+    billed: collections.Counter[str] = collections.Counter()
     for index in range(requests_):
+        counter.wait_until_idle()
+        counter.reset()
         started = time.perf_counter()
         status = call(index)
+        answered = time.monotonic()
         latencies.append((time.perf_counter() - started) * 1000)
         if status != expect_status:
             raise SystemExit(f"{label}: expected {expect_status}, got {status}")
-    calls = counter.snapshot()
+        trips += counter.sequential_round_trips(until=answered)
+        counter.wait_until_idle()
+        calls.update(counter.snapshot())
+        billed.update(counter.billed())
     return {
         "label": label,
         "requests": requests_,
         "rpcs": sum(calls.values()) / requests_,
         "breakdown": ", ".join(f"{name} {count / requests_:g}" for name, count in sorted(calls.items())),
+        "trips": trips / requests_,
+        "reads": billed["reads"] / requests_,
+        "writes": billed["writes"] / requests_,
+        "deletes": billed["deletes"] / requests_,
         "median": statistics.median(latencies),
         "p95": percentile(latencies, 0.95),
     }
@@ -126,6 +146,8 @@ def measure_rows(emulator, datastore_host: str, requests_: int, first_minute: in
     ``first_minute`` keeps the schedule times of a second pass apart from the first's.
     """
     os.environ["DATASTORE_EMULATOR_HOST"] = datastore_host
+    from bench import original_pattern
+    from bench.original_pattern import original_pattern_app
     from dedup.keys import ScheduledRunKey
     from dedup.ledger import RunDescription, RunPolicy
     from handlers import create_app
@@ -133,8 +155,8 @@ def measure_rows(emulator, datastore_host: str, requests_: int, first_minute: in
     client, counter = counting_client(emulator.project)
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         handle.write(BENCH_JOBS)
-    app = create_app(jobs_file=handle.name, ndb_client=client)
-    os.unlink(handle.name)
+    jobs_path = handle.name
+    app = create_app(jobs_file=jobs_path, ndb_client=client)
     http = werkzeug.test.Client(app)
     state = app.extensions["dedup"]
     base = datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(minutes=first_minute)
@@ -152,7 +174,15 @@ def measure_rows(emulator, datastore_host: str, requests_: int, first_minute: in
         deliver(at(-100 - index), "warmup")
 
     rows = [measure("fresh run", requests_, lambda i: deliver(at(i)), counter, 200)]
-    rows.append(measure("completed duplicate", requests_, lambda i: deliver(at(0)), counter, 200))
+    rows.append(measure("completed duplicate, this instance", requests_, lambda i: deliver(at(0)), counter, 200))
+    # Another instance (its own memory of completed runs), each delivery a run it has not seen.
+    elsewhere = werkzeug.test.Client(create_app(jobs_file=jobs_path, ndb_client=client))
+
+    def deliver_elsewhere(index: int) -> int:
+        headers = {"X-CloudScheduler-JobName": "bench", "X-CloudScheduler-ScheduleTime": at(index).isoformat()}
+        return elsewhere.post("/jobs/noop", headers=headers).status_code
+
+    rows.append(measure("completed duplicate, another instance", requests_, deliver_elsewhere, counter, 200))
     # An attempt that holds a live lease and never finishes.
     held = base + datetime.timedelta(days=365)
     run_id = ScheduledRunKey("", "", "bench", held).run_id
@@ -177,11 +207,59 @@ def measure_rows(emulator, datastore_host: str, requests_: int, first_minute: in
             return 200 if state.ledger.renew_lease(owner, 3600).__class__.__name__ == "Renewed" else 409
 
         rows.append(measure("heartbeat renewal (each)", requests_, renew, counter, 200))
+
+    # A manual run (POST /api/v1/jobs/<id>/runs, a client token), and its retry with the same token.
+    def manual(token: str) -> int:
+        body = json.dumps({"clientToken": token})
+        return http.post("/api/v1/jobs/noop/runs", data=body, content_type="application/json").status_code
+
+    tag = f"{first_minute}"
+    rows.append(measure("manual run", requests_, lambda i: manual(f"bench-{tag}-{i}"), counter, 201))
+    rows.append(measure("manual run, retried", requests_, lambda i: manual(f"bench-{tag}-0"), counter, 200))
+    guarded = werkzeug.test.Client(guarded_app(client, state.ledger.clock))
+
+    def guard(key: str) -> int:
+        return guarded.post("/orders", json={"sku": "a"}, headers={"Idempotency-Key": key}).status_code
+
+    rows.append(measure("guarded endpoint", requests_, lambda i: guard(f"order-{tag}-{i}"), counter, 201))
+    rows.append(measure("guarded endpoint, retried", requests_, lambda i: guard(f"order-{tag}-0"), counter, 201))
     baseline = werkzeug.test.Client(plain_app(state.jobs["noop"], client))
     rows.append(
         measure("same job without dedup", requests_, lambda i: baseline.post("/plain").status_code, counter, 200)
     )
+    original = werkzeug.test.Client(original_pattern_app(state.jobs["noop"], client))
+
+    def deliver_original(schedule_time: datetime.datetime) -> int:
+        headers = {"X-CloudScheduler-JobName": "original", "X-CloudScheduler-ScheduleTime": schedule_time.isoformat()}
+        return original.post("/jobs/noop", headers=headers).status_code
+
+    rows.append(measure(f"{ORIGINAL}: fresh run", requests_, lambda i: deliver_original(at(i)), counter, 200))
+    rows.append(measure(f"{ORIGINAL}: completed duplicate", requests_, lambda i: deliver_original(at(0)), counter, 200))
+    with client.context():  # a run the original pattern finds leased
+        original_pattern.claim(original_pattern.run_id_of("original", held.isoformat()), "holder")
+    rows.append(
+        measure(f"{ORIGINAL}: in-progress duplicate", requests_, lambda i: deliver_original(held), counter, 409)
+    )
+    os.unlink(jobs_path)
     return rows
+
+
+def guarded_app(client, clock) -> Flask:
+    """An endpoint of one's own behind @idempotent (docs/manual-runs.md), on the bench's client."""
+    from dedup.ledger import Ledger
+    from handlers import NdbContextMiddleware
+    from handlers.idempotent import idempotent, install_guard
+
+    app = Flask("guarded")
+    install_guard(app, Ledger(clock))
+
+    @app.post("/orders")
+    @idempotent("orders")
+    def create_order():
+        return {"order": "o-1"}, 201
+
+    app.wsgi_app = NdbContextMiddleware(app.wsgi_app, client)
+    return app
 
 
 def measure_live(emulator, concurrency: int, throughput_requests: int) -> dict:
@@ -288,18 +366,24 @@ def render(rows: list[dict], requests_: int, delayed: list[dict] | None = None, 
         f"{platform.system()} {platform.release()}"
     )
     lines = [
-        "# make bench: Datastore RPCs and latency per delivery outcome",
+        "# make bench: Datastore RPCs, round trips, billed entities and latency per outcome",
         "",
         f"{requests_} sequential requests per row, in-process Flask app, Datastore emulator "
         "(Firestore in Datastore mode) on loopback.",
         f"Machine: {machine}. Measured {datetime.date.today().isoformat()}.",
         "",
-        "| outcome | RPCs / request | RPC breakdown | median ms | p95 ms |",
-        "|---|---|---|---|---|",
+        "Round trips: the longest chain of calls each sent after the one before was answered, among the calls "
+        "answered before the response (counted on the wire; exact at a round-trip delay, below). "
+        "Entity reads count every key a lookup answers, found or missing; writes, every put.",
+        "",
+        "| outcome | RPCs / request | RPC breakdown | round trips | entity reads | entity writes "
+        "| median ms | p95 ms |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
-            f"| {row['label']} | {row['rpcs']:g} | {row['breakdown'] or '-'} | {row['median']:.2f} | {row['p95']:.2f} |"
+            f"| {row['label']} | {row['rpcs']:g} | {row['breakdown'] or '-'} | {row['trips']:.1f} "
+            f"| {row['reads']:g} | {row['writes']:g} | {row['median']:.2f} | {row['p95']:.2f} |"
         )
     if delayed:
         lines += [
@@ -307,14 +391,16 @@ def render(rows: list[dict], requests_: int, delayed: list[dict] | None = None, 
             f"## At {rtt_ms:g} ms Datastore round trip (`make bench RTT_MS={rtt_ms:g}`)",
             "",
             f"The same rows through `devtools/latency_proxy.py` ({rtt_ms / 2:g} ms each way, concurrent calls "
-            "not serialised). Sequential round trips = (median at this RTT - median at 0) / RTT.",
+            "not serialised). Round trips counted on the wire, and as (median at this RTT - median at 0) / RTT.",
             "",
-            "| outcome | median ms | p95 ms | sequential round trips |",
-            "|---|---|---|---|",
+            "| outcome | median ms | p95 ms | round trips (counted) | round trips (from latency) |",
+            "|---|---|---|---|---|",
         ]
         for fast, slow in zip(rows, delayed, strict=True):
-            trips = (slow["median"] - fast["median"]) / rtt_ms
-            lines.append(f"| {slow['label']} | {slow['median']:.2f} | {slow['p95']:.2f} | {trips:.1f} |")
+            timed = (slow["median"] - fast["median"]) / rtt_ms
+            lines.append(
+                f"| {slow['label']} | {slow['median']:.2f} | {slow['p95']:.2f} | {slow['trips']:.1f} | {timed:.1f} |"
+            )
     return "\n".join(lines) + "\n"
 
 

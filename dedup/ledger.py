@@ -105,6 +105,9 @@ class Ledger:
         """``finished``: this process's cache of completed runs (default: a new, bounded one)."""
         self.clock = clock
         self.finished = finished if finished is not None else FinishedRuns()
+        # Begin the finish's transaction beside the claim (replay_or_claim); turned off for
+        # good when one is found not to see the claim it followed (_fenced).
+        self.finish_begins_early = True
 
     # -- reads ---------------------------------------------------------------
 
@@ -168,7 +171,13 @@ class Ledger:
             refusal = self._stored_refusal(run_id, description, reopen)  # beside the claim's BeginTransaction
             if refusal is None:
                 return self.claim_run(
-                    run_id, description, policy, reopen, skip_reason, early=claim_transaction, prepare_finish=speculate
+                    run_id,
+                    description,
+                    policy,
+                    reopen,
+                    skip_reason,
+                    early=claim_transaction,
+                    prepare_finish=speculate and self.finish_begins_early,
                 )
             return refusal
         finally:
@@ -401,12 +410,22 @@ class Ledger:
         write = FencedWrite(self.clock, attempt, change, landed, keeps_running)
         patience = FINISH_PATIENCE_SECONDS if patience_seconds is None else patience_seconds
         outcome = run_transaction(write, patience, early=early)
-        if isinstance(outcome, Stale) and early is not None:
+        if isinstance(outcome, Stale) and early is not None and early.served:
             # The early transaction began before the claim committed.  Where
             # reads are served at the transaction's start (optimistic
             # concurrency), it could miss the claim itself: a stale verdict,
             # which would leave a performed run unrecorded, is checked again.
             outcome = run_transaction(write, patience)
+            if not isinstance(outcome, Stale) and self.finish_begins_early:
+                # It was: this database serves reads from the start of a transaction, so
+                # a finish begun beside the claim would be stale every time.  From now on
+                # this process begins the finish's transaction when it finishes.
+                self.finish_begins_early = False
+                log.warning(
+                    "run %s: a transaction begun before the claim did not see it (optimistic concurrency?); "
+                    "finishes no longer begin their transactions early in this process",
+                    attempt.run_id,
+                )
         if isinstance(outcome, Stale):
             current = outcome.current
             log.warning(

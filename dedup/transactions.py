@@ -56,11 +56,14 @@ def run_transaction(callback: Callable[[], Any], patience_seconds: float, early:
     transaction_id = early.take() if early is not None else None
     if transaction_id is not None:
         try:
-            return in_transaction(transaction_id, callback)
-        except api_exceptions.GoogleAPICallError as exc:
+            result = in_transaction(transaction_id, callback)
+        except api_exceptions.GoogleAPIError as exc:  # RetryError too: NDB's own retries of a read gave up
             # Every write of the ledger recognises its own landed commit, so a
             # try in a new transaction is as safe here as in the loop below.
             log.info("early transaction failed (%s); trying again in a new one", type(exc).__name__)
+        else:
+            early.served = True
+            return result
     while True:
         try:
             try:
@@ -89,6 +92,7 @@ EARLY_TRANSACTION_MAX_AGE_SECONDS = 30.0
 # Rollbacks of early transactions nobody used, still in flight (a gRPC call
 # whose future is dropped is cancelled).
 _ROLLBACKS_IN_FLIGHT: set = set()
+ROLLBACK_TIMEOUT_SECONDS = 30.0
 _ROLLBACKS_LOCK = threading.Lock()
 
 
@@ -102,10 +106,13 @@ class EarlyTransaction:
     """
 
     def __init__(self) -> None:
-        self._client = ndb.get_context().client
+        context = ndb.get_context()
+        self._client = context.client
+        self._eventloop = context.eventloop  # the loop its BeginTransaction's answer arrives on
         self._begun_at = time.monotonic()
         self._begin = _datastore_api.begin_transaction(False, retries=0)  # in flight from here
         self._spent = False
+        self.served = False  # set by run_transaction when a try in it returned
 
     def take(self) -> bytes | None:
         """The transaction's id, once; None when it is too old or could not begin (begin a new one)."""
@@ -114,10 +121,13 @@ class EarlyTransaction:
         if time.monotonic() - self._begun_at > EARLY_TRANSACTION_MAX_AGE_SECONDS:
             self.discard()
             return None
+        if ndb.get_context().eventloop is not self._eventloop:
+            self.discard()  # another context (thread) could not wait for its answer
+            return None
         self._spent = True
         try:
             return self._begin.result()
-        except api_exceptions.GoogleAPICallError as exc:
+        except Exception as exc:  # noqa: BLE001 - it never began: a new transaction will
             log.info("early transaction did not begin (%s); beginning another", type(exc).__name__)
             return None
 
@@ -129,18 +139,23 @@ class EarlyTransaction:
         self._begin.add_done_callback(self._roll_back)
 
     def _roll_back(self, begin: ndb.Future) -> None:
-        if begin.exception() is not None:
-            return  # never began: nothing to end
-        request = datastore_pb2.RollbackRequest(
-            project_id=self._client.project, database_id=self._client.database, transaction=begin.result()
-        )
-        metadata = _datastore_api._add_routing_info((), request)
-        # Straight to the stub, beside NDB's event loop, so the request's NDB
-        # context does not wait for the answer on its way out.
-        call = self._client.stub.rollback.future(request, timeout=_datastore_api._DEFAULT_TIMEOUT, metadata=metadata)
-        with _ROLLBACKS_LOCK:
-            _ROLLBACKS_IN_FLIGHT.add(call)
-        call.add_done_callback(_rollback_done)
+        # A callback of an NDB future: an exception here would surface in whatever
+        # NDB call next runs the event loop, so none may escape.
+        try:
+            if begin.exception() is not None:
+                return  # never began: nothing to end
+            request = datastore_pb2.RollbackRequest(
+                project_id=self._client.project, database_id=self._client.database, transaction=begin.result()
+            )
+            metadata = _datastore_api._add_routing_info((), request)
+            # Straight to the stub, beside NDB's event loop, so the request's NDB
+            # context does not wait for the answer on its way out.
+            call = self._client.stub.rollback.future(request, timeout=ROLLBACK_TIMEOUT_SECONDS, metadata=metadata)
+            with _ROLLBACKS_LOCK:
+                _ROLLBACKS_IN_FLIGHT.add(call)
+            call.add_done_callback(_rollback_done)
+        except Exception as exc:  # noqa: BLE001 - a transaction that read nothing ends by itself
+            log.info("rollback of an unused early transaction not sent (%r)", exc)
 
 
 def _rollback_done(call) -> None:
@@ -154,13 +169,19 @@ def in_transaction(transaction_id: bytes, callback: Callable[[], Any]) -> Any:
 
     The body of NDB's own ``_transaction_async`` (google-cloud-ndb 2.7, pinned)
     for a transaction begun beforehand: the same fresh context, cache and
-    batches, the same prepare-then-commit, the rollback on any error.
+    batches, the same prepare-then-commit, the rollback on any error, the
+    same commit and completion callbacks.  ``callback`` is synchronous, as
+    every callback of the ledger is.
     """
     context = ndb.get_context()
+    if context.transaction:
+        raise RuntimeError("transactions may not be nested")
+    on_commit: list[Callable[[], None]] = []
+    on_complete: list[Callable[[], None]] = []
     tx_context = context.new(
         transaction=transaction_id,
-        on_commit_callbacks=[],
-        transaction_complete_callbacks=[],
+        on_commit_callbacks=on_commit,
+        transaction_complete_callbacks=on_complete,
         batches=None,
         commit_batches=None,
         cache=None,
@@ -169,15 +190,23 @@ def in_transaction(transaction_id: bytes, callback: Callable[[], Any]) -> Any:
     )
     with tx_context.use():
         try:
-            result = callback()
-            _datastore_api.prepare_to_commit(transaction_id)
-            tx_context.eventloop.run()
-            _datastore_api.commit(transaction_id, retries=0).result()
-        except Exception:
-            tx_context.cache.clear()
             try:
-                _datastore_api.rollback(transaction_id, retries=0).result()
-            except api_exceptions.GoogleAPICallError:
-                pass  # the error that matters is the one that made us roll back
-            raise
+                result = callback()
+                if isinstance(result, ndb.Future):
+                    raise TypeError("in_transaction takes a synchronous callback")
+                _datastore_api.prepare_to_commit(transaction_id)
+                tx_context.eventloop.run()
+                _datastore_api.commit(transaction_id, retries=0).result()
+            except Exception:
+                tx_context.cache.clear()
+                try:
+                    _datastore_api.rollback(transaction_id).result()
+                except Exception as rollback_error:  # noqa: BLE001 - the error that matters made us roll back
+                    log.info("rollback after a failed try failed too (%r)", rollback_error)
+                raise
+            for run_on_commit in on_commit:
+                run_on_commit()
+        finally:
+            for run_on_complete in on_complete:
+                run_on_complete()
     return result

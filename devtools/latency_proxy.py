@@ -69,6 +69,15 @@ class DelayingProxy:
 
     async def _connect(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         try:
+            await self._relay(client_reader, client_writer)
+        except asyncio.CancelledError:
+            # The proxy is stopping.  Ending normally, not cancelled: Python 3.11's
+            # start_server callback calls task.exception() on the task, which raises
+            # (and logs a traceback) when the task was cancelled.
+            _close(client_writer)
+
+    async def _relay(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        try:
             upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
         except OSError:
             client_writer.close()

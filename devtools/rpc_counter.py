@@ -27,6 +27,9 @@ class RpcCounter(grpc.UnaryUnaryClientInterceptor):
     def __init__(self) -> None:
         self.calls: collections.Counter[str] = collections.Counter()
         self.spans: list[list[float]] = []  # [sent, answered] per call, answered = inf while in flight
+        # What Datastore bills: an entity read per key a lookup answers (found or
+        # missing: the conservative count), a write per put, a delete per delete.
+        self.entities: collections.Counter[str] = collections.Counter()
         self._lock = threading.Lock()
 
     def intercept_unary_unary(self, continuation, client_call_details, request):
@@ -35,10 +38,17 @@ class RpcCounter(grpc.UnaryUnaryClientInterceptor):
         with self._lock:
             self.calls[name] += 1
             self.spans.append(span)
+            if name == "Commit":
+                for mutation in request.mutations:
+                    self.entities["deletes" if "delete" in mutation else "writes"] += 1
         outcome = continuation(client_call_details, request)
 
-        def answered(_):
+        def answered(call):
             span[1] = time.monotonic()
+            if name == "Lookup" and call.exception() is None:
+                response = call.result()
+                with self._lock:
+                    self.entities["reads"] += len(response.found) + len(response.missing)
 
         outcome.add_done_callback(answered)
         return outcome
@@ -47,6 +57,12 @@ class RpcCounter(grpc.UnaryUnaryClientInterceptor):
         with self._lock:
             self.calls.clear()
             self.spans.clear()
+            self.entities.clear()
+
+    def billed(self) -> dict[str, int]:
+        """Entity reads, writes and deletes since the last reset."""
+        with self._lock:
+            return {kind: self.entities[kind] for kind in ("reads", "writes", "deletes")}
 
     def in_flight(self) -> int:
         with self._lock:

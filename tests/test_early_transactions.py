@@ -9,10 +9,14 @@ lands exactly once either way.
 
 from __future__ import annotations
 
+import threading
+
 import webtest
+from google.api_core import exceptions as api_exceptions
 from google.cloud import ndb
 from google.cloud.datastore_v1.types import datastore as datastore_pb2
 
+from dedup import ledger as ledger_module
 from dedup import transactions
 from dedup.ledger import Ledger, RunDescription, RunPolicy
 from dedup.outcomes import Claimed, Finished, Stale
@@ -93,5 +97,59 @@ def test_a_stale_verdict_in_an_early_transaction_is_checked_again_and_stays(ndb_
     second = ledger.claim_run("run-1", RunDescription("scheduler", "invoice"), POLICY)
     assert isinstance(second, Claimed) and second.attempt.attempt == 2
     assert isinstance(ledger.complete_run(first.attempt, {"late": True}, POLICY, early=EarlyTransaction()), Stale)
+    assert ledger.finish_begins_early is True  # truly stale: nothing learnt about the database
     finished = ledger.complete_run(second.attempt, {"ok": True}, POLICY, early=EarlyTransaction())
     assert isinstance(finished, Finished) and RunRecord.get_by_id("run-1").result == {"ok": True}
+
+
+def test_an_early_try_that_gave_up_retrying_gives_way_to_the_loop(ndb_context):
+    """NDB's own retries of a read raise RetryError, which is no GoogleAPICallError: still a transient error."""
+    tries = []
+
+    def flaky_then_add_one() -> int:
+        tries.append(1)
+        if len(tries) == 1:
+            raise api_exceptions.RetryError("gave up", cause=api_exceptions.ServiceUnavailable("down"))
+        return add_one()
+
+    assert run_transaction(flaky_then_add_one, 3, early=EarlyTransaction()) == 1
+    assert len(tries) == 2 and Tally.get_by_id("t", use_cache=False).count == 1
+
+
+def test_an_early_transaction_is_not_taken_in_another_context(ndb_context, ndb_client):
+    """Its BeginTransaction's answer arrives on the loop of the context that sent it."""
+    early = EarlyTransaction()
+    taken = []
+
+    def elsewhere():
+        with ndb_client.context():
+            taken.append(early.take())
+
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join(10)
+    assert taken == [None] and early.take() is None  # discarded: rolled back once it began
+
+
+def test_a_finish_that_missed_its_claim_turns_early_finishes_off(ndb_context, clock, monkeypatch):
+    """Where a transaction's reads are served from its start, a finish begun beside the claim is
+    stale every time: the re-check finds the run owned after all, and the ledger stops beginning them early."""
+    ledger = Ledger(clock)
+    claimed = ledger.replay_or_claim("run-1", RunDescription("scheduler", "invoice"), POLICY)
+    assert isinstance(claimed, Claimed) and claimed.finish_transaction is not None
+    real = ledger_module.run_transaction
+
+    def as_if_read_at_its_start(callback, patience, early=None):
+        if early is None:
+            return real(callback, patience)
+        early.take()
+        early.served = True  # the early try ran, and did not see the claim
+        return Stale("run-1", claimed.attempt.attempt, None)
+
+    monkeypatch.setattr(ledger_module, "run_transaction", as_if_read_at_its_start)
+    finished = ledger.complete_run(claimed.attempt, {"ok": True}, POLICY, early=claimed.finish_transaction)
+    assert isinstance(finished, Finished) and RunRecord.get_by_id("run-1").status == RunStatus.COMPLETED
+    assert ledger.finish_begins_early is False
+    monkeypatch.setattr(ledger_module, "run_transaction", real)
+    later = ledger.replay_or_claim("run-2", RunDescription("scheduler", "invoice"), POLICY)
+    assert isinstance(later, Claimed) and later.finish_transaction is None

@@ -139,3 +139,14 @@ def test_a_guarded_endpoint_and_its_retry(slow_client, clock):
     assert trips == 5
     again, trips = round_trips(counter, lambda: http.post_json("/orders", {"sku": "a"}, headers=headers, status=201))
     assert again.json == first.json and trips == 0 and len(effects) == 1
+
+
+def test_what_a_fresh_run_and_its_duplicates_are_billed(delivering):
+    """Entity reads and writes, as the cost model in docs/operations.md counts them."""
+    deliver, counter = delivering
+    deliver()
+    counter.wait_until_idle()
+    assert counter.billed() == {"reads": 3, "writes": 2, "deletes": 0}  # lookup + two transactional reads
+    deliver()
+    counter.wait_until_idle()
+    assert counter.billed() == {"reads": 0, "writes": 0, "deletes": 0}  # remembered: nothing billed
