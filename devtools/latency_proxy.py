@@ -32,6 +32,7 @@ class DelayingProxy:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._server: asyncio.base_events.Server | None = None
+        self._connections: set[asyncio.Task] = set()  # strong references (see _connect)
 
     @property
     def host(self) -> str:
@@ -68,6 +69,12 @@ class DelayingProxy:
             self.loop.close()
 
     async def _connect(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        # The event loop holds tasks only weakly, and asyncio's stream protocol drops
+        # its reference to this one when the client's side is lost: without one of
+        # our own, a connection still relaying can be garbage collected mid-way
+        # (GeneratorExit in its pumps, "Task was destroyed but it is pending").
+        task = asyncio.current_task()
+        self._connections.add(task)
         try:
             await self._relay(client_reader, client_writer)
         except asyncio.CancelledError:
@@ -75,6 +82,8 @@ class DelayingProxy:
             # start_server callback calls task.exception() on the task, which raises
             # (and logs a traceback) when the task was cancelled.
             _close(client_writer)
+        finally:
+            self._connections.discard(task)
 
     async def _relay(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         try:

@@ -32,14 +32,22 @@ def ledger(datastore, lost_answers, clock):
         yield Ledger(clock)
 
 
+def claim(ledger, early: bool):
+    """``early``: as a delivery claims (replay_or_claim: its transactions begun beforehand)."""
+    if early:
+        return ledger.replay_or_claim("run-1", DESCRIPTION, POLICY)
+    return ledger.claim_run("run-1", DESCRIPTION, POLICY)
+
+
+@pytest.mark.parametrize("early", [False, True], ids=["claim_run", "early-transactions"])
 @pytest.mark.parametrize(
     "code",
     [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN],
 )
-def test_a_claim_whose_answer_was_lost_is_still_this_attempts(ledger, lost_answers, code):
+def test_a_claim_whose_answer_was_lost_is_still_this_attempts(ledger, lost_answers, code, early):
     before = lost_answers.lost
     lost_answers.lose_next_commits(1, code)
-    outcome = ledger.claim_run("run-1", DESCRIPTION, POLICY)
+    outcome = claim(ledger, early)
     assert lost_answers.lost == before + 1
     assert isinstance(outcome, Claimed), outcome  # not a 409 against itself
     record = RunRecord.get_by_id("run-1")
@@ -47,20 +55,23 @@ def test_a_claim_whose_answer_was_lost_is_still_this_attempts(ledger, lost_answe
     assert len(record.attempts) == 1
 
 
+@pytest.mark.parametrize("early", [False, True], ids=["claim_run", "early-transactions"])
 @pytest.mark.parametrize("finish, status", [("complete_run", RunStatus.COMPLETED), ("fail_run", RunStatus.FAILED)])
-def test_a_finish_whose_answer_was_lost_is_recorded_once(ledger, lost_answers, finish, status):
-    claimed = ledger.claim_run("run-1", DESCRIPTION, POLICY)
+def test_a_finish_whose_answer_was_lost_is_recorded_once(ledger, lost_answers, finish, status, early):
+    claimed = claim(ledger, early)
+    assert (claimed.finish_transaction is not None) == early
     lost_answers.lose_next_commits(1)
-    outcome = getattr(ledger, finish)(claimed.attempt, {"n": 1}, POLICY)
+    outcome = getattr(ledger, finish)(claimed.attempt, {"n": 1}, POLICY, claimed.finish_transaction)
     assert isinstance(outcome, Finished), outcome  # not refused as stale
     assert outcome.record.status == status
     assert isinstance(ledger.claim_run("run-1", DESCRIPTION, POLICY), Replayed)
 
 
-def test_a_release_whose_answer_was_lost_is_released(ledger, lost_answers):
-    claimed = ledger.claim_run("run-1", DESCRIPTION, POLICY)
+@pytest.mark.parametrize("early", [False, True], ids=["claim_run", "early-transactions"])
+def test_a_release_whose_answer_was_lost_is_released(ledger, lost_answers, early):
+    claimed = claim(ledger, early)
     lost_answers.lose_next_commits(1)
-    assert isinstance(ledger.release_run(claimed.attempt, {"message": "busy"}), Released)
+    assert isinstance(ledger.release_run(claimed.attempt, {"message": "busy"}, claimed.finish_transaction), Released)
     retried = ledger.claim_run("run-1", DESCRIPTION, POLICY)
     assert isinstance(retried, Claimed) and retried.attempt.attempt == 2
 
