@@ -153,3 +153,14 @@ def test_a_finish_that_missed_its_claim_turns_early_finishes_off(ndb_context, cl
     monkeypatch.setattr(ledger_module, "run_transaction", real)
     later = ledger.replay_or_claim("run-2", RunDescription("scheduler", "invoice"), POLICY)
     assert isinstance(later, Claimed) and later.finish_transaction is None
+
+
+def test_the_ndb_whose_transaction_body_in_transaction_copies_is_the_one_installed():
+    """in_transaction uses NDB internals (_datastore_api, Context.new): an upgrade must re-read them.
+
+    When this fails, compare dedup/transactions.py's in_transaction with the new
+    google/cloud/ndb/_transaction.py ``_transaction_async`` and move the pin here.
+    """
+    from importlib.metadata import version
+
+    assert version("google-cloud-ndb") == "2.7.1"
