@@ -58,7 +58,14 @@ class FinishedRuns:
         return len(self._entries)
 
     def _small(self, record: RunRecord) -> bool:
+        """Whether the result's JSON fits, encoding no more of it than the limit: a large
+        result (up to 512 KiB) is looked at again on each of its uncached replays."""
+        size = 0
         try:
-            return len(json.dumps(record.result, default=str)) <= self.max_document_chars
+            for chunk in json.JSONEncoder(default=str).iterencode(record.result):
+                size += len(chunk)
+                if size > self.max_document_chars:
+                    return False
         except (TypeError, ValueError, RecursionError):
             return False
+        return True

@@ -97,3 +97,23 @@ def test_a_bad_cache_size_stops_the_app(raw):
 
     with pytest.raises(SettingError, match="DEDUP_FINISHED_CACHE_ENTRIES"):
         finished_cache_entries_from_environ({"DEDUP_FINISHED_CACHE_ENTRIES": raw})
+
+
+def test_the_size_limit_is_exact_and_a_big_result_is_not_encoded_whole(ndb_context):
+    later = T + datetime.timedelta(hours=1)
+    cache = FinishedRuns(max_document_chars=20)
+    cache.remember(record("fits", RunStatus.COMPLETED.value, later, {"x": "y" * 11}))  # {"x": "yyyyyyyyyyy"}: 20
+    cache.remember(record("over", RunStatus.COMPLETED.value, later, {"x": "y" * 12}))  # 21
+    assert cache.get("fits", T) is not None and cache.get("over", T) is None
+
+    encoded = []
+
+    class Item:  # stored results are JSON; an object shows how far the size check encoded
+        def __str__(self) -> str:
+            encoded.append(self)
+            return "item"
+
+    big = record("big", RunStatus.COMPLETED.value, later, None)
+    big.result = [Item() for _ in range(10_000)]  # set after construction: never stored, only measured
+    FinishedRuns(max_document_chars=1000).remember(big)
+    assert 0 < len(encoded) < 200  # stopped past the limit, not after 10,000 items
