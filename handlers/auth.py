@@ -20,6 +20,7 @@ messages that echo neither the token nor the configuration.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import logging
 import re
 from typing import Mapping, Protocol
@@ -70,6 +71,7 @@ UNVERIFIED_EMAIL = "the ID token's email is not verified"
 IAP_WRONG_ISSUER = "the IAP assertion's issuer is not IAP"
 IAP_NO_EMAIL = "the IAP assertion names no email"
 UNTRUSTED_HEADERS = "X-CloudScheduler-* headers alone are not trusted"
+NOT_LOOPBACK = "DEDUP_AUTH=none serves only requests addressed to a loopback host name (localhost, 127.0.0.1, [::1])"
 DIFFERENT_PEOPLE = "the credentials name different people"
 
 
@@ -210,7 +212,13 @@ class Verifier(Protocol):
 
 
 class AnyCaller:
-    """``none``: every request is served (local development; refused on App Engine)."""
+    """``none``: every request addressed to this machine is served (local development; refused on App Engine).
+
+    Only a loopback host name in ``Host`` is served: a web page could otherwise
+    reach this server through DNS rebinding (its own name resolving to
+    127.0.0.1), and the cross-site rule would pass it, its ``Origin`` and
+    ``Host`` being the same attacker's name.
+    """
 
     wanted = "nothing"
 
@@ -218,7 +226,30 @@ class AnyCaller:
         self.settings = settings
 
     def identify(self, headers: Mapping[str, str]) -> Principal | None:
+        if not is_loopback_host(headers.get("Host", "")):
+            raise InvalidToken(NOT_LOOPBACK)  # a fixed message: the Host is not echoed
         return Principal(name="local", granted=frozenset(Role))
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a ``Host`` header (a name or address, perhaps with a port) names this machine's loopback."""
+    host = host.strip().lower()
+    if host.startswith("["):  # [IPv6]:port; brackets hold nothing but an IPv6 address
+        address, bracket, rest = host[1:].partition("]")
+        port_ok = bracket and (rest == "" or (rest[:1] == ":" and rest[1:].isdigit()))
+        try:
+            return bool(port_ok) and ipaddress.IPv6Address(address).is_loopback
+        except ValueError:
+            return False
+    name, colon, port = host.partition(":")
+    if colon and not port.isdigit():
+        return False
+    if name == "localhost" or name.endswith(".localhost"):  # RFC 6761: always loopback
+        return True
+    try:
+        return ipaddress.IPv4Address(name).is_loopback
+    except ValueError:
+        return False
 
 
 class AppEngineMarkers:
