@@ -51,7 +51,9 @@ def test_it_is_bounded_least_recently_used_first_out_and_keeps_big_results_out(n
     assert [name for name in "abcd" if cache.get(name, T)] == ["a", "c", "d"]
     cache.remember(record("big", RunStatus.COMPLETED.value, later, {"x": "y" * 200}))
     assert cache.get("big", T) is None and len(cache) == 3
-    assert len(FinishedRuns(max_entries=0)) == 0
+    off = FinishedRuns(max_entries=0)  # DEDUP_FINISHED_CACHE_ENTRIES=0
+    off.remember(record("r", RunStatus.COMPLETED.value, later, {"n": 1}))
+    assert off.get("r", T) is None and len(off) == 0
     with pytest.raises(ValueError):
         FinishedRuns(max_entries=-1)
 
@@ -117,3 +119,43 @@ def test_the_size_limit_is_exact_and_a_big_result_is_not_encoded_whole(ndb_conte
     big.result = [Item() for _ in range(10_000)]  # set after construction: never stored, only measured
     FinishedRuns(max_document_chars=1000).remember(big)
     assert 0 < len(encoded) < 200  # stopped past the limit, not after 10,000 items
+
+
+def test_what_it_answers_is_a_copy(ndb_context):
+    """A caller changing the result it was answered (or the record it remembered) changes no later answer."""
+    cache = FinishedRuns()
+    kept = record("r", RunStatus.COMPLETED.value, T + datetime.timedelta(hours=1), {"items": ["a"]})
+    cache.remember(kept)
+    kept.result["items"].append("changed after remember")
+    first = cache.get("r", T)
+    first.result["items"].append("changed by the first caller")
+    assert cache.get("r", T).result == {"items": ["a"]} and cache.get("r", T).key == kept.key
+
+
+def test_big_parameters_keep_a_record_out_too(ndb_context):
+    """A guarded call's parameters may be 256 KiB: the bound is on what the record holds, not its result alone."""
+    cache = FinishedRuns(max_document_chars=100)
+    later = T + datetime.timedelta(hours=1)
+    small = record("small", RunStatus.COMPLETED.value, later, {"ok": 1})
+    small.parameters = {"p": "x" * 50}
+    big = record("big", RunStatus.COMPLETED.value, later, {"ok": 1})
+    big.parameters = {"p": "x" * 100}
+    cache.remember(small)
+    cache.remember(big)
+    assert cache.get("small", T) is not None and cache.get("big", T) is None
+
+
+@pytest.mark.parametrize("depth", [50, 400, 900])
+def test_deeply_nested_parameters_never_raise(ndb_context, depth):
+    """Parameters may nest as deep as JSON allows; remembering such a record never fails the finish."""
+    nested: dict = {}
+    for _ in range(depth):
+        nested = {"n": nested}
+    kept = record("deep", RunStatus.COMPLETED.value, T + datetime.timedelta(hours=1), {"ok": 1})
+    kept.parameters = nested
+    cache = FinishedRuns()
+    cache.remember(kept)  # held, or left out when too deep to copy: never an exception
+    held = cache.get("deep", T)
+    assert held is None or held.parameters == nested
+    if depth == 50:
+        assert held is not None
