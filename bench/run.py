@@ -12,6 +12,7 @@ import argparse
 import collections
 import datetime
 import json
+import math
 import os
 import platform
 import statistics
@@ -45,8 +46,21 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
 
 
-def measure(label: str, requests_: int, call, counter, expect_status: int) -> dict:
+def answer_of(response) -> tuple[int, bool]:
+    """A call's status and whether it was a replay (``Idempotent-Replayed``, or the original pattern's
+    ``duplicate``); a bare status (a ledger call) is no replay."""
+    if isinstance(response, int):
+        return response, False
+    body = response.get_json(silent=True)
+    duplicate = isinstance(body, dict) and body.get("duplicate") is True
+    return response.status_code, duplicate or response.headers.get("Idempotent-Replayed") == "true"
+
+
+def measure(label: str, requests_: int, call, counter, expect_status: int, replayed: bool = False) -> dict:
     """``requests_`` calls one after another: RPCs, entities billed, round trips and latency per call.
+
+    Each answer must have ``expect_status`` and be a replay exactly when ``replayed``: a row of
+    duplicates whose job ran again, or of fresh runs answered from a record, stops the bench.
 
     Sequential round trips are counted on the wire (``RpcCounter.sequential_round_trips``)
     among the calls answered before the response was: a rollback sent without waiting is
@@ -59,11 +73,15 @@ def measure(label: str, requests_: int, call, counter, expect_status: int) -> di
         counter.wait_until_idle()
         counter.reset()
         started = time.perf_counter()
-        status = call(index)
+        response = call(index)
         answered = time.monotonic()
         latencies.append((time.perf_counter() - started) * 1000)
-        if status != expect_status:
-            raise SystemExit(f"{label}: expected {expect_status}, got {status}")
+        status, was_replayed = answer_of(response)
+        if status != expect_status or was_replayed != replayed:
+            raise SystemExit(
+                f"{label}: expected {expect_status}{' (a replay)' if replayed else ''}, got {status}"
+                f"{' (a replay)' if was_replayed else ''}"
+            )
         trips += counter.sequential_round_trips(until=answered)
         counter.wait_until_idle()
         calls.update(counter.snapshot())
@@ -111,6 +129,11 @@ def main() -> int:
         help="also measure with this Datastore round trip (half each way, through devtools.latency_proxy)",
     )
     args = parser.parse_args()
+    for name in ("requests", "concurrency", "throughput_requests"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if not math.isfinite(args.rtt_ms) or args.rtt_ms < 0:
+        parser.error("--rtt-ms must be a finite number of milliseconds, 0 or more")
 
     import logging
 
@@ -161,28 +184,48 @@ def measure_rows(emulator, datastore_host: str, requests_: int, first_minute: in
     state = app.extensions["dedup"]
     base = datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(minutes=first_minute)
 
-    def deliver(schedule_time: datetime.datetime, job_name: str = "bench") -> int:
-        return http.post(
-            "/jobs/noop",
-            headers={"X-CloudScheduler-JobName": job_name, "X-CloudScheduler-ScheduleTime": schedule_time.isoformat()},
-        ).status_code
-
     def at(index: int) -> datetime.datetime:
         return base + datetime.timedelta(minutes=index)
 
-    for index in range(20):  # warm up connections and code paths
-        deliver(at(-100 - index), "warmup")
+    def deliver(schedule_time: datetime.datetime, job_name: str = "bench", to=http):
+        headers = {"X-CloudScheduler-JobName": job_name, "X-CloudScheduler-ScheduleTime": schedule_time.isoformat()}
+        return to.post("/jobs/noop", headers=headers)
 
-    rows = [measure("fresh run", requests_, lambda i: deliver(at(i)), counter, 200)]
-    rows.append(measure("completed duplicate, this instance", requests_, lambda i: deliver(at(0)), counter, 200))
-    # Another instance (its own memory of completed runs), each delivery a run it has not seen.
+    # Another instance (its own memory of completed runs).
     elsewhere = werkzeug.test.Client(create_app(jobs_file=jobs_path, ndb_client=client))
 
-    def deliver_elsewhere(index: int) -> int:
-        headers = {"X-CloudScheduler-JobName": "bench", "X-CloudScheduler-ScheduleTime": at(index).isoformat()}
-        return elsewhere.post("/jobs/noop", headers=headers).status_code
+    # A manual run (POST /api/v1/jobs/<id>/runs, a client token).
+    def manual(token: str):
+        body = json.dumps({"clientToken": token})
+        return http.post("/api/v1/jobs/noop/runs", data=body, content_type="application/json")
 
-    rows.append(measure("completed duplicate, another instance", requests_, deliver_elsewhere, counter, 200))
+    guarded = werkzeug.test.Client(guarded_app(client, state.ledger.clock))
+
+    def guard(key: str):
+        return guarded.post("/orders", json={"sku": "a"}, headers={"Idempotency-Key": key})
+
+    baseline = werkzeug.test.Client(plain_app(state.jobs["noop"], client))
+    original = werkzeug.test.Client(original_pattern_app(state.jobs["noop"], client))
+    tag = f"{first_minute}"
+    # Warm up connections and every row's code paths before the first row is measured.
+    for index in range(50):
+        deliver(at(-1000 - index), "warmup")
+        deliver(at(-1000 - index), "warmup-original", to=original)
+        manual(f"warmup-{tag}-{index}")
+        guard(f"warmup-{tag}-{index}")
+
+    rows = [measure("fresh run", requests_, lambda i: deliver(at(i)), counter, 200)]
+    rows.append(measure("completed duplicate, this instance", requests_, lambda i: deliver(at(0)), counter, 200, True))
+    rows.append(  # each delivery a run the other instance has not seen
+        measure(
+            "completed duplicate, another instance",
+            requests_,
+            lambda i: deliver(at(i), to=elsewhere),
+            counter,
+            200,
+            True,
+        )
+    )
     # An attempt that holds a live lease and never finishes.
     held = base + datetime.timedelta(days=365)
     run_id = ScheduledRunKey("", "", "bench", held).run_id
@@ -191,9 +234,7 @@ def measure_rows(emulator, datastore_host: str, requests_: int, first_minute: in
     rows.append(measure("in-progress duplicate", requests_, lambda i: deliver(held), counter, 409))
     # Refused before the ledger is asked: a schedule time that is not RFC 3339.
     bad = {"X-CloudScheduler-JobName": "bench", "X-CloudScheduler-ScheduleTime": "yesterday"}
-    rows.append(
-        measure("bad input (400)", requests_, lambda i: http.post("/jobs/noop", headers=bad).status_code, counter, 400)
-    )
+    rows.append(measure("bad input (400)", requests_, lambda i: http.post("/jobs/noop", headers=bad), counter, 400))
     # One heartbeat renewal of a running attempt (every third of the lease while a job runs).
     renewing = base + datetime.timedelta(days=500)
     with client.context():
@@ -208,37 +249,34 @@ def measure_rows(emulator, datastore_host: str, requests_: int, first_minute: in
 
         rows.append(measure("heartbeat renewal (each)", requests_, renew, counter, 200))
 
-    # A manual run (POST /api/v1/jobs/<id>/runs, a client token), and its retry with the same token.
-    def manual(token: str) -> int:
-        body = json.dumps({"clientToken": token})
-        return http.post("/api/v1/jobs/noop/runs", data=body, content_type="application/json").status_code
-
-    tag = f"{first_minute}"
     rows.append(measure("manual run", requests_, lambda i: manual(f"bench-{tag}-{i}"), counter, 201))
-    rows.append(measure("manual run, retried", requests_, lambda i: manual(f"bench-{tag}-0"), counter, 200))
-    guarded = werkzeug.test.Client(guarded_app(client, state.ledger.clock))
-
-    def guard(key: str) -> int:
-        return guarded.post("/orders", json={"sku": "a"}, headers={"Idempotency-Key": key}).status_code
-
+    rows.append(measure("manual run, retried", requests_, lambda i: manual(f"bench-{tag}-0"), counter, 200, True))
     rows.append(measure("guarded endpoint", requests_, lambda i: guard(f"order-{tag}-{i}"), counter, 201))
-    rows.append(measure("guarded endpoint, retried", requests_, lambda i: guard(f"order-{tag}-0"), counter, 201))
-    baseline = werkzeug.test.Client(plain_app(state.jobs["noop"], client))
+    rows.append(measure("guarded endpoint, retried", requests_, lambda i: guard(f"order-{tag}-0"), counter, 201, True))
+    rows.append(measure("same job without dedup", requests_, lambda i: baseline.post("/plain"), counter, 200))
     rows.append(
-        measure("same job without dedup", requests_, lambda i: baseline.post("/plain").status_code, counter, 200)
+        measure(f"{ORIGINAL}: fresh run", requests_, lambda i: deliver(at(i), "original", to=original), counter, 200)
     )
-    original = werkzeug.test.Client(original_pattern_app(state.jobs["noop"], client))
-
-    def deliver_original(schedule_time: datetime.datetime) -> int:
-        headers = {"X-CloudScheduler-JobName": "original", "X-CloudScheduler-ScheduleTime": schedule_time.isoformat()}
-        return original.post("/jobs/noop", headers=headers).status_code
-
-    rows.append(measure(f"{ORIGINAL}: fresh run", requests_, lambda i: deliver_original(at(i)), counter, 200))
-    rows.append(measure(f"{ORIGINAL}: completed duplicate", requests_, lambda i: deliver_original(at(0)), counter, 200))
+    rows.append(
+        measure(
+            f"{ORIGINAL}: completed duplicate",
+            requests_,
+            lambda i: deliver(at(0), "original", to=original),
+            counter,
+            200,
+            True,
+        )
+    )
     with client.context():  # a run the original pattern finds leased
         original_pattern.claim(original_pattern.run_id_of("original", held.isoformat()), "holder")
     rows.append(
-        measure(f"{ORIGINAL}: in-progress duplicate", requests_, lambda i: deliver_original(held), counter, 409)
+        measure(
+            f"{ORIGINAL}: in-progress duplicate",
+            requests_,
+            lambda i: deliver(held, "original", to=original),
+            counter,
+            409,
+        )
     )
     os.unlink(jobs_path)
     return rows

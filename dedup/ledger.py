@@ -2,8 +2,9 @@
 
 Every write is one NDB transaction that reads the record first and checks
 the attempt fence, so a stale attempt (one whose lease ran out and was taken
-over) can never change a record it no longer owns.  Only the replay of a
-finished run skips the transaction: one strongly consistent lookup.
+over) can never change a record it no longer owns.  Answers that change
+nothing (a replay, a live lease's 409, a refusal) skip the transaction: one
+strongly consistent lookup, or none for a completed run this process has seen.
 """
 
 from __future__ import annotations
@@ -159,9 +160,13 @@ class Ledger:
         trip; any other refusal (finished, another job's, other parameters, a
         live lease) one strongly consistent lookup, without a transaction,
         since answering changes nothing.  With ``speculate`` the claim's
-        transaction begins beside that lookup, and the finish's beside the
-        claim, so a fresh run costs five sequential round trips, not seven;
-        whichever is not used is rolled back without waiting.
+        transaction begins beside that lookup; the finish's always begins
+        beside the claim.  So a fresh run costs five sequential round trips,
+        not seven (six without ``speculate``: a waiting call's polls, which
+        expect to find the lease); whichever is not used is rolled back
+        without waiting.  Six too when the job outlives an early transaction
+        (EARLY_TRANSACTION_MAX_AGE_SECONDS) or this process found that its
+        database serves reads from a transaction's start (``_fenced``).
         """
         refusal = self._cached_refusal(run_id, description, reopen)
         if refusal is not None:
@@ -177,7 +182,7 @@ class Ledger:
                     reopen,
                     skip_reason,
                     early=claim_transaction,
-                    prepare_finish=speculate and self.finish_begins_early,
+                    prepare_finish=self.finish_begins_early,
                 )
             return refusal
         finally:

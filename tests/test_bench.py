@@ -11,10 +11,11 @@ import sys
 
 import pytest
 
-pytestmark = [pytest.mark.live, pytest.mark.slow]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.live
+@pytest.mark.slow
 def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DEDUP_", "DATASTORE_"))}
     completed = subprocess.run(
@@ -42,3 +43,40 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
     billed_row = r"^\| (fresh run|completed duplicate, another instance) \| [^|]+ \| [^|]+ \| [\d.]+ "
     billed = dict(re.findall(billed_row + r"\| ([\d.]+ \| [\d.]+) \|", report, re.M))
     assert billed == {"fresh run": "3 | 2", "completed duplicate, another instance": "1 | 0"}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--requests", "0"), ("--requests", "-1"), ("--concurrency", "0"), ("--throughput-requests", "0"),
+     ("--rtt-ms", "-5"), ("--rtt-ms", "nan"), ("--rtt-ms", "inf"), ("--requests", "many")],
+)  # fmt: skip
+def test_bad_arguments_are_refused_before_anything_runs(args):
+    completed = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--no-write", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert completed.returncode == 2 and "error" in completed.stderr and not completed.stdout
+
+
+def medians_at_rtt(results: str) -> dict[str, float]:
+    delayed = results.split("Datastore round trip (`make bench")[1].split("## Over HTTP")[0]
+    return {label: float(median) for label, median in re.findall(r"^\| ([^|]+?) \| ([\d.]+) \|", delayed, re.M)}
+
+
+def test_the_docs_quote_the_last_results():
+    """docs/operations.md's figures at 10 ms are bench/results.md's, whoever ran `make bench` last."""
+    with open(os.path.join(ROOT, "bench", "results.md"), encoding="utf-8") as handle:
+        medians = medians_at_rtt(handle.read())
+    with open(os.path.join(ROOT, "docs", "operations.md"), encoding="utf-8") as handle:
+        docs = " ".join(handle.read().split())
+
+    def ms(label: str) -> str:
+        return f"{medians[label]:.1f} ms"
+
+    sentence = (
+        f"a fresh run {ms('fresh run')} against the original pattern's {ms('original pattern: fresh run')}, "
+        f"a completed duplicate elsewhere {ms('completed duplicate, another instance')} against "
+        f"{ms('original pattern: completed duplicate')}, an in-progress duplicate {ms('in-progress duplicate')} "
+        f"against {ms('original pattern: in-progress duplicate')}, {ms('completed duplicate, this instance')} "
+        "from memory"
+    )
+    assert sentence in docs

@@ -1,8 +1,9 @@
-"""The cost model (bench/cost.py, docs/operations.md "What it costs"): its per-outcome
-entity operations are the ones counted on the wire, and the docs quote its output."""
+"""The cost model (bench/cost.py, docs/operations.md "What it costs a month"): each of its per-outcome
+entity operations is the one counted on the wire, and the docs quote its output."""
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -17,13 +18,19 @@ from handlers import create_app
 from tests.support.deliveries import JOBS, scheduler_headers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXCLUSIVE = JOBS.replace("    lease_seconds: 60\n", "    lease_seconds: 60\n    overlap: forbid\n", 1)
 
 
 def billed(counter) -> cost.Operations:
+    """What the wire carried since the last call (a TTL's deletes never travel it)."""
     counter.wait_until_idle()
     counts = counter.billed()
     counter.reset()
     return cost.Operations(counts["reads"], counts["writes"], counts["deletes"])
+
+
+def on_the_wire(operations: cost.Operations) -> cost.Operations:
+    return cost.Operations(operations.reads, operations.writes, operations.deletes)
 
 
 @pytest.fixture
@@ -35,8 +42,7 @@ def test_the_model_counts_what_the_wire_counts(counted, jobs_file, clock):
     client, counter = counted
     app = webtest.TestApp(create_app(jobs_file=jobs_file(JOBS), clock=clock, ndb_client=client))
     app.post("/jobs/invoice", headers=scheduler_headers(), status=200)
-    expiry = cost.Operations(0, 0, cost.FRESH_RUN.deletes)  # the TTL's delete, later and not on this wire
-    assert billed(counter) + expiry == cost.FRESH_RUN
+    assert billed(counter) == on_the_wire(cost.FRESH_RUN) and cost.FRESH_RUN.expiry_deletes == 1
     app.post("/jobs/invoice", headers=scheduler_headers(), status=200)
     assert billed(counter) == cost.DUPLICATE_REMEMBERED
     other = webtest.TestApp(create_app(jobs_file=jobs_file(JOBS), clock=clock, ndb_client=client))
@@ -50,24 +56,75 @@ def test_the_model_counts_what_the_wire_counts(counted, jobs_file, clock):
         assert billed(counter) == cost.RENEWAL
 
 
+def test_without_a_ttl_policy_the_cleanup_reads_each_record_again_and_deletes_it(counted, jobs_file, clock):
+    client, counter = counted
+    app = webtest.TestApp(create_app(jobs_file=jobs_file(JOBS), clock=clock, ndb_client=client))
+    app.post("/jobs/invoice", headers=scheduler_headers(), status=200)
+    clock.advance(8 * 86400)  # past the retention
+    with client.context():
+        counter.reset()
+        assert Ledger(clock).delete_expired()[0] == 1
+    counter.wait_until_idle()
+    assert counter.snapshot().get("RunQuery") == 1  # the keys-only query: one read per batch of 100
+    assert billed(counter) == cost.Operations(reads=1, deletes=1)
+    assert cost.CLEANUP_PER_RECORD == cost.Operations(reads=1 + 1 / 100, deletes=1)
+
+
 def test_the_job_lock_adds_what_the_model_says(counted, jobs_file, clock):
     client, counter = counted
-    exclusive = JOBS.replace("    lease_seconds: 60\n", "    lease_seconds: 60\n    overlap: forbid\n", 1)
-    app = webtest.TestApp(create_app(jobs_file=jobs_file(exclusive), clock=clock, ndb_client=client))
+    app = webtest.TestApp(create_app(jobs_file=jobs_file(EXCLUSIVE), clock=clock, ndb_client=client))
     app.post("/jobs/invoice", headers=scheduler_headers(), status=200)
-    expiry = cost.Operations(0, 0, cost.FRESH_RUN.deletes)
-    assert billed(counter) + expiry == cost.FRESH_RUN + cost.JOB_LOCK
+    assert billed(counter) == on_the_wire(cost.FRESH_RUN + cost.JOB_LOCK)
+    with client.context():
+        ledger = Ledger(clock)
+        policy = RunPolicy(600, 7200, exclusive=True)
+        owner = ledger.claim_run("held", RunDescription("scheduler", "invoice"), policy).attempt
+        counter.reset()
+        ledger.renew_lease(owner, 600)
+        assert billed(counter) == cost.RENEWAL + cost.JOB_LOCK_RENEWAL
 
 
-def test_the_fleets_are_priced_by_the_formula():
-    prices = {"reads": 0.03, "writes": 0.09, "deletes": 0.01}
-    hourly, minutely, guarded = (fleet.operations_per_day() for fleet in cost.FLEETS)
-    assert cost.monthly_cost(hourly, prices) == 0  # inside the free usage
-    expected = 30.4 * ((5_774_400 - 50_000) * 0.03 + (4_320_000 - 20_000) * 0.09 + (1_440_000 - 20_000) * 0.01)
-    assert cost.monthly_cost(minutely, prices) == pytest.approx(expected / 100_000)
-    assert cost.monthly_cost(guarded, {k: 2 * v for k, v in prices.items()}, free=False) == pytest.approx(
-        2 * cost.monthly_cost(guarded, prices, free=False)
+def test_an_audit_pass_costs_what_the_model_says(counted, clock):
+    from schedules.audit import audit
+    from schedules.config import SchedulerJob
+
+    client, counter = counted
+    hourly = SchedulerJob(
+        key="k", name="hourly", target="invoice", schedule="0 * * * *", project="acme-prod", location="us-central1"
     )
+    with client.context():
+        ledger = Ledger(clock)
+        audit(ledger, (hourly,))  # the first pass sets the mark
+        clock.advance(6 * 3600)
+        counter.reset()
+        missed = audit(ledger, (hourly,))
+    slots = len(missed)  # every slot whose window closed since: none ran, each read once
+    assert slots >= 4
+    assert billed(counter) == cost.AUDIT_PER_JOB_PASS + cost.AUDIT_PER_SLOT * slots
+
+
+PRICES = {"reads": 0.03, "writes": 0.09, "deletes": 0.01}
+
+
+def test_the_formula_prices_each_kind_less_its_free_usage_and_ttl_deletes_get_none():
+    daily = cost.Operations(reads=150_000, writes=20_000, deletes=30_000, expiry_deletes=1_000)
+    expected = 30.4 * ((150_000 - 50_000) * 0.03 + 0 * 0.09 + (30_000 - 20_000) * 0.01 + 1_000 * 0.01) / 100_000
+    assert cost.monthly_cost(daily, PRICES) == pytest.approx(expected)
+    without = 30.4 * (150_000 * 0.03 + 20_000 * 0.09 + 31_000 * 0.01) / 100_000
+    assert cost.monthly_cost(daily, PRICES, free=False) == pytest.approx(without)
+    assert cost.monthly_cost(cost.Operations(reads=49_999, writes=19_999, deletes=19_999), PRICES) == 0
+
+
+def test_the_fleets_add_up():
+    hourly, minutely, guarded = cost.FLEETS
+    # 1,000 minutely jobs: a run, a renewal, 1 % duplicates, its slot audited; 96 audit passes of each job's mark.
+    per_run = cost.FRESH_RUN + cost.RENEWAL + cost.DUPLICATE_ELSEWHERE * 0.01 + cost.AUDIT_PER_SLOT
+    expected = per_run * 1_440_000 + cost.AUDIT_PER_JOB_PASS * (1000 * 96)
+    assert minutely.operations_per_day() == expected
+    assert guarded.operations_per_day().reads == pytest.approx(guarded.runs_per_day * (3 + 0.05 * 0.9))
+    assert cost.monthly_cost(hourly.operations_per_day(), PRICES) < 0.01  # inside the free usage but TTL deletes
+    with_cleanup = minutely.operations_per_day(cleanup=True)
+    assert with_cleanup.expiry_deletes == 0 and with_cleanup.deletes == 1_440_000
 
 
 def run_cost(*args: str) -> subprocess.CompletedProcess:
@@ -82,9 +139,23 @@ def test_the_docs_quote_the_command():
     with open(os.path.join(ROOT, "docs", "operations.md"), encoding="utf-8") as handle:
         docs = handle.read()
     assert completed.stdout.strip() in docs
+    assert run_cost("--cleanup", "--no-free-tier").returncode == 0
 
 
-@pytest.mark.parametrize("args", [("--read-price", "-1"), ("--write-price", "cheap"), ("--nope",)])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--read-price", "-1"),
+        ("--write-price", "cheap"),
+        ("--delete-price", "nan"),
+        ("--read-price", "inf"),
+        ("--nope",),
+    ],
+)
 def test_bad_prices_are_refused(args):
     completed = run_cost(*args)
     assert completed.returncode == 2 and "error" in completed.stderr and not completed.stdout
+
+
+def test_no_nan_reaches_a_total():
+    assert not math.isnan(cost.monthly_cost(cost.FLEETS[0].operations_per_day(), PRICES))

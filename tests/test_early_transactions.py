@@ -164,3 +164,16 @@ def test_the_ndb_whose_transaction_body_in_transaction_copies_is_the_one_install
     from importlib.metadata import version
 
     assert version("google-cloud-ndb") == "2.7.1"
+
+
+def test_one_that_never_began_is_not_taken_and_its_discard_sends_nothing(datastore):
+    """Datastore unreachable when it was begun: take() says begin another; discard() has nothing to end."""
+    from devtools.emulator import free_port
+
+    unreachable, counter = counting_client(datastore.project, f"127.0.0.1:{free_port()}")
+    with unreachable.context():
+        assert EarlyTransaction().take() is None
+        never = EarlyTransaction()
+        never.discard()
+    counter.wait_until_idle()
+    assert counter.snapshot() == {"BeginTransaction": 2}  # no Rollback for a transaction that never began

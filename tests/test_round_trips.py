@@ -19,7 +19,7 @@ from flask import Flask, jsonify, request
 
 from dedup.keys import ScheduledRunKey
 from dedup.ledger import Ledger, RunDescription, RunPolicy
-from dedup.outcomes import Renewed
+from dedup.outcomes import Finished, Renewed
 from devtools.latency_proxy import DelayingProxy
 from devtools.rpc_counter import counting_client
 from handlers import NdbContextMiddleware, create_app
@@ -28,6 +28,7 @@ from tests.support import manual_runs
 from tests.support.deliveries import JOBS, T0, scheduler_headers
 
 ROUND_TRIP_MS = 40  # long against the time Python takes between two sends
+POLICY = RunPolicy(600, 7200)
 
 
 @pytest.fixture
@@ -150,3 +151,21 @@ def test_what_a_fresh_run_and_its_duplicates_are_billed(delivering):
     deliver()
     counter.wait_until_idle()
     assert counter.billed() == {"reads": 0, "writes": 0, "deletes": 0}  # remembered: nothing billed
+
+
+@pytest.mark.parametrize("speculate, claim_trips", [(True, 3), (False, 4)])
+def test_a_claim_and_its_finish_with_and_without_speculation(slow_client, clock, speculate, claim_trips):
+    """Without speculation (a waiting call's polls) only the claim's BeginTransaction is not begun early:
+    the finish still begins beside the claim, so the finish is two round trips either way."""
+    client, counter = slow_client
+    ledger = Ledger(clock)
+    with client.context():
+        description = RunDescription("scheduler", "invoice")
+        claimed, trips = round_trips(
+            counter, lambda: ledger.replay_or_claim("run", description, POLICY, speculate=speculate)
+        )
+        assert trips == claim_trips and claimed.finish_transaction is not None
+        finished, trips = round_trips(
+            counter, lambda: ledger.complete_run(claimed.attempt, {}, POLICY, claimed.finish_transaction)
+        )
+        assert isinstance(finished, Finished) and trips == 2
