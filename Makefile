@@ -53,7 +53,7 @@ browser:
 # The rows again at a 10 ms Datastore round trip, as the docs quote them (RTT_MS=0: loopback only).
 RTT_MS ?= 10
 bench: $(STAMP)
-	$(PY) -m bench.run --rtt-ms $(RTT_MS)
+	$(PY) -m bench.run $(if $(RTT_MS),--rtt-ms $(RTT_MS))
 
 simulate: $(STAMP)
 	$(PY) -m devtools.simulate

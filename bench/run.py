@@ -210,6 +210,8 @@ def measure_rows(emulator, datastore_host: str, requests_: int, first_minute: in
     # Warm up connections and every row's code paths before the first row is measured.
     for index in range(50):
         deliver(at(-1000 - index), "warmup")
+        deliver(at(-1000 - index), "warmup", to=elsewhere)
+        baseline.post("/plain")
         deliver(at(-1000 - index), "warmup-original", to=original)
         manual(f"warmup-{tag}-{index}")
         guard(f"warmup-{tag}-{index}")

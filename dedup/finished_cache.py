@@ -12,27 +12,41 @@ holds, least recently used first out.
 from __future__ import annotations
 
 import collections
-import copy
 import datetime
 import json
+import pickle
 import threading
 
 from models import RunRecord, RunStatus
 
 MAX_ENTRIES = 1024
 # A record whose result (a guarded call's kept response is its result) and parameters are larger
-# together stays out: what the cache holds of any size is bounded by MAX_ENTRIES x this, whatever
-# jobs return and callers send (results may be 512 KiB, parameters 256 KiB); the rest of a
-# record is small and bounded (ten attempts of history, a 200-character preview).
+# together, as JSON, stays out, whatever jobs return and callers send (results may be 512 KiB,
+# parameters 256 KiB): checked first, since it stops encoding at the limit.
 MAX_DOCUMENT_CHARS = 16 * 1024
+# And the whole record, pickled, at most this: 1,024 entries hold at most 32 MiB.
+MAX_ENTRY_BYTES = 32 * 1024
 
 
 class FinishedRuns:
-    def __init__(self, max_entries: int = MAX_ENTRIES, max_document_chars: int = MAX_DOCUMENT_CHARS) -> None:
+    """Entries are kept pickled: what the cache holds is bounded in bytes (a decoded
+    document is many times its JSON's size), and each answer is a fresh copy."""
+
+    def __init__(
+        self,
+        max_entries: int = MAX_ENTRIES,
+        max_document_chars: int = MAX_DOCUMENT_CHARS,
+        max_entry_bytes: int = MAX_ENTRY_BYTES,
+    ) -> None:
         if max_entries < 0:
             raise ValueError("the cache cannot hold fewer than no entries")
-        self.max_entries, self.max_document_chars = max_entries, max_document_chars
-        self._entries: collections.OrderedDict[str, RunRecord] = collections.OrderedDict()
+        self.max_entries, self.max_document_chars, self.max_entry_bytes = (
+            max_entries,
+            max_document_chars,
+            max_entry_bytes,
+        )
+        # run_id -> (expire_at, the pickled record)
+        self._entries: collections.OrderedDict[str, tuple[datetime.datetime, bytes]] = collections.OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, run_id: str, now: datetime.datetime) -> RunRecord | None:
@@ -43,31 +57,39 @@ class FinishedRuns:
         answer came from Datastore.
         """
         with self._lock:
-            record = self._entries.get(run_id)
-            if record is None:
+            entry = self._entries.get(run_id)
+            if entry is None:
                 return None
-            if record.is_expired(now):
+            expire_at, pickled = entry
+            if now >= expire_at:
                 del self._entries[run_id]
                 return None
             self._entries.move_to_end(run_id)
-        return copy.deepcopy(record)
+        return pickle.loads(pickled)  # iterative: no depth it was pickled at can fail here
 
     def remember(self, record: RunRecord) -> None:
         """Keep a copy of ``record`` if it is completed and small enough; anything else is never held."""
         if record.status != RunStatus.COMPLETED or self.max_entries == 0 or not self._small(record):
             return
         try:
-            record = copy.deepcopy(record)  # the caller goes on using its own
-        except RecursionError:
-            return  # nested deeper than a copy can go (parameters may be): never held
+            pickled = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+        except (RecursionError, pickle.PicklingError, TypeError):
+            return  # nested deeper than pickle goes, or not picklable: never held
+        if len(pickled) > self.max_entry_bytes:
+            return
         with self._lock:
-            self._entries[record.run_id] = record
+            self._entries[record.run_id] = (record.expire_at, pickled)
             self._entries.move_to_end(record.run_id)
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def held_bytes(self) -> int:
+        """What the entries take, pickled (the bound: max_entries x max_entry_bytes)."""
+        with self._lock:
+            return sum(len(pickled) for _, pickled in self._entries.values())
 
     def _small(self, record: RunRecord) -> bool:
         """Whether what the record holds of any size (its result, its parameters: a guarded

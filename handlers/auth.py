@@ -231,23 +231,32 @@ class AnyCaller:
         return Principal(name="local", granted=frozenset(Role))
 
 
+# A Host header naming loopback: a *.localhost name (RFC 6761; a trailing dot allowed), an IPv4
+# address or a bracketed IPv6 one, and an optional port.  ASCII only, nothing else around it.
+_LOOPBACK_HOST = re.compile(
+    r"(?:(?P<name>(?:[a-z0-9-]+\.)*localhost\.?)|(?P<ipv4>[0-9.]+)|\[(?P<ipv6>[0-9a-f:.]+)\])(?::(?P<port>[0-9]{1,5}))?",
+    re.ASCII,
+)
+
+
 def is_loopback_host(host: str) -> bool:
-    """Whether a ``Host`` header (a name or address, perhaps with a port) names this machine's loopback."""
-    host = host.strip().lower()
-    if host.startswith("["):  # [IPv6]:port; brackets hold nothing but an IPv6 address
-        address, bracket, rest = host[1:].partition("]")
-        port_ok = bracket and (rest == "" or (rest[:1] == ":" and rest[1:].isdigit()))
-        try:
-            return bool(port_ok) and ipaddress.IPv6Address(address).is_loopback
-        except ValueError:
-            return False
-    name, colon, port = host.partition(":")
-    if colon and not port.isdigit():
+    """Whether a ``Host`` header (a name or address, perhaps with a port) names this machine's loopback.
+
+    No Host at all (HTTP/1.0) counts as loopback: a browser always sends one,
+    so its absence is no rebinding.
+    """
+    host = host.strip(" \t").lower()
+    if not host:
+        return True
+    match = _LOOPBACK_HOST.fullmatch(host)
+    if match is None or (match["port"] is not None and int(match["port"]) > 65535):
         return False
-    if name == "localhost" or name.endswith(".localhost"):  # RFC 6761: always loopback
+    if match["name"] is not None:
         return True
     try:
-        return ipaddress.IPv4Address(name).is_loopback
+        if match["ipv4"] is not None:
+            return ipaddress.IPv4Address(match["ipv4"]).is_loopback
+        return ipaddress.IPv6Address(match["ipv6"]).is_loopback
     except ValueError:
         return False
 

@@ -31,9 +31,31 @@ LOOPBACK = [
     "[::1]",
     "[::1]:8080",
     " localhost ",
+    "localhost.",  # the absolute form of the name
+    "localhost.:8080",
+    "a-b.dev.localhost:65535",
+    "",  # no Host (HTTP/1.0): no browser, so no rebinding
 ]
 NOT_LOOPBACK_HOSTS = [
-    "",
+    "localhost:65536",
+    "localhost:\u00b2",  # a digit to str.isdigit, not to a port
+    "localhost:\u0661",
+    "evil.example/.localhost",
+    "a b.localhost",
+    "..localhost",
+    "evil.example\x00.localhost",
+    "\x0blocalhost",
+    "localhost\xa0",
+    "l\u0131ocalhost",
+    "[::1%25eth0]",
+    "127.1",
+    "2130706433",
+    "0x7f.0.0.1",
+    "0177.0.0.1",
+    "127.000.0.1",
+    "127.0.0.1.",
+    "evil@localhost",
+    "[::ffff:127.0.0.1]",
     "evil.example",
     "evil.example:8080",
     "localhost.evil.example",  # a name that only starts like one

@@ -159,3 +159,18 @@ def test_deeply_nested_parameters_never_raise(ndb_context, depth):
     assert held is None or held.parameters == nested
     if depth == 50:
         assert held is not None
+
+
+def test_what_it_holds_is_bounded_in_bytes(ndb_context):
+    """Held pickled: a 16 KiB-of-JSON document of small dicts decodes to many times that, and
+    1,024 of them must not fill an instance's memory."""
+    later = T + datetime.timedelta(hours=1)
+    cache = FinishedRuns(max_entries=50)
+    rows = [{"a": i} for i in range(1300)]  # just under 16 KiB of JSON
+    for index in range(60):
+        cache.remember(record(f"r{index}", RunStatus.COMPLETED.value, later, rows))
+    assert len(cache) == 50 and cache.held_bytes() <= 50 * cache.max_entry_bytes
+    assert cache.get("r59", T).result == rows
+    tight = FinishedRuns(max_entry_bytes=1000)
+    tight.remember(record("rows", RunStatus.COMPLETED.value, later, rows))
+    assert tight.get("rows", T) is None  # fits the JSON limit, not the byte limit
