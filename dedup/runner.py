@@ -123,7 +123,7 @@ def run_once(
             # The stored lease is counted from inside the claim's transaction, so
             # never earlier than this: the job's view of its lease errs short.
             claim_began = time.monotonic()
-            # A waiting call polls a record it saw leased: no transactions begun on speculation.
+            # A waiting call polls a record it saw leased: its claim's transaction is not begun on speculation.
             outcome = ledger.replay_or_claim(run_id, description, policy, reopen, skip_reason, speculate=not holding)
             if isinstance(outcome, Claimed):
                 break
