@@ -548,8 +548,12 @@ def _claimed_record(
         attempt_id=attempt.attempt_id,
         attempt=attempt.attempt,
         lease_expires=now + _seconds(policy.lease_seconds),
-        # Never expire (count as absent) while a lease is live.
-        expire_at=max(created + _seconds(policy.retention_seconds), now + _seconds(policy.lease_seconds)),
+        # Never expire (count as absent) while a lease is live, and a slot's run never before
+        # its schedule time plus the retention (schedules.slots: what the ledger can still know).
+        expire_at=max(
+            max(created, description.schedule_time or created) + _seconds(policy.retention_seconds),
+            now + _seconds(policy.lease_seconds),
+        ),
         created=created,
         updated=now,
         started=now,

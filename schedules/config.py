@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import os
 import re
 import urllib.parse
@@ -56,6 +57,11 @@ _DURATION = re.compile(r"(?:\d+(?:\.\d+)?[dhms])+|\d+(?:\.\d+)?")  # 600, 600s, 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms]?)")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 1}
 _RESERVED_HEADER = re.compile(r"(?i)(x-google-|x-appengine-|x-cloudscheduler)")
+# Scheduler starts an execution's first attempt a little after its schedule time; a slot
+# is not missed while a first attempt could still be on its way.
+DELIVERY_GRACE_SECONDS = 120
+# How often cron.yaml runs /tasks/audit (tests/test_deployment_files.py holds the two equal).
+AUDIT_INTERVAL_SECONDS = 15 * 60
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +105,9 @@ class SchedulerJob:
     scaling: str = "automatic"
     pass_scope: bool = True
     description: str | None = None
+    # How long the app remembers a run of this job: its target's retention_seconds, bound
+    # by load_app_schedules.  None (a file not bound to jobs.yaml): no horizon is known.
+    retention_seconds: float | None = None
 
     @property
     def relative_url(self) -> str:
@@ -352,6 +361,17 @@ def retry_window_seconds(job: SchedulerJob) -> float:
     return max(by_count, by_duration)
 
 
+def minimum_retention_seconds(job: SchedulerJob) -> float:
+    """The shortest retention under which the app still knows every slot it reports on.
+
+    A slot's record must outlive its retry window, the grace before its first
+    attempt and one audit interval: otherwise the audit, the executions listing
+    and backfill would reach the slot only after its record expired, and could
+    no longer tell a run that completed from one that never happened.
+    """
+    return retry_window_seconds(job) + DELIVERY_GRACE_SECONDS + AUDIT_INTERVAL_SECONDS
+
+
 def dedup_problems(jobs: list[SchedulerJob], app_jobs: Mapping[str, JobSpec]) -> list[Problem]:
     problems: list[Problem] = []
     for job in jobs:
@@ -388,15 +408,19 @@ def dedup_problems(jobs: list[SchedulerJob], app_jobs: Mapping[str, JobSpec]) ->
                 )
             )
         period = schedule_period_seconds(job.schedule, job.time_zone)
-        window = retry_window_seconds(job)
-        if retention < window:
+        window, minimum = retry_window_seconds(job), minimum_retention_seconds(job)
+        if retention < minimum:
             problems.append(
                 Problem(
                     job.key,
                     "retry",
                     (
-                        f"deliveries can arrive for {int(window)}s, longer than the retention of {job.target!r} "
-                        f"({int(retention)}s): a late retry would find no record and run again"
+                        f"the retention of {job.target!r} ({int(retention)}s) is shorter than the minimum of "
+                        f"{math.ceil(minimum)}s: deliveries can arrive for {int(window)}s, plus "
+                        f"{DELIVERY_GRACE_SECONDS}s before a first attempt and {AUDIT_INTERVAL_SECONDS}s until "
+                        "the audit looks; a shorter one forgets completed runs before the audit and the "
+                        "executions listing can tell them from missed ones, and a late retry would run again. "
+                        f"Raise retention_seconds to at least {math.ceil(minimum)}"
                     ),
                 )
             )
@@ -462,4 +486,9 @@ def load_app_schedules(path: str, app_jobs: Mapping[str, JobSpec], required: boo
     problems = dedup_problems(jobs, app_jobs)
     if problems:
         raise ScheduleSettingError(f"{path}: " + "; ".join(str(p) for p in problems))
-    return tuple(jobs)
+    return tuple(bind_retention(job, app_jobs) for job in jobs)
+
+
+def bind_retention(job: SchedulerJob, app_jobs: Mapping[str, JobSpec]) -> SchedulerJob:
+    """``job`` knowing how long its target remembers runs (what the slots' horizon needs)."""
+    return dataclasses.replace(job, retention_seconds=app_jobs[job.target].policy.retention_seconds)

@@ -17,11 +17,8 @@ from croniter import croniter
 
 from dedup.keys import format_utc, scheduled_run_key
 from models import RunRecord, RunStatus
-from schedules.config import SchedulerJob, retry_window_seconds
+from schedules.config import DELIVERY_GRACE_SECONDS, SchedulerJob, retry_window_seconds
 
-# Scheduler starts an execution's first attempt a little after its schedule time; a slot
-# is not missed while a first attempt could still be on its way.
-DELIVERY_GRACE_SECONDS = 120
 # The most slots one answer lists (a job every minute: 16 hours of them).
 MAX_SLOTS = 1000
 UTC = datetime.timezone.utc
@@ -38,6 +35,11 @@ class Status:
     DUE = "due"
     MISSED = "missed"
     UPCOMING = "upcoming"
+    # No record, and any record the slot had would have expired by now: it may have run.
+    UNKNOWN = "unknown"
+    # A run of another job holds the slot's key (a misrouted delivery): the slot's own job
+    # never ran, and only an operator can sort it out.
+    CONFLICT = "conflict"
 
 
 def _zone(job: SchedulerJob) -> zoneinfo.ZoneInfo:
@@ -76,6 +78,23 @@ class Slot:
         """
         seconds = retry_window_seconds(self.job) + DELIVERY_GRACE_SECONDS
         return self.schedule_time + datetime.timedelta(seconds=seconds)
+
+    @property
+    def remembered_until(self) -> datetime.datetime | None:
+        """Until when a run of this slot is surely still in the ledger (None: no horizon is known).
+
+        A slot's record expires no earlier than its schedule time plus its job's
+        retention (the ledger counts retention from the later of the claim and the
+        schedule time), so before then no record means no run; after it, none
+        means nothing: the run may have completed and been forgotten.
+        """
+        if self.job.retention_seconds is None:
+            return None
+        return self.schedule_time + datetime.timedelta(seconds=self.job.retention_seconds)
+
+    def is_remembered(self, now: datetime.datetime) -> bool:
+        until = self.remembered_until
+        return until is None or now < until
 
 
 def _times(job: SchedulerJob, since: datetime.datetime) -> Iterator[datetime.datetime]:
@@ -126,13 +145,19 @@ def execution_status(slot: Slot, record: RunRecord | None, now: datetime.datetim
     """The slot's status: the run's own, or what its absence means at ``now``.
 
     A released run, or one whose lease ran out without finishing, becomes
-    ``missed`` once no retry can come; so does an absent run.
+    ``missed`` once no retry can come; so does an absent run, while the ledger
+    would still hold its record (``unknown`` after that).  A record of another
+    job is a ``conflict``, never the slot's own outcome.
     """
     window_open = now < slot.window_closes
+    if record is not None and record.job_id != slot.job.target:
+        return Status.CONFLICT
     if record is None:
         if slot.schedule_time > now:
             return Status.UPCOMING
-        return Status.DUE if window_open else Status.MISSED
+        if window_open:
+            return Status.DUE
+        return Status.MISSED if slot.is_remembered(now) else Status.UNKNOWN
     if record.status == RunStatus.RELEASED:
         return Status.RELEASED if window_open else Status.MISSED
     if record.status == RunStatus.IN_PROGRESS and not record.lease_is_live(now) and not window_open:
@@ -150,6 +175,7 @@ def execution_document(slot: Slot, record: RunRecord | None, now: datetime.datet
         "run_id": slot.run_id,
         "status": execution_status(slot, record, now),
         "retry_window_closes": format_utc(slot.window_closes),
+        "remembered_until": format_utc(slot.remembered_until) if slot.remembered_until else None,
     }
     if record is not None:
         document["run"] = {
@@ -161,6 +187,8 @@ def execution_document(slot: Slot, record: RunRecord | None, now: datetime.datet
             "outcome": record.preview,
             "requested_by": record.requested_by,
         }
+        if record.job_id != slot.job.target:
+            document["recorded_job_id"] = record.job_id
         if record.status == Status.SKIPPED:
             document["reason"] = (record.error or {}).get("message")
     return document
