@@ -127,30 +127,38 @@ class Ledger:
         records = ndb.get_multi([ndb.Key(RunRecord, run_id) for run_id in run_ids])
         return {r.key.id(): r for r in records if r is not None and not r.is_expired(now)}
 
-    def refusal(self, run_id: str, description: RunDescription, reopen: bool = False) -> ClaimOutcome | None:
+    def refusal(
+        self, run_id: str, description: RunDescription, reopen_attempt: int | None = None
+    ) -> ClaimOutcome | None:
         """What the record answers without a claim (Replayed, Mismatch, OtherJob, InProgress), or None.
 
         A completed run this process has seen costs no round trip, any other
         one strongly consistent lookup.
         """
-        return self._cached_refusal(run_id, description, reopen) or self._stored_refusal(run_id, description, reopen)
+        return self._cached_refusal(run_id, description, reopen_attempt) or self._stored_refusal(
+            run_id, description, reopen_attempt
+        )
 
-    def _cached_refusal(self, run_id: str, description: RunDescription, reopen: bool) -> ClaimOutcome | None:
+    def _cached_refusal(
+        self, run_id: str, description: RunDescription, reopen_attempt: int | None
+    ) -> ClaimOutcome | None:
         cached = self.finished.get(run_id, self.clock.now())
-        return None if cached is None else _refusal(cached, description, self.clock.now(), reopen)
+        return None if cached is None else _refusal(cached, description, self.clock.now(), reopen_attempt)
 
-    def _stored_refusal(self, run_id: str, description: RunDescription, reopen: bool) -> ClaimOutcome | None:
+    def _stored_refusal(
+        self, run_id: str, description: RunDescription, reopen_attempt: int | None
+    ) -> ClaimOutcome | None:
         record = self.lookup(run_id)
         if record is not None:
             self.finished.remember(record)  # completed records only
-        return _refusal(record, description, self.clock.now(), reopen)
+        return _refusal(record, description, self.clock.now(), reopen_attempt)
 
     def replay_or_claim(
         self,
         run_id: str,
         description: RunDescription,
         policy: RunPolicy,
-        reopen: bool = False,
+        reopen_attempt: int | None = None,
         skip_reason: str | None = None,
         speculate: bool = True,
     ) -> ClaimOutcome | Skipped:
@@ -168,18 +176,18 @@ class Ledger:
         (EARLY_TRANSACTION_MAX_AGE_SECONDS) or this process found that its
         database serves reads from a transaction's start (``_fenced``).
         """
-        refusal = self._cached_refusal(run_id, description, reopen)
+        refusal = self._cached_refusal(run_id, description, reopen_attempt)
         if refusal is not None:
             return refusal
         claim_transaction = EarlyTransaction() if speculate else None
         try:
-            refusal = self._stored_refusal(run_id, description, reopen)  # beside the claim's BeginTransaction
+            refusal = self._stored_refusal(run_id, description, reopen_attempt)  # beside the claim's BeginTransaction
             if refusal is None:
                 return self.claim_run(
                     run_id,
                     description,
                     policy,
-                    reopen,
+                    reopen_attempt,
                     skip_reason,
                     early=claim_transaction,
                     prepare_finish=self.finish_begins_early,
@@ -202,7 +210,7 @@ class Ledger:
         run_id: str,
         description: RunDescription,
         policy: RunPolicy,
-        reopen: bool = False,
+        reopen_attempt: int | None = None,
         skip_reason: str | None = None,
         early: EarlyTransaction | None = None,
         prepare_finish: bool = False,
@@ -213,9 +221,12 @@ class Ledger:
         ``prepare_finish``: begin the finish's transaction beside the claim's
         round trips (``Claimed.finish_transaction``; discarded on any other outcome).
 
-        ``reopen`` (an operator running a slot by hand): a failed or skipped run
-        counts as absent too, so the claim replaces it, keeping its history and
-        attempt count; a completed one is still replayed, a leased one refused.
+        ``reopen_attempt`` (an operator running a slot by hand: the attempt number
+        the operator saw, 0 for none): a failed or skipped run that is still that
+        attempt counts as absent too, so the claim replaces it, keeping its history
+        and attempt count.  Once replaced it no longer matches, so the same request
+        again is answered from the reopened attempt (a reopen is one decision);
+        a completed run is still replayed, a leased one refused.
         ``skip_reason`` (a delivery later than its job allows): where the claim
         would start the run afresh (no record, a released or expired one that
         started nothing downstream), the run is recorded as skipped instead, in
@@ -241,7 +252,7 @@ class Ledger:
                     Attempt(run_id, attempt_id, current.attempt, downstream=current.downstream, job_lock=job_lock),
                 )
             live = current if current is not None and not current.is_expired(now) else None  # expired: absent
-            refusal = _refusal(live, description, now, reopen)
+            refusal = _refusal(live, description, now, reopen_attempt)
             if refusal is not None:
                 return refusal
             if skip_reason is not None and (
@@ -496,7 +507,10 @@ REOPENED = frozenset({RunStatus.FAILED.value, RunStatus.SKIPPED.value})  # what 
 
 
 def _refusal(
-    current: RunRecord | None, description: RunDescription, now: datetime.datetime, reopen: bool = False
+    current: RunRecord | None,
+    description: RunDescription,
+    now: datetime.datetime,
+    reopen_attempt: int | None = None,
 ) -> ClaimOutcome | None:
     """Why the live record ``current`` refuses a new claim (another job's, other parameters,
     finished, leased), or None."""
@@ -504,7 +518,7 @@ def _refusal(
         return None
     if current.job_id != description.job_id:
         return OtherJob(current, description.job_id)
-    if current.status == RunStatus.RELEASED or (reopen and current.status in REOPENED):
+    if current.status == RunStatus.RELEASED or (current.status in REOPENED and current.attempt == reopen_attempt):
         return None  # absent for a claim, which replaces it (its parameters too)
     if current.fingerprint != description.fingerprint:
         return Mismatch(current)

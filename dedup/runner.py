@@ -103,7 +103,7 @@ def run_once(
     classify: Callable[[Any], Verdict] | None = None,
     wait: Waiting | None = None,
     skip_reason: str | None = None,
-    reopen: bool = False,
+    reopen_attempt: int | None = None,
 ) -> RunOutcome:
     """Replay a finished run, or claim it, run ``work`` once and record the outcome.
 
@@ -113,7 +113,8 @@ def run_once(
     when one of ``wait.slots`` is free.  The slot is held only while waiting.
     ``skip_reason`` (a delivery later than its job allows): where a claim would
     start the run afresh, it is recorded as skipped instead, and ``work`` never runs.
-    ``reopen`` (a slot run by hand): a failed or skipped run is run again under its key.
+    ``reopen_attempt`` (a slot run by hand: the attempt the operator saw): a failed or
+    skipped run still at that attempt is run again under its key (Ledger.claim_run).
     """
     deadline = time.monotonic() + max(0.0, wait.seconds if wait else 0.0)
     polls = iter(WAIT_POLL_SECONDS)
@@ -124,7 +125,9 @@ def run_once(
             # never earlier than this: the job's view of its lease errs short.
             claim_began = time.monotonic()
             # A waiting call polls a record it saw leased: its claim's transaction is not begun on speculation.
-            outcome = ledger.replay_or_claim(run_id, description, policy, reopen, skip_reason, speculate=not holding)
+            outcome = ledger.replay_or_claim(
+                run_id, description, policy, reopen_attempt, skip_reason, speculate=not holding
+            )
             if isinstance(outcome, Claimed):
                 break
             remaining = deadline - time.monotonic()

@@ -4,6 +4,8 @@ Each slot runs under exactly the key Scheduler's own delivery of it has
 (``POST /api/v1/jobs/JOB/executions/TIME/run``), with the retry rules of
 ``dedupctl run``, so a backfill and a late Scheduler retry are one run, and
 running the same backfill again does nothing for the slots that completed.
+Each request carries the attempt the listing showed, so a resend (a lost
+answer, a timeout) is answered from the attempt it started, never run again.
 """
 
 from __future__ import annotations
@@ -20,12 +22,16 @@ import requests
 from dedupctl.client import Exit, RetryPolicy, run_with_retries
 
 REOPENABLE = ("missed", "failed", "released", "skipped")
+# Past the job's retention the ledger may have forgotten a run: only --only unknown --force runs one.
+FORCED = ("unknown",)
 # The executions the app lists that a backfill leaves alone, and why.
 LEFT_ALONE = {
     "completed": "completed already",
     "in_progress": "running now",
     "due": "still inside its retry window: Scheduler may deliver it",
     "upcoming": "still to come",
+    "unknown": "older than the job's retention, so it may have run (--only unknown --force runs it anyway)",
+    "conflict": "another job's run holds its key: fix the routing (docs/schedules.md), then run it",
 }
 
 
@@ -35,7 +41,12 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     backfill.add_argument("--since", required=True, help="RFC 3339, e.g. 2026-11-28T00:00:00Z")
     backfill.add_argument("--until", required=True, help="RFC 3339 (exclusive)")
     backfill.add_argument(
-        "--only", default=",".join(REOPENABLE), help=f"which statuses to run (default {','.join(REOPENABLE)})"
+        "--only",
+        default=",".join(REOPENABLE),
+        help=f"which statuses to run (default {','.join(REOPENABLE)}; unknown needs --force)",
+    )
+    backfill.add_argument(
+        "--force", action="store_true", help="run unknown slots too, although they may have run already"
     )
     backfill.add_argument("--dry-run", action="store_true", help="say what would run, run nothing")
     backfill.add_argument("--concurrency", type=int, default=1, help="slots run at once (1 to 16)")
@@ -46,8 +57,14 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
 
 def backfill(args: argparse.Namespace, headers: dict[str, str]) -> int:
     only = [status.strip() for status in args.only.split(",") if status.strip()]
-    if not only or set(only) - set(REOPENABLE):
-        _say(f"--only takes some of {','.join(REOPENABLE)}")
+    if not only or set(only) - set(REOPENABLE + FORCED):
+        _say(f"--only takes some of {','.join(REOPENABLE + FORCED)}")
+        return Exit.REFUSED
+    if set(only) & set(FORCED) and not args.force:
+        _say(
+            "unknown slots are older than the job's retention: their runs may have completed and been "
+            "forgotten, so running them may run the job twice. Add --force to run them anyway"
+        )
         return Exit.REFUSED
     if not 1 <= args.concurrency <= 16 or args.max_attempts < 1 or args.deadline <= 0:
         _say("--concurrency 1 to 16, --max-attempts and --deadline above 0")
@@ -115,7 +132,12 @@ def _executions(base: str, since: str, until: str, headers: dict[str, str]) -> l
 
 
 def _run_slot(base: str, execution: dict[str, Any], headers: dict[str, str], policy: RetryPolicy):
-    query = urllib.parse.urlencode({name: execution[name] for name in ("scheduler_job", "project", "location")})
+    """One slot's run, carrying the attempt the listing showed: every resend of it is one reopen."""
+    fields = {name: execution[name] for name in ("scheduler_job", "project", "location")}
+    fields["attempt"] = (execution.get("run") or {}).get("attempt", 0)
+    if execution["status"] in FORCED:
+        fields["force"] = "true"
+    query = urllib.parse.urlencode(fields)
     url = f"{base}/{urllib.parse.quote(execution['schedule_time'], safe='')}/run?{query}"
     session = requests.Session()
 

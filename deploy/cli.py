@@ -298,8 +298,9 @@ def iap(project: str, members: tuple[str, ...], apply_: bool) -> None:
 # Log-based metrics over the request and audit lines' `outcome` (handlers/logs.py, schedules/audit.py).
 ALERT_METRICS = {
     "dedup-missed-executions": (
-        "Scheduler executions that never ran (the /tasks/audit pass, one line per slot)",
-        'resource.type="gae_app" AND jsonPayload.outcome="missed"',
+        "Scheduler executions that never ran: missed, or their key held by another job's run "
+        "(the /tasks/audit pass, one line per slot)",
+        'resource.type="gae_app" AND (jsonPayload.outcome="missed" OR jsonPayload.outcome="conflict")',
     ),
     "dedup-failed-executions": (
         "Scheduler executions that failed permanently",

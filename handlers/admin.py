@@ -34,7 +34,8 @@ MAX_SHOWN_DOCUMENT_BYTES = 128 * 1024
 RUNS_PER_JOB = 50
 CHART_WIDTH, CHART_LEFT, CHART_ROW = 960, 170, 30
 CARD_SLOTS = 48  # the expected executions a job card looks at (the newest of the last day)
-RUNNABLE_SLOTS = ("missed", "failed", "released", "skipped")  # what an operator may run again by hand
+# What an operator may run again by hand (an unknown slot only when forced: it may have run).
+RUNNABLE_SLOTS = ("missed", "failed", "released", "skipped", "unknown")
 
 
 def outcome_of(record: RunRecord, now: datetime.datetime) -> str:
@@ -107,7 +108,7 @@ def run_page(run_id: str):
         lease_left=lease_left(record, now),
         stored=shown_json(stored, run_id),
         parameters=shown_json(record.parameters, run_id) if record.parameters else None,
-        retry_token=new_form_token() if may(Role.OPERATE) and may_retry(record, state.jobs) else None,
+        may_retry=may(Role.OPERATE) and may_retry(record, state.jobs),
     )
 
 
@@ -186,6 +187,7 @@ def job_summary(
         # Slots an operator may run by hand, newest first.
         "to_run": [e for e in reversed(expected) if e["status"] in RUNNABLE_SLOTS][:5],
         "missed": sum(e["status"] == "missed" for e in expected),
+        "conflicts": sum(e["status"] == "conflict" for e in expected),
         "expected_count": len(expected),
     }
 

@@ -1,8 +1,8 @@
 """The dashboard's actions: **Run now** on a job and **Retry** on a failed manual run.
 
-Plain server-rendered forms (no script, no build step).  Each form carries a
-client token made when the page was rendered, so a double click, a refresh
-or a resubmitted form is one run: the action runs through the manual-run
+Plain server-rendered forms (no script, no build step).  Run now carries a
+client token made when the page was rendered, Retry the failed run's own
+(``retry_token``), so a double click, a refresh or a resubmitted form is one run: the action runs through the manual-run
 path of the run API (``run_manually``) under that token, and answers with a
 303 to the run's page (POST-redirect-GET).  Only operators see the buttons;
 anyone else who posts gets the gate's 403.  Cross-site posts never get here
@@ -24,11 +24,11 @@ from dedup.keys import check_schedule_time, is_run_id, parse_rfc3339
 from dedup.outcomes import Contended, Mismatch, OtherJob, Overlap, Released, RunOutcome
 from handlers import app_state
 from handlers.access import Role, requires
-from handlers.executions import find_slot, run_slot_now, schedules_of
+from handlers.executions import InvalidSlotRun, SlotRunRefused, SlotRunRequest, find_slot, run_slot_now, schedules_of
 from handlers.idempotent import Fingerprint, GuardRejected
 from handlers.logs import note_run
 from handlers.run_documents import may_retry
-from handlers.runs_api import ManualRunRequest, client_token_problem, run_manually
+from handlers.runs_api import MAX_TOKEN_LENGTH, ManualRunRequest, client_token_problem, run_manually
 from handlers.strict_json import InvalidJson, strict_json
 from models import RunSource
 
@@ -36,7 +36,7 @@ blueprint = Blueprint("dashboard_actions", __name__, url_prefix="/admin", templa
 
 FORM_TYPE = "application/x-www-form-urlencoded"
 RUN_NOW_FIELDS = frozenset({"clientToken", "parameters"})
-RETRY_FIELDS = frozenset({"clientToken"})
+RETRY_FIELDS: frozenset[str] = frozenset()  # the token is the failed run's (retry_token)
 
 
 def new_form_token() -> str:
@@ -81,10 +81,21 @@ def retry_run(run_id: str) -> Response | tuple[str, int]:
     job = app_state().jobs[record.job_id]
     note_run(job_id=record.job_id, source=RunSource.API.value)
     try:
-        ask = ManualRunRequest(form_token(form_fields(RETRY_FIELDS)), dict(record.parameters or {}))
+        form_fields(RETRY_FIELDS)
     except FormProblem as problem:
         return problem_page(problem.status, problem.message)
+    ask = ManualRunRequest(retry_token(run_id), dict(record.parameters or {}))
     return answer(run_manually(record.job_id, job, ask), record.job_id, ask)
+
+
+def retry_token(run_id: str) -> str:
+    """The client token of the retry of ``run_id``: the run's own, so retrying it is one decision.
+
+    A failed manual run never changes, so however many pages, tabs or
+    resends ask to retry it, they ask for the same new run (within the
+    token's lifetime); a retry that fails too is retried from its own page.
+    """
+    return f"retry-{run_id}"[:MAX_TOKEN_LENGTH]
 
 
 def form_fields(allowed: frozenset[str]) -> dict[str, str]:
@@ -169,26 +180,52 @@ def problem_page(status: int, message: str, **context: Any) -> tuple[str, int]:
 @blueprint.post("/jobs/<job_id>/executions/<schedule_time>/run", provide_automatic_options=False)
 @requires(Role.OPERATE)
 def run_slot(job_id: str, schedule_time: str) -> Response | tuple[str, int]:
-    """The dashboard's "run" on a missed, failed, released or skipped slot.
+    """The dashboard's "run" on a missed, failed, released, skipped or unknown slot.
 
-    No form token: the slot's own key makes a double click one run, and a
-    late Scheduler retry of it the same run.
+    No form token: the slot's own key makes a Scheduler retry the same run,
+    and the attempt the form was rendered with (``attempt``) makes a double
+    click, a refresh or a resent form one reopen.  An unknown slot's form
+    asks for ``force``, a box the operator ticks.
     """
     try:
-        fields = form_fields(frozenset({"scheduler_job", "project", "location"}))
+        fields = form_fields(SLOT_RUN_FIELDS)
         instant = check_schedule_time("schedule_time", parse_rfc3339(schedule_time, "schedule_time"))
+        ask = SlotRunRequest.parse(fields.pop("attempt", None), fields.pop("force", None))
         found = find_slot(job_id, schedules_of(job_id), instant, **fields)
     except FormProblem as problem:
         return problem_page(problem.status, problem.message)
     except InvalidRunRequest:
         return problem_page(400, "the schedule time must be an RFC 3339 timestamp from 2000 up to 2100")
+    except InvalidSlotRun as refused:
+        return problem_page(400, refused.message)
     except NotFound as missing:
         return problem_page(404, missing.description)
     if isinstance(found, str):
         return problem_page(400, found)
-    outcome = run_slot_now(job_id, found)
-    if isinstance(outcome, Overlap):
-        return problem_page(409, "the job forbids overlap and another execution of it is running; try again later")
-    if isinstance(outcome, Contended):
-        return problem_page(409, "the ledger was busy; send again (it is the same run)")
-    return redirect(url_for("admin.run_page", run_id=outcome.run_id), code=303)
+    return slot_answer(run_slot_now(job_id, found, ask))
+
+
+SLOT_RUN_FIELDS = frozenset({"scheduler_job", "project", "location", "attempt", "force"})
+
+
+def slot_answer(outcome: RunOutcome | SlotRunRefused) -> Response | tuple[str, int]:
+    """303 to the slot's run page when the slot's own run answered; a page saying why otherwise."""
+    match outcome:
+        case SlotRunRefused():
+            return problem_page(outcome.http_status, outcome.message + "; reload the page to see the slot as it is")
+        case OtherJob():
+            return problem_page(
+                422,
+                f"this slot's key holds a run of another job ({outcome.record.job_id}): the slot's own job never "
+                "ran. A Scheduler job id shared by two jobs without a scope sends them the same keys: scope the "
+                "deliveries or rename one Scheduler job, then run the slot",
+            )
+        case Overlap():
+            return problem_page(409, "the job forbids overlap and another execution of it is running; try again later")
+        case Contended():
+            return problem_page(409, "the ledger was busy; send again (it is the same run)")
+        case Mismatch():
+            return problem_page(422, "this slot's record was written with other parameters", run_id=outcome.run_id)
+        case _:
+            # Finished, replayed, in progress, released, skipped, stale: the run's page tells the rest.
+            return redirect(url_for("admin.run_page", run_id=outcome.run_id), code=303)

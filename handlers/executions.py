@@ -10,13 +10,16 @@ runs, a changed schedule) are listed apart.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+from typing import Any
 
 from flask import Blueprint, jsonify, request
 from werkzeug.exceptions import NotFound
 
 from dedup.errors import InvalidRunRequest
 from dedup.keys import EARLIEST_SCHEDULE_TIME, check_schedule_time, format_utc, parse_rfc3339, scheduled_run_key
+from dedup.ledger import REOPENED
 from dedup.outcomes import RunOutcome
 from dedup.queries import RunFilter
 from handlers import app_state
@@ -28,7 +31,17 @@ from handlers.run_documents import run_summaries
 from handlers.scheduler import run_scheduled
 from models import RunRecord, RunSource
 from schedules.config import SchedulerJob
-from schedules.slots import MAX_SLOTS, Slot, delivery_scope, execution_document, is_slot, nearest_slots, slots_between
+from schedules.slots import (
+    MAX_SLOTS,
+    Slot,
+    Status,
+    delivery_scope,
+    execution_document,
+    execution_status,
+    is_slot,
+    nearest_slots,
+    slots_between,
+)
 
 blueprint = Blueprint("executions", __name__, url_prefix="/api/v1")
 
@@ -46,11 +59,16 @@ def _time_problem(name: str, exc: InvalidRunRequest) -> str:
 
 
 def is_expected_run(record: RunRecord, scheduler_jobs: list[SchedulerJob]) -> bool:
-    """A Scheduler run of a declared Scheduler job, in its scope, at one of its slots."""
+    """A Scheduler run of a declared Scheduler job of its own job, in its scope, at one of its slots.
+
+    A run of this job under another job's slot (a misrouted delivery) is unscheduled here:
+    the slot's own listing calls it a conflict, and it must not vanish from both.
+    """
     if record.source != RunSource.SCHEDULER.value or record.schedule_time is None:
         return False
     return any(
-        job.name == record.scheduler_job_name
+        job.target == record.job_id
+        and job.name == record.scheduler_job_name
         and delivery_scope(job) == (record.project or None, record.location or None)
         and is_slot(job, record.schedule_time)
         for job in scheduler_jobs
@@ -132,9 +150,11 @@ def run_slot(job_id: str, schedule_time: str):
     """Run one slot by hand under exactly the key a Scheduler delivery of it has.
 
     A slot run by hand and a late Scheduler retry of it are one run.  A
-    failed, released, skipped or missed slot is reopened (run again, its
-    history kept); a completed one is answered as a duplicate, and one in
-    progress gets 409.  The answer is a delivery's.
+    failed or skipped slot is reopened (run again, its history kept) when
+    ``attempt`` is the attempt it still is; released and missed ones run;
+    a completed one is answered as a duplicate, and one in progress gets
+    409.  An ``unknown`` slot (past the ledger's horizon) runs only with
+    ``force=true``.  The answer is a delivery's.
     """
     scheduler_jobs = schedules_of(job_id)
     try:
@@ -145,7 +165,60 @@ def run_slot(job_id: str, schedule_time: str):
     found = find_slot(job_id, scheduler_jobs, instant, **chosen)
     if isinstance(found, str):
         return json_error(400, "InvalidParameterException", found)
-    return outcome_response(run_slot_now(job_id, found))
+    try:
+        ask = SlotRunRequest.parse(request.args.get("attempt"), request.args.get("force"))
+    except InvalidSlotRun as refused:
+        return json_error(400, "InvalidParameterException", refused.message)
+    outcome = run_slot_now(job_id, found, ask)
+    if isinstance(outcome, SlotRunRefused):
+        return json_error(outcome.http_status, outcome.error, outcome.message, **outcome.details)
+    return outcome_response(outcome)
+
+
+MAX_SEEN_ATTEMPT = 10**6  # far above any attempt number a run reaches
+
+
+class InvalidSlotRun(ValueError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotRunRequest:
+    """An operator's run of a slot: the attempt they saw (0 for none), and whether they force an unknown one.
+
+    The attempt is the reopen's precondition: a failed or skipped slot is run
+    again only while it is still that attempt, so the same request sent again
+    (a double click, a lost answer, a client's timeout) is answered from the
+    attempt it started instead of starting another.
+    """
+
+    seen_attempt: int | None
+    force: bool = False
+
+    @classmethod
+    def parse(cls, attempt: str | None, force: str | None) -> SlotRunRequest:
+        seen = None
+        if attempt is not None:
+            if not attempt.isascii() or not attempt.isdigit() or int(attempt) > MAX_SEEN_ATTEMPT:
+                raise InvalidSlotRun(
+                    f"attempt must be the slot's attempt number as listed (0 to {MAX_SEEN_ATTEMPT}; 0 for none)"
+                )
+            seen = int(attempt)
+        if force not in (None, "true", "false"):
+            raise InvalidSlotRun("force must be true or false")
+        return cls(seen, force == "true")
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotRunRefused:
+    """Why an operator's run of a slot did not go ahead as asked (nothing ran)."""
+
+    http_status: int
+    error: str
+    message: str
+    details: dict[str, Any]
 
 
 def find_slot(
@@ -190,12 +263,40 @@ def find_slot(
     return Slot(matching[0], instant)
 
 
-def run_slot_now(job_id: str, slot: Slot) -> RunOutcome:
-    """Run ``slot`` under its Scheduler key, reopening it if it failed, was released, skipped or missed."""
+def run_slot_now(job_id: str, slot: Slot, ask: SlotRunRequest) -> RunOutcome | SlotRunRefused:
+    """Run ``slot`` under its Scheduler key as ``ask`` says: the API's and the dashboard's one path.
+
+    Without the attempt the operator saw, a failed or skipped slot is not
+    reopened (428, naming its attempt); a slot whose record the ledger may
+    have forgotten (``unknown``) runs only when forced, since it may have run.
+    """
+    state = app_state()
     project, location = delivery_scope(slot.job)
     key = scheduled_run_key(
         slot.job.name, format_utc(slot.schedule_time), query_project=project, query_location=location
     )
     note_run(job_id=job_id, source=RunSource.SCHEDULER.value, run_id=key.run_id)
+    record = state.ledger.lookup(key.run_id)
+    status = execution_status(slot, record, state.clock.now())
+    if status == Status.UNKNOWN and not ask.force:
+        return SlotRunRefused(
+            422,
+            "ExecutionUnknown",
+            f"no record of this slot is left: the ledger keeps a run {slot.job.retention_seconds:g}s past its "
+            f"schedule time, so it may have completed; running it may run the job twice. "
+            "Send force=true to run it anyway",
+            {
+                "status": status,
+                "remembered_until": format_utc(slot.remembered_until) if slot.remembered_until else None,
+            },
+        )
+    if ask.seen_attempt is None and record is not None and record.status in REOPENED:
+        return SlotRunRefused(
+            428,
+            "PreconditionRequired",
+            f"this slot {record.status} at attempt {record.attempt}; to run it again send attempt={record.attempt}, "
+            "so that sending the same request again cannot run it a second time",
+            {"status": status, "attempt": record.attempt},
+        )
     body = (slot.job.body or "").encode("utf-8")  # what Scheduler sends for this job
-    return run_scheduled(job_id, app_state().jobs[job_id], key, body, reopen=True)
+    return run_scheduled(job_id, state.jobs[job_id], key, body, reopen_attempt=ask.seen_attempt)

@@ -56,7 +56,7 @@ def run_scheduled(
     body: bytes,
     *,
     skip_reason: str | None = None,
-    reopen: bool = False,
+    reopen_attempt: int | None = None,
 ) -> RunOutcome:
     """Run a scheduled execution once under its key: a delivery's path, and an operator's run of a slot."""
     state = app_state()
@@ -84,7 +84,9 @@ def run_scheduled(
             )
         )
 
-    return run_once(state.ledger, key.run_id, description, job.policy, work, skip_reason=skip_reason, reopen=reopen)
+    return run_once(
+        state.ledger, key.run_id, description, job.policy, work, skip_reason=skip_reason, reopen_attempt=reopen_attempt
+    )
 
 
 def late_delivery(job: JobSpec, key: ScheduledRunKey, now: datetime.datetime) -> str | None:

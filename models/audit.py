@@ -18,6 +18,9 @@ class AuditMark(ndb.Model):
     _use_global_cache = False
 
     checked_until = ndb.DateTimeProperty(required=True, indexed=False, tzinfo=datetime.timezone.utc)
+    # The pass that wrote the mark (a random id per pass): a pass whose commit answer was lost
+    # knows the mark is its own by this, never by a checked_until another pass may share.
+    pass_id = ndb.TextProperty()
 
     @classmethod
     def _get_kind(cls) -> str:

@@ -2,9 +2,13 @@
 
 Each pass looks at the slots whose retry window closed since the previous
 pass (per Scheduler job, remembered in an AuditMark), finds which have no
-completed, failed or skipped run, and reports them.  The mark moves forward
-in a transaction that only lands if no other pass moved it first, and the
-lines are written after it lands: two passes at once report a slot once.
+completed, failed or skipped run, and reports them; a slot whose key holds
+another job's run (a ``conflict``: its own job never ran) is reported too.
+A slot the ledger may have forgotten (``unknown``: the audit came later than
+the job's retention) is not called missed: the pass says, in one WARNING,
+how many it could not check.  The mark moves forward in a transaction that
+only lands if no other pass moved it first, and the lines are written after
+it lands: two passes at once report a slot once.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
+import uuid
 
 from google.cloud import ndb
 
@@ -28,11 +33,15 @@ log = logging.getLogger("dedup.audit")
 # where the last stopped.
 AUDIT_PATIENCE_SECONDS = 10
 MICROSECOND = datetime.timedelta(microseconds=1)
+REPORTED = (Status.MISSED, Status.CONFLICT)  # what a pass reports, one ERROR line per slot
 
 
 @dataclasses.dataclass(frozen=True)
 class MissedSlot:
+    """A slot the audit reports: ``missed`` (nothing ran) or ``conflict`` (another job's run holds its key)."""
+
     slot: Slot
+    status: str = Status.MISSED
 
     def document(self) -> dict[str, str]:
         return {
@@ -40,7 +49,24 @@ class MissedSlot:
             "scheduler_job": self.slot.job.name,
             "schedule_time": format_utc(self.slot.schedule_time),
             "run_id": self.slot.run_id,
+            "status": self.status,
         }
+
+
+@dataclasses.dataclass
+class AuditPass:
+    """What one pass found: the slots it reports, and how many it could not check (``unknown``)."""
+
+    reported: list[MissedSlot] = dataclasses.field(default_factory=list)
+    unverified: int = 0
+
+    @property
+    def missed(self) -> list[MissedSlot]:
+        return [found for found in self.reported if found.status == Status.MISSED]
+
+    @property
+    def conflicts(self) -> list[MissedSlot]:
+        return [found for found in self.reported if found.status == Status.CONFLICT]
 
 
 def mark_id(job: SchedulerJob) -> str:
@@ -48,15 +74,20 @@ def mark_id(job: SchedulerJob) -> str:
 
 
 def audit(ledger: Ledger, jobs: tuple[SchedulerJob, ...]) -> list[MissedSlot]:
-    """One pass over every Scheduler job; the slots found missed, each logged once at ERROR."""
+    """One pass over every Scheduler job; the slots it reports, each logged once at ERROR."""
+    return audit_pass(ledger, jobs).reported
+
+
+def audit_pass(ledger: Ledger, jobs: tuple[SchedulerJob, ...]) -> AuditPass:
+    """One pass over every Scheduler job, with what it could not check."""
     now = ledger.clock.now()
-    missed: list[MissedSlot] = []
+    found = AuditPass()
     for job in jobs:
-        missed += _audit_job(ledger, job, now)
-    return missed
+        _audit_job(ledger, job, now, found)
+    return found
 
 
-def _audit_job(ledger: Ledger, job: SchedulerJob, now: datetime.datetime) -> list[MissedSlot]:
+def _audit_job(ledger: Ledger, job: SchedulerJob, now: datetime.datetime, found: AuditPass) -> None:
     key = ndb.Key(AuditMark, mark_id(job))
     mark = key.get()
     window = Slot(job, now).window_closes - now
@@ -71,28 +102,49 @@ def _audit_job(ledger: Ledger, job: SchedulerJob, now: datetime.datetime) -> lis
     pending = [s for s, status in zip(slots, statuses, strict=True) if status == Status.IN_PROGRESS]
     if pending:
         through = min(through, pending[0].schedule_time + window)
-    found = [
-        MissedSlot(s)
-        for s, status in zip(slots, statuses, strict=True)
-        if status == Status.MISSED and s.schedule_time + window < through
-    ]
+    checked = [(s, status) for s, status in zip(slots, statuses, strict=True) if s.schedule_time + window < through]
+    reported = [MissedSlot(s, status) for s, status in checked if status in REPORTED]
+    unknown = [s for s, status in checked if status == Status.UNKNOWN]
+    # Unique to this pass: another pass that computed the same mark must not take its commit for ours.
+    pass_id = uuid.uuid4().hex
+    seen = (mark.checked_until, mark.pass_id) if mark else None
 
     def advance() -> bool:
         current = key.get()
-        if current is not None and current.checked_until == through:
+        if current is not None and current.pass_id == pass_id:
             return True  # this pass's own commit, landed although its answer was lost
-        if (current.checked_until if current else None) != (mark.checked_until if mark else None):
+        if ((current.checked_until, current.pass_id) if current else None) != seen:
             return False  # another pass got here first: it reports these slots
-        AuditMark(key=key, checked_until=through).put()
+        AuditMark(key=key, checked_until=through, pass_id=pass_id).put()
         return True
 
     if not run_transaction(advance, AUDIT_PATIENCE_SECONDS):
-        return []
-    for slot in found:
+        return
+    for finding in reported:
+        slot = finding.slot
+        if finding.status == Status.MISSED:
+            message = "execution of %s at %s was missed: no run completed, failed or was skipped, and no retry can come"
+        else:
+            message = (
+                "execution of %s at %s never ran: its key holds a run of another job (a misrouted delivery); "
+                "scope the deliveries or rename one Scheduler job, then run the slot"
+            )
         log.error(
-            "execution of %s at %s was missed: no run completed, failed or was skipped, and no retry can come",
-            slot.slot.job.name,
-            format_utc(slot.slot.schedule_time),
-            extra={**slot.document(), "outcome": "missed"},
+            message,
+            slot.job.name,
+            format_utc(slot.schedule_time),
+            extra={**finding.document(), "outcome": finding.status},
         )
-    return found
+    if unknown:
+        log.warning(
+            "%d execution(s) of %s from %s to %s could not be checked: the audit came after the job's retention "
+            "(%gs), so a run of them may have completed and been forgotten; they are listed as unknown",
+            len(unknown),
+            job.name,
+            format_utc(unknown[0].schedule_time),
+            format_utc(unknown[-1].schedule_time),
+            job.retention_seconds,
+            extra={"scheduler_job": job.name, "outcome": "unverified", "slots": len(unknown)},
+        )
+    found.reported += reported
+    found.unverified += len(unknown)

@@ -98,7 +98,8 @@ def _wait_at_gate(name: str, context: RunContext) -> dict:
 
 
 def file_effect(context: RunContext) -> dict:
-    """For live tests: body {"dir": D, "sleep": S}; append one line to D/<run_id> per execution."""
+    """For live tests: body {"dir": D, "sleep": S, "fail": F}; append one line to D/<run_id> per
+    execution (then, with F, fail permanently)."""
     options = dict(context.parameters) or context.body_json() or {}
     if options.get("pidfile"):
         with open(options["pidfile"], "w", encoding="utf-8") as handle:
@@ -108,6 +109,8 @@ def file_effect(context: RunContext) -> dict:
     with open(path, "a", encoding="utf-8") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         handle.write(json.dumps({"attempt": context.attempt, "pid": os.getpid()}) + "\n")
+    if options.get("fail"):  # the effect happened, then the job failed for good
+        raise PermanentJobError("the effect was made, then refused", details={"attempt": context.attempt})
     return {"pid": os.getpid(), "attempt": context.attempt}
 
 

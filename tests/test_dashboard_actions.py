@@ -174,22 +174,37 @@ def test_the_problem_page_escapes_what_the_operator_sent(iap_app, iap):
     assert "<script>alert" not in page.text
 
 
+def retry(app, run_id, headers, status=303):
+    """The Retry form as a browser sends it: urlencoded, no fields."""
+    url = f"/admin/runs/{run_id}/retry"
+    return app.post(url, "", headers=headers, content_type="application/x-www-form-urlencoded", status=status)
+
+
 def test_retry_runs_a_failed_manual_run_again_once(iap_app, iap):
-    job_targets.FAILURES["flaky"] = ["permanent"]
+    """Retrying a run is one decision: two pages (two tabs, a reload) and resent forms are one new run."""
+    job_targets.FAILURES["flaky"] = ["permanent", "permanent"]
     failed = start(iap_app, job="flaky", token="first", parameters={"invoice": 12}, headers=operator(iap), status=422)
     failed_id = failed.json["run_id"]
-    page = iap_app.get(f"/admin/runs/{failed_id}", headers=operator(iap))
-    token = TOKEN.search(page.text.split('id="retry"', 1)[1]).group(1)
-    assert token != "first"
-    retried = iap_app.post(f"/admin/runs/{failed_id}/retry", {"clientToken": token}, headers=operator(iap), status=303)
-    again = iap_app.post(f"/admin/runs/{failed_id}/retry", {"clientToken": token}, headers=operator(iap), status=303)
-    assert retried.headers["Location"] == again.headers["Location"] != f"/admin/runs/{failed_id}"
+    pages = [iap_app.get(f"/admin/runs/{failed_id}", headers=operator(iap)) for _ in range(2)]
+    assert all('id="retry"' in page.text for page in pages)
+    sent = [retry(iap_app, failed_id, operator(iap)) for _ in range(3)]
+    assert len({answer.headers["Location"] for answer in sent}) == 1
+    assert sent[0].headers["Location"] != f"/admin/runs/{failed_id}"
     assert [(e["client_token"], e["parameters"]) for e in job_targets.EFFECTS] == [
         ("first", {"invoice": 12}),
-        (token, {"invoice": 12}),
+        (f"retry-{failed_id}"[:64], {"invoice": 12}),
     ]
-    document = iap_app.get(f"/api/v1/runs/{run_id_of(retried)}", headers=viewer(iap)).json
-    assert document["status"] == "completed" and document["requested_by"] == "user:alice@example.com"
+    retry_id = run_id_of(sent[0])
+    document = iap_app.get(f"/api/v1/runs/{retry_id}", headers=viewer(iap)).json
+    assert document["status"] == "failed" and document["requested_by"] == "user:alice@example.com"
+    # The retry failed too: retrying it is a decision of its own, made once.
+    again = [retry(iap_app, retry_id, operator(iap)) for _ in range(2)]
+    assert run_id_of(again[0]) == run_id_of(again[1]) not in (failed_id, retry_id)
+    assert len(job_targets.EFFECTS) == 3
+    assert iap_app.get(f"/api/v1/runs/{run_id_of(again[0])}", headers=viewer(iap)).json["status"] == "completed"
+    # A form cannot choose the retry's token.
+    iap_app.post(f"/admin/runs/{failed_id}/retry", {"clientToken": "mine"}, headers=operator(iap), status=400)
+    assert len(job_targets.EFFECTS) == 3
 
 
 def test_retry_is_offered_only_to_operators_on_failed_manual_runs(iap_app, iap):

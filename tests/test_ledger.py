@@ -138,7 +138,11 @@ def test_the_record_refuses_a_claim_only_while_leased_or_once_finished(ledger, c
     ledger.fail_run(first.attempt, {"message": "rejected"}, POLICY)
     replay = ledger.refusal("run-1", DESCRIPTION)
     assert isinstance(replay, Replayed) and replay.record.error == {"message": "rejected"}
-    assert ledger.refusal("run-1", DESCRIPTION, reopen=True) is None  # an operator's run replaces a failure
+    # An operator's run replaces the failure it saw, and only that one: a repeat of it, which saw
+    # an attempt the record has moved past, is answered from the record.
+    assert ledger.refusal("run-1", DESCRIPTION, reopen_attempt=1) is None
+    assert isinstance(ledger.refusal("run-1", DESCRIPTION, reopen_attempt=0), Replayed)
+    assert isinstance(ledger.refusal("run-1", DESCRIPTION, reopen_attempt=2), Replayed)
 
 
 def test_only_aborted_transactions_count_as_contention():
