@@ -53,6 +53,9 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     backfill.add_argument("--max-attempts", type=int, default=RetryPolicy.max_attempts)
     backfill.add_argument("--deadline", type=float, default=RetryPolicy.deadline_seconds)
     backfill.add_argument("--backoff", type=float, default=RetryPolicy.backoff_base_seconds, help=argparse.SUPPRESS)
+    backfill.add_argument(
+        "--request-timeout", type=float, default=RetryPolicy.timeout_seconds, help="seconds one request may take"
+    )
 
 
 def backfill(args: argparse.Namespace, headers: dict[str, str]) -> int:
@@ -66,8 +69,13 @@ def backfill(args: argparse.Namespace, headers: dict[str, str]) -> int:
             "forgotten, so running them may run the job twice. Add --force to run them anyway"
         )
         return Exit.REFUSED
-    if not 1 <= args.concurrency <= 16 or args.max_attempts < 1 or args.deadline <= 0:
-        _say("--concurrency 1 to 16, --max-attempts and --deadline above 0")
+    if (
+        not 1 <= args.concurrency <= 16
+        or args.max_attempts < 1
+        or not args.deadline > 0
+        or not args.request_timeout > 0
+    ):
+        _say("--concurrency 1 to 16, --max-attempts, --deadline and --request-timeout above 0")
         return Exit.REFUSED
     base = f"{args.url.rstrip('/')}/api/v1/jobs/{urllib.parse.quote(args.job, safe='')}/executions"
     try:
@@ -87,7 +95,7 @@ def backfill(args: argparse.Namespace, headers: dict[str, str]) -> int:
             )
         _say(f"{len(chosen)} slot(s) to run" + (" (dry run: nothing ran)" if args.dry_run else ""))
         return Exit.OK
-    policy = RetryPolicy(args.max_attempts, args.deadline, args.backoff)
+    policy = RetryPolicy(args.max_attempts, args.deadline, args.backoff, timeout_seconds=args.request_timeout)
     with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
         outcomes = list(pool.map(lambda e: _run_slot(base, e, headers, policy), chosen))
     for execution, (_, answer) in zip(chosen, outcomes, strict=True):

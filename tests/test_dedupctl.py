@@ -21,7 +21,7 @@ import requests
 from dedupctl.client import Exit, RetryPolicy, run_with_retries
 from tests.support import POLL_SECONDS
 from tests.support.live import serving
-from tests.support.proxies import LocalServer, relay
+from tests.support.proxies import FaultProxy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -139,42 +139,6 @@ jobs:
     kind: python
     target: tests.job_targets:refuse
 """
-
-
-class FaultProxy:
-    """Forwards to the app; ``plan`` says what to do with each next request: "drop" (forward,
-    then close without answering: the app did the work, the answer is lost), "503" (a front
-    end refusing without forwarding), or nothing (forward)."""
-
-    def __init__(self, target: str) -> None:
-        self.target, self.plan, self.seen = target, [], []
-        proxy = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                step = proxy.plan.pop(0) if proxy.plan else "pass"
-                proxy.seen.append(step)
-                if step == "503":
-                    self.send_response(503)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
-                answer = requests.post(proxy.target + self.path, data=body, headers=headers, timeout=60)
-                if step == "drop":
-                    self.close_connection = True
-                    return  # the run happened; its answer never reaches the client
-                relay(self, answer)
-
-        self.local = LocalServer(Handler)
-        self.url = self.local.url
-
-    def close(self) -> None:
-        self.local.close()
 
 
 @pytest.fixture(scope="module")
