@@ -21,6 +21,9 @@ class AuditMark(ndb.Model):
     # The pass that wrote the mark (a random id per pass): a pass whose commit answer was lost
     # knows the mark is its own by this, never by a checked_until another pass may share.
     pass_id = ndb.TextProperty()
+    # The pass whose mark this one replaced: a pass whose commit answer was lost, and whose mark
+    # another pass has already moved on from, still knows its commit landed.
+    previous_pass_id = ndb.TextProperty()
 
     @classmethod
     def _get_kind(cls) -> str:

@@ -111,11 +111,13 @@ def _audit_job(ledger: Ledger, job: SchedulerJob, now: datetime.datetime, found:
 
     def advance() -> bool:
         current = key.get()
-        if current is not None and current.pass_id == pass_id:
-            return True  # this pass's own commit, landed although its answer was lost
+        if current is not None and pass_id in (current.pass_id, current.previous_pass_id):
+            return True  # this pass's own commit (perhaps moved on from), landed although its answer was lost
         if ((current.checked_until, current.pass_id) if current else None) != seen:
             return False  # another pass got here first: it reports these slots
-        AuditMark(key=key, checked_until=through, pass_id=pass_id).put()
+        AuditMark(
+            key=key, checked_until=through, pass_id=pass_id, previous_pass_id=current.pass_id if current else None
+        ).put()
         return True
 
     if not run_transaction(advance, AUDIT_PATIENCE_SECONDS):

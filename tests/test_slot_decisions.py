@@ -287,3 +287,27 @@ def test_two_passes_that_computed_the_same_mark_report_once(site, clock, ndb_cli
         format_utc(m.slot.schedule_time) for m in other[0].missed
     ]
     assert reported == [at(0)]
+
+
+def test_a_pass_whose_answer_was_lost_and_whose_mark_moved_on_still_reports(site, clock, monkeypatch):
+    """A's commit lands, its answer is lost, B moves the mark on, then A's retry runs: A reports."""
+    from schedules import audit as audit_module
+
+    site.get("/tasks/audit", headers=CRON)
+    clock.advance(1800 + 3600)  # 01:30: 00:00 was missed
+    real = audit_module.run_transaction
+    later: list = []
+
+    def lost_answer_then_another_pass(callback, patience, **options):
+        if later:
+            return real(callback, patience, **options)
+        later.append(None)
+        real(callback, patience, **options)  # A's commit lands; its answer is lost
+        clock.advance(60)
+        later[0] = audit_module.audit_pass(app_state().ledger, app_state().schedules)  # B moves on from it
+        return real(callback, patience, **options)  # A's retry of the same transaction
+
+    monkeypatch.setattr(audit_module, "run_transaction", lost_answer_then_another_pass)
+    first = site.get("/tasks/audit", headers=CRON).json
+    assert [m["schedule_time"] for m in first["missed"]] == [at(0), at(1)]
+    assert later[0].reported == []
