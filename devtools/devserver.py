@@ -1,4 +1,5 @@
-"""`make devserver`: the app under Google's own local server, ``dev_appserver.py``, with app.yaml as it is.
+"""`make devserver`: the app under Google's own local server, ``dev_appserver.py``, with app.yaml as it is
+but for one thing: gunicorn listens on 127.0.0.1 only.
 
 Unlike `make run` (gunicorn alone, DEDUP_AUTH=none), dev_appserver enforces
 ``login: admin`` and ``auth_fail_action: unauthorized`` and signs people in
@@ -8,10 +9,14 @@ entrypoint (gunicorn) from a virtualenv it builds from requirements.txt; this
 keeps that virtualenv in ``.devserver/`` and, once it holds requirements.txt,
 lets restarts skip the package index.
 
-Not a security boundary: dev_appserver passes client-sent ``X-Appengine-*``
-markers through, honours ``X-AppEngine-Fake-Is-Admin``, and the gunicorn
-behind it listens on every interface (``--bind :$PORT``).  Use it on a
-machine you trust, to see login, roles and the dashboard as App Engine shows them.
+dev_appserver passes client-sent ``X-Appengine-*`` markers through and
+honours ``X-AppEngine-Fake-Is-Admin``, so here (``GAE_ENV=localdev``) the app
+trusts forgeable headers and serves only requests addressed to a loopback
+host name (against DNS rebinding), and every server of it listens on loopback
+only: app.yaml's ``--bind :$PORT`` (every interface, as App Engine needs) is
+served as ``--bind 127.0.0.1:$PORT``, from an application directory in
+``.devserver/app/`` that links to this one's files.  Use it on a machine you
+trust, to see login, roles and the dashboard as App Engine shows them.
 """
 
 from __future__ import annotations
@@ -30,14 +35,22 @@ import urllib.request
 from pathlib import Path
 
 from devtools.emulator import DatastoreEmulator, EmulatorError
+from handlers.auth import OFF_APP_ENGINE_SETTING, OFF_APP_ENGINE_VALUE
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE_DIR = ROOT / ".devserver"
 DEFAULT_OPERATOR = "test@example.com"  # dev_appserver's login form suggests this email
 LOGIN_COOKIE = "dev_appserver_login"
+# app.yaml's entrypoint listens on every interface, as App Engine needs; here, on loopback only.
+EVERY_INTERFACE_BIND = "--bind :$PORT"
+LOOPBACK_BIND = "--bind 127.0.0.1:$PORT"
 
 
-class DevServerMissing(RuntimeError):
+class DevServerError(RuntimeError):
+    """make devserver cannot run: the reason, for its user."""
+
+
+class DevServerMissing(DevServerError):
     """dev_appserver.py or the Cloud SDK's bundled Python is not installed here."""
 
 
@@ -84,6 +97,32 @@ def login_cookie(email: str, admin: bool = True, user_id: str = "1") -> dict[str
     return {LOGIN_COOKIE: f"{email}:{admin}:{user_id}"}
 
 
+def loopback_app_yaml() -> str:
+    """app.yaml, its entrypoint's gunicorn bound to 127.0.0.1 instead of every interface."""
+    text = (ROOT / "app.yaml").read_text()
+    if text.count(EVERY_INTERFACE_BIND) != 1:
+        raise DevServerError(f"app.yaml's entrypoint no longer binds {EVERY_INTERFACE_BIND} once: update {__name__}")
+    return text.replace(EVERY_INTERFACE_BIND, LOOPBACK_BIND)
+
+
+def app_directory(state_dir: Path = STATE_DIR) -> Path:
+    """What dev_appserver serves: links to this directory's files, beside ``loopback_app_yaml()``.
+
+    dev_appserver takes no entrypoint for a python runtime but app.yaml's, and
+    serves the directory its app.yaml is in (requirements.txt, gunicorn's
+    working directory), hence links rather than another yaml file here.
+    """
+    app_dir = state_dir / "app"
+    if app_dir.exists():
+        shutil.rmtree(app_dir)  # links and a copy only: rmtree removes links, never what they name
+    app_dir.mkdir(parents=True)
+    for entry in sorted(ROOT.iterdir()):
+        if not entry.name.startswith(".") and entry.name != "app.yaml":
+            (app_dir / entry.name).symlink_to(entry)
+    (app_dir / "app.yaml").write_text(loopback_app_yaml())
+    return app_dir
+
+
 def requirements_digest() -> str:
     return hashlib.sha256((ROOT / "requirements.txt").read_bytes()).hexdigest()
 
@@ -102,6 +141,9 @@ def command(
         **emulator.env,
         "DEDUP_JOBS_FILE": jobs_file,
         "DEDUP_OPERATORS": operators,
+        # GAE_ENV=localdev is not App Engine: nothing strips client-sent markers, so the app says it
+        # knows and serves loopback only.
+        OFF_APP_ENGINE_SETTING: OFF_APP_ENGINE_VALUE,
         # Bytecode written into the app directory would look like an edit to dev_appserver.
         "PYTHONDONTWRITEBYTECODE": "1",
     }
@@ -118,7 +160,7 @@ def command(
         "--automatic_restart=no",
         *([f"--runtime_python_path={runtime}"] if runtime else []),
         *(f"--env_var={name}={value}" for name, value in app_env.items()),
-        str(ROOT),
+        str(app_directory(state_dir) / "app.yaml"),
     ]
     env = {**os.environ, "CLOUDSDK_PYTHON": str(python)}
     stamp = state_dir / "venvs" / "requirements.sha256"
@@ -165,8 +207,9 @@ def main() -> int:
     args = parser.parse_args()
     try:
         find_sdk()
+        loopback_app_yaml()
         emulator = DatastoreEmulator(project="dedup-local").start()
-    except (DevServerMissing, EmulatorError) as exc:
+    except (DevServerError, EmulatorError) as exc:
         print(exc, file=sys.stderr)
         return 1
     argv, env = command(args.port, emulator, args.jobs, args.operators)

@@ -11,6 +11,11 @@ modes DEDUP_AUTH lists (one or more, e.g. ``appengine,iap``):
 - ``oidc``: a Google-signed ID token, as Cloud Scheduler HTTP targets send;
 - ``none``: local development only; refused on App Engine.
 
+Off App Engine (``GAE_ENV`` other than ``standard``: unset, or ``localdev``
+under dev_appserver) nothing strips client-sent ``X-Appengine-*`` headers, so
+while ``none`` or ``appengine`` is among the modes only requests addressed to
+a loopback ``Host`` are served (``LoopbackRule``).
+
 Each mode is one class that turns a request's headers into a ``Principal``
 (or nothing); ``handlers.access`` decides what the principal may do.  No or
 bad credentials are a 401, a principal without the role a 403, with fixed
@@ -56,8 +61,11 @@ APPENGINE_MARKERS = {
     "ip:0.1.0.1": "X-Appengine-User-Ip 0.1.0.1 (cron jobs created with older tools)",
 }
 MODES = ("appengine", "iap", "oidc", "none")
+# GAE_ENV on App Engine standard, whose front end strips client-sent X-Appengine-* headers.  Anywhere
+# else it is unset, or "localdev" under dev_appserver.py, which passes client-sent copies through.
+PRODUCTION_GAE_ENV = "standard"
 # App Engine's markers are only as good as App Engine stripping client-sent copies: outside it
-# (GAE_ENV unset) `appengine` is refused, unless tests and local tools say they know.
+# `appengine` is refused, unless tests and local tools say they know (then only loopback is served).
 OFF_APP_ENGINE_SETTING = "DEDUP_APPENGINE_OFF_GAE"
 OFF_APP_ENGINE_VALUE = "trust-forgeable-headers"
 
@@ -71,7 +79,10 @@ UNVERIFIED_EMAIL = "the ID token's email is not verified"
 IAP_WRONG_ISSUER = "the IAP assertion's issuer is not IAP"
 IAP_NO_EMAIL = "the IAP assertion names no email"
 UNTRUSTED_HEADERS = "X-CloudScheduler-* headers alone are not trusted"
-NOT_LOOPBACK = "DEDUP_AUTH=none serves only requests addressed to a loopback host name (localhost, 127.0.0.1, [::1])"
+NOT_LOOPBACK = (
+    "off App Engine, DEDUP_AUTH=none and appengine serve only requests addressed to a loopback host name "
+    "(localhost, 127.0.0.1, [::1])"
+)
 DIFFERENT_PEOPLE = "the credentials name different people"
 
 
@@ -103,18 +114,20 @@ class AuthSettings:
     iap_audience: str = ""
     iap_certs_url: str = DEFAULT_IAP_CERTS_URL
     access: AccessPolicy = AccessPolicy()
+    on_app_engine: bool = False  # GAE_ENV=standard: App Engine's front end strips client-sent markers
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> AuthSettings:
-        on_app_engine = bool(environ.get("GAE_ENV"))
+        on_app_engine = environ.get("GAE_ENV") == PRODUCTION_GAE_ENV
         modes = _modes(environ.get("DEDUP_AUTH", ""), on_app_engine)
-        settings = cls(modes=modes, access=_access(environ))
+        settings = cls(modes=modes, access=_access(environ), on_app_engine=on_app_engine)
         if "appengine" in modes:
             if not on_app_engine and environ.get(OFF_APP_ENGINE_SETTING) != OFF_APP_ENGINE_VALUE:
                 raise AuthConfigError(
                     "DEDUP_AUTH=appengine trusts X-Appengine-* headers, which only App Engine strips from "
-                    "client requests; outside App Engine (GAE_ENV unset) anyone can send them. Choose iap or "
-                    f"oidc there (tests and local tools may set {OFF_APP_ENGINE_SETTING}={OFF_APP_ENGINE_VALUE})"
+                    "client requests; outside App Engine (GAE_ENV not standard: unset, or localdev under "
+                    "dev_appserver) anyone can send them. Choose iap or oidc there (tests and local tools may "
+                    f"set {OFF_APP_ENGINE_SETTING}={OFF_APP_ENGINE_VALUE}, and are served on loopback only)"
                 )
             raw = environ.get("DEDUP_APPENGINE_TRUSTED")
             if raw is None and "iap" in modes:
@@ -169,6 +182,13 @@ class AuthSettings:
         """DEDUP_AUTH as written back: the modes joined by commas."""
         return ",".join(self.modes)
 
+    @property
+    def trusts_forgeable_headers(self) -> bool:
+        """Whether a request's evidence could be anyone's here: ``none`` (no evidence at all), or
+        ``appengine`` off App Engine, where nothing strips client-sent ``X-Appengine-*`` markers
+        (the signed-in user's among them).  ``iap`` and ``oidc`` verify signatures: not forgeable."""
+        return "none" in self.modes or ("appengine" in self.modes and not self.on_app_engine)
+
 
 def _modes(raw: str, on_app_engine: bool) -> tuple[str, ...]:
     modes = tuple(m.strip().lower() for m in raw.split(",") if m.strip())
@@ -212,13 +232,8 @@ class Verifier(Protocol):
 
 
 class AnyCaller:
-    """``none``: every request addressed to this machine is served (local development; refused on App Engine).
-
-    Only a loopback host name in ``Host`` is served: a web page could otherwise
-    reach this server through DNS rebinding (its own name resolving to
-    127.0.0.1), and the cross-site rule would pass it, its ``Origin`` and
-    ``Host`` being the same attacker's name.
-    """
+    """``none``: every request addressed to this machine's loopback is served (local development;
+    refused on App Engine).  ``LoopbackRule`` refuses the others before any mode is asked."""
 
     wanted = "nothing"
 
@@ -226,9 +241,24 @@ class AnyCaller:
         self.settings = settings
 
     def identify(self, headers: Mapping[str, str]) -> Principal | None:
-        if not is_loopback_host(headers.get("Host", "")):
-            raise InvalidToken(NOT_LOOPBACK)  # a fixed message: the Host is not echoed
         return Principal(name="local", granted=frozenset(Role))
+
+
+class LoopbackRule:
+    """Where the modes trust headers anyone could send (``AuthSettings.trusts_forgeable_headers``),
+    only a request addressed to a loopback host name in ``Host`` is served.
+
+    Such a server is meant for this machine alone, yet a web page can reach it
+    through DNS rebinding (its own name resolving to 127.0.0.1), and the
+    cross-site rule would pass it, its ``Origin`` and ``Host`` being the same
+    attacker's name; anyone on the network sends some other ``Host`` too.
+    """
+
+    def __init__(self, settings: AuthSettings) -> None:
+        self.applies = settings.trusts_forgeable_headers
+
+    def refuses(self, headers: Mapping[str, str]) -> bool:
+        return self.applies and not is_loopback_host(headers.get("Host", ""))
 
 
 # A Host header naming loopback: a *.localhost name (RFC 6761; a trailing dot allowed), an IPv4
@@ -368,6 +398,7 @@ class CallerGate:
     def __init__(self, settings: AuthSettings) -> None:
         self.settings = settings
         self.verifiers = [VERIFIERS[mode](settings) for mode in settings.modes]
+        self.loopback_rule = LoopbackRule(settings)
 
     def roles_of(self, principal: Principal) -> frozenset[Role]:
         return self.settings.access.roles_of(principal)
@@ -376,12 +407,16 @@ class CallerGate:
         """Who is calling and what it may do, or the refusal; ``needed`` None: any verified caller
         (the route does not exist, and routing answers 404 or 405).
 
-        Evidence that does not verify refuses the request (401), with one
-        exception: behind IAP a script's own ``Authorization`` token (meant for
-        IAP) reaches the app too, so with a verified assertion an ID token
-        that does not verify is ignored.  Two kinds of evidence naming two
-        different people are refused too.
+        Where the modes trust headers anyone could send, a ``Host`` that is
+        not loopback is refused first (401).  Evidence that does not verify
+        refuses the request (401), with one exception: behind IAP a script's
+        own ``Authorization`` token (meant for IAP) reaches the app too, so
+        with a verified assertion an ID token that does not verify is
+        ignored.  Two kinds of evidence naming two different people are
+        refused too.
         """
+        if self.loopback_rule.refuses(headers):
+            return self._unauthenticated(NOT_LOOPBACK)  # a fixed message: the Host is not echoed
         principals: list[Principal] = []
         refusals: dict[str, str] = {}
         iap_verified = False

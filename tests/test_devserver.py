@@ -2,7 +2,9 @@
 
 dev_appserver enforces ``login: admin`` itself and signs people in with its
 ``dev_appserver_login`` cookie; the app then sees the signed-in admin as App
-Engine shows it, in the shipped ``DEDUP_AUTH=appengine`` mode.  The first
+Engine shows it, in the shipped ``DEDUP_AUTH=appengine`` mode.  Nothing here
+strips forged ``X-Appengine-*`` markers, so every server of it listens on
+loopback only and the app serves only a loopback ``Host``.  The first
 start builds dev_appserver's virtualenv from requirements.txt (in
 ``.devserver/``, from the package index); later starts reuse it.
 """
@@ -20,6 +22,8 @@ import requests
 
 from devtools import devserver
 from devtools.emulator import free_port
+from handlers.auth import NOT_LOOPBACK
+from tests.support import sockets
 
 try:
     devserver.find_sdk()
@@ -39,7 +43,7 @@ TOKEN = re.compile(r'name="clientToken" value="([^"]+)"')
 
 
 @pytest.fixture(scope="module")
-def served():
+def devserver_process():
     """`make devserver` as a reader runs it (python -m devtools.devserver), with its own emulator."""
     port = free_port()
     server = subprocess.Popen(
@@ -56,12 +60,17 @@ def served():
                 break
         else:
             raise AssertionError(f"make devserver stopped before serving (status {server.wait()})")
-        yield f"http://127.0.0.1:{port}"
+        yield server, port
     finally:
         server.send_signal(signal.SIGTERM)
         assert server.wait(60) == 0 or server.returncode == -signal.SIGTERM
         with pytest.raises(ProcessLookupError):  # nothing of it is left: dev_appserver, gunicorn, emulator
             os.killpg(server.pid, 0)
+
+
+@pytest.fixture(scope="module")
+def served(devserver_process):
+    return f"http://127.0.0.1:{devserver_process[1]}"
 
 
 def ledger_digest_runs(served):
@@ -125,3 +134,63 @@ def test_a_cross_site_post_is_403(served):
     )
     assert response.status_code == 403 and response.json()["error"] == "Forbidden"
     assert ledger_digest_runs(served) == before
+
+
+def test_every_server_of_it_listens_on_loopback_only(devserver_process):
+    """dev_appserver, the gunicorn behind it (app.yaml binds every interface) and the emulator."""
+    server, port = devserver_process
+    listening = sockets.listening(sockets.process_tree(server.pid))
+    assert ("127.0.0.1", port) in listening and len(listening) >= 3, listening  # with gunicorn and the emulator
+    assert [address for address, _ in listening if not sockets.is_loopback(address)] == []
+    for address in sockets.non_loopback_addresses():
+        assert [p for _, p in listening if sockets.reachable(address, p)] == [], address
+
+
+REBOUND = ["rebound.example", "127.0.0.1.nip.io", "192.0.2.2", "[fd00::2]"]
+
+
+def forged(host, port):
+    """A page by DNS rebinding, or anyone nearby: another name in Host, App Engine's markers forged."""
+    return {
+        "Host": f"{host}:{port}",
+        "X-Appengine-Cron": "true",
+        "X-Appengine-User-Ip": "0.1.0.2",
+        "X-Appengine-User-Is-Admin": "1",
+        "X-Appengine-User-Email": devserver.DEFAULT_OPERATOR,
+    }
+
+
+@pytest.mark.parametrize("host", REBOUND)
+def test_dev_appserver_serves_no_other_name(served, host):
+    """Its own front end refuses a Host it does not serve (400) or the app does (401); nothing runs."""
+    before = ledger_digest_runs(served)
+    headers = forged(host, served.rsplit(":", 1)[1])
+    answers = [
+        requests.post(f"{served}/jobs/ledger-digest", headers=headers, cookies=OPERATOR, timeout=30),
+        requests.get(f"{served}/api/v1/runs", headers=headers, cookies=OPERATOR, timeout=30),
+        requests.post(
+            f"{served}/api/v1/jobs/ledger-digest/runs", json={}, headers=headers, cookies=OPERATOR, timeout=30
+        ),
+    ]
+    assert {a.status_code for a in answers} <= {400, 401}, [(a.status_code, a.text) for a in answers]
+    assert ledger_digest_runs(served) == before
+
+
+@pytest.mark.parametrize("host", REBOUND)
+def test_the_gunicorn_behind_it_serves_forged_markers_to_loopback_only(served, devserver_process, host):
+    """dev_appserver passes forged markers on; its gunicorn, reached directly, refuses any other name (401)."""
+    server, _ = devserver_process
+    gunicorn = sockets.running(sockets.process_tree(server.pid), "gunicorn")
+    [port] = {port for _, port in sockets.listening(gunicorn)}
+    before = ledger_digest_runs(served)
+    base = f"http://127.0.0.1:{port}"
+    answers = [
+        requests.post(f"{base}/jobs/ledger-digest", headers=forged(host, port), timeout=30),
+        requests.get(f"{base}/api/v1/runs", headers=forged(host, port), timeout=30),
+        requests.post(f"{base}/api/v1/jobs/ledger-digest/runs", json={}, headers=forged(host, port), timeout=30),
+        requests.get(f"{base}/admin/", headers=forged(host, port), timeout=30),
+    ]
+    assert [(a.status_code, a.json()["message"]) for a in answers] == [(401, NOT_LOOPBACK)] * len(answers)
+    assert ledger_digest_runs(served) == before
+    signed_in = {k: v for k, v in forged("127.0.0.1", port).items() if k != "X-Appengine-Cron" and "Ip" not in k}
+    assert requests.get(f"{base}/api/v1/runs", headers=signed_in, timeout=30).status_code == 200  # loopback: served
