@@ -66,6 +66,8 @@ def load_jobs(path: str) -> dict[str, JobSpec]:
             text = handle.read()
     except OSError as exc:
         raise JobsConfigError(None, None, f"cannot read: {exc.strerror}", path) from None
+    except UnicodeDecodeError as exc:
+        raise JobsConfigError(None, None, f"not UTF-8 text: {exc}", path) from None
     try:
         return parse_jobs(text)
     except JobsConfigError as exc:

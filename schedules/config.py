@@ -4,7 +4,8 @@ Read by the ops CLI (``python -m deploy scheduler ...``) and by the app at
 start-up (it knows its schedules: schedules.slots), with one validation.
 
 Validation catches what breaks deduplication, not only what gcloud would
-refuse: a schedule that sends no ScheduleTime, a lease shorter than the
+refuse: a schedule that sends no ScheduleTime or never fires, a job whose
+deliveries the app would refuse (delivery_problem), a lease shorter than the
 attempt deadline, a retention shorter than the retry window or the period,
 a job id shared across scopes that are not passed to the app.
 """
@@ -18,12 +19,15 @@ import os
 import re
 import urllib.parse
 import zoneinfo
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import yaml
 from croniter import croniter
+from croniter.croniter import CroniterBadDateError
 
-from dedup.keys import PROJECT_ID, SCHEDULER_JOB_ID
+from dedup.errors import InvalidRunRequest
+from dedup.keys import PROJECT_ID, SCHEDULER_JOB_ID, format_utc, scheduled_run_key
+from jobs.base import MAX_SECONDS
 from jobs.config import REQUEST_TIMEOUT_SECONDS, JobSpec, load_strict_yaml
 
 DEFAULT_FILE = "scheduler.yaml"
@@ -129,6 +133,8 @@ def load_scheduler_file(path: str) -> list[SchedulerJob]:
             document = load_strict_yaml(handle)
     except OSError as exc:
         raise ScheduleFileError([Problem(None, None, f"cannot read {path}: {exc.strerror}")]) from None
+    except UnicodeDecodeError as exc:
+        raise ScheduleFileError([Problem(None, None, f"not UTF-8 text: {exc}")]) from None
     except yaml.YAMLError as exc:
         raise ScheduleFileError([Problem(None, None, f"not valid YAML: {exc}")]) from None
     return parse_scheduler_document(document)
@@ -140,8 +146,11 @@ def parse_scheduler_document(document: Any) -> list[SchedulerJob]:
         raise ScheduleFileError([Problem(None, "jobs", "the file must map 'jobs' to at least one Scheduler job")])
     unknown_top = set(document) - {"jobs", "defaults"}
     if unknown_top:
-        problems.append(Problem(None, None, f"unknown top-level key(s) {sorted(unknown_top)}; allowed: defaults, jobs"))
-    defaults = document.get("defaults") or {}
+        problems.append(
+            Problem(None, None, f"unknown top-level key(s) {sorted(unknown_top, key=str)}; allowed: defaults, jobs")
+        )
+    defaults = document.get("defaults", {})
+    defaults = {} if defaults is None else defaults
     if not isinstance(defaults, dict):
         problems.append(Problem(None, "defaults", "must be a mapping"))
         defaults = {}
@@ -175,9 +184,9 @@ def _parse_job(key: str, settings: dict, problems: list[Problem]) -> SchedulerJo
         return None
 
     if not SCHEDULER_JOB_ID.fullmatch(name):
-        problem(None, "Scheduler job names are 1 to 500 letters, digits, '-' and '_'")
-    for unknown in sorted(set(settings) - JOB_KEYS):
-        problem(unknown, f"unknown key; allowed: {', '.join(sorted(JOB_KEYS))}")
+        problem("name", "Scheduler job names are 1 to 500 letters, digits, '-' and '_'")
+    for unknown in sorted(set(settings) - JOB_KEYS, key=str):
+        problem(str(unknown), f"unknown key; allowed: {', '.join(sorted(JOB_KEYS))}")
     for required in ("target", "schedule", "project", "location"):
         if not isinstance(settings.get(required), str) or not settings.get(required):
             problem(required, "missing (or not a string)")
@@ -185,7 +194,8 @@ def _parse_job(key: str, settings: dict, problems: list[Problem]) -> SchedulerJo
         return None
     schedule = settings["schedule"].strip()
     fields = schedule.split()
-    if len(fields) != 5 or not croniter.is_valid(schedule) or not all(_plain_cron_field(f) for f in fields):
+    cron = len(fields) == 5 and croniter.is_valid(schedule) and all(_plain_cron_field(f) for f in fields)
+    if not cron:
         problem(
             "schedule",
             f"{schedule!r} is not a unix-cron schedule ('MIN HOUR DOM MON DOW', e.g. '*/5 * * * *'): "
@@ -193,19 +203,28 @@ def _parse_job(key: str, settings: dict, problems: list[Problem]) -> SchedulerJo
             "no delivery can be deduplicated",
         )
     time_zone = settings.get("time_zone", "Etc/UTC")
-    if not _known_time_zone(str(time_zone)):
+    zone_known = isinstance(time_zone, str) and _known_time_zone(time_zone)
+    if not zone_known:
         problem("time_zone", f"{time_zone!r} is not a tz database time zone (e.g. Etc/UTC, utc, Europe/Paris)")
+    first = first_schedule_time(schedule, time_zone) if cron and zone_known else None
+    if cron and zone_known and first is None:
+        problem(
+            "schedule",
+            f"{schedule!r} never fires: no date matches it (such as February 30th), so the job would never run",
+        )
     if not PROJECT_ID.fullmatch(settings["project"]):
         problem("project", f"{settings['project']!r} is not a project id")
     if not _LOCATION.fullmatch(settings["location"]):
         problem("location", f"{settings['location']!r} is not a location such as us-central1")
-    method = str(settings.get("method", "POST")).upper()
+    method = settings.get("method", "POST")
+    method = method.upper() if isinstance(method, str) else method
     if method not in METHODS:
         problem("method", f"{method!r}: /jobs/<job_id> serves {' and '.join(METHODS)}")
     body = settings.get("body")
     if body is not None and (not isinstance(body, str) or method != "POST"):
         problem("body", "must be a string, sent with POST only")
-    headers = settings.get("headers") or {}
+    headers = settings.get("headers", {})
+    headers = {} if headers is None else headers
     if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
         problem("headers", "must map header names to string values")
         headers = {}
@@ -214,21 +233,25 @@ def _parse_job(key: str, settings: dict, problems: list[Problem]) -> SchedulerJo
             problem(
                 "headers", f"{header!r}: X-Google-*, X-AppEngine-* and X-CloudScheduler* are set by Google, not by jobs"
             )
+    if len({header.lower() for header in headers}) < len(headers):
+        problem("headers", "two header names differ only in case: HTTP header names are case-insensitive")
     if headers and all(any(d in f"{k}={v}" for k, v in headers.items()) for d in LIST_DELIMITERS):
         problem(
             "headers", f"between them the headers use every list delimiter gcloud offers ({' '.join(LIST_DELIMITERS)})"
         )
     scaling = settings.get("scaling", "automatic")
-    if scaling not in REQUEST_TIMEOUT_SECONDS:
+    if not isinstance(scaling, str) or scaling not in REQUEST_TIMEOUT_SECONDS:
         problem(
             "scaling", f"{scaling!r}: one of {', '.join(REQUEST_TIMEOUT_SECONDS)} (the target service's scaling type)"
         )
+        scaling = "automatic"
     deadline = _duration(
-        settings.get("attempt_deadline", REQUEST_TIMEOUT_SECONDS.get(scaling, 600)), "attempt_deadline", problem
+        settings.get("attempt_deadline", REQUEST_TIMEOUT_SECONDS[scaling]), "attempt_deadline", problem
     )
     if deadline is not None and not MIN_ATTEMPT_DEADLINE <= deadline <= MAX_ATTEMPT_DEADLINE:
         problem("attempt_deadline", f"{int(deadline)}s: App Engine targets take 15s to 24h15s")
-    retry_settings = settings.get("retry") or {}
+    retry_settings = settings.get("retry", {})
+    retry_settings = {} if retry_settings is None else retry_settings
     retry = None
     if not isinstance(retry_settings, dict):
         problem("retry", "must be a mapping")
@@ -239,16 +262,16 @@ def _parse_job(key: str, settings: dict, problems: list[Problem]) -> SchedulerJo
             problem(text_field, "must be a string")
     if not isinstance(settings.get("pass_scope", True), bool):
         problem("pass_scope", "must be true or false")
-    if len(problems) > start or deadline is None or retry is None:
+    if len(problems) > start or deadline is None or retry is None or first is None:
         return None
-    return SchedulerJob(
+    job = SchedulerJob(
         key=key,
         name=name,
         target=settings["target"],
         schedule=schedule,
         project=settings["project"],
         location=settings["location"],
-        time_zone=str(time_zone),
+        time_zone=time_zone,
         method=method,
         body=body,
         headers=headers,
@@ -260,6 +283,45 @@ def _parse_job(key: str, settings: dict, problems: list[Problem]) -> SchedulerJo
         pass_scope=settings.get("pass_scope", True),
         description=settings.get("description"),
     )
+    refused = delivery_problem(job, first)
+    if refused is not None:
+        problem(*refused)
+        return None
+    return job
+
+
+# Where scheduled_run_key finds what a delivery carries, and the field of scheduler.yaml it comes from.
+_DELIVERY_FIELDS = {
+    "X-CloudScheduler-JobName": "name",
+    "X-CloudScheduler-ScheduleTime": "schedule",
+    "query parameter project": "project",
+    "query parameter location": "location",
+    "header X-Scheduler-Project": "headers",
+    "header X-Scheduler-Location": "headers",
+}
+
+
+def delivery_problem(job: SchedulerJob, schedule_time: datetime.datetime) -> tuple[str, str] | None:
+    """(field, message) if the app would refuse ``job``'s delivery of ``schedule_time``, else None.
+
+    The key is derived exactly as /jobs/<job_id> derives it (handlers/scheduler.py), from
+    what Cloud Scheduler sends for the job: its relative URL's query, its headers (names
+    case-insensitive, as HTTP has them) and its job id.
+    """
+    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(job.relative_url).query))
+    headers = {name.lower(): value for name, value in job.headers.items()}
+    try:
+        scheduled_run_key(
+            job.name,
+            format_utc(schedule_time),
+            query_project=query.get("project"),
+            query_location=query.get("location"),
+            header_project=headers.get("x-scheduler-project"),
+            header_location=headers.get("x-scheduler-location"),
+        )
+    except InvalidRunRequest as exc:
+        return _DELIVERY_FIELDS.get(exc.field, "headers"), f"the app would refuse every delivery (400): {exc.message}"
+    return None
 
 
 _CRON_TOKEN = re.compile(r"\*|\d+|JAN|FEB|MAR|APR|MAY|JUN|JUL|AUG|SEP|OCT|NOV|DEC|SUN|MON|TUE|WED|THU|FRI|SAT", re.I)
@@ -271,9 +333,9 @@ def _plain_cron_field(field: str) -> bool:
     return all(_CRON_TOKEN.fullmatch(token) for token in re.split(r"[,/-]", field))
 
 
-def _parse_retry(settings: dict, problem) -> RetryConfig | None:
+def _parse_retry(settings: dict, problem: Callable[[str | None, str], None]) -> RetryConfig | None:
     before = RetryConfig()
-    for key in sorted(set(settings) - RETRY_KEYS):
+    for key in sorted(set(settings) - RETRY_KEYS, key=str):
         problem(f"retry.{key}", f"unknown key; allowed: {', '.join(sorted(RETRY_KEYS))}")
     count = settings.get("retry_count", before.retry_count)
     if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 5:
@@ -296,17 +358,20 @@ def _parse_retry(settings: dict, problem) -> RetryConfig | None:
     return RetryConfig(count, values["max_retry_duration"], values["min_backoff"], values["max_backoff"], doublings)
 
 
-def _duration(value: Any, field: str, problem) -> float | None:
-    """Seconds from 600, '600s', '10m', '1h', '1h30m' or '1d' (gcloud's duration forms)."""
-    if isinstance(value, bool):
-        value = None
-    elif isinstance(value, (int, float)) and value >= 0:
-        return float(value)
-    elif isinstance(value, str):
-        text = value.strip().lower()
-        if _DURATION.fullmatch(text):
-            return sum(float(number) * _UNITS[unit] for number, unit in _DURATION_PART.findall(text))
-    problem(field, f"{value!r} is not a duration (seconds, or e.g. '30s', '10m', '1h30m')")
+def _duration(value: Any, field: str, problem: Callable[[str | None, str], None]) -> float | None:
+    """Seconds from 600, '600s', '10m', '1h', '1h30m' or '1d' (gcloud's duration forms), at most
+    MAX_SECONDS (ten years: longer than any retention, and room for the date arithmetic)."""
+    seconds: float | None = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value) if 0 <= value <= MAX_SECONDS else None  # NaN compares false
+    elif isinstance(value, str) and _DURATION.fullmatch(value.strip().lower()):
+        seconds = sum(float(number) * _UNITS[unit] for number, unit in _DURATION_PART.findall(value.strip().lower()))
+    if seconds is not None and seconds <= MAX_SECONDS:
+        return seconds
+    problem(
+        field,
+        f"{value!r} is not a duration of at most {MAX_SECONDS}s, ten years (seconds, or e.g. '30s', '10m', '1h30m')",
+    )
     return None
 
 
@@ -319,10 +384,35 @@ def _known_time_zone(name: str) -> bool:
     return name.lower() == "utc" or (name in zoneinfo.available_timezones() and name not in ("Factory", "localtime"))
 
 
+def schedule_zone(time_zone: str) -> zoneinfo.ZoneInfo:
+    """The zone of a time_zone validation accepted ("utc" too)."""
+    return zoneinfo.ZoneInfo("Etc/UTC" if time_zone.lower() == "utc" else time_zone)
+
+
+# Where schedule_period_seconds and first_schedule_time start looking.
+_PERIOD_START = datetime.datetime(2026, 1, 1)
+
+
+def first_schedule_time(schedule: str, time_zone: str) -> datetime.datetime | None:
+    """The schedule's first time from 2026 on (UTC), or None when no date matches it ("0 0 30 2 *").
+
+    croniter looks up to 50 years ahead; a unix-cron schedule that fires at all
+    fires at least every 8 years (February 29th, 2096 then 2104).
+    """
+    start = _PERIOD_START.replace(tzinfo=schedule_zone(time_zone))
+    try:
+        return croniter(schedule, start).get_next(datetime.datetime).astimezone(datetime.timezone.utc)
+    except CroniterBadDateError:
+        return None
+
+
 def schedule_period_seconds(schedule: str, time_zone: str) -> float:
-    """The longest gap between two executions over the coming year (at most 2000 of them)."""
-    zone = zoneinfo.ZoneInfo("Etc/UTC" if time_zone.lower() == "utc" else time_zone)
-    start = datetime.datetime(2026, 1, 1, tzinfo=zone)
+    """The longest gap between two executions over the coming year (at most 2000 of them),
+    or between the first two when they are further apart ("0 0 29 2 *": four years).
+
+    For a schedule validation accepted (one that fires: first_schedule_time).
+    """
+    start = _PERIOD_START.replace(tzinfo=schedule_zone(time_zone))
     iterator = croniter(schedule, start)
     previous = iterator.get_next(datetime.datetime)
     longest = 0.0
