@@ -6,6 +6,7 @@ import abc
 import dataclasses
 import datetime
 import json
+import urllib.parse
 from typing import Any, Callable, ClassVar, Mapping
 
 from dedup.clock import Clock, SystemClock
@@ -152,6 +153,25 @@ def text_value(job_id: str, field: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise JobsConfigError(job_id, field, f"must be a non-empty string, got {value!r}")
     return value
+
+
+def http_url(job_id: str, field: str, value: Any, query: bool = True) -> str:
+    """An absolute http(s) URL with a host (and, unless ``query``, no query), or a JobsConfigError.
+
+    One check for every kind's URLs: urlsplit itself raises ValueError for some
+    strings (an unclosed IPv6 bracket, a host NFKC normalisation changes, a port
+    out of range), which must end as an error naming the field, not a traceback.
+    """
+    url = text_value(job_id, field, value)
+    try:
+        parsed = urllib.parse.urlsplit(url)
+        parsed.port  # noqa: B018 - raises for a port out of range
+    except ValueError as exc:
+        raise JobsConfigError(job_id, field, f"{url!r} is not a URL: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or (parsed.query and not query):
+        wanted = "an absolute http(s) URL" if query else "an http(s) base URL, without a query"
+        raise JobsConfigError(job_id, field, f"must be {wanted}, got {url!r}")
+    return url
 
 
 def checked_mapping(job_id: str, field: str, value: Any, problem: Callable[[Any, Any], str | None]) -> dict:

@@ -17,7 +17,7 @@ from croniter import croniter
 
 from dedup.keys import format_utc, scheduled_run_key
 from models import RunRecord, RunStatus
-from schedules.config import DELIVERY_GRACE_SECONDS, SchedulerJob, retry_window_seconds
+from schedules.config import DELIVERY_GRACE_SECONDS, SchedulerJob, retry_window_seconds, schedule_zone
 
 # The most slots one answer lists (a job every minute: 16 hours of them).
 MAX_SLOTS = 1000
@@ -43,7 +43,7 @@ class Status:
 
 
 def _zone(job: SchedulerJob) -> zoneinfo.ZoneInfo:
-    return zoneinfo.ZoneInfo("Etc/UTC" if job.time_zone.lower() == "utc" else job.time_zone)
+    return schedule_zone(job.time_zone)
 
 
 def delivery_scope(job: SchedulerJob) -> tuple[str | None, str | None]:

@@ -370,18 +370,10 @@ def jobs_cases() -> list[Any]:
         for index, value in enumerate(HOSTILE + extra)
     ]
     return cases + [
-        pytest.param(kind, field, value, id=f"{kind}.{field}-{index}", marks=known_crash(field, value))
+        pytest.param(kind, field, value, id=f"{kind}.{field}-{index}")
         for (kind, field), extra in KIND_EXTRA.items()
         for index, value in enumerate(HOSTILE + extra)
     ]
-
-
-def known_crash(field: str, value: Any) -> list[Any]:
-    """urlsplit raises ValueError for an unclosed IPv6 bracket or a host NFKC changes, and
-    jobs/kinds/http.py and jobs/kinds/google_api.py do not catch it: start-up ends in a traceback."""
-    if field in ("url", "api_base") and value in ("http://[::1", "http://exa\u2100mple.com/"):
-        return [pytest.mark.xfail(strict=True, raises=ValueError, reason="jobs/kinds: urlsplit's ValueError escapes")]
-    return []
 
 
 def with_base(value: Any, base: str) -> Any:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import threading
-import urllib.parse
 from typing import Any, Mapping
 
 import google.auth
@@ -20,7 +19,7 @@ import requests
 from google.auth.transport.requests import AuthorizedSession
 
 from dedup.errors import PermanentJobError, RetryableJobError
-from jobs.base import positive_number, text_value
+from jobs.base import http_url, positive_number, text_value
 from jobs.errors import JobsConfigError
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
@@ -78,10 +77,7 @@ class GoogleApi:
         calls_per_attempt: int = 1,
     ) -> "GoogleApi":
         """``calls_per_attempt`` calls in a row must all fit in the lease."""
-        base = text_value(job_id, "api_base", options.get("api_base", default_base))
-        parsed = urllib.parse.urlsplit(base)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.query:
-            raise JobsConfigError(job_id, "api_base", f"must be an http(s) base URL, got {base!r}")
+        base = http_url(job_id, "api_base", options.get("api_base", default_base), query=False)
         timeout = positive_number(
             job_id,
             "timeout_seconds",

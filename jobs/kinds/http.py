@@ -18,7 +18,7 @@ import urllib3
 
 from dedup.errors import PermanentJobError, RetryableJobError
 from dedup.keys import format_utc
-from jobs.base import JobKind, RunContext, positive_number, text_value
+from jobs.base import JobKind, RunContext, http_url, positive_number
 from jobs.errors import JobsConfigError
 from jobs.http_status import is_retryable_status
 
@@ -55,14 +55,7 @@ class HttpJob(JobKind):
 
     @classmethod
     def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> "HttpJob":
-        url = text_value(job_id, "url", options["url"])
-        parsed = urllib.parse.urlsplit(url)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise JobsConfigError(job_id, "url", f"must be an absolute http(s) URL, got {url!r}")
-        try:
-            parsed.port  # noqa: B018 - raises for a port out of range
-        except ValueError as exc:
-            raise JobsConfigError(job_id, "url", f"{url!r}: {exc}") from None
+        url = http_url(job_id, "url", options["url"])
         method = options.get("method", "POST")
         if not isinstance(method, str) or method.upper() not in METHODS:
             raise JobsConfigError(job_id, "method", f"must be one of {', '.join(METHODS)}, got {method!r}")
