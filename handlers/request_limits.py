@@ -17,8 +17,10 @@ from flask import Flask, request
 from werkzeug import exceptions as http_errors
 from werkzeug.exceptions import BadRequest, MethodNotAllowed, RequestEntityTooLarge
 
+import jobs.base
+
 # Larger bodies than Cloud Scheduler can send are refused with 413.
-MAX_BODY_BYTES = 1024 * 1024
+MAX_BODY_BYTES = jobs.base.MAX_BODY_BYTES
 _READ_CHUNK = 64 * 1024
 # Why a body sent without Content-Length was not read (the request is refused).
 UNREAD_BODY = "dedup.unread_body"

@@ -138,6 +138,9 @@ class JobKind(abc.ABC):
 
 # Far beyond any sensible lease or retention, and far from datetime's limits.
 MAX_SECONDS = 10 * 365 * 24 * 3600
+# The largest request body the app reads (handlers/request_limits.py answers 413 above it), and so
+# the largest body scheduler.yaml may give a job.
+MAX_BODY_BYTES = 1024 * 1024
 
 
 def positive_number(job_id: str, field: str, value: Any) -> float:

@@ -27,7 +27,7 @@ from croniter.croniter import CroniterBadDateError
 
 from dedup.errors import InvalidRunRequest
 from dedup.keys import PROJECT_ID, SCHEDULER_JOB_ID, format_utc, scheduled_run_key
-from jobs.base import MAX_SECONDS
+from jobs.base import MAX_BODY_BYTES, MAX_SECONDS
 from jobs.config import REQUEST_TIMEOUT_SECONDS, JobSpec, load_strict_yaml
 
 DEFAULT_FILE = "scheduler.yaml"
@@ -223,6 +223,10 @@ def _parse_job(key: str, settings: dict, problems: list[Problem]) -> SchedulerJo
     body = settings.get("body")
     if body is not None and (not isinstance(body, str) or method != "POST"):
         problem("body", "must be a string, sent with POST only")
+    elif isinstance(body, str) and len(body.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES:
+        problem(
+            "body", f"is over {MAX_BODY_BYTES} bytes: the app answers 413 to a larger body, so no delivery would run"
+        )
     headers = settings.get("headers", {})
     headers = {} if headers is None else headers
     if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):

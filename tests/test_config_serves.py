@@ -250,6 +250,16 @@ def test_a_schedule_that_never_fires_is_refused_by_name(schedule, files, clock, 
     assert exit_code == 1 and "job 'nightly' field 'schedule'" in output and "never fires" in output
 
 
+def test_a_body_the_app_would_refuse_as_too_large_is_refused_by_name(files, clock, ndb_client):
+    from jobs.base import MAX_BODY_BYTES
+
+    jobs_path = files(APP_JOBS, scheduler_document("body", "x" * (MAX_BODY_BYTES + 1)))
+    with pytest.raises(ScheduleSettingError, match=r"job 'nightly' field 'body': is over"):
+        create_app(jobs_file=jobs_path, clock=clock, ndb_client=ndb_client)
+    exit_code, output = validate_cli(jobs_path)
+    assert exit_code == 1 and "job 'nightly' field 'body'" in output
+
+
 @pytest.mark.parametrize(
     "headers, words",
     [
