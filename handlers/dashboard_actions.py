@@ -2,9 +2,10 @@
 
 Plain server-rendered forms (no script, no build step).  Run now carries a
 client token made when the page was rendered, Retry the failed run's own
-(``retry_token``), so a double click, a refresh or a resubmitted form is one run: the action runs through the manual-run
-path of the run API (``run_manually``) under that token, and answers with a
-303 to the run's page (POST-redirect-GET).  Only operators see the buttons;
+(``retry_token``), so a double click, a refresh or a resubmitted form is one
+run: the action runs through the manual-run path of the run API
+(``run_manually``) under that token, and answers with a 303 to the run's
+page (POST-redirect-GET).  Only operators see the buttons;
 anyone else who posts gets the gate's 403.  Cross-site posts never get here
 (``handlers.cross_site``).
 """

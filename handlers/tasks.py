@@ -9,7 +9,7 @@ from flask import Blueprint, jsonify
 from handlers import app_state
 from handlers.access import Role, requires
 from handlers.cross_site import changes_state
-from schedules.audit import audit_pass
+from schedules.audit import audit
 
 blueprint = Blueprint("tasks", __name__, url_prefix="/tasks")
 
@@ -42,7 +42,7 @@ def cleanup_expired_runs():
 def audit_missed_executions():
     """cron.yaml's missed-execution alert: each slot that became missed since the last pass, logged once."""
     state = app_state()
-    found = audit_pass(state.ledger, state.schedules)
+    found = audit(state.ledger, state.schedules)
     return jsonify(
         {
             "missed": [slot.document() for slot in found.missed],

@@ -37,7 +37,7 @@ REPORTED = (Status.MISSED, Status.CONFLICT)  # what a pass reports, one ERROR li
 
 
 @dataclasses.dataclass(frozen=True)
-class MissedSlot:
+class ReportedSlot:
     """A slot the audit reports: ``missed`` (nothing ran) or ``conflict`` (another job's run holds its key)."""
 
     slot: Slot
@@ -57,15 +57,15 @@ class MissedSlot:
 class AuditPass:
     """What one pass found: the slots it reports, and how many it could not check (``unknown``)."""
 
-    reported: list[MissedSlot] = dataclasses.field(default_factory=list)
+    reported: list[ReportedSlot] = dataclasses.field(default_factory=list)
     unverified: int = 0
 
     @property
-    def missed(self) -> list[MissedSlot]:
+    def missed(self) -> list[ReportedSlot]:
         return [found for found in self.reported if found.status == Status.MISSED]
 
     @property
-    def conflicts(self) -> list[MissedSlot]:
+    def conflicts(self) -> list[ReportedSlot]:
         return [found for found in self.reported if found.status == Status.CONFLICT]
 
 
@@ -73,13 +73,9 @@ def mark_id(job: SchedulerJob) -> str:
     return f"{job.project}/{job.location}/{job.name}"
 
 
-def audit(ledger: Ledger, jobs: tuple[SchedulerJob, ...]) -> list[MissedSlot]:
-    """One pass over every Scheduler job; the slots it reports, each logged once at ERROR."""
-    return audit_pass(ledger, jobs).reported
-
-
-def audit_pass(ledger: Ledger, jobs: tuple[SchedulerJob, ...]) -> AuditPass:
-    """One pass over every Scheduler job, with what it could not check."""
+def audit(ledger: Ledger, jobs: tuple[SchedulerJob, ...]) -> AuditPass:
+    """One pass over every Scheduler job: the slots it reports (each logged once at ERROR), and
+    how many it could not check."""
     now = ledger.clock.now()
     found = AuditPass()
     for job in jobs:
@@ -103,7 +99,7 @@ def _audit_job(ledger: Ledger, job: SchedulerJob, now: datetime.datetime, found:
     if pending:
         through = min(through, pending[0].schedule_time + window)
     checked = [(s, status) for s, status in zip(slots, statuses, strict=True) if s.schedule_time + window < through]
-    reported = [MissedSlot(s, status) for s, status in checked if status in REPORTED]
+    reported = [ReportedSlot(s, status) for s, status in checked if status in REPORTED]
     unknown = [s for s, status in checked if status == Status.UNKNOWN]
     # Unique to this pass: another pass that computed the same mark must not take its commit for ours.
     pass_id = uuid.uuid4().hex

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import zoneinfo
 from typing import Any, Iterable, Iterator
 
 from croniter import croniter
@@ -40,10 +39,6 @@ class Status:
     # A run of another job holds the slot's key (a misrouted delivery): the slot's own job
     # never ran, and only an operator can sort it out.
     CONFLICT = "conflict"
-
-
-def _zone(job: SchedulerJob) -> zoneinfo.ZoneInfo:
-    return schedule_zone(job.time_zone)
 
 
 def delivery_scope(job: SchedulerJob) -> tuple[str | None, str | None]:
@@ -99,7 +94,7 @@ class Slot:
 
 def _times(job: SchedulerJob, since: datetime.datetime) -> Iterator[datetime.datetime]:
     """The job's schedule times at or after ``since``, in UTC."""
-    start = (since - datetime.timedelta(microseconds=1)).astimezone(_zone(job))
+    start = (since - datetime.timedelta(microseconds=1)).astimezone(schedule_zone(job.time_zone))
     iterator = croniter(job.schedule, start)
     while True:
         yield iterator.get_next(datetime.datetime).astimezone(UTC)
@@ -123,7 +118,9 @@ def latest_slots(jobs: Iterable[SchedulerJob], now: datetime.datetime, count: in
     """The newest ``count`` slots at or before ``now`` of every job, oldest first."""
     found: list[Slot] = []
     for job in jobs:
-        iterator = croniter(job.schedule, (now + datetime.timedelta(microseconds=1)).astimezone(_zone(job)))
+        iterator = croniter(
+            job.schedule, (now + datetime.timedelta(microseconds=1)).astimezone(schedule_zone(job.time_zone))
+        )
         found += [Slot(job, iterator.get_prev(datetime.datetime).astimezone(UTC)) for _ in range(count)]
     found.sort(key=lambda slot: (slot.schedule_time, slot.job.name, slot.job.project, slot.job.location))
     return found[-count:]
@@ -131,7 +128,7 @@ def latest_slots(jobs: Iterable[SchedulerJob], now: datetime.datetime, count: in
 
 def nearest_slots(job: SchedulerJob, instant: datetime.datetime) -> tuple[datetime.datetime, datetime.datetime]:
     """The job's last schedule time before ``instant`` and its first one after it."""
-    zone_instant = instant.astimezone(_zone(job))
+    zone_instant = instant.astimezone(schedule_zone(job.time_zone))
     before = croniter(job.schedule, zone_instant).get_prev(datetime.datetime).astimezone(UTC)
     after = croniter(job.schedule, zone_instant).get_next(datetime.datetime).astimezone(UTC)
     return before, after

@@ -97,7 +97,7 @@ def test_an_audit_pass_costs_what_the_model_says(counted, clock):
         audit(ledger, (hourly,))  # the first pass sets the mark
         clock.advance(6 * 3600)
         counter.reset()
-        missed = audit(ledger, (hourly,))
+        missed = audit(ledger, (hourly,)).reported
     slots = len(missed)  # every slot whose window closed since: none ran, each read once
     assert slots >= 4
     assert billed(counter) == cost.AUDIT_PER_JOB_PASS + cost.AUDIT_PER_SLOT * slots

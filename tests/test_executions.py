@@ -360,9 +360,9 @@ def test_a_capped_audit_pass_reports_no_slot_twice(datastore, ndb_client, clock)
     )
     with ndb_client.context():
         ledger = Ledger(clock)
-        assert audit(ledger, (every_minute,)) == []
+        assert audit(ledger, (every_minute,)).reported == []
         clock.advance(86400)
-        passes = [audit(ledger, (every_minute,)) for _ in range(3)]
+        passes = [audit(ledger, (every_minute,)).reported for _ in range(3)]
     assert [len(p) for p in passes][0] == MAX_SLOTS  # the cap
     times = [m.slot.schedule_time for p in passes for m in p]
     assert len(times) == len(set(times)) == 1440  # a day of closed windows, each slot once

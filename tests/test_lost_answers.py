@@ -135,9 +135,9 @@ def test_an_audit_pass_whose_mark_landed_but_whose_answer_was_lost_still_reports
     hourly = SchedulerJob(
         key="k", name="hourly", target="invoice", schedule="0 * * * *", project="acme-prod", location="us-central1"
     )
-    assert audit(ledger, (hourly,)) == []  # a first pass sets the mark at now
+    assert audit(ledger, (hourly,)).reported == []  # a first pass sets the mark at now
     clock.advance(3 * 3600)
     lost_answers.lose_next_commits(1)
-    missed = audit(ledger, (hourly,))
+    missed = audit(ledger, (hourly,)).reported
     assert [m.slot.schedule_time.hour for m in missed] == [0, 1, 2]
-    assert audit(ledger, (hourly,)) == []
+    assert audit(ledger, (hourly,)).reported == []

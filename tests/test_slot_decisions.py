@@ -278,7 +278,7 @@ def test_two_passes_that_computed_the_same_mark_report_once(site, clock, ndb_cli
     def meets_another_pass(callback, patience, **options):
         if not other:  # B, in full, between A's reading of the mark and A's transaction
             other.append(None)
-            other[0] = audit_module.audit_pass(app_state().ledger, app_state().schedules)
+            other[0] = audit_module.audit(app_state().ledger, app_state().schedules)
         return real(callback, patience, **options)
 
     monkeypatch.setattr(audit_module, "run_transaction", meets_another_pass)
@@ -304,7 +304,7 @@ def test_a_pass_whose_answer_was_lost_and_whose_mark_moved_on_still_reports(site
         later.append(None)
         real(callback, patience, **options)  # A's commit lands; its answer is lost
         clock.advance(60)
-        later[0] = audit_module.audit_pass(app_state().ledger, app_state().schedules)  # B moves on from it
+        later[0] = audit_module.audit(app_state().ledger, app_state().schedules)  # B moves on from it
         return real(callback, patience, **options)  # A's retry of the same transaction
 
     monkeypatch.setattr(audit_module, "run_transaction", lost_answer_then_another_pass)
