@@ -5,15 +5,27 @@
 # make requirements - recompile requirements*.txt (pinned, hashed) from requirements*.in
 # make bench - RPCs, round trips, billed entities and latencies per outcome, on loopback and at RTT_MS (default 10)
 # make simulate - Cloud Scheduler's deliveries (retries, deadlines, duplicates, lost acks) on a compressed clock
-PYTHON ?= python3
+# App Engine runs this app on python313 (app.yaml), so the venv, the locks and every test use
+# Python 3.13: PYTHON if given, else the first python3.13 that runs: on PATH (a pyenv shim only
+# runs where pyenv selects that version), else pyenv's newest 3.13.
+PYTHON_VERSION ?= 3.13
+PYENV_ROOT ?= $(HOME)/.pyenv
+PYTHON ?= $(shell for p in $$(command -v python$(PYTHON_VERSION)) \
+  $$(ls -1d $(PYENV_ROOT)/versions/$(PYTHON_VERSION).*/bin/python$(PYTHON_VERSION) 2>/dev/null | sort -rV); do \
+  "$$p" -c '' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# Named by the version, so a venv of another Python (an older checkout's) is rebuilt, not reused.
+STAMP := $(VENV)/.installed-$(PYTHON_VERSION)
 
 .PHONY: venv run devserver test check lint requirements bench simulate clean browser
 
 $(STAMP): requirements.txt requirements-dev.txt
-	$(PYTHON) -m venv $(VENV)
+	@test -n "$(PYTHON)" || { echo "Python $(PYTHON_VERSION) (App Engine's runtime, app.yaml) was not found on PATH or under $(PYENV_ROOT)."; \
+	  echo "Install it (pyenv install $(PYTHON_VERSION), or your system's python$(PYTHON_VERSION) package) or name it: make PYTHON=/path/to/python$(PYTHON_VERSION)"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != tuple(map(int, "$(PYTHON_VERSION)".split("."))))' || { \
+	  echo "$(PYTHON) is not Python $(PYTHON_VERSION), the version the locks are compiled for and App Engine runs"; exit 1; }
+	$(PYTHON) -m venv --clear $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements-dev.txt
 	touch $(STAMP)
 

@@ -269,6 +269,9 @@ _LOOPBACK_HOST = re.compile(
 )
 
 
+IPV6_LOOPBACK = ipaddress.IPv6Address("::1")
+
+
 def is_loopback_host(host: str) -> bool:
     """Whether a ``Host`` header (a name or address, perhaps with a port) names this machine's loopback.
 
@@ -286,7 +289,9 @@ def is_loopback_host(host: str) -> bool:
     try:
         if match["ipv4"] is not None:
             return ipaddress.IPv4Address(match["ipv4"]).is_loopback
-        return ipaddress.IPv6Address(match["ipv6"]).is_loopback
+        # Exactly ::1: an IPv4-mapped address (::ffff:127.0.0.1) is refused, the strict reading, which
+        # ipaddress's is_loopback stopped giving in Python 3.13 (it now follows the mapped IPv4 address).
+        return ipaddress.IPv6Address(match["ipv6"]) == IPV6_LOOPBACK
     except ValueError:
         return False
 

@@ -26,6 +26,8 @@ import google.auth.exceptions
 import google.auth.jwt
 import requests
 
+from handlers.strict_json import nesting_depth_exceeds
+
 log = logging.getLogger(__name__)
 CLOCK_SKEW_SECONDS = 10
 CERTS_MAX_AGE_SECONDS = 3600
@@ -35,6 +37,8 @@ FAILED_FETCH_PAUSE_SECONDS = 5
 # Google's ID tokens and IAP's assertions are about 1 KB; a longer token is refused
 # before any decoding, so hostile input costs nothing to parse (nor memory to hold decoded).
 MAX_TOKEN_CHARS = 8 * 1024
+# A token's header and claims are flat; a few levels allow any real claim (groups, nested addresses).
+MAX_TOKEN_JSON_DEPTH = 16
 # JWS compact serialization: three unpadded base64url segments (RFC 7515 section 7.1).
 TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 
@@ -132,12 +136,16 @@ class SignedTokens:
             raise InvalidToken(self.kind.malformed) from None
 
     def _json_object(self, data: bytes) -> dict[str, Any]:
-        """A JSON object in UTF-8; deep nesting (RecursionError) is the caller's malformed token."""
+        """A JSON object in UTF-8, nested at most MAX_TOKEN_JSON_DEPTH deep: else a malformed token.
+
+        The depth is this app's limit, the same on every Python (3.13's parser goes
+        thousands of levels deeper than 3.11's before a RecursionError).
+        """
         try:
             value = json.loads(data.decode("utf-8"))
         except (ValueError, RecursionError):  # UnicodeDecodeError, JSONDecodeError, too many digits
             raise InvalidToken(self.kind.malformed) from None
-        if not isinstance(value, dict):
+        if not isinstance(value, dict) or nesting_depth_exceeds(value, MAX_TOKEN_JSON_DEPTH):
             raise InvalidToken(self.kind.malformed)
         return value
 

@@ -47,7 +47,7 @@ def strict_json(raw: bytes | str, what: str) -> Any:
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
         value = json.loads(text, parse_constant=_reject_constant)
-        if _nesting_depth_exceeds(value, MAX_JSON_DEPTH):
+        if nesting_depth_exceeds(value, MAX_JSON_DEPTH):
             # Parsed fine, but storing it would overflow the stack of NDB's encoder.
             raise RecursionError
         canonical_json(value).encode("utf-8")
@@ -61,8 +61,12 @@ def strict_json(raw: bytes | str, what: str) -> Any:
     return value
 
 
-def _nesting_depth_exceeds(value: Any, limit: int) -> bool:
-    """Whether arrays and objects nest deeper than ``limit`` (counted without recursion)."""
+def nesting_depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest deeper than ``limit`` (counted without recursion).
+
+    The depth limits are the app's own: how deep ``json`` may parse before a
+    RecursionError is the interpreter's, and Python 3.13 parses far deeper than 3.11.
+    """
     pending = [(value, 1)] if isinstance(value, (dict, list)) else []
     while pending:
         item, depth = pending.pop()
