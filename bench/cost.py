@@ -1,4 +1,4 @@
-"""`python -m bench.cost`: what the ledger costs in Datastore entity operations, per month.
+"""`python -m bench.cost`: what the ledger costs a month, in Datastore entity operations and App Engine instance hours.
 
 Entity reads, writes and deletes per outcome (as `make bench` counts them on
 the wire; tests/test_cost_model.py holds the counts to it) times how often
@@ -11,6 +11,18 @@ free, and so are calls answered from this process's memory of completed runs.
                    less the daily free usage, which TTL deletes do not get)
 
 Standard edition pricing (entity operations); Enterprise edition bills by size instead.
+
+Instance hours (automatic scaling, app.yaml's instance class): an instance stays up, and is
+billed, for ``idle`` minutes after its last request, so requests that come at least that often
+keep one up all day; the fleet's busiest moment needs in-flight requests / concurrent requests
+instances, the first of which also serves the audit cron:
+
+    instance hours/day = 24 x max(min_instances,
+                                  min(1, idle / min(fleet interval, audit interval))
+                                  + (peak instances - 1) x min(1, idle / fleet interval))
+    monthly cost = days x max(0, hours x class price - free F1 hours x F1 price)
+
+Left out: the time a request itself runs, start-ups, and CPU: a lower bound for long requests.
 """
 
 from __future__ import annotations
@@ -26,7 +38,20 @@ FREE_PER_DAY = {"reads": 50_000, "writes": 20_000, "deletes": 20_000}
 # List prices per 100,000 entities, us-central1 (Iowa), when this was written; pass the
 # current ones (https://cloud.google.com/datastore/pricing, "Pricing by region").
 PRICES_PER_100K = {"reads": 0.03, "writes": 0.09, "deletes": 0.01}
-AUDIT_PASSES_PER_DAY = 24 * 4  # cron.yaml: /tasks/audit every 15 minutes
+AUDIT_MINUTES = 15  # cron.yaml: /tasks/audit every 15 minutes (tests/test_cost_model.py reads it there)
+
+# App Engine standard, automatic scaling.  List prices per instance hour, us-central1 (Iowa), from
+# https://cloud.google.com/appengine/pricing ("Standard environment instances"), as of December 2026;
+# pass the current ones (--instance-price).
+INSTANCE_PRICES = {"F1": 0.05, "F2": 0.10, "F4": 0.20, "F4_1G": 0.30}
+# The same page's free tier: 28 F-class instance hours a day.  Read as F1 hours (App Engine bills
+# the larger classes as multiples of F1 hours: an F2 hour uses two), so worth 28 x the F1 price.
+FREE_INSTANCE_HOURS = 28
+# How long an idle instance stays up, billed, after its last request: the same page bills an automatic
+# scaling instance until it shuts down, 15 minutes after its last request.  An assumption (--idle-minutes).
+IDLE_MINUTES = 15
+# automatic_scaling.max_concurrent_requests when app.yaml sets none (App Engine's default, app.yaml reference).
+CONCURRENT_REQUESTS = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,8 +101,10 @@ class Fleet:
     duplicates_per_run: float = 0.0  # deliveries of a run after its first
     remembered_share: float = 0.0  # of those, answered from memory (the instance that ran it)
     exclusive: bool = False
+    interval_minutes: float = 60.0  # how often its requests come (its schedule's period)
+    in_flight: float = 1.0  # requests at once at its busiest moment
 
-    def operations_per_day(self, cleanup: bool = False) -> Operations:
+    def operations_per_day(self, cleanup: bool = False, audit_minutes: float = AUDIT_MINUTES) -> Operations:
         per_run = FRESH_RUN + RENEWAL * self.renewals_per_run
         per_run += DUPLICATE_ELSEWHERE * (self.duplicates_per_run * (1 - self.remembered_share))
         if self.exclusive:
@@ -86,23 +113,61 @@ class Fleet:
             per_run += AUDIT_PER_SLOT
         if cleanup:  # /tasks/cleanup instead of a TTL policy
             per_run += CLEANUP_PER_RECORD + Operations(expiry_deletes=-per_run.expiry_deletes)
-        audit = AUDIT_PER_JOB_PASS * (self.scheduler_jobs * AUDIT_PASSES_PER_DAY)
+        audit = AUDIT_PER_JOB_PASS * (self.scheduler_jobs * 24 * 60 / audit_minutes)
         return per_run * self.runs_per_day + audit
 
 
+@dataclasses.dataclass(frozen=True)
+class Hosting:
+    """How App Engine serves the app: app.yaml's instance class and scaling, cron.yaml's audit."""
+
+    instance_class: str = "F2"  # app.yaml (tests/test_cost_model.py holds the two together)
+    min_instances: int = 0  # app.yaml's automatic_scaling.min_instances (unset: 0)
+    audit_minutes: float = AUDIT_MINUTES
+    idle_minutes: float = IDLE_MINUTES
+    concurrent_requests: int = CONCURRENT_REQUESTS
+    instance_price: float | None = None  # $ per instance hour; None: INSTANCE_PRICES[instance_class]
+    free_instance_hours: float = FREE_INSTANCE_HOURS
+
+    @property
+    def price(self) -> float:
+        return INSTANCE_PRICES[self.instance_class] if self.instance_price is None else self.instance_price
+
+    def instance_hours_per_day(self, fleet: Fleet) -> float:
+        """Hours a day of instances up for the fleet (the formula in this module's docstring)."""
+        peak = max(1, math.ceil(fleet.in_flight / self.concurrent_requests))
+        first = min(1.0, self.idle_minutes / min(fleet.interval_minutes, self.audit_minutes))
+        others = (peak - 1) * min(1.0, self.idle_minutes / fleet.interval_minutes)
+        return 24 * max(self.min_instances, first + others)
+
+    def monthly_cost(self, hours_per_day: float) -> float:
+        free = self.free_instance_hours * INSTANCE_PRICES["F1"]
+        return max(0.0, hours_per_day * self.price - free) * DAYS_PER_MONTH
+
+
 FLEETS = (
-    Fleet("10 jobs hourly", runs_per_day=10 * 24, scheduler_jobs=10),
-    # A 1-minute job with a 60 s lease running 30 s renews once; 1 % of runs are delivered twice.
+    # All ten are delivered at the top of the hour.
+    Fleet("10 jobs hourly", runs_per_day=10 * 24, scheduler_jobs=10, interval_minutes=60, in_flight=10),
+    # A 1-minute job with a 60 s lease running 30 s renews once; 1 % of runs are delivered twice.  All
+    # are delivered at the top of the minute and run at once.
     Fleet(
         "1,000 jobs every minute",
         runs_per_day=1000 * 24 * 60,
         scheduler_jobs=1000,
         renewals_per_run=1,
         duplicates_per_run=0.01,
+        interval_minutes=1,
+        in_flight=1000,
     ),
     # Clients retry 5 % of calls with the same key; behind a load balancer, 1 in 10 lands on the same instance.
+    # 100 calls a second of about 80 ms each (bench/results.md's fresh run at 10 ms RTT) are 8 at once.
     Fleet(
-        "guarded API, 100 requests/s", runs_per_day=100 * 86_400 / 1.05, duplicates_per_run=0.05, remembered_share=0.1
+        "guarded API, 100 requests/s",
+        runs_per_day=100 * 86_400 / 1.05,
+        duplicates_per_run=0.05,
+        remembered_share=0.1,
+        interval_minutes=1 / 6000,
+        in_flight=8,
     ),
 )
 
@@ -116,21 +181,30 @@ def monthly_cost(operations_per_day: Operations, prices: dict[str, float], free:
     return total * DAYS_PER_MONTH
 
 
-def report(prices: dict[str, float], free: bool = True, cleanup: bool = False) -> str:
+def report(prices: dict[str, float], free: bool = True, cleanup: bool = False, hosting: Hosting = Hosting()) -> str:
     lines = [
         f"Prices per 100,000 entities: reads ${prices['reads']:g}, writes ${prices['writes']:g}, "
         f"deletes ${prices['deletes']:g}; {'less' if free else 'without'} the daily free usage; "
         f"expired records deleted by {'/tasks/cleanup' if cleanup else 'a TTL policy'}; "
         f"{DAYS_PER_MONTH:g} days a month.",
+        f"Instances: {hosting.instance_class} at ${hosting.price:.2f} an hour, min_instances {hosting.min_instances}, "
+        f"{hosting.concurrent_requests} requests at once each, up {hosting.idle_minutes:g} minutes after their "
+        f"last request; /tasks/audit every {hosting.audit_minutes:g} minutes; less {hosting.free_instance_hours:g} "
+        f"free F1 hours a day.",
         "",
-        "| fleet | runs / day | entity reads / day | writes / day | deletes / day | $ / month |",
-        "|---|---|---|---|---|---|",
+        "| fleet | runs / day | entity reads / day | writes / day | deletes / day | Datastore $ / month "
+        "| instance hours / day | instances $ / month | total $ / month |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for fleet in FLEETS:
-        daily = fleet.operations_per_day(cleanup)
+        daily = fleet.operations_per_day(cleanup, hosting.audit_minutes)
+        datastore = monthly_cost(daily, prices, free)
+        hours = hosting.instance_hours_per_day(fleet)
+        instances = hosting.monthly_cost(hours)
         lines.append(
             f"| {fleet.name} | {fleet.runs_per_day:,.0f} | {daily.reads:,.0f} | {daily.writes:,.0f} "
-            f"| {daily.deletes + daily.expiry_deletes:,.0f} | {monthly_cost(daily, prices, free):,.2f} |"
+            f"| {daily.deletes + daily.expiry_deletes:,.0f} | {datastore:,.2f} | {hours:,.1f} | {instances:,.2f} "
+            f"| {datastore + instances:,.2f} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -141,11 +215,36 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(f"--{kind[:-1]}-price", type=float, default=price, help=f"$ per 100,000 entity {kind}")
     parser.add_argument("--no-free-tier", action="store_true", help="a named database: no free usage")
     parser.add_argument("--cleanup", action="store_true", help="no TTL policy: /tasks/cleanup deletes expired records")
+    parser.add_argument("--instance-class", choices=INSTANCE_PRICES, default=Hosting.instance_class, help="app.yaml's")
+    parser.add_argument("--instance-price", type=float, help="$ per instance hour (default: the class's list price)")
+    parser.add_argument("--min-instances", type=int, default=Hosting.min_instances, help="automatic_scaling's")
+    parser.add_argument("--audit-minutes", type=float, default=AUDIT_MINUTES, help="cron.yaml's /tasks/audit interval")
+    parser.add_argument("--idle-minutes", type=float, default=IDLE_MINUTES, help="an instance's life after a request")
+    parser.add_argument(
+        "--concurrent-requests", type=int, default=CONCURRENT_REQUESTS, help="automatic_scaling.max_concurrent_requests"
+    )
+    parser.add_argument(
+        "--free-instance-hours", type=float, default=FREE_INSTANCE_HOURS, help="free F1 instance hours a day"
+    )
     args = parser.parse_args(argv)
     prices = {"reads": args.read_price, "writes": args.write_price, "deletes": args.delete_price}
-    if any(not math.isfinite(price) or price < 0 for price in prices.values()):
-        parser.error("prices must be finite and not negative")
-    sys.stdout.write(report(prices, free=not args.no_free_tier, cleanup=args.cleanup))
+    figures = [*prices.values(), args.idle_minutes, args.free_instance_hours, args.min_instances]
+    if args.instance_price is not None:
+        figures.append(args.instance_price)
+    if any(not math.isfinite(figure) or figure < 0 for figure in figures):
+        parser.error("prices, minutes, hours and instances must be finite and not negative")
+    if not (math.isfinite(args.audit_minutes) and args.audit_minutes > 0) or args.concurrent_requests < 1:
+        parser.error("--audit-minutes must be positive and --concurrent-requests at least 1")
+    hosting = Hosting(
+        instance_class=args.instance_class,
+        min_instances=args.min_instances,
+        audit_minutes=args.audit_minutes,
+        idle_minutes=args.idle_minutes,
+        concurrent_requests=args.concurrent_requests,
+        instance_price=args.instance_price,
+        free_instance_hours=args.free_instance_hours,
+    )
+    sys.stdout.write(report(prices, free=not args.no_free_tier, cleanup=args.cleanup, hosting=hosting))
     return 0
 
 

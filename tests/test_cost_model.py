@@ -1,5 +1,6 @@
 """The cost model (bench/cost.py, docs/operations.md "What it costs a month"): each of its per-outcome
-entity operations is the one counted on the wire, and the docs quote its output."""
+entity operations is the one counted on the wire, its instance hours follow from the cadence of the
+requests, its defaults are app.yaml's and cron.yaml's, and the docs quote its output."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 
 import pytest
 import webtest
+import yaml
 
 from bench import cost
 from dedup.ledger import Ledger, RunDescription, RunPolicy
@@ -127,6 +129,62 @@ def test_the_fleets_add_up():
     assert with_cleanup.expiry_deletes == 0 and with_cleanup.deletes == 1_440_000
 
 
+def test_instance_hours_follow_the_cadence_of_the_requests():
+    hourly, minutely, guarded = cost.FLEETS
+    audited_hourly = cost.Hosting(audit_minutes=60)
+    # Hourly requests and nothing more often: each keeps an instance up 15 minutes, a quarter of the day.
+    assert audited_hourly.instance_hours_per_day(hourly) == 6
+    # Anything every 15 minutes or more often (the audit cron as shipped, a */5 job) keeps one up all day.
+    assert cost.Hosting().instance_hours_per_day(hourly) == 24
+    every_five = cost.Fleet("*/5", runs_per_day=288, interval_minutes=5)
+    assert audited_hourly.instance_hours_per_day(every_five) == 24
+    # min_instances are up all day, whatever the cadence.
+    assert cost.Hosting(audit_minutes=60, min_instances=2).instance_hours_per_day(hourly) == 48
+    # 1,000 requests at once, 10 an instance: 100 instances, kept up by a request every minute.
+    assert cost.Hosting().instance_hours_per_day(minutely) == 2400
+    assert cost.Hosting(concurrent_requests=1000).instance_hours_per_day(minutely) == 24
+    assert cost.Hosting().instance_hours_per_day(guarded) == 24  # 8 at once fit one instance
+
+
+def test_instance_hours_are_priced_by_class_less_the_free_f1_hours():
+    assert cost.INSTANCE_PRICES == {"F1": 0.05, "F2": 0.10, "F4": 0.20, "F4_1G": 0.30}
+    free = 28 * 0.05  # $1.40 a day, whatever the class
+    assert cost.Hosting(instance_class="F2").monthly_cost(24) == pytest.approx(30.4 * (24 * 0.10 - free))
+    assert cost.Hosting(instance_class="F1").monthly_cost(24) == 0  # inside the free hours
+    assert cost.Hosting(instance_class="F4_1G").monthly_cost(6) == pytest.approx(30.4 * (6 * 0.30 - free))
+    assert cost.Hosting(instance_price=1.0, free_instance_hours=0).monthly_cost(10) == pytest.approx(304)
+
+
+def test_the_defaults_are_what_app_yaml_and_cron_yaml_deploy():
+    with open(os.path.join(ROOT, "app.yaml"), encoding="utf-8") as handle:
+        app = yaml.safe_load(handle)
+    scaling = app.get("automatic_scaling") or {}
+    assert "basic_scaling" not in app and "manual_scaling" not in app  # the model is automatic scaling's
+    hosting = cost.Hosting()
+    assert hosting.instance_class == app["instance_class"]
+    assert hosting.min_instances == scaling.get("min_instances", 0)
+    assert hosting.concurrent_requests == scaling.get("max_concurrent_requests", 10)
+    with open(os.path.join(ROOT, "cron.yaml"), encoding="utf-8") as handle:
+        (audit,) = [entry for entry in yaml.safe_load(handle)["cron"] if entry["url"] == "/tasks/audit"]
+    assert audit["schedule"] == f"every {cost.AUDIT_MINUTES} minutes"
+
+
+def hourly_row(*args: str) -> list[str]:
+    completed = run_cost(*args)
+    assert completed.returncode == 0, completed.stderr
+    (row,) = [line for line in completed.stdout.splitlines() if line.startswith("| 10 jobs hourly |")]
+    return [cell.strip() for cell in row.strip("|").split("|")]
+
+
+def test_the_command_takes_the_hosting_as_parameters():
+    assert hourly_row()[-3:] == ["24.0", "30.40", "30.40"]
+    assert hourly_row("--audit-minutes", "60")[-3:] == ["6.0", "0.00", "0.00"]  # 6 F2 hours: inside the free 28
+    assert hourly_row("--audit-minutes", "60", "--instance-class", "F4_1G")[-3:] == ["6.0", "12.16", "12.16"]
+    assert hourly_row("--instance-class", "F1")[-3:] == ["24.0", "0.00", "0.00"]  # docs/operations.md says so
+    assert hourly_row("--audit-minutes", "60", "--min-instances", "1")[-3:] == ["24.0", "30.40", "30.40"]
+    assert hourly_row("--instance-price", "1", "--free-instance-hours", "0")[-2] == "729.60"
+
+
 def run_cost(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "bench.cost", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
@@ -150,6 +208,12 @@ def test_the_docs_quote_the_command():
         ("--delete-price", "nan"),
         ("--read-price", "inf"),
         ("--nope",),
+        ("--instance-class", "F3"),
+        ("--min-instances", "-1"),
+        ("--audit-minutes", "0"),
+        ("--idle-minutes", "nan"),
+        ("--concurrent-requests", "0"),
+        ("--instance-price", "-0.1"),
     ],
 )
 def test_bad_prices_are_refused(args):
