@@ -35,6 +35,10 @@ from croniter import croniter
 from jobs.config import DEFAULT_JOBS_FILE, load_jobs
 from schedules.config import SchedulerJob, load_scheduler_file, retry_intervals
 
+# Where each target's retention comes from: the jobs `make run` serves, the shipped ones with
+# local targets (jobs.yaml itself names a placeholder URL, refused until it is filled in).
+LOCAL_JOBS_FILE = os.path.join(os.path.dirname(DEFAULT_JOBS_FILE), "examples", "local-jobs.yaml")
+
 
 @dataclasses.dataclass
 class Faults:
@@ -294,7 +298,7 @@ def simulation_jobs_file(jobs: list[SchedulerJob], sink_url: str, compress: floa
     side effect (1.5 deadlines) outlives Scheduler's wait but not the attempt:
     the case where Scheduler retries while the first attempt still runs.
     """
-    app_jobs = load_jobs(os.environ.get("DEDUP_JOBS_FILE") or DEFAULT_JOBS_FILE)
+    app_jobs = load_jobs(os.environ.get("DEDUP_JOBS_FILE") or LOCAL_JOBS_FILE)
     lines = ["jobs:"]
     for target in sorted({job.target for job in jobs}):
         deadline = max(job.attempt_deadline for job in jobs if job.target == target) / compress

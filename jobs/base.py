@@ -174,7 +174,28 @@ def http_url(job_id: str, field: str, value: Any, query: bool = True) -> str:
     if parsed.scheme not in ("http", "https") or not parsed.hostname or (parsed.query and not query):
         wanted = "an absolute http(s) URL" if query else "an http(s) base URL, without a query"
         raise JobsConfigError(job_id, field, f"must be {wanted}, got {url!r}")
+    if is_placeholder_host(parsed.hostname):
+        raise JobsConfigError(
+            job_id,
+            field,
+            f"{parsed.hostname!r} is a placeholder (a name reserved for examples, RFC 2606): "
+            f"fill in the address of the service the job calls",
+        )
     return url
+
+
+# RFC 2606's names for documentation: no real service answers there, so a URL naming one
+# (the shipped jobs.yaml's crm.example.com) is a value still to fill in.
+_PLACEHOLDER_DOMAINS = ("example.com", "example.net", "example.org")
+_PLACEHOLDER_TLDS = ("example", "invalid", "test")
+
+
+def is_placeholder_host(host: str) -> bool:
+    """Whether ``host`` is a reserved example name, so a job calling it would fail every run."""
+    host = host.lower().rstrip(".")
+    return host.rsplit(".", 1)[-1] in _PLACEHOLDER_TLDS or any(
+        host == domain or host.endswith("." + domain) for domain in _PLACEHOLDER_DOMAINS
+    )
 
 
 def checked_mapping(job_id: str, field: str, value: Any, problem: Callable[[Any, Any], str | None]) -> dict:

@@ -56,7 +56,8 @@ JOB_KEYS = frozenset(
     }
 )
 RETRY_KEYS = frozenset({"retry_count", "max_retry_duration", "min_backoff", "max_backoff", "max_doublings"})
-_LOCATION = re.compile(r"[a-z]+-[a-z]+[0-9]+")
+# A Cloud region as Scheduler and App Engine name them (us-central1); also bootstrap's --region.
+SCHEDULER_LOCATION = re.compile(r"[a-z]+-[a-z]+[0-9]+")
 _DURATION = re.compile(r"(?:\d+(?:\.\d+)?[dhms])+|\d+(?:\.\d+)?")  # 600, 600s, 10m, 1h30m, 1d
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms]?)")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 1}
@@ -66,6 +67,10 @@ _RESERVED_HEADER = re.compile(r"(?i)(x-google-|x-appengine-|x-cloudscheduler)")
 DELIVERY_GRACE_SECONDS = 120
 # How often cron.yaml runs /tasks/audit (tests/test_deployment_files.py holds the two equal).
 AUDIT_INTERVAL_SECONDS = 15 * 60
+# The project the shipped scheduler.yaml names until someone fills in theirs: project ids have
+# no reserved names, so validation knows this one (and refuses it) rather than let
+# `scheduler apply` aim at a project that is not the user's.
+PLACEHOLDER_PROJECT = "your-project-id"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,7 +219,7 @@ def _parse_job(key: str, settings: dict, problems: list[Problem]) -> SchedulerJo
         )
     if not PROJECT_ID.fullmatch(settings["project"]):
         problem("project", f"{settings['project']!r} is not a project id")
-    if not _LOCATION.fullmatch(settings["location"]):
+    if not SCHEDULER_LOCATION.fullmatch(settings["location"]):
         problem("location", f"{settings['location']!r} is not a location such as us-central1")
     method = settings.get("method", "POST")
     method = method.upper() if isinstance(method, str) else method
@@ -466,9 +471,28 @@ def minimum_retention_seconds(job: SchedulerJob) -> float:
     return retry_window_seconds(job) + DELIVERY_GRACE_SECONDS + AUDIT_INTERVAL_SECONDS
 
 
+def placeholder_project_problem(project: str) -> str | None:
+    """What to fill in, if ``project`` is the shipped placeholder; else None."""
+    if project != PLACEHOLDER_PROJECT:
+        return None
+    return (
+        f"{project!r} is the placeholder scheduler.yaml ships with: fill in the id of the Google Cloud "
+        "project the app is deployed to (defaults.project, or the job's project)"
+    )
+
+
 def dedup_problems(jobs: list[SchedulerJob], app_jobs: Mapping[str, JobSpec]) -> list[Problem]:
+    """Everything that stops the app (at start-up) and the ops CLI (before a plan) using ``jobs``
+    with ``app_jobs``: what breaks deduplication, and placeholders not yet filled in.
+
+    Parsing alone (load_scheduler_file) accepts a placeholder, so a simulation of the shipped
+    schedules still runs; nothing deploys or serves one.
+    """
     problems: list[Problem] = []
     for job in jobs:
+        placeholder = placeholder_project_problem(job.project)
+        if placeholder:
+            problems.append(Problem(job.key, "project", placeholder))
         spec = app_jobs.get(job.target)
         if spec is None:
             problems.append(

@@ -7,7 +7,8 @@ import re
 
 import yaml
 
-from jobs.config import DEFAULT_JOBS_FILE, load_jobs
+from jobs.config import load_jobs
+from tests.support.shipped import filled_in
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,9 +44,10 @@ def test_dedup_scaling_names_the_scaling_type_app_yaml_declares():
     assert config.get("env_variables", {}).get("DEDUP_SCALING", "automatic") == declared
 
 
-def test_gunicorn_timeout_exceeds_every_lease():
+def test_gunicorn_timeout_exceeds_every_lease(tmp_path):
     timeout = int(re.search(r"--timeout (\d+)", app_yaml()["entrypoint"]).group(1))
-    longest_lease = max(job.policy.lease_seconds for job in load_jobs(DEFAULT_JOBS_FILE).values())
+    jobs, _ = filled_in(tmp_path)
+    longest_lease = max(job.policy.lease_seconds for job in load_jobs(str(jobs)).values())
     assert timeout > longest_lease
 
 

@@ -13,6 +13,7 @@ from jobs.config import DEFAULT_JOBS_FILE, load_jobs, parse_jobs
 from jobs.errors import JobsConfigError
 from jobs.kinds.http import HttpJob
 from jobs.kinds.python import PythonJob
+from tests.support.shipped import filled_in
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -21,11 +22,42 @@ def parse(text: str):
     return parse_jobs(textwrap.dedent(text))
 
 
-def test_shipped_jobs_files_are_valid():
-    shipped = load_jobs(DEFAULT_JOBS_FILE)
+def test_shipped_jobs_files_are_valid_once_filled_in(tmp_path):
+    jobs, _ = filled_in(tmp_path)
+    shipped = load_jobs(str(jobs))
     assert {spec.kind for spec in shipped.values()} >= {"python", "http"}
     local = load_jobs(os.path.join(ROOT, "examples", "local-jobs.yaml"))
     assert "slow-report" in local
+
+
+def test_the_shipped_jobs_yaml_stops_the_app_until_its_url_is_filled_in():
+    """Its sync-crm calls crm.example.com, where no service answers: it would fail every run."""
+    with pytest.raises(JobsConfigError) as caught:
+        load_jobs(DEFAULT_JOBS_FILE)
+    assert str(caught.value).endswith(
+        "job 'sync-crm': field 'url': 'crm.example.com' is a placeholder (a name reserved for examples, "
+        "RFC 2606): fill in the address of the service the job calls"
+    )
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["example.com", "crm.example.com", "API.Example.Org.", "hooks.example.net", "crm.example", "x.invalid", "a.test"],
+)
+@pytest.mark.parametrize("kind", ["http", "workflow"])
+def test_a_url_at_a_reserved_example_name_is_a_placeholder(host, kind):
+    field, settings = {
+        "http": ("url", f"url: https://{host}/hooks/sync"),
+        "workflow": ("api_base", f"workflow: projects/p/locations/l/workflows/w\n    api_base: https://{host}"),
+    }[kind]
+    with pytest.raises(JobsConfigError) as caught:
+        parse_jobs(f"jobs:\n  j:\n    kind: {kind}\n    {settings}\n")
+    assert f"field '{field}': {host.lower()!r} is a placeholder" in str(caught.value)
+
+
+@pytest.mark.parametrize("host", ["notexample.com", "example.com.au", "example-corp.internal", "127.0.0.1", "testing"])
+def test_names_that_only_resemble_the_reserved_ones_are_served(host):
+    assert parse_jobs(f"jobs:\n  j:\n    kind: http\n    url: http://{host}/x\n")["j"].kind == "http"
 
 
 def test_defaults_and_kinds():
@@ -36,7 +68,7 @@ def test_defaults_and_kinds():
             target: tests.job_targets:record
           sync:
             kind: http
-            url: https://example.com/hook
+            url: https://hooks.acme-corp.internal/hook
     """)
     assert jobs["report"].policy.lease_seconds == 600
     assert jobs["report"].policy.retention_seconds == 7 * 24 * 3600
@@ -95,34 +127,54 @@ def test_defaults_and_kinds():
             "lease_seconds",
             "at most",
         ),
-        ("kind: http\n    url: https://example.com:99999/x", "j", "url", "out of range"),
-        ("kind: http\n    url: https://example.com\n    headers: {X-Price: '€'}", "j", "headers", "Latin-1"),
-        ("kind: http\n    url: https://example.com\n    headers: {X-Mode: ' leading'}", "j", "headers", "whitespace"),
+        ("kind: http\n    url: https://hooks.acme-corp.internal:99999/x", "j", "url", "out of range"),
+        (
+            "kind: http\n    url: https://hooks.acme-corp.internal\n    headers: {X-Price: '€'}",
+            "j",
+            "headers",
+            "Latin-1",
+        ),
+        (
+            "kind: http\n    url: https://hooks.acme-corp.internal\n    headers: {X-Mode: ' leading'}",
+            "j",
+            "headers",
+            "whitespace",
+        ),
         ("kind: http", "j", "url", "missing"),
         ("kind: http\n    url: ftp://example.com/x", "j", "url", "absolute http(s) URL"),
         ("kind: http\n    url: /relative", "j", "url", "absolute http(s) URL"),
-        ("kind: http\n    url: https://example.com\n    method: BREW", "j", "method", "one of"),
-        ("kind: http\n    url: https://example.com\n    timeout_seconds: 0", "j", "timeout_seconds", "positive"),
+        ("kind: http\n    url: https://hooks.acme-corp.internal\n    method: BREW", "j", "method", "one of"),
         (
-            "kind: http\n    url: https://example.com\n    timeout_seconds: 60\n    lease_seconds: 60",
+            "kind: http\n    url: https://hooks.acme-corp.internal\n    timeout_seconds: 0",
+            "j",
+            "timeout_seconds",
+            "positive",
+        ),
+        (
+            "kind: http\n    url: https://hooks.acme-corp.internal\n    timeout_seconds: 60\n    lease_seconds: 60",
             "j",
             "timeout_seconds",
             "shorter than lease_seconds",
         ),
-        ("kind: http\n    url: https://example.com\n    headers: [a, b]", "j", "headers", "mapping"),
+        ("kind: http\n    url: https://hooks.acme-corp.internal\n    headers: [a, b]", "j", "headers", "mapping"),
         (
-            "kind: http\n    url: https://example.com\n    headers: {Idempotency-Key: x}",
+            "kind: http\n    url: https://hooks.acme-corp.internal\n    headers: {Idempotency-Key: x}",
             "j",
             "headers",
             "set by the app",
         ),
         (
-            "kind: http\n    url: https://example.com\n    headers: {'bad name': x}",
+            "kind: http\n    url: https://hooks.acme-corp.internal\n    headers: {'bad name': x}",
             "j",
             "headers",
             "not a valid header name",
         ),
-        ("kind: http\n    url: https://example.com\n    headers: {X-Count: 5}", "j", "headers", "must be a string"),
+        (
+            "kind: http\n    url: https://hooks.acme-corp.internal\n    headers: {X-Count: 5}",
+            "j",
+            "headers",
+            "must be a string",
+        ),
     ],
 )
 def test_bad_job_names_job_and_field(settings, job, field, words):
@@ -194,7 +246,7 @@ def test_defaults_follow_short_and_long_leases():
         jobs:
           quick:
             kind: http
-            url: https://example.com/hook
+            url: https://hooks.acme-corp.internal/hook
             lease_seconds: 20
           week-long:
             kind: python

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from deploy.cli import cli as ops_cli
 from schedules.config import RetryConfig, retry_intervals
+from tests.support.shipped import filled_in
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APP_JOBS = """
@@ -69,20 +70,40 @@ def test_a_valid_file_passes(cli):
     assert "1 job(s) valid" in result.output
 
 
-def test_the_shipped_scheduler_yaml_is_valid_against_the_shipped_jobs_yaml():
+def ops(*args: str) -> subprocess.CompletedProcess:
+    """``python -m deploy ARGS`` from the repository root, as a user runs it."""
     env = {**os.environ}
     env.pop("DEDUP_JOBS_FILE", None)
     env.pop("DEDUP_AUTH", None)  # the ops commands never build the web app: no caller setting needed
-    completed = subprocess.run(
-        [sys.executable, "-m", "deploy", "scheduler", "validate"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    return subprocess.run(
+        [sys.executable, "-m", "deploy", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
     )
+
+
+def test_the_shipped_files_are_valid_once_their_placeholders_are_filled_in(tmp_path):
+    jobs, schedule = filled_in(tmp_path)
+    completed = ops("--jobs", str(jobs), "scheduler", "validate", str(schedule))
     assert completed.returncode == 0, completed.stderr
-    assert "valid" in completed.stdout
+    assert "2 job(s) valid" in completed.stdout
+
+
+def test_the_shipped_files_do_not_validate_or_plan_until_filled_in(tmp_path):
+    """As shipped, they would deploy a job calling crm.example.com, failing every hour."""
+    for command in (["scheduler", "validate"], ["scheduler", "plan", "--assume-new"]):
+        refused = ops(*command)
+        assert refused.returncode == 1 and not refused.stdout  # no gcloud command printed
+        assert "job 'sync-crm': field 'url': 'crm.example.com' is a placeholder" in refused.stderr
+        assert "fill in the address of the service the job calls" in refused.stderr
+    jobs, _ = filled_in(tmp_path)  # the URL filled in, the project not yet
+    refused = ops("--jobs", str(jobs), "scheduler", "plan", "--assume-new")
+    assert refused.returncode == 1 and not refused.stdout
+    problems = refused.stderr.strip().splitlines()
+    assert problems == [
+        f"scheduler.yaml: job {name!r} field 'project': 'your-project-id' is the placeholder scheduler.yaml "
+        "ships with: fill in the id of the Google Cloud project the app is deployed to (defaults.project, "
+        "or the job's project)"
+        for name in ("ledger-digest-daily", "sync-crm-hourly")
+    ]
 
 
 def test_the_ops_commands_never_import_the_web_layer():

@@ -25,6 +25,7 @@ from dedup.ledger import Ledger, RunDescription, RunPolicy
 from handlers import create_app
 from tests.support import POLL_SECONDS
 from tests.support.deliveries import scheduler_headers
+from tests.support.shipped import FILL_INS, filled_in
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIPPED_FILES = ("jobs.yaml", "examples/local-jobs.yaml")
@@ -114,6 +115,20 @@ def test_every_shipped_job_runs_to_completion(jobs_file_name, job_id, request, d
 SHIPPED_SCHEDULES = {"scheduler.yaml": "jobs.yaml", "examples/local-scheduler.yaml": "examples/local-jobs.yaml"}
 
 
+def test_the_app_refuses_to_start_with_the_shipped_placeholders(tmp_path, ndb_client, clock):
+    """Deployed as shipped, it would call crm.example.com every hour for a project that is not yours."""
+    from handlers import create_app
+    from jobs.errors import JobsConfigError
+    from schedules.config import ScheduleSettingError
+
+    shipped_jobs, shipped_schedule = os.path.join(ROOT, "jobs.yaml"), os.path.join(ROOT, "scheduler.yaml")
+    with pytest.raises(JobsConfigError, match="'crm.example.com' is a placeholder"):
+        create_app(jobs_file=shipped_jobs, scheduler_file=shipped_schedule, clock=clock, ndb_client=ndb_client)
+    filled_jobs, _ = filled_in(tmp_path)
+    with pytest.raises(ScheduleSettingError, match="'your-project-id' is the placeholder scheduler.yaml ships with"):
+        create_app(jobs_file=str(filled_jobs), scheduler_file=shipped_schedule, clock=clock, ndb_client=ndb_client)
+
+
 def test_shipped_files_are_all_covered():
     """A new jobs or scheduler file under examples/ is shipped too: it must be listed above."""
     found = {
@@ -123,18 +138,16 @@ def test_shipped_files_are_all_covered():
 
 
 @pytest.mark.parametrize("schedule, jobs", sorted(SHIPPED_SCHEDULES.items()))
-def test_each_shipped_scheduler_file_loads_with_its_jobs(schedule, jobs, datastore, ndb_client, clock):
-    """The app starts with it (the same validation as the ops CLI) and lists its slots."""
+def test_each_shipped_scheduler_file_loads_with_its_jobs(schedule, jobs, datastore, ndb_client, clock, tmp_path):
+    """The app starts with it (the same validation as the ops CLI), placeholders filled in, and lists its slots."""
     import webtest
 
     from handlers import create_app
 
-    app = create_app(
-        jobs_file=os.path.join(ROOT, jobs),
-        scheduler_file=os.path.join(ROOT, schedule),
-        clock=clock,
-        ndb_client=ndb_client,
-    )
+    jobs_file, scheduler_file = os.path.join(ROOT, jobs), os.path.join(ROOT, schedule)
+    if schedule in FILL_INS:
+        jobs_file, scheduler_file = map(str, filled_in(tmp_path))
+    app = create_app(jobs_file=jobs_file, scheduler_file=scheduler_file, clock=clock, ndb_client=ndb_client)
     state = app.extensions["dedup"]
     assert state.schedules
     client = webtest.TestApp(app)
