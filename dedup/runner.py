@@ -15,13 +15,18 @@ import threading
 import time
 from typing import Any, Callable
 
+from opentelemetry import trace
+
 from dedup.errors import PermanentJobError
 from dedup.heartbeat import LeaseHeartbeat
 from dedup.ledger import Ledger, RunDescription, RunPolicy
-from dedup.outcomes import Attempt, Claimed, Contended, InProgress, RunOutcome, Stale
+from dedup.outcomes import Attempt, Claimed, Contended, InProgress, Replayed, RunOutcome, Stale
 from dedup.transactions import EarlyTransaction
 
 log = logging.getLogger(__name__)
+# Spans of the protocol's steps (the OpenTelemetry API only: which provider records and exports
+# them is the host app's choice, handlers/tracing.py here; without one they cost nothing).
+tracer = trace.get_tracer("dedup")
 
 # Results and errors live in one Datastore entity (1 MiB in all).
 MAX_STORED_JSON_BYTES = 512 * 1024
@@ -116,6 +121,41 @@ def run_once(
     ``reopen_attempt`` (a slot run by hand: the attempt the operator saw): a failed or
     skipped run still at that attempt is run again under its key (Ledger.claim_run).
     """
+    with tracer.start_as_current_span("dedup.claim", attributes={"run_id": run_id}) as span:
+        outcome, claim_began = _claim(ledger, run_id, description, policy, wait, skip_reason, reopen_attempt)
+        describe(span, outcome)
+    if not isinstance(outcome, Claimed):
+        return outcome
+    finish_transaction = outcome.finish_transaction
+    try:
+        return _run_claimed(ledger, outcome.attempt, policy, work, classify, claim_began, finish_transaction)
+    finally:
+        if finish_transaction is not None:
+            finish_transaction.discard()  # no-op once the finish used it
+
+
+def describe(span: trace.Span, outcome: RunOutcome) -> None:
+    """A step's span says what it came to: the outcome, the attempt, whether it was a replay."""
+    record = getattr(outcome, "record", None)
+    attempt = outcome.attempt.attempt if isinstance(outcome, Claimed) else getattr(record, "attempt", None)
+    span.set_attribute("outcome", type(outcome).__name__)
+    span.set_attribute("replayed", isinstance(outcome, Replayed))
+    if attempt is not None:
+        span.set_attribute("attempt", attempt)
+    if record is not None:
+        span.set_attribute("status", str(record.status))
+
+
+def _claim(
+    ledger: Ledger,
+    run_id: str,
+    description: RunDescription,
+    policy: RunPolicy,
+    wait: Waiting | None,
+    skip_reason: str | None,
+    reopen_attempt: int | None,
+) -> tuple[RunOutcome, float]:
+    """The claim, or the answer that refused it (after waiting, with ``wait``), and when it began."""
     deadline = time.monotonic() + max(0.0, wait.seconds if wait else 0.0)
     polls = iter(WAIT_POLL_SECONDS)
     holding = False
@@ -129,23 +169,17 @@ def run_once(
                 run_id, description, policy, reopen_attempt, skip_reason, speculate=not holding
             )
             if isinstance(outcome, Claimed):
-                break
+                return outcome, claim_began
             remaining = deadline - time.monotonic()
             if not isinstance(outcome, (InProgress, Contended)) or remaining <= 0:
-                return outcome
-            if not holding and not wait.begin():
-                return outcome  # every slot is taken: answer now, as without waiting
+                return outcome, claim_began
+            if wait is None or (not holding and not wait.begin()):
+                return outcome, claim_began  # every slot is taken: answer now, as without waiting
             holding = True
             time.sleep(min(next(polls, WAIT_POLL_SECONDS[-1]), remaining))
     finally:
-        if holding:
+        if holding and wait is not None:
             wait.end()
-    finish_transaction = outcome.finish_transaction
-    try:
-        return _run_claimed(ledger, outcome.attempt, policy, work, classify, claim_began, finish_transaction)
-    finally:
-        if finish_transaction is not None:
-            finish_transaction.discard()  # no-op once the finish used it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,12 +213,35 @@ def _run_claimed(
         ledger, claimed, policy.lease_seconds, policy.max_run_seconds, renew=policy.heartbeat, claim_began=claim_began
     )
     attempt = dataclasses.replace(claimed, held=RunningAttempt(ledger, claimed, heartbeat))
+    steps = {"run_id": run_id, "attempt": attempt.attempt}
+    with tracer.start_as_current_span("dedup.job", attributes=steps, record_exception=False) as span:
+        finish = _do_work(ledger, attempt, policy, work, classify, heartbeat, early, span)
+    with tracer.start_as_current_span("dedup.finish", attributes=steps) as span:
+        outcome = finish()
+        describe(span, outcome)
+    return outcome
+
+
+def _do_work(
+    ledger: Ledger,
+    attempt: Attempt,
+    policy: RunPolicy,
+    work: Callable[[Attempt], Any],
+    classify: Callable[[Any], Verdict] | None,
+    heartbeat: LeaseHeartbeat,
+    early: EarlyTransaction | None,
+    span: trace.Span,
+) -> Callable[[], RunOutcome]:
+    """Run ``work`` once; the ledger call that records how it ended (made in the finish's own span)."""
+    run_id = attempt.run_id
     try:
         with heartbeat:
             result = work(attempt)
     except PermanentJobError as exc:
         log.info("run %s attempt %d failed permanently: %s", run_id, attempt.attempt, exc)
-        return ledger.fail_run(attempt, error_document(exc, details=exc.details), policy, early)
+        span.set_status(trace.StatusCode.ERROR, "permanent failure")
+        error = error_document(exc, details=exc.details)
+        return lambda: ledger.fail_run(attempt, error, policy, early)
     except Exception as exc:  # noqa: BLE001 - every other error is retryable by contract
         log.warning(
             "run %s attempt %d failed, releasing for retry: %r",
@@ -193,19 +250,22 @@ def _run_claimed(
             exc,
             exc_info=True,
         )
-        return ledger.release_run(attempt, error_document(exc, details=getattr(exc, "details", None)), early)
+        span.set_status(trace.StatusCode.ERROR, "retryable failure")
+        error = error_document(exc, details=getattr(exc, "details", None))
+        return lambda: ledger.release_run(attempt, error, early)
     problem = storable_json_problem(result)
     if problem:
         # The job ran and may have had effects: record a failure rather than
         # release the claim and run it again.
         log.error("run %s attempt %d: %s", run_id, attempt.attempt, problem)
-        return ledger.fail_run(attempt, {"type": "InvalidResult", "message": problem}, policy, early)
+        span.set_status(trace.StatusCode.ERROR, "invalid result")
+        return lambda: ledger.fail_run(attempt, {"type": "InvalidResult", "message": problem}, policy, early)
     verdict = classify(result) if classify else Verdict.COMPLETED
     if verdict is Verdict.FAILED:
-        return ledger.fail_run(attempt, result, policy, early)
+        return lambda: ledger.fail_run(attempt, result, policy, early)
     if verdict is Verdict.RELEASED:
-        return ledger.release_run(attempt, result, early)
-    return ledger.complete_run(attempt, result, policy, early)
+        return lambda: ledger.release_run(attempt, result, early)
+    return lambda: ledger.complete_run(attempt, result, policy, early)
 
 
 # An error message is for people; a stack of HTML from a proxy is cut short.

@@ -300,7 +300,8 @@ ALERT_METRICS = {
     "dedup-missed-executions": (
         "Scheduler executions that never ran: missed, or their key held by another job's run "
         "(the /tasks/audit pass, one line per slot)",
-        'resource.type="gae_app" AND (jsonPayload.outcome="missed" OR jsonPayload.outcome="conflict")',
+        'resource.type="gae_app" AND (jsonPayload.outcome="missed" OR '
+        '(jsonPayload.outcome="job_mismatch" AND jsonPayload.logger="dedup.audit"))',
     ),
     "dedup-failed-executions": (
         "Scheduler executions that failed permanently",

@@ -49,12 +49,13 @@ def create_app(
     DEDUP_SCHEDULER_FILE, else the scheduler.yaml beside the jobs file; absent: none).
     """
     from dedup.runner import WaitSlots
-    from handlers import admin, dashboard_actions, errors, executions, logs, runs_api, scheduler, tasks
+    from handlers import admin, dashboard_actions, errors, executions, logs, runs_api, scheduler, tasks, tracing
     from handlers.cross_site import refuse_cross_site_requests
     from handlers.request_limits import limit_requests
 
     clock = clock or SystemClock()
     gate = CallerGate(auth or AuthSettings.from_environ(os.environ))
+    tracing.configure_tracing(os.environ)
     jobs_path = jobs_file or jobs_file_path(os.environ)
     jobs = load_jobs(jobs_path)
     required = scheduler_file is not None or bool(os.environ.get("DEDUP_SCHEDULER_FILE"))
@@ -67,6 +68,7 @@ def create_app(
         jobs=jobs, clock=clock, guard=install_guard(app, ledger, wait_slots), schedules=schedules
     )
     errors.register(app)
+    tracing.install_tracing(app)  # first: every later step, and every log line, is inside the request's span
     logs.install_request_logging(app)
 
     @app.before_request

@@ -24,10 +24,13 @@ import time
 from types import TracebackType
 from typing import Any, Mapping, TextIO
 
-from flask import Flask, Response, g, has_request_context, request
+from flask import Flask, Response, g, request
+from opentelemetry import trace
 
 TRACE_FIELD = "logging.googleapis.com/trace"
 SPAN_FIELD = "logging.googleapis.com/spanId"
+SAMPLED_FIELD = "logging.googleapis.com/trace_sampled"
+SOURCE_FIELD = "logging.googleapis.com/sourceLocation"
 FIELDS = (
     "run_id",
     "job_id",
@@ -137,10 +140,19 @@ class JsonFormatter(logging.Formatter):
             value = getattr(record, field, None)
             if value is not None:
                 entry[field] = escape_controls(value) if isinstance(value, str) else value
-        for field in (TRACE_FIELD, SPAN_FIELD):
+        for field in (TRACE_FIELD, SPAN_FIELD, SAMPLED_FIELD):
             value = getattr(record, field, None)
-            if value:
+            if value is not None:
                 entry[field] = value
+        entry[SOURCE_FIELD] = {"file": record.pathname, "line": str(record.lineno), "function": record.funcName}
+        latency = getattr(record, "latency_ms", None)
+        if latency is not None:  # the request's closing line: Cloud Logging's own request fields
+            entry["httpRequest"] = {
+                "requestMethod": escape_controls(str(getattr(record, "method", ""))),
+                "requestUrl": escape_controls(str(getattr(record, "path", ""))),
+                "status": getattr(record, "status", None),
+                "latency": f"{latency / 1000:.6f}s",
+            }
         return _one_json_line(entry)
 
 
@@ -200,18 +212,23 @@ class TextFormatter(logging.Formatter):
 
 
 class TraceFilter(logging.Filter):
-    """Attach the request's Cloud Trace ids to every line logged while serving it."""
+    """Attach the current span's trace ids to every line logged inside it.
+
+    Inside a request that is the request's span (handlers/tracing.py), which
+    continues the trace the request arrived in (``traceparent`` or
+    ``X-Cloud-Trace-Context``), so Cloud Logging nests the lines under it.
+    """
 
     def __init__(self, project: str | None) -> None:
         super().__init__()
         self.project = project
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if has_request_context() and self.project:
-            ids = parse_trace_context(request.headers.get("X-Cloud-Trace-Context", ""))
-            if ids is not None:
-                setattr(record, TRACE_FIELD, f"projects/{self.project}/traces/{ids[0]}")
-                setattr(record, SPAN_FIELD, ids[1])
+        span = trace.get_current_span().get_span_context()
+        if self.project and span.is_valid:
+            setattr(record, TRACE_FIELD, f"projects/{self.project}/traces/{span.trace_id:032x}")
+            setattr(record, SPAN_FIELD, f"{span.span_id:016x}")
+            setattr(record, SAMPLED_FIELD, span.trace_flags.sampled)
         return True
 
 

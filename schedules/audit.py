@@ -34,6 +34,7 @@ log = logging.getLogger("dedup.audit")
 AUDIT_PATIENCE_SECONDS = 10
 MICROSECOND = datetime.timedelta(microseconds=1)
 REPORTED = (Status.MISSED, Status.CONFLICT)  # what a pass reports, one ERROR line per slot
+LOG_OUTCOMES = {Status.MISSED: "missed", Status.CONFLICT: "job_mismatch"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,7 +132,8 @@ def _audit_job(ledger: Ledger, job: SchedulerJob, now: datetime.datetime, found:
             message,
             slot.job.name,
             format_utc(slot.schedule_time),
-            extra={**finding.document(), "outcome": finding.status},
+            # Log outcomes are the request lines' words: another job's run under the key is job_mismatch.
+            extra={**finding.document(), "outcome": LOG_OUTCOMES[finding.status]},
         )
     if unknown:
         log.warning(

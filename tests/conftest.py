@@ -97,3 +97,24 @@ def make_client(datastore, ndb_client, jobs_file, clock):
         return webtest.TestApp(app)
 
     return build
+
+
+@pytest.fixture(scope="session")
+def _span_exporter():
+    """The process's tracer provider (handlers.tracing: one per process) with an in-memory exporter."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from handlers.tracing import configure_tracing
+
+    exporter = InMemorySpanExporter()
+    configure_tracing(os.environ).add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter
+
+
+@pytest.fixture
+def spans(_span_exporter):
+    """The spans this test ends, in the order they ended."""
+    _span_exporter.clear()
+    yield _span_exporter
+    _span_exporter.clear()

@@ -268,12 +268,15 @@ MALFORMED_TRACES = {
 
 
 @pytest.mark.parametrize("header", MALFORMED_TRACES.values(), ids=MALFORMED_TRACES.keys())
-def test_a_malformed_trace_header_is_ignored(client, json_logs, header):
+def test_a_malformed_trace_header_is_ignored(client, json_logs, spans, header):
+    """The request starts a trace of its own: nothing of the header becomes its lines' trace."""
     headers = {**scheduler_headers(**{"X-Cloud-Trace-Context": header}), "X-Batch-Label": "b"}
     client.post("/jobs/chatty", headers=headers, status=200)
     lines = json_logs()
     assert len(lines) == len(json_logs.records) >= 2  # the job's line and the closing line
-    assert all(TRACE_FIELD not in line and SPAN_FIELD not in line for line in lines)
+    (server,) = [span for span in spans.get_finished_spans() if span.kind.name == "SERVER"]
+    assert server.parent is None  # a root: the header named no trace it may join
+    assert {line[TRACE_FIELD] for line in lines} == {f"projects/acme-prod/traces/{server.context.trace_id:032x}"}
 
 
 @pytest.mark.parametrize(
@@ -287,11 +290,21 @@ def test_a_malformed_trace_header_is_ignored(client, json_logs, header):
         (TRACE_ID.upper() + "/7", "0000000000000007"),
     ],
 )
-def test_a_documented_trace_header_gives_every_line_its_trace(client, json_logs, header, span):
+def test_a_documented_trace_header_gives_every_line_its_trace(client, json_logs, spans, header, span):
+    """Every line carries the header's trace, and the span of the request, a child of the header's span."""
     headers = {**scheduler_headers(**{"X-Cloud-Trace-Context": header}), "X-Batch-Label": "b"}
     client.post("/jobs/chatty", headers=headers, status=200)
     lines = json_logs()
     assert len(lines) >= 2
     trace_id = header.split("/")[0].lower()  # as Cloud Trace spells it
     assert all(line[TRACE_FIELD] == f"projects/acme-prod/traces/{trace_id}" for line in lines)
-    assert all(line[SPAN_FIELD] == span for line in lines)
+    exported = spans.get_finished_spans()
+    if header.endswith(";o=1"):  # sampled by the caller: the request's spans are recorded, under the header's
+        (server,) = [s for s in exported if s.kind.name == "SERVER"]
+        assert f"{server.parent.span_id:016x}" == span  # the header's span id, as 16 hex digits
+        (closing,) = [line for line in lines if line["logger"] == "dedup.requests"]
+        assert closing[SPAN_FIELD] == f"{server.context.span_id:016x}"
+        # The job's own line sits in the job's span: each line names a span of this trace.
+        assert {line[SPAN_FIELD] for line in lines} <= {f"{s.context.span_id:016x}" for s in exported}
+    else:  # the caller did not sample the trace: nothing of it is exported
+        assert exported == ()

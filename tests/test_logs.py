@@ -11,7 +11,7 @@ from tests.support.deliveries import JOBS, scheduler_headers
 from tests.support.logs import TRACE, json_logs, request_lines, text_logs  # noqa: F401 - fixtures
 
 
-def test_each_request_logs_its_run_outcome_and_trace(make_client, json_logs):
+def test_each_request_logs_its_run_outcome_and_trace(make_client, json_logs, spans):
     client = make_client(JOBS)
     headers = scheduler_headers(**{"X-Cloud-Trace-Context": TRACE})
     first = client.post("/jobs/invoice", headers=headers, status=200)
@@ -23,7 +23,13 @@ def test_each_request_logs_its_run_outcome_and_trace(make_client, json_logs):
     assert fresh["run_id"] == first.json["run_id"] and fresh["job_id"] == "invoice" and fresh["attempt"] == 1
     assert fresh["severity"] == "INFO" and fresh["status"] == 200 and fresh["latency_ms"] >= 0
     assert fresh["logging.googleapis.com/trace"] == "projects/acme-prod/traces/105445aa7843bc8bf206b12000100000"
-    assert fresh["logging.googleapis.com/spanId"] == "0000000000000001"  # hex, as Cloud Logging wants
+    # The request's own span, a child of the header's span 1, as 16 hex digits as Cloud Logging wants.
+    server = [span for span in spans.get_finished_spans() if span.kind.name == "SERVER"][0]  # the first request's
+    assert server.parent.span_id == 1 and server.attributes["run_id"] == fresh["run_id"]
+    assert fresh["logging.googleapis.com/spanId"] == f"{server.context.span_id:016x}"
+    assert fresh["logging.googleapis.com/trace_sampled"] is True  # ;o=1
+    assert fresh["httpRequest"]["status"] == 200 and fresh["httpRequest"]["latency"].endswith("s")
+    assert fresh["logging.googleapis.com/sourceLocation"]["file"].endswith("logs.py")
     # The job's own warning for the release carries the same trace, so the lines group together.
     warnings = [line for line in json_logs() if line["severity"] == "WARNING" and "releasing" in line["message"]]
     assert warnings and warnings[0]["logging.googleapis.com/trace"] == fresh["logging.googleapis.com/trace"]

@@ -1,0 +1,146 @@
+"""Traces: a span per request, continuing the caller's trace, around the protocol's own spans.
+
+The protocol (dedup/runner.py) opens ``dedup.claim``, ``dedup.job`` and
+``dedup.finish`` with the OpenTelemetry API alone; this module gives the
+process its provider once, and each request a server span whose parent is the
+trace the request arrived in: W3C ``traceparent``, else App Engine's
+``X-Cloud-Trace-Context``.  The request's log lines carry that span's ids
+(handlers/logs.py), so Cloud Logging groups them under the trace.
+
+Where spans go is ``DEDUP_TRACE_EXPORT``: ``cloud-trace`` (the default on App
+Engine: Cloud Trace through Google's exporter, batched off the request path)
+or ``none`` (the default elsewhere: spans are made, for the logs' ids, but
+sent nowhere).  Tests add an in-memory exporter to the same provider.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Mapping
+
+import google.auth.exceptions
+from flask import Flask, Response, g, request
+from opentelemetry import context, trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from handlers.logs import parse_trace_context
+
+EXPORTS = ("cloud-trace", "none")
+_W3C = TraceContextTextMapPropagator()
+_configured = threading.Lock()
+tracer = trace.get_tracer("dedup.requests")
+log = logging.getLogger(__name__)
+
+
+class TracingConfigError(ValueError):
+    """DEDUP_TRACE_EXPORT names no exporter: the app refuses to start."""
+
+
+def trace_export(environ: Mapping[str, str]) -> str:
+    """Where spans go: DEDUP_TRACE_EXPORT, else Cloud Trace on App Engine and nowhere elsewhere."""
+    default = "cloud-trace" if environ.get("GAE_ENV") == "standard" else "none"
+    export = (environ.get("DEDUP_TRACE_EXPORT") or default).strip().lower()
+    if export not in EXPORTS:
+        raise TracingConfigError(f"DEDUP_TRACE_EXPORT must be one of {', '.join(EXPORTS)}")
+    return export
+
+
+def cloud_trace_processor(environ: Mapping[str, str], client: Any = None) -> SpanProcessor:
+    """Spans to Cloud Trace, in batches from a background thread (never on the request's time)."""
+    from opentelemetry.exporter.cloud_trace import CloudTraceSpanExporter
+
+    return BatchSpanProcessor(CloudTraceSpanExporter(project_id=environ.get("GOOGLE_CLOUD_PROJECT"), client=client))
+
+
+def configure_tracing(
+    environ: Mapping[str, str],
+    processor_for: Callable[[Mapping[str, str]], SpanProcessor] = cloud_trace_processor,
+) -> TracerProvider:
+    """The process's tracer provider, made once (OpenTelemetry allows one per process)."""
+    export = trace_export(environ)  # validated on every call: a bad setting stops each app at start-up
+    with _configured:
+        current = trace.get_tracer_provider()
+        if isinstance(current, TracerProvider):
+            return current
+        provider = new_provider(environ, export, processor_for)
+        trace.set_tracer_provider(provider)
+        return provider
+
+
+def new_provider(
+    environ: Mapping[str, str], export: str, processor_for: Callable[[Mapping[str, str]], SpanProcessor]
+) -> TracerProvider:
+    """A provider exporting as ``export`` says; one whose exporter cannot be built exports nothing."""
+    provider = TracerProvider(resource=Resource.create({"service.name": environ.get("GAE_SERVICE") or "dedup"}))
+    if export == "cloud-trace":
+        try:
+            provider.add_span_processor(processor_for(environ))
+        except google.auth.exceptions.DefaultCredentialsError as exc:
+            # Traces are for looking: a missing credential must not stop the app serving runs.
+            log.error("spans will not be exported to Cloud Trace: %s", exc)
+    return provider
+
+
+def incoming_context(headers: Mapping[str, str]) -> context.Context | None:
+    """The trace the request arrived in: ``traceparent``, else ``X-Cloud-Trace-Context``, else None."""
+    carrier = {"traceparent": headers.get("traceparent", "")}
+    if headers.get("tracestate"):
+        carrier["tracestate"] = headers["tracestate"]
+    extracted = _W3C.extract(carrier)
+    if trace.get_current_span(extracted).get_span_context().is_valid:
+        return extracted
+    raw = headers.get("X-Cloud-Trace-Context", "")
+    ids = parse_trace_context(raw)
+    if ids is None:
+        return None
+    sampled = raw.lower().endswith(";o=1")
+    parent = trace.SpanContext(
+        trace_id=int(ids[0], 16),
+        span_id=int(ids[1], 16) or 1,
+        is_remote=True,
+        trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED if sampled else trace.TraceFlags.DEFAULT),
+    )
+    return trace.set_span_in_context(trace.NonRecordingSpan(parent))
+
+
+def install_tracing(app: Flask) -> None:
+    """A server span around every request, ended with the request's outcome."""
+
+    @app.before_request
+    def start_span() -> None:
+        route = request.url_rule.rule if request.url_rule else request.path
+        span = tracer.start_span(
+            f"{request.method} {route}",
+            context=incoming_context(request.headers),
+            kind=trace.SpanKind.SERVER,
+            attributes={"http.request.method": request.method, "http.route": route},
+        )
+        g.trace_span = span
+        g.trace_token = context.attach(trace.set_span_in_context(span))
+
+    @app.after_request
+    def describe(response: Response) -> Response:
+        span = g.get("trace_span")
+        if span is not None:
+            span.set_attribute("http.response.status_code", response.status_code)
+            fields = g.get("run_log", {})
+            for name in ("run_id", "attempt", "outcome"):
+                if fields.get(name) is not None:
+                    span.set_attribute(name, fields[name])
+            span.set_attribute("replayed", response.headers.get("Idempotent-Replayed") == "true")
+            if response.status_code >= 500:
+                span.set_status(trace.StatusCode.ERROR)
+        return response
+
+    @app.teardown_request
+    def end_span(_: BaseException | None) -> None:
+        token = g.pop("trace_token", None)
+        span = g.pop("trace_span", None)
+        if span is not None:
+            span.end()
+        if token is not None:
+            context.detach(token)

@@ -1,0 +1,137 @@
+"""Spans: a server span per request in the caller's trace, around the protocol's claim, job and finish.
+
+Checked with the SDK's in-memory exporter on the process's provider (``spans``),
+against the emulator; the Cloud Trace exporter is only built (Google's API is
+out of reach here), with the choice of exporter held to the settings.
+"""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry import trace
+
+from handlers.tracing import TracingConfigError, cloud_trace_processor, incoming_context, trace_export
+from tests.support.deliveries import scheduler_headers
+
+JOBS = """
+jobs:
+  invoice:
+    kind: python
+    target: tests.job_targets:record
+"""
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
+
+
+def by_name(spans) -> dict[str, list]:
+    found: dict[str, list] = {}
+    for span in spans.get_finished_spans():
+        found.setdefault(span.name, []).append(span)
+    return found
+
+
+def test_a_delivery_is_a_server_span_with_the_claim_the_job_and_the_finish_inside(make_client, spans):
+    client = make_client(JOBS)
+    answer = client.post("/jobs/invoice", headers={**scheduler_headers(), "traceparent": TRACEPARENT}, status=200)
+    found = by_name(spans)
+    (server,) = found["POST /jobs/<job_id>"]
+    assert server.kind == trace.SpanKind.SERVER and f"{server.context.trace_id:032x}" == TRACE_ID
+    assert server.parent.span_id == 0x00F067AA0BA902B7  # the caller's span
+    steps = [found[name][0] for name in ("dedup.claim", "dedup.job", "dedup.finish")]
+    assert all(step.parent.span_id == server.context.span_id for step in steps)
+    assert all(step.attributes["run_id"] == answer.json["run_id"] for step in steps)
+    claim, job, finish = steps
+    assert claim.attributes["outcome"] == "Claimed" and claim.attributes["attempt"] == 1
+    assert job.attributes["attempt"] == 1 and job.status.is_ok
+    assert finish.attributes["outcome"] == "Finished" and finish.attributes["status"] == "completed"
+    assert server.attributes["replayed"] is False and server.attributes["outcome"] == "completed"
+    assert server.attributes["http.response.status_code"] == 200
+    assert claim.end_time <= job.start_time and job.end_time <= finish.start_time
+
+
+def test_a_duplicate_is_a_replayed_claim_and_runs_no_job(make_client, spans):
+    client = make_client(JOBS)
+    client.post("/jobs/invoice", headers=scheduler_headers(), status=200)
+    spans.clear()
+    client.post("/jobs/invoice", headers=scheduler_headers(), status=200)
+    found = by_name(spans)
+    assert "dedup.job" not in found and "dedup.finish" not in found
+    (claim,) = found["dedup.claim"]
+    assert claim.attributes["outcome"] == "Replayed" and claim.attributes["replayed"] is True
+    assert found["POST /jobs/<job_id>"][0].attributes["replayed"] is True
+
+
+def test_a_failing_job_marks_its_span(make_client, spans):
+    from tests import job_targets
+
+    client = make_client(JOBS.replace("tests.job_targets:record", "tests.job_targets:scripted_failures"))
+    job_targets.FAILURES["invoice"] = ["permanent"]
+    client.post("/jobs/invoice", headers=scheduler_headers(), status=422)
+    (job,) = by_name(spans)["dedup.job"]
+    assert job.status.status_code == trace.StatusCode.ERROR
+
+
+def test_traceparent_is_preferred_and_app_engines_header_is_the_fallback():
+    both = incoming_context({"traceparent": TRACEPARENT, "X-Cloud-Trace-Context": "1" * 32 + "/5;o=1"})
+    assert f"{trace.get_current_span(both).get_span_context().trace_id:032x}" == TRACE_ID
+    legacy = trace.get_current_span(incoming_context({"X-Cloud-Trace-Context": "1" * 32 + "/5;o=1"}))
+    assert legacy.get_span_context().span_id == 5 and legacy.get_span_context().trace_flags.sampled
+    assert incoming_context({"traceparent": "00-bad", "X-Cloud-Trace-Context": "nope"}) is None
+
+
+def test_spans_go_to_cloud_trace_on_app_engine_and_nowhere_by_default_elsewhere():
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud.trace_v2 import TraceServiceClient
+    from opentelemetry.exporter.cloud_trace import CloudTraceSpanExporter
+
+    assert trace_export({"GAE_ENV": "standard"}) == "cloud-trace"
+    assert trace_export({}) == "none" and trace_export({"GAE_ENV": "localdev"}) == "none"
+    assert trace_export({"DEDUP_TRACE_EXPORT": "cloud-trace"}) == "cloud-trace"
+    client = TraceServiceClient(credentials=AnonymousCredentials())
+    processor = cloud_trace_processor({"GOOGLE_CLOUD_PROJECT": "acme-prod"}, client=client)
+    try:
+        assert isinstance(processor.span_exporter, CloudTraceSpanExporter)
+        assert processor.span_exporter.project_id == "acme-prod"
+    finally:
+        processor.shutdown()
+
+
+@pytest.mark.parametrize("value", ["zipkin", "yes", "cloud_trace"])
+def test_an_unknown_exporter_stops_the_app_at_start_up(make_client, monkeypatch, value):
+    monkeypatch.setenv("DEDUP_TRACE_EXPORT", value)
+    with pytest.raises(TracingConfigError, match="DEDUP_TRACE_EXPORT must be one of cloud-trace, none"):
+        make_client(JOBS)
+
+
+def test_without_credentials_spans_are_not_exported_and_the_app_still_serves(caplog):
+    """Traces are for looking: a missing credential is an ERROR line, not an app that cannot start."""
+    import google.auth.exceptions
+
+    from handlers.tracing import new_provider
+
+    def no_credentials(environ):
+        raise google.auth.exceptions.DefaultCredentialsError("no ADC here")
+
+    provider = new_provider({"GAE_ENV": "standard"}, "cloud-trace", no_credentials)
+    assert provider._active_span_processor._span_processors == ()
+    assert "spans will not be exported to Cloud Trace: no ADC here" in caplog.text
+    exported = []
+    provider = new_provider({}, "cloud-trace", lambda environ: exported.append(environ) or _NullProcessor())
+    assert exported == [{}] and len(provider._active_span_processor._span_processors) == 1
+    assert (
+        new_provider({}, "none", lambda environ: exported.append(environ))._active_span_processor._span_processors == ()
+    )
+
+
+class _NullProcessor:
+    def on_start(self, span, parent_context=None):
+        pass
+
+    def on_end(self, span):
+        pass
+
+    def shutdown(self):
+        pass
+
+    def force_flush(self, timeout_millis=30000):
+        return True
