@@ -10,18 +10,19 @@ answer, a timeout) is answered from the attempt it started, never run again.
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
+import dataclasses
 import json
-import sys
 import urllib.parse
 from typing import Any
 
 import requests
 
 from dedupctl.client import Exit, RetryPolicy, run_with_retries
+from dedupctl.output import err, out, say
 
 REOPENABLE = ("missed", "failed", "released", "skipped")
+DEFAULT_ONLY = ",".join(REOPENABLE)
 # Past the job's retention the ledger may have forgotten a run: only --only unknown --force runs one.
 FORCED = ("unknown",)
 # The executions the app lists that a backfill leaves alone, and why.
@@ -35,36 +36,31 @@ LEFT_ALONE = {
 }
 
 
-def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
-    backfill = commands.add_parser("backfill", parents=[common], help="run a job's missed or failed slots by hand")
-    backfill.add_argument("job")
-    backfill.add_argument("--since", required=True, help="RFC 3339, e.g. 2026-11-28T00:00:00Z")
-    backfill.add_argument("--until", required=True, help="RFC 3339 (exclusive)")
-    backfill.add_argument(
-        "--only",
-        default=",".join(REOPENABLE),
-        help=f"which statuses to run (default {','.join(REOPENABLE)}; unknown needs --force)",
-    )
-    backfill.add_argument(
-        "--force", action="store_true", help="run unknown slots too, although they may have run already"
-    )
-    backfill.add_argument("--dry-run", action="store_true", help="say what would run, run nothing")
-    backfill.add_argument("--concurrency", type=int, default=1, help="slots run at once (1 to 16)")
-    backfill.add_argument("--max-attempts", type=int, default=RetryPolicy.max_attempts)
-    backfill.add_argument("--deadline", type=float, default=RetryPolicy.deadline_seconds)
-    backfill.add_argument("--backoff", type=float, default=RetryPolicy.backoff_base_seconds, help=argparse.SUPPRESS)
-    backfill.add_argument(
-        "--request-timeout", type=float, default=RetryPolicy.timeout_seconds, help="seconds one request may take"
-    )
+@dataclasses.dataclass(frozen=True)
+class Backfill:
+    """A backfill as asked on the command line (dedupctl/cli.py)."""
+
+    url: str
+    job: str
+    since: str
+    until: str
+    only: str = DEFAULT_ONLY
+    force: bool = False
+    dry_run: bool = False
+    concurrency: int = 1
+    max_attempts: int = RetryPolicy.max_attempts
+    deadline: float = RetryPolicy.deadline_seconds
+    backoff: float = RetryPolicy.backoff_base_seconds
+    request_timeout: float = RetryPolicy.timeout_seconds
 
 
-def backfill(args: argparse.Namespace, headers: dict[str, str]) -> int:
+def backfill(args: Backfill, headers: dict[str, str]) -> int:
     only = [status.strip() for status in args.only.split(",") if status.strip()]
     if not only or set(only) - set(REOPENABLE + FORCED):
-        _say(f"--only takes some of {','.join(REOPENABLE + FORCED)}")
+        say(f"--only takes some of {','.join(REOPENABLE + FORCED)}")
         return Exit.REFUSED
     if set(only) & set(FORCED) and not args.force:
-        _say(
+        say(
             "unknown slots are older than the job's retention: their runs may have completed and been "
             "forgotten, so running them may run the job twice. Add --force to run them anyway"
         )
@@ -75,38 +71,32 @@ def backfill(args: argparse.Namespace, headers: dict[str, str]) -> int:
         or not args.deadline > 0
         or not args.request_timeout > 0
     ):
-        _say("--concurrency 1 to 16, --max-attempts, --deadline and --request-timeout above 0")
+        say("--concurrency 1 to 16, --max-attempts, --deadline and --request-timeout above 0")
         return Exit.REFUSED
     base = f"{args.url.rstrip('/')}/api/v1/jobs/{urllib.parse.quote(args.job, safe='')}/executions"
     try:
         executions = _executions(base, args.since, args.until, headers)
     except _Refused as refused:
-        print(refused.answer, file=sys.stderr)
+        err(refused.answer)
         return refused.exit
     chosen = [e for e in executions if e["status"] in only]
     for execution in executions:
         if execution not in chosen:
             why = LEFT_ALONE.get(execution["status"], f"{execution['status']}, not asked for (--only)")
-            _say(f"{execution['schedule_time']} {execution['scheduler_job']}: left alone, {why}")
+            say(f"{execution['schedule_time']} {execution['scheduler_job']}: left alone, {why}")
     if args.dry_run or not chosen:
         for execution in chosen:
-            print(
-                json.dumps({"schedule_time": execution["schedule_time"], "status": execution["status"], "ran": False})
-            )
-        _say(f"{len(chosen)} slot(s) to run" + (" (dry run: nothing ran)" if args.dry_run else ""))
+            out(json.dumps({"schedule_time": execution["schedule_time"], "status": execution["status"], "ran": False}))
+        say(f"{len(chosen)} slot(s) to run" + (" (dry run: nothing ran)" if args.dry_run else ""))
         return Exit.OK
     policy = RetryPolicy(args.max_attempts, args.deadline, args.backoff, timeout_seconds=args.request_timeout)
     with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
         outcomes = list(pool.map(lambda e: _run_slot(base, e, headers, policy), chosen))
     for execution, (_, answer) in zip(chosen, outcomes, strict=True):
-        print(json.dumps({"schedule_time": execution["schedule_time"], "was": execution["status"], "answer": answer}))
+        out(json.dumps({"schedule_time": execution["schedule_time"], "was": execution["status"], "answer": answer}))
     worst = max((code for code, _ in outcomes), default=Exit.OK)
-    _say(f"ran {len(chosen)} slot(s); exit {int(worst)}")
+    say(f"ran {len(chosen)} slot(s); exit {int(worst)}")
     return worst
-
-
-def _say(message: str) -> None:
-    print(f"dedupctl: {message}", file=sys.stderr)
 
 
 class _Refused(Exception):
@@ -139,7 +129,7 @@ def _executions(base: str, since: str, until: str, headers: dict[str, str]) -> l
     return found
 
 
-def _run_slot(base: str, execution: dict[str, Any], headers: dict[str, str], policy: RetryPolicy):
+def _run_slot(base: str, execution: dict[str, Any], headers: dict[str, str], policy: RetryPolicy) -> tuple[Exit, Any]:
     """One slot's run, carrying the attempt the listing showed: every resend of it is one reopen."""
     fields = {name: execution[name] for name in ("scheduler_job", "project", "location")}
     fields["attempt"] = (execution.get("run") or {}).get("attempt", 0)

@@ -1,134 +1,152 @@
-"""``python -m dedupctl run JOB --url BASE ...``, ``runs list``, ``runs show RUN_ID``, ``backfill JOB``."""
+"""dedupctl's command line (Click, as ``python -m deploy``): run, runs list, runs show, backfill.
+
+``main`` is the console script ``dedupctl`` and ``python -m dedupctl``; its
+return value is the exit code (``client.Exit``).  A bad argument is exit 2,
+as a refused request is.
+"""
 
 from __future__ import annotations
 
-import argparse
+import functools
 import json
 import os
-import sys
 import urllib.parse
 import uuid
-from typing import Any
+from typing import Any, Callable
 
+import click
 import requests
 
-from dedupctl.backfill import add_parser as add_backfill_parser
-from dedupctl.backfill import backfill
+from dedupctl.backfill import DEFAULT_ONLY, FORCED, REOPENABLE, Backfill, backfill
 from dedupctl.client import Exit, RetryPolicy, run_with_retries
+from dedupctl.output import out, say
 
 TOKEN_ENV = "DEDUPCTL_ID_TOKEN"
+ADC_EXTRA = "dedupctl[adc]"  # google-auth, for --audience (pyproject.toml)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """Run the command line; the exit code, never an exception (argv: sys.argv[1:] when None)."""
     try:
-        headers = _auth_headers(args)
-    except CredentialsError as exc:
-        print(f"dedupctl: {exc}", file=sys.stderr)
-        return Exit.REFUSED
-    if args.command == "run":
-        return _run(args, headers)
-    if args.command == "backfill":
-        return backfill(args, headers)
-    return _read_runs(args, headers)
+        code = cli.main(args=argv, standalone_mode=False)
+    except click.ClickException as exc:  # a usage error: exit 2, with Click's message
+        exc.show()
+        return exc.exit_code
+    except click.Abort:
+        say("interrupted")
+        return 130
+    return int(code) if code is not None else Exit.OK  # --help answers None
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m dedupctl", description=__doc__)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", required=True, help="the app's base URL, e.g. https://PROJECT.appspot.com")
-    common.add_argument("--audience", help="the IAP OAuth client id to get an ID token for (service accounts, ADC)")
-    common.add_argument("--no-auth", action="store_true", help="send no credentials (make run)")
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    run = commands.add_parser("run", parents=[common], help="start a run of JOB, once, retrying safely")
-    run.add_argument("job")
-    run.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="a string parameter")
-    run.add_argument("--parameters-json", help="the parameters as a JSON object (--param adds to it)")
-    run.add_argument("--token", help="the client token (default: a new UUID4, printed to stderr first)")
-    run.add_argument("--wait", type=_bounded(int, 0, 60), default=0, metavar="SECONDS", help="Prefer: wait=N (0-60)")
-    run.add_argument("--max-attempts", type=_bounded(int, 1, 1000), default=RetryPolicy.max_attempts)
-    run.add_argument(
-        "--deadline", type=_bounded(float, 1, 86400), default=RetryPolicy.deadline_seconds, metavar="SECONDS"
-    )
-    run.add_argument(
-        "--backoff", type=_bounded(float, 0.001, 60), default=RetryPolicy.backoff_base_seconds, help=argparse.SUPPRESS
-    )
-
-    runs = commands.add_parser("runs", help="read runs")
-    reads = runs.add_subparsers(dest="read", required=True)
-    listing = reads.add_parser("list", parents=[common])
-    listing.add_argument("--job")
-    listing.add_argument("--status")
-    listing.add_argument("--limit", type=int)
-    show = reads.add_parser("show", parents=[common])
-    show.add_argument("run_id")
-    add_backfill_parser(commands, common)
-    return parser
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help=(
+        "Start and read runs of a deployed app from scripts, retrying safely.\n\n"
+        "A run gets one client token, printed before the first request, and the same request is sent "
+        "again with it: however often an answer is lost, the job runs once. Exit codes: 0 done, "
+        "2 refused (or bad arguments), 3 the run failed, 4 the token was used with other parameters, "
+        "5 gave up (resume with the same --token)."
+    ),
+)
+def cli() -> None:
+    pass
 
 
-def _bounded(kind: type, low: float, high: float):
-    def parse(text: str):
-        value = kind(text)
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{text}: must be from {low} to {high}")
-        return value
+def _with_credentials(command: Callable[..., int]) -> Callable[..., int]:
+    """--url, --audience and --no-auth; the command gets ``url`` and the request ``headers``."""
 
-    return parse
+    @click.option("--url", required=True, help="The app's base URL, e.g. https://PROJECT.appspot.com.")
+    @click.option("--audience", help="The IAP OAuth client id to get an ID token for (service accounts, ADC).")
+    @click.option("--no-auth", is_flag=True, help="Send no credentials (make run).")
+    @functools.wraps(command)
+    def with_headers(url: str, audience: str | None, no_auth: bool, **options: Any) -> int:
+        try:
+            headers = auth_headers(audience, no_auth)
+        except CredentialsError as exc:
+            say(str(exc))
+            return Exit.REFUSED
+        return command(url=url, headers=headers, **options)
+
+    return with_headers
 
 
 class CredentialsError(Exception):
     pass
 
 
-def _auth_headers(args: argparse.Namespace) -> dict[str, str]:
+def auth_headers(audience: str | None, no_auth: bool) -> dict[str, str]:
     """Authorization: Bearer <ID token> from DEDUPCTL_ID_TOKEN, or from ADC for --audience."""
-    if args.no_auth:
+    if no_auth:
         return {}
     token = os.environ.get(TOKEN_ENV, "").strip()
     if not token:
-        if not args.audience:
+        if not audience:
             raise CredentialsError(f"give --audience (the IAP OAuth client id), set {TOKEN_ENV}, or --no-auth")
-        import google.auth.exceptions
-        import google.auth.transport.requests
-        import google.oauth2.id_token
-
         try:
-            token = google.oauth2.id_token.fetch_id_token(google.auth.transport.requests.Request(), args.audience)
+            import google.auth.exceptions
+            import google.auth.transport.requests
+            import google.oauth2.id_token
+        except ImportError:
+            raise CredentialsError(
+                f"--audience gets an ID token from Application Default Credentials with google-auth, "
+                f"which is not installed: pip install '{ADC_EXTRA}', or set {TOKEN_ENV}"
+            ) from None
+        try:
+            token = google.oauth2.id_token.fetch_id_token(google.auth.transport.requests.Request(), audience)
         except google.auth.exceptions.GoogleAuthError as exc:
-            raise CredentialsError(f"no ID token for {args.audience}: {exc}") from None
+            raise CredentialsError(f"no ID token for {audience}: {exc}") from None
     return {"Authorization": f"Bearer {token}"}
 
 
-def _parameters(args: argparse.Namespace) -> dict[str, Any]:
-    parameters: dict[str, Any] = {}
-    if args.parameters_json:
-        parameters = json.loads(args.parameters_json)
-        if not isinstance(parameters, dict):
-            raise ValueError("--parameters-json must be a JSON object")
-    for item in args.param:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--param {item!r}: give KEY=VALUE")
-        parameters[key] = value
-    return parameters
-
-
-def _run(args: argparse.Namespace, headers: dict[str, str]) -> int:
+@cli.command(help="Start a run of JOB now, once, retrying safely with one client token.")
+@click.argument("job")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="A string parameter (repeatable).")
+@click.option("--parameters-json", help="The parameters as a JSON object (--param adds to it).")
+@click.option("--token", help="The client token (default: a new UUID4, printed to stderr first).")
+@click.option("--wait", type=click.IntRange(0, 60), default=0, metavar="SECONDS", help="Prefer: wait=N (0 to 60).")
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(1, 1000),
+    default=RetryPolicy.max_attempts,
+    show_default=True,
+    help="Failed answers before giving up (a 409, a run in progress, uses none).",
+)
+@click.option(
+    "--deadline",
+    type=click.FloatRange(1, 86400),
+    default=RetryPolicy.deadline_seconds,
+    metavar="SECONDS",
+    show_default=True,
+    help="Seconds before giving up.",
+)
+@click.option("--backoff", type=click.FloatRange(0.001, 60), default=RetryPolicy.backoff_base_seconds, hidden=True)
+@_with_credentials
+def run(
+    url: str,
+    headers: dict[str, str],
+    job: str,
+    params: tuple[str, ...],
+    parameters_json: str | None,
+    token: str | None,
+    wait: int,
+    max_attempts: int,
+    deadline: float,
+    backoff: float,
+) -> int:
     try:
-        parameters = _parameters(args)
+        parameters = _parameters(parameters_json, params)
     except ValueError as exc:
-        print(f"dedupctl: {exc}", file=sys.stderr)
+        say(str(exc))
         return Exit.REFUSED
-    token = args.token or str(uuid.uuid4())
+    token = token or str(uuid.uuid4())
     # Before the first request: a script killed from here on can resume the same run.
-    print(f"dedupctl: clientToken {token} (resume with --token {token})", file=sys.stderr, flush=True)
-    url = f"{args.url.rstrip('/')}/api/v1/jobs/{urllib.parse.quote(args.job, safe='')}/runs"
+    say(f"clientToken {token} (resume with --token {token})")
+    url = f"{url.rstrip('/')}/api/v1/jobs/{urllib.parse.quote(job, safe='')}/runs"
     body = {"clientToken": token, "parameters": parameters}
     request_headers = {**headers, "Content-Type": "application/json"}
-    if args.wait:
-        request_headers["Prefer"] = f"wait={args.wait}"
-    policy = RetryPolicy(args.max_attempts, args.deadline, args.backoff)
+    if wait:
+        request_headers["Prefer"] = f"wait={wait}"
+    policy = RetryPolicy(max_attempts, deadline, backoff)
     session = requests.Session()
 
     def send(timeout: float) -> requests.Response:
@@ -136,35 +154,110 @@ def _run(args: argparse.Namespace, headers: dict[str, str]) -> int:
         return session.post(url, data=json.dumps(body), headers=request_headers, timeout=timeout, allow_redirects=False)
 
     def on_retry(attempt: int, why: str, delay: float) -> None:
-        print(f"dedupctl: attempt {attempt}: {why}; the same request again in {delay:.1f} s", file=sys.stderr)
+        say(f"attempt {attempt}: {why}; the same request again in {delay:.1f} s")
 
     try:
         outcome = run_with_retries(send, policy, on_retry=on_retry)
     except requests.RequestException as exc:  # a bad URL, too many redirects: not the network's fault
-        print(f"dedupctl: {url}: {exc}; resume with --token {token}", file=sys.stderr)
+        say(f"{url}: {exc}; resume with --token {token}")
         return Exit.REFUSED
     if outcome.body is not None:
-        print(json.dumps(outcome.body) if not isinstance(outcome.body, str) else outcome.body)
+        out(json.dumps(outcome.body) if not isinstance(outcome.body, str) else outcome.body)
     if outcome.exit == Exit.GAVE_UP:
-        print(f"dedupctl: gave up after {outcome.attempts} attempt(s); resume with --token {token}", file=sys.stderr)
+        say(f"gave up after {outcome.attempts} attempt(s); resume with --token {token}")
     return outcome.exit
 
 
-def _read_runs(args: argparse.Namespace, headers: dict[str, str]) -> int:
-    base = f"{args.url.rstrip('/')}/api/v1/runs"
-    if args.read == "show":
-        url, query = f"{base}/{urllib.parse.quote(args.run_id, safe='')}", {}
-    else:
-        url = base
-        query = {name: value for name in ("job", "status", "limit") if (value := getattr(args, name)) is not None}
+def _parameters(parameters_json: str | None, params: tuple[str, ...]) -> dict[str, Any]:
+    parameters: dict[str, Any] = {}
+    if parameters_json:
+        parameters = json.loads(parameters_json)
+        if not isinstance(parameters, dict):
+            raise ValueError("--parameters-json must be a JSON object")
+    for item in params:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--param {item!r}: give KEY=VALUE")
+        parameters[key] = value
+    return parameters
+
+
+@cli.group(help="Read runs: the run API's list and whole records.")
+def runs() -> None:
+    pass
+
+
+@runs.command("list", help="Runs newest first, a summary each (one page, with next_cursor).")
+@click.option("--job", help="Only this job's runs.")
+@click.option("--status", help="Only runs in this status (completed, failed, in_progress, ...).")
+@click.option("--limit", type=int, help="At most this many (1 to 100; the app's default 50).")
+@_with_credentials
+def list_runs(url: str, headers: dict[str, str], job: str | None, status: str | None, limit: int | None) -> int:
+    query = {name: value for name, value in (("job", job), ("status", status), ("limit", limit)) if value is not None}
+    return _read(f"{url.rstrip('/')}/api/v1/runs", query, headers)
+
+
+@runs.command("show", help="The whole record of run RUN_ID: parameters, attempts, result or error.")
+@click.argument("run_id")
+@_with_credentials
+def show_run(url: str, headers: dict[str, str], run_id: str) -> int:
+    return _read(f"{url.rstrip('/')}/api/v1/runs/{urllib.parse.quote(run_id, safe='')}", {}, headers)
+
+
+def _read(url: str, query: dict[str, Any], headers: dict[str, str]) -> int:
     try:
         response = requests.get(
             url, params=query, headers=headers, timeout=RetryPolicy.timeout_seconds, allow_redirects=False
         )
     except requests.RequestException as exc:
-        print(f"dedupctl: {url}: {exc}", file=sys.stderr)
+        say(f"{url}: {exc}")
         return Exit.GAVE_UP
-    print(response.text.rstrip())
+    out(response.text.rstrip())
     if response.status_code >= 500:
         return Exit.GAVE_UP  # the app or its front end failed: try again later
     return Exit.OK if response.status_code in (200, 201) else Exit.REFUSED
+
+
+@cli.command(
+    "backfill",
+    help=(
+        "Run JOB's missed, failed, released or skipped slots in [--since, --until) by hand, each under the "
+        "key Scheduler's own delivery of it has, with run's retry rules. Running it again runs nothing "
+        "that completed. Prints one JSON line per slot run."
+    ),
+)
+@click.argument("job")
+@click.option("--since", required=True, help="RFC 3339, e.g. 2026-11-28T00:00:00Z.")
+@click.option("--until", required=True, help="RFC 3339 (exclusive).")
+@click.option(
+    "--only",
+    default=DEFAULT_ONLY,
+    show_default=True,
+    help=f"Which statuses to run, some of {','.join(REOPENABLE + FORCED)} (unknown needs --force).",
+)
+@click.option("--force", is_flag=True, help="Run unknown slots too, although they may have run already.")
+@click.option("--dry-run", is_flag=True, help="Say what would run, run nothing.")
+@click.option("--concurrency", type=int, default=1, show_default=True, help="Slots run at once (1 to 16).")
+@click.option(
+    "--max-attempts", type=int, default=RetryPolicy.max_attempts, show_default=True, help="Per slot, as run's."
+)
+@click.option(
+    "--deadline",
+    type=float,
+    default=RetryPolicy.deadline_seconds,
+    metavar="SECONDS",
+    show_default=True,
+    help="Per slot, as run's.",
+)
+@click.option("--backoff", type=float, default=RetryPolicy.backoff_base_seconds, hidden=True)
+@click.option(
+    "--request-timeout",
+    type=float,
+    default=RetryPolicy.timeout_seconds,
+    metavar="SECONDS",
+    show_default=True,
+    help="Seconds one request may take.",
+)
+@_with_credentials
+def backfill_command(url: str, headers: dict[str, str], **options: Any) -> int:
+    return backfill(Backfill(url=url, **options), headers)

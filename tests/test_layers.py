@@ -16,7 +16,7 @@ FORBIDDEN = {
     "models": {"flask", "werkzeug", "handlers", "dedup", "jobs", "deploy"},
     # The schedules: read by the app and the ops CLI alike, so neither's layers.
     "schedules": {"flask", "werkzeug", "handlers", "deploy"},
-    # A client for scripts anywhere: requests and google-auth, nothing of the app.
+    # A client for scripts anywhere: requests and click (google-auth for --audience), nothing of the app.
     "dedupctl": {"flask", "werkzeug", "handlers", "dedup", "jobs", "models", "deploy", "google.cloud", "yaml"},
 }
 
