@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import pathlib
 import uuid
 from typing import Any
 
-from flask import Blueprint, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 from google.api_core import exceptions as google_exceptions
 from werkzeug.exceptions import NotFound
 
@@ -41,6 +42,9 @@ from models import RunSource, RunStatus
 log = logging.getLogger(__name__)
 
 blueprint = Blueprint("runs_api", __name__, url_prefix="/api/v1")
+
+# This API's OpenAPI 3.1 description, read once: a missing file stops the app at start-up.
+OPENAPI_DESCRIPTION = pathlib.Path(__file__).with_name("openapi.yaml").read_bytes()
 
 MAX_TOKEN_LENGTH = 64
 BODY_KEYS = frozenset({"clientToken", "parameters"})
@@ -211,3 +215,10 @@ def get_run(run_id: str):
     if record is None:
         raise NotFound(f"no run {run_id!r} (or it has expired)")
     return jsonify(run_document(record, state.clock.now()))
+
+
+@blueprint.get("/openapi.yaml", provide_automatic_options=False)
+@requires(Role.VIEW)
+def openapi_description():
+    """This API's OpenAPI 3.1 description (handlers/openapi.yaml; RFC 9512's media type)."""
+    return Response(OPENAPI_DESCRIPTION, mimetype="application/yaml")

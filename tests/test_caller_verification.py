@@ -257,6 +257,7 @@ def test_every_route_declares_the_role_it_needs(appengine_app):
         "runs_api.start_manual_run": "operate",
         "runs_api.list_runs": "view",
         "runs_api.get_run": "view",
+        "runs_api.openapi_description": "view",
         "admin.dashboard": "view",
         "admin.run_page": "view",
         "dashboard_actions.run_now": "operate",
