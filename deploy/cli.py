@@ -1,7 +1,9 @@
-"""``python -m deploy scheduler|firewall|ttl``: print the gcloud commands; run them with --apply.
+"""``python -m deploy bootstrap|scheduler|firewall|ttl|iap|alerts``: print the gcloud commands; run them with --apply.
 
 A standalone Click group: it reads jobs.yaml itself and never builds the web
-app, so it needs no caller verification setting and no credentials.
+app, so it needs no caller verification setting.  Plans that ask gcloud what
+exists (bootstrap, scheduler plan, firewall) need gcloud's credentials for the
+project, unless --assume-new; the others need none until --apply.
 """
 
 from __future__ import annotations
@@ -15,11 +17,21 @@ import subprocess
 
 import click
 
+from dedup.keys import PROJECT_ID
+from deploy import bootstrap as project_setup
 from deploy.scheduler_config import gcloud_commands, shell_line, update_warnings
 from jobs.config import JobSpec, jobs_file_path, load_jobs
 from jobs.errors import JobsConfigError
 from models import RunRecord
-from schedules.config import DEFAULT_FILE, ScheduleFileError, SchedulerJob, dedup_problems, load_scheduler_file
+from schedules.config import (
+    DEFAULT_FILE,
+    SCHEDULER_LOCATION,
+    ScheduleFileError,
+    SchedulerJob,
+    dedup_problems,
+    load_scheduler_file,
+    placeholder_project_problem,
+)
 
 SCHEDULER_IPS = (
     ("0.1.0.2/32", "Cloud Scheduler App Engine jobs, Cloud Tasks and cron"),
@@ -164,6 +176,34 @@ def apply(file: str, assume_new: bool) -> None:
     _print_and_maybe_run(_plan(file, assume_new), apply=True)
 
 
+@cli.command(help="A project's one-time set-up: APIs, the App Engine app, the database, the app's service account.")
+@click.option("--project", required=True, help="Google Cloud project (scheduler.yaml's project).")
+@click.option(
+    "--region", required=True, help="Cloud region of the app and its Scheduler jobs, e.g. us-central1 (their location)."
+)
+@click.option("--database-location", help="Location of the Datastore-mode database (default: the region).")
+@click.option("--apply", "apply_", is_flag=True, help="Run the commands instead of printing them only.")
+@click.option("--assume-new", is_flag=True, help="Do not ask gcloud what the project has; plan everything.")
+def bootstrap(project: str, region: str, database_location: str | None, apply_: bool, assume_new: bool) -> None:
+    """Plans only what the project lacks (asked of gcloud), so it is safe beside an existing app
+    and can be run again; the deploy itself follows, printed as the next steps."""
+    problem = placeholder_project_problem(project) or (
+        None if PROJECT_ID.fullmatch(project) else f"{project!r} is not a project id"
+    )
+    if problem:
+        raise click.BadParameter(problem, param_hint="--project")
+    if not SCHEDULER_LOCATION.fullmatch(region):
+        raise click.BadParameter(f"{region!r} is not a Cloud region such as us-central1", param_hint="--region")
+    try:
+        state = project_setup.ProjectState() if assume_new else project_setup.probe(project)
+        commands = project_setup.plan(project, region, database_location or region, state)
+    except project_setup.BootstrapError as exc:
+        raise click.ClickException(str(exc)) from None
+    _print_and_maybe_run(commands, apply_)
+    for line in project_setup.next_steps(project):
+        click.echo(line)
+
+
 @cli.command(help="App Engine firewall: deny by default, allow Scheduler/cron/Tasks and admin ranges.")
 @click.option("--project", help="Google Cloud project (default: gcloud's).")
 @click.option("--admin-range", "admin_ranges", multiple=True, help="A CIDR range to allow (repeatable).")
@@ -300,8 +340,7 @@ ALERT_METRICS = {
     "dedup-missed-executions": (
         "Scheduler executions that never ran: missed, or their key held by another job's run "
         "(the /tasks/audit pass, one line per slot)",
-        'resource.type="gae_app" AND (jsonPayload.outcome="missed" OR '
-        '(jsonPayload.outcome="job_mismatch" AND jsonPayload.logger="dedup.audit"))',
+        'resource.type="gae_app" AND (jsonPayload.outcome="missed" OR jsonPayload.outcome="conflict")',
     ),
     "dedup-failed-executions": (
         "Scheduler executions that failed permanently",

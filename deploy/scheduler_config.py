@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from typing import Mapping
 
+import yaml
+
 from schedules.config import LIST_DELIMITERS, SchedulerJob
+
+APP_YAML = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "app.yaml")
+
+
+def app_service(path: str = APP_YAML) -> str:
+    """The App Engine service app.yaml deploys (``default`` when it names none).
+
+    Read from app.yaml itself, so the Scheduler jobs that name no service are sent
+    where the app runs: left unset, Scheduler sends them to the ``default`` service,
+    which here is another app's (or a placeholder's).
+    """
+    with open(path, encoding="utf-8") as handle:
+        return str((yaml.safe_load(handle) or {}).get("service") or "default")
+
 
 # -- gcloud ---------------------------------------------------------------------------------
 
@@ -15,6 +32,8 @@ def gcloud_commands(job: SchedulerJob, exists: bool) -> list[list[str]]:
 
     An update clears the headers, then sets the declared ones (gcloud cannot
     replace them in one command), so a header removed from the file goes too.
+    The service is always named (the job's, else app.yaml's), never left to
+    Scheduler's default.
     """
     verb = "update" if exists else "create"
     retry = job.retry
@@ -38,10 +57,10 @@ def gcloud_commands(job: SchedulerJob, exists: bool) -> list[list[str]]:
         f"--max-doublings={retry.max_doublings}",
     ]
     commands = [command]
+    command.append(f"--service={job.service or app_service()}")
     if exists:
         command.append("--clear-headers")
         command.append(f"--message-body={job.body}" if job.body is not None else "--clear-message-body")
-        command.append(f"--service={job.service}" if job.service else "--clear-service")
         if job.headers:
             commands.append(
                 [
@@ -59,8 +78,6 @@ def gcloud_commands(job: SchedulerJob, exists: bool) -> list[list[str]]:
             command.append(_mapping_flag("--headers", job.headers))
         if job.body is not None:
             command.append(f"--message-body={job.body}")
-        if job.service:
-            command.append(f"--service={job.service}")
     if job.version:
         command.append(f"--version={job.version}")
     if job.description:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 import yaml
 
 from jobs.config import load_jobs
@@ -58,3 +63,114 @@ def test_the_waiter_bound_is_a_small_share_of_each_workers_threads():
     threads = int(re.search(r"--threads (\d+)", config["entrypoint"]).group(1))
     waiters = max_waiters_from_environ(config["env_variables"])
     assert 0 < waiters <= threads // 4  # the rest of the threads stay free for everything else
+
+
+def test_the_app_deploys_as_its_own_service_and_its_cron_entries_go_there():
+    """Without `service:`, a deploy replaces the project's `default` service, another app's;
+    a cron entry without `target:` goes to `default` too."""
+    service = app_yaml().get("service")
+    assert service and service != "default"
+    with open(os.path.join(ROOT, "cron.yaml")) as handle:
+        entries = yaml.safe_load(handle)["cron"]
+    assert {entry["url"] for entry in entries} == {"/tasks/cleanup", "/tasks/audit"}
+    assert [entry.get("target") for entry in entries] == [service] * len(entries)
+
+
+# What App Engine needs: the app's packages, its entry point, the two files it reads at
+# start-up, what pip installs, and the App Engine configs.
+APP_PACKAGES = ("dedup", "handlers", "jobs", "models", "schedules")
+APP_FILES = ("main.py", "jobs.yaml", "scheduler.yaml", "requirements.txt", "app.yaml", "cron.yaml", "index.yaml")
+# What a working tree holds besides the sources after make run, make test, make devserver
+# and make bench: none of it may be uploaded.
+JUNK = (
+    *(f".venv/lib/python3.13/site-packages/pkg{n}/__init__.py" for n in range(50)),
+    *(f".devserver/venv/lib/python3.13/site-packages/pkg{n}/__init__.py" for n in range(50)),
+    ".devserver/app/app.yaml",
+    "__pycache__/main.cpython-313.pyc",
+    "handlers/__pycache__/auth.cpython-313.pyc",
+    "jobs/kinds/__pycache__/http.cpython-313.pyc",
+    ".pytest_cache/.gitignore",
+    ".pytest_cache/v/cache/nodeids",
+    ".ruff_cache/.gitignore",
+    ".ruff_cache/0.14.0/123456",
+    ".emulator/WEB-INF/appengine-generated/local_db.bin",
+    "test-artifacts/dashboard.png",
+    "simulation-report.html",
+    "bench/results/run.tmp",
+    "handlers/stray.pyc",
+)
+
+
+def _source_tree(destination: Path) -> None:
+    """The checkout's files as git sees them (tracked, and new files not ignored), copied."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = Path(ROOT, name)
+        if source.is_file():
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, destination / name)
+
+
+def test_gcloud_uploads_the_app_and_nothing_else(tmp_path):
+    """`gcloud app deploy` uploads what `gcloud meta list-files-for-upload` lists (offline).
+
+    After make devserver a deploy used to upload 7,088 files, 6,965 of them the dev server's
+    virtualenv, where App Engine caps a version at 10,000.
+    """
+    if shutil.which("gcloud") is None:
+        pytest.fail("gcloud is not on PATH: install the Google Cloud CLI (README, Needs)")
+    tree = tmp_path / "tree"
+    _source_tree(tree)
+    for name in JUNK:
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text("*\n" if name.endswith(".gitignore") else "junk\n")
+    listed = subprocess.run(
+        ["gcloud", "meta", "list-files-for-upload", str(tree)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env={**os.environ, "CLOUDSDK_CONFIG": str(tmp_path / "gcloud-config")},
+    ).stdout
+    uploaded = set(listed.split())
+    sources = {str(path.relative_to(tree)) for path in tree.rglob("*") if path.is_file()} - set(JUNK)
+    needed = {name for name in sources if name in APP_FILES or name.split("/")[0] in APP_PACKAGES}
+    assert uploaded == needed, (sorted(uploaded - needed), sorted(needed - uploaded))
+    assert len(uploaded) < 200  # App Engine's cap is 10,000
+
+    # What is uploaded is enough: the app starts from those files alone (placeholders filled in).
+    upload = tmp_path / "upload"
+    for name in uploaded:
+        (upload / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(tree / name, upload / name)
+    jobs, schedule = filled_in(tmp_path)
+    code = (
+        "import sys, main\n"
+        "print('\\n'.join(sorted(m.__file__ for m in list(sys.modules.values()) if getattr(m, '__file__', None))))"
+    )
+    started = subprocess.run(
+        [sys.executable, "-P", "-c", code],
+        cwd=upload,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(upload),
+            "DEDUP_JOBS_FILE": str(jobs),
+            "DEDUP_SCHEDULER_FILE": str(schedule),
+            "DEDUP_AUTH": "appengine",
+            "DEDUP_APPENGINE_OFF_GAE": "trust-forgeable-headers",
+            "DATASTORE_EMULATOR_HOST": "127.0.0.1:9",
+            "GOOGLE_CLOUD_PROJECT": "acme-prod",
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert started.returncode == 0, started.stderr
+    ours = [path for path in started.stdout.split() if not path.startswith(sys.base_prefix + os.sep)]
+    ours = [path for path in ours if "site-packages" not in path]
+    assert ours and all(path.startswith(str(upload)) for path in ours), ours

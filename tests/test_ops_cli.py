@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from deploy.cli import cli as ops_cli
@@ -104,6 +105,20 @@ def test_the_shipped_files_do_not_validate_or_plan_until_filled_in(tmp_path):
         "or the job's project)"
         for name in ("ledger-digest-daily", "sync-crm-hourly")
     ]
+
+
+def test_scheduler_jobs_go_to_app_yaml_s_service_unless_they_name_another(cli, fake_gcloud, monkeypatch):
+    """Left unset, Scheduler sends a job to the `default` service: another app's, not this one."""
+    monkeypatch.setenv("PATH", fake_gcloud[0]["PATH"])
+    with open(os.path.join(ROOT, "app.yaml"), encoding="utf-8") as handle:
+        service = yaml.safe_load(handle)["service"]
+    assert service != "default"
+    planned = cli("scheduler", "plan", schedule=TWO_JOBS)  # nightly exists (an update), weekly is created
+    lines = [line.split() for line in planned.output.splitlines() if line.startswith("gcloud ")]
+    assert [line[3] for line in lines] == ["update", "create"]
+    assert all(f"--service={service}" in line and "--clear-service" not in line for line in lines)
+    named = cli("scheduler", "plan", "--assume-new", schedule=job(service="reports"))
+    assert "--service=reports" in named.output and f"--service={service}" not in named.output
 
 
 def test_the_ops_commands_never_import_the_web_layer():

@@ -1,0 +1,174 @@
+"""``python -m deploy bootstrap``: what a fresh project needs before the first deploy.
+
+The APIs, the App Engine app, a Datastore-mode ``(default)`` database, a ``default``
+service (App Engine deploys no other service before one exists) and the app's own
+service account.  What exists already is asked of gcloud and left alone, so the plan is
+safe on a project that runs another app: nothing of it is replaced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+
+from deploy.scheduler_config import app_service, shell_line
+
+# The APIs a first deploy and the ops commands use: App Engine and the Cloud Build its
+# deploys run on; Datastore for the ledger and Firestore's API, which creates the database
+# and its TTL policy (`deploy ttl`); Cloud Scheduler; IAP for people (`deploy iap`); Logging
+# and Monitoring for the missed-execution alert (`deploy alerts`).  Job kinds that start
+# Google executions need their own (docs/jobs.md).
+APIS = (
+    "appengine.googleapis.com",
+    "cloudbuild.googleapis.com",
+    "datastore.googleapis.com",
+    "firestore.googleapis.com",
+    "cloudscheduler.googleapis.com",
+    "iap.googleapis.com",
+    "logging.googleapis.com",
+    "monitoring.googleapis.com",
+)
+SERVICE_ACCOUNT_NAME = "dedup-app"
+# The app's account needs the ledger only (docs/operations.md, "Least privilege").
+SERVICE_ACCOUNT_ROLES = ("roles/datastore.user",)
+DEFAULT_SERVICE_YAML = os.path.join(os.path.dirname(os.path.abspath(__file__)), "default_service", "app.yaml")
+# Two App Engine regions are named without their Cloud region's digit.
+_APP_ENGINE_REGIONS = {"us-central1": "us-central", "europe-west1": "europe-west"}
+# What gcloud says when the thing asked about is not there (or its API is not enabled yet,
+# as on a fresh project): anything else is an error to show, not an absence.
+_ABSENT = ("not found", "not_found", "does not exist", "has not been used", "service_disabled", "is disabled")
+
+
+class BootstrapError(Exception):
+    """The project cannot be set up as asked; the message says why and what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ProjectState:
+    """What the project has already.  A new project: ProjectState()."""
+
+    app_region: str | None = None  # the App Engine app's locationId (us-central, europe-west2)
+    database_type: str | None = None  # (default)'s type: DATASTORE_MODE, FIRESTORE_NATIVE
+    services: frozenset[str] = frozenset()
+    service_account: bool = False
+
+
+def app_engine_region(region: str) -> str:
+    """App Engine's name for a Cloud region: ``us-central1`` is ``us-central``."""
+    return _APP_ENGINE_REGIONS.get(region, region)
+
+
+def service_account_email(project: str) -> str:
+    return f"{SERVICE_ACCOUNT_NAME}@{project}.iam.gserviceaccount.com"
+
+
+def _ask(command: list[str]) -> str | None:
+    """gcloud's output, or None when what it was asked about does not exist."""
+    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    if completed.returncode == 0:
+        return completed.stdout.strip()
+    if any(word in completed.stderr.lower() for word in _ABSENT):
+        return None
+    raise BootstrapError(f"{shell_line(command)} failed: {completed.stderr.strip()}")
+
+
+def probe(project: str) -> ProjectState:
+    """Ask gcloud what the project has: its app, its (default) database, its services, the account."""
+    if shutil.which("gcloud") is None:
+        raise BootstrapError("gcloud is not on PATH; install the Google Cloud CLI, or pass --assume-new")
+    scope = f"--project={project}"
+    region = _ask(["gcloud", "app", "describe", scope, "--format=value(locationId)"])
+    database = _ask(
+        ["gcloud", "firestore", "databases", "describe", "--database=(default)", scope, "--format=value(type)"]
+    )
+    services = (_ask(["gcloud", "app", "services", "list", scope, "--format=value(id)"]) if region else None) or ""
+    email = service_account_email(project)
+    account = _ask(["gcloud", "iam", "service-accounts", "describe", email, scope, "--format=value(email)"])
+    return ProjectState(
+        app_region=region or None,
+        database_type=database or None,
+        services=frozenset(services.split()),
+        service_account=account is not None,
+    )
+
+
+def plan(project: str, region: str, database_location: str, state: ProjectState) -> list[list[str]]:
+    """The gcloud commands that give the project what it lacks, in the order they must run."""
+    scope = f"--project={project}"
+    wanted_region = app_engine_region(region)
+    if state.app_region and state.app_region != wanted_region:
+        raise BootstrapError(
+            f"the project's App Engine app is in {state.app_region}, not {wanted_region}, and an app's region "
+            "cannot change; App Engine-target Scheduler jobs live in the app's region: pass that region "
+            "(and set scheduler.yaml's location to it)"
+        )
+    if state.database_type and state.database_type != "DATASTORE_MODE":
+        raise BootstrapError(
+            f"the project's (default) database is {state.database_type}, and the app's ledger (NDB) needs "
+            "Firestore in Datastore mode; a database's mode cannot change once it holds data: use another project"
+        )
+    commands = [["gcloud", "services", "enable", *APIS, scope]]
+    if not state.app_region:
+        commands.append(["gcloud", "app", "create", f"--region={wanted_region}", scope])
+    if not state.database_type:
+        commands.append(
+            [
+                "gcloud",
+                "firestore",
+                "databases",
+                "create",
+                "--database=(default)",
+                f"--location={database_location}",
+                "--type=datastore-mode",
+                scope,
+            ]
+        )
+    email = service_account_email(project)
+    if not state.service_account:
+        commands.append(
+            [
+                "gcloud",
+                "iam",
+                "service-accounts",
+                "create",
+                SERVICE_ACCOUNT_NAME,
+                "--display-name=Exactly-once target for Cloud Scheduler jobs",
+                scope,
+            ]
+        )
+    commands += [
+        [
+            "gcloud",
+            "projects",
+            "add-iam-policy-binding",
+            project,
+            f"--member=serviceAccount:{email}",
+            f"--role={role}",
+            "--condition=None",
+        ]
+        for role in SERVICE_ACCOUNT_ROLES
+    ]
+    if "default" not in state.services and app_service() != "default":
+        commands.append(["gcloud", "app", "deploy", os.path.relpath(DEFAULT_SERVICE_YAML), scope, "--quiet"])
+    return commands
+
+
+def next_steps(project: str) -> list[str]:
+    """What follows the bootstrap: fill in, validate, deploy, schedule.
+
+    Printed as comments, so the plan's output run as a script sets the project up and
+    deploys nothing.
+    """
+    deploy_app = ["gcloud", "app", "deploy", "app.yaml", "index.yaml", f"--project={project}"]
+    steps = [
+        "# Then fill in jobs.yaml and scheduler.yaml (validate says what is left), and deploy:",
+        "python -m deploy scheduler validate",
+        shell_line([*deploy_app, f"--service-account={service_account_email(project)}"]),
+        "# cron.yaml replaces the app's whole cron list: deploy it as it is only where the app has no",
+        "# cron entries of its own; else merge them first (docs/operations.md, Beside an existing app).",
+        shell_line(["gcloud", "app", "deploy", "cron.yaml", f"--project={project}"]),
+        "python -m deploy scheduler apply",
+    ]
+    return [step if step.startswith("#") else f"#   {step}" for step in steps]
