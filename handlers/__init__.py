@@ -95,6 +95,7 @@ def create_app(
     app.register_blueprint(executions.blueprint)
     app.register_blueprint(tasks.blueprint)
     app.register_blueprint(admin.blueprint)
+    app.register_blueprint(admin.home)
     app.register_blueprint(dashboard_actions.blueprint)
     app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)
     return app

@@ -13,7 +13,7 @@ import json
 import statistics
 from typing import Any
 
-from flask import Blueprint, abort, render_template, request
+from flask import Blueprint, Response, abort, jsonify, render_template, request
 from markupsafe import Markup, escape
 
 from dedup.keys import format_utc, is_run_id, parse_rfc3339
@@ -26,6 +26,8 @@ from models import RunRecord, RunSource, RunStatus
 from schedules.slots import execution_document, latest_slots
 
 blueprint = Blueprint("admin", __name__, url_prefix="/admin", template_folder="templates")
+# ``/``: where a browser pointed at the app's address lands.
+home = Blueprint("home", __name__)
 
 RECENT_RUNS = 100
 # The run page shows at most this much of each stored document, as escaped HTML
@@ -88,6 +90,20 @@ def dashboard():
         can_operate=may(Role.OPERATE),
         new_form_token=new_form_token,
     )
+
+
+@home.get("/", provide_automatic_options=False)
+@requires(Role.VIEW)
+def index() -> Response:
+    """A 302 to the dashboard, for whoever may see it; its JSON body names the run API for scripts.
+
+    Behind the same gate as the dashboard: a caller who may not view (Cloud Scheduler aimed at
+    ``/`` instead of ``/jobs/<job_id>``) gets the 401 or 403 that names what it lacks.
+    """
+    response = jsonify({"dashboard": "/admin/", "runs": "/api/v1/runs"})
+    response.status_code = 302
+    response.headers["Location"] = "/admin/"
+    return response
 
 
 @blueprint.get("/runs/<run_id>", provide_automatic_options=False)

@@ -131,7 +131,7 @@ def test_unknown_job_is_404(client, ndb_client):
 
 
 def test_unknown_path_is_json_404(client):
-    response = client.get("/", status=404)
+    response = client.get("/no/such/page", status=404)
     assert response.content_type == "application/json"
 
 

@@ -34,6 +34,7 @@ ENDPOINTS = [
     ("GET", "/api/v1/runs"),
     ("GET", "/api/v1/runs/" + "0" * 64),
     ("GET", "/tasks/cleanup"),
+    ("GET", "/"),
 ]
 
 
@@ -240,6 +241,17 @@ def test_signed_in_admins_may_read_but_not_run(appengine_app, ndb_client):
     assert nothing_written(ndb_client)
 
 
+def test_the_root_sends_a_viewer_to_the_dashboard_and_refuses_the_rest(appengine_app, ndb_client):
+    home = appengine_app.get("/", headers=ADMIN, status=302)
+    assert home.headers["Location"] == "/admin/" and home.json["runs"] == "/api/v1/runs"
+    assert home.follow(headers=ADMIN).status_code == 200
+    # Cloud Scheduler aimed at / instead of /jobs/<job_id> is told it may not read runs.
+    refused = appengine_app.get("/", headers=scheduler_headers(**{"X-Appengine-Cron": "true"}), status=403)
+    assert "needs a viewer" in refused.json["message"]
+    assert appengine_app.get("/", status=401).json["error"] == "Unauthenticated"
+    assert nothing_written(ndb_client)
+
+
 def test_every_route_declares_the_role_it_needs(appengine_app):
     from handlers.access import Role
 
@@ -258,6 +270,7 @@ def test_every_route_declares_the_role_it_needs(appengine_app):
         "runs_api.list_runs": "view",
         "runs_api.get_run": "view",
         "runs_api.openapi_description": "view",
+        "home.index": "view",
         "admin.dashboard": "view",
         "admin.run_page": "view",
         "dashboard_actions.run_now": "operate",
