@@ -1,9 +1,11 @@
-# make run   - serve the app with gunicorn on the Datastore emulator (http://127.0.0.1:8080)
+# make run   - serve the app with gunicorn on the Datastore emulator (http://127.0.0.1:8080), and
+#              the example downstream; ports: PORT=8080 DOWNSTREAM_PORT=8081 EMULATOR_PORT=(free)
 # make test  - ruff, then the whole test suite, against its own emulator (what CI runs)
 # make devserver - the app under Google's dev_appserver.py (login: admin, its sign-in cookie), on the emulator
 # make check - ruff, then the fast tier: no gunicorn, no browser, no exhaustive or slow tests
 # make requirements - recompile requirements*.txt (pinned, hashed) from requirements*.in
-# make bench - RPCs, round trips, billed entities and latencies per outcome, on loopback and at RTT_MS (default 10)
+# make bench - RPCs, round trips, billed entities and latencies per outcome, on loopback and at RTT_MS (default 10),
+#              into bench/last-run.md; RECORD=1 writes bench/results.md, the figures the docs quote
 # make simulate - Cloud Scheduler's deliveries (retries, deadlines, duplicates, lost acks) on a compressed clock
 # App Engine runs this app on python313 (app.yaml), so the venv, the locks and every test use
 # Python 3.13: PYTHON if given, else the first python3.13 that runs: on PATH (a pyenv shim only
@@ -18,7 +20,7 @@ PY := $(VENV)/bin/python
 # Named by the version, so a venv of another Python (an older checkout's) is rebuilt, not reused.
 STAMP := $(VENV)/.installed-$(PYTHON_VERSION)
 
-.PHONY: venv run devserver test check lint requirements bench simulate clean browser
+.PHONY: venv run devserver devserver-venv test check lint requirements bench simulate clean browser
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "Python $(PYTHON_VERSION) (App Engine's runtime, app.yaml) was not found on PATH or under $(PYENV_ROOT)."; \
@@ -26,7 +28,9 @@ $(STAMP): requirements.txt requirements-dev.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != tuple(map(int, "$(PYTHON_VERSION)".split("."))))' || { \
 	  echo "$(PYTHON) is not Python $(PYTHON_VERSION), the version the locks are compiled for and App Engine runs"; exit 1; }
 	$(PYTHON) -m venv --clear $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements-dev.txt
+	@echo "Installing the $$(grep -c '^[a-z0-9]' requirements-dev.txt) pinned packages of requirements-dev.txt into $(VENV)" \
+	  "(the first time: a few minutes, mostly downloads)"
+	$(PY) -m pip install --progress-bar on --disable-pip-version-check --require-hashes -r requirements-dev.txt
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -34,10 +38,15 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(PY) -m devtools.serve
 
-devserver: $(STAMP)
+devserver: $(STAMP) devserver-venv
 	$(PY) -m devtools.devserver
 
-test: $(STAMP) browser lint
+# dev_appserver's own virtualenv (requirements.txt, in .devserver/), built here with pip's progress
+# rather than silently by its first start, which tests/test_devserver.py would wait on.
+devserver-venv: $(STAMP)
+	$(PY) -m devtools.devserver --build-venv
+
+test: $(STAMP) browser lint devserver-venv
 	$(PY) -m pytest
 
 # The fast inner loop: both cores, one emulator each.
@@ -63,9 +72,14 @@ browser:
 	  else echo "chromium is not installed (apt-get install chromium): the browser test will be skipped"; fi; }
 
 # The rows again at a 10 ms Datastore round trip, as the docs quote them (RTT_MS=0: loopback only).
+# The scale: REQUESTS (sequential calls per row), CONCURRENCY (duplicates at once),
+# THROUGHPUT_REQUESTS (distinct runs per throughput row); bench/run.py's defaults when unset.
 RTT_MS ?= 10
+BENCH_ARGS = $(if $(RTT_MS),--rtt-ms $(RTT_MS)) $(if $(REQUESTS),--requests $(REQUESTS)) \
+  $(if $(CONCURRENCY),--concurrency $(CONCURRENCY)) \
+  $(if $(THROUGHPUT_REQUESTS),--throughput-requests $(THROUGHPUT_REQUESTS)) $(if $(RECORD),--record)
 bench: $(STAMP)
-	$(PY) -m bench.run $(if $(RTT_MS),--rtt-ms $(RTT_MS))
+	$(PY) -m bench.run $(strip $(BENCH_ARGS))
 
 simulate: $(STAMP)
 	$(PY) -m devtools.simulate

@@ -5,9 +5,10 @@ Unlike `make run` (gunicorn alone, DEDUP_AUTH=none), dev_appserver enforces
 ``login: admin`` and ``auth_fail_action: unauthorized`` and signs people in
 through its ``dev_appserver_login`` cookie (``"EMAIL:True:ID"``, True for an
 admin), so the shipped ``DEDUP_AUTH=appengine`` is what runs.  It runs the
-entrypoint (gunicorn) from a virtualenv it builds from requirements.txt; this
-keeps that virtualenv in ``.devserver/`` and, once it holds requirements.txt,
-lets restarts skip the package index.
+entrypoint (gunicorn) from a virtualenv it builds from requirements.txt, silently, on its
+first start; ``--build-venv`` (``make devserver-venv``, which ``make devserver`` and ``make
+test`` run first) builds that virtualenv in ``.devserver/`` beforehand with pip's progress,
+and once it holds requirements.txt dev_appserver's starts skip the package index.
 
 dev_appserver passes client-sent ``X-Appengine-*`` markers through and
 honours ``X-AppEngine-Fake-Is-Admin``, so here (``GAE_ENV=localdev``) the app
@@ -22,6 +23,7 @@ trust, to see login, roles and the dashboard as App Engine shows them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import hashlib
 import os
@@ -29,12 +31,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
+import yaml
+
 from devtools.emulator import DatastoreEmulator, EmulatorError
+from devtools.serve import NotServing, wait_until_answers
 from handlers.auth import OFF_APP_ENGINE_SETTING, OFF_APP_ENGINE_VALUE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,6 +129,63 @@ def requirements_digest() -> str:
     return hashlib.sha256((ROOT / "requirements.txt").read_bytes()).hexdigest()
 
 
+def service_name(root: Path = ROOT) -> str:
+    """app.yaml's ``service`` (dev_appserver names the service's virtualenv after it), else default."""
+    return yaml.safe_load((root / "app.yaml").read_text()).get("service") or "default"
+
+
+@dataclasses.dataclass(frozen=True)
+class Virtualenv:
+    """The virtualenv dev_appserver runs app.yaml's entrypoint from, and the stamp saying it is complete."""
+
+    path: Path
+    python: str  # what dev_appserver builds it with: the runtime Python, else its own
+    stamp: Path
+
+    @property
+    def fingerprint(self) -> str:
+        return f"{requirements_digest()} {self.python}\n"
+
+    def ready(self) -> bool:
+        """Whether it holds this requirements.txt, built with this Python."""
+        return (
+            (self.path / "bin" / "python").exists()
+            and self.stamp.exists()
+            and self.stamp.read_text() == self.fingerprint
+        )
+
+    def mark_ready(self) -> None:
+        self.stamp.parent.mkdir(parents=True, exist_ok=True)
+        self.stamp.write_text(self.fingerprint)
+
+
+def virtualenv(state_dir: Path = STATE_DIR, root: Path = ROOT) -> Virtualenv:
+    """dev_appserver's virtualenv for this app: ``--python_virtualenv_path``/<service>."""
+    service = service_name(root)
+    venvs = state_dir / "venvs"
+    return Virtualenv(venvs / service, runtime_python() or str(find_sdk()[1]), venvs / f"{service}.requirements.sha256")
+
+
+def build_virtualenv(state_dir: Path = STATE_DIR) -> Virtualenv:
+    """Build dev_appserver's virtualenv from requirements.txt, as its first start would, with pip's
+    progress shown; nothing to do when it is complete."""
+    venv = virtualenv(state_dir)
+    shown = os.path.relpath(venv.path, ROOT)
+    if venv.ready():
+        print(f"dev_appserver's virtualenv {shown} holds requirements.txt", flush=True)
+        return venv
+    print(
+        f"Building dev_appserver's virtualenv {shown} from requirements.txt with {venv.python} "
+        "(the first time: a few minutes, mostly downloads; make devserver and its tests reuse it)",
+        flush=True,
+    )
+    subprocess.run([venv.python, "-m", "venv", "--clear", str(venv.path)], check=True)
+    pip = [str(venv.path / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check"]
+    subprocess.run([*pip, "--progress-bar", "on", "--require-hashes", "-r", str(ROOT / "requirements.txt")], check=True)
+    venv.mark_ready()
+    return venv
+
+
 def command(
     port: int,
     emulator: DatastoreEmulator,
@@ -163,36 +222,23 @@ def command(
         str(app_directory(state_dir) / "app.yaml"),
     ]
     env = {**os.environ, "CLOUDSDK_PYTHON": str(python)}
-    stamp = state_dir / "venvs" / "requirements.sha256"
-    if stamp.exists() and stamp.read_text() == requirements_digest():
-        env["PIP_NO_INDEX"] = "1"  # everything is installed: restart without the package index
+    if virtualenv(state_dir).ready():
+        env["PIP_NO_INDEX"] = "1"  # everything is installed: start without the package index
     return args, env
-
-
-def mark_venv_ready(state_dir: Path = STATE_DIR) -> None:
-    """Record that the virtualenv holds this requirements.txt (called once the app answers)."""
-    (state_dir / "venvs").mkdir(parents=True, exist_ok=True)
-    (state_dir / "venvs" / "requirements.sha256").write_text(requirements_digest())
 
 
 def wait_ready(port: int, server: subprocess.Popen, timeout: float = 300) -> None:
     """Until the app itself answers a signed-in admin (dev_appserver answers 401 alone before that)."""
-    deadline = time.monotonic() + timeout
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/api/v1/runs?limit=1",
-        headers={"Cookie": f"{LOGIN_COOKIE}={login_cookie(DEFAULT_OPERATOR)[LOGIN_COOKIE]}"},
-    )
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise DevServerMissing(f"dev_appserver.py exited with status {server.returncode}")
-        try:
-            with urllib.request.urlopen(request, timeout=5) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"dev_appserver.py did not serve the app within {timeout:.0f} s")
+    try:
+        wait_until_answers(
+            f"http://127.0.0.1:{port}/api/v1/runs?limit=1",
+            [server],
+            timeout,
+            headers={"Cookie": f"{LOGIN_COOKIE}={login_cookie(DEFAULT_OPERATOR)[LOGIN_COOKIE]}"},
+            ready=lambda status: status == 200,
+        )
+    except NotServing as exc:
+        raise DevServerError(f"dev_appserver.py: {exc}") from None
 
 
 def main() -> int:
@@ -204,7 +250,21 @@ def main() -> int:
         default=os.environ.get("DEDUP_OPERATORS", DEFAULT_OPERATOR),
         help=f"DEDUP_OPERATORS for the app (default {DEFAULT_OPERATOR}, dev_appserver's suggested login)",
     )
+    parser.add_argument(
+        "--build-venv",
+        action="store_true",
+        help="build dev_appserver's virtualenv (make devserver-venv) and exit; without dev_appserver, say so",
+    )
     args = parser.parse_args()
+    if args.build_venv:
+        try:
+            build_virtualenv()
+        except DevServerMissing as exc:
+            print(f"make devserver-venv: nothing to build, make devserver cannot run here: {exc}", flush=True)
+        except subprocess.CalledProcessError as exc:
+            print(f"make devserver-venv: {' '.join(map(str, exc.cmd[:4]))} … failed ({exc.returncode})")
+            return 1
+        return 0
     try:
         find_sdk()
         loopback_app_yaml()
@@ -222,9 +282,12 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: os.killpg(server.pid, signal.SIGTERM))
     try:
         wait_ready(args.port, server)
-        mark_venv_ready()
+        virtualenv().mark_ready()  # built by dev_appserver itself if not beforehand
         print(f"ready: http://127.0.0.1:{args.port}/admin/", flush=True)
         return server.wait()
+    except DevServerError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 0
     finally:

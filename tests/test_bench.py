@@ -57,6 +57,16 @@ def test_bad_arguments_are_refused_before_anything_runs(args):
     assert completed.returncode == 2 and "error" in completed.stderr and not completed.stdout
 
 
+def test_a_run_writes_an_ignored_file_and_records_only_on_request():
+    from bench import run
+
+    assert run.parse_args([]).output == run.LAST_RUN_FILE
+    ignored = subprocess.run(["git", "check-ignore", "--quiet", run.LAST_RUN_FILE], cwd=ROOT)
+    assert ignored.returncode == 0, "bench/last-run.md must be ignored by git"
+    assert run.parse_args(["--record"]).output == run.RESULTS_FILE == os.path.join(ROOT, "bench", "results.md")
+    assert run.parse_args(["--no-write"]).output is None
+
+
 def medians_at_rtt(results: str) -> dict[str, float]:
     delayed = results.split("Datastore round trip (`make bench")[1].split("## Over HTTP")[0]
     return {label: float(median) for label, median in re.findall(r"^\| ([^|]+?) \| ([\d.]+) \|", delayed, re.M)}

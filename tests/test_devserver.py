@@ -4,9 +4,10 @@ dev_appserver enforces ``login: admin`` itself and signs people in with its
 ``dev_appserver_login`` cookie; the app then sees the signed-in admin as App
 Engine shows it, in the shipped ``DEDUP_AUTH=appengine`` mode.  Nothing here
 strips forged ``X-Appengine-*`` markers, so every server of it listens on
-loopback only and the app serves only a loopback ``Host``.  The first
-start builds dev_appserver's virtualenv from requirements.txt (in
-``.devserver/``, from the package index); later starts reuse it.
+loopback only and the app serves only a loopback ``Host``.  dev_appserver's
+virtualenv (``.devserver/``, from requirements.txt) is built before pytest
+starts, by ``make devserver-venv`` (a step of ``make test``): these tests never
+wait on the package index.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ TOKEN = re.compile(r'name="clientToken" value="([^"]+)"')
 @pytest.fixture(scope="module")
 def devserver_process():
     """`make devserver` as a reader runs it (python -m devtools.devserver), with its own emulator."""
+    if not devserver.virtualenv().ready():
+        pytest.fail("dev_appserver's virtualenv is not built: run make devserver-venv (make test runs it first)")
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "devtools.devserver", f"--port={port}"],
@@ -55,7 +58,7 @@ def devserver_process():
         text=True,
     )
     try:
-        for line in server.stdout:  # the first start builds the virtualenv: minutes at most
+        for line in server.stdout:
             if line.startswith("ready: "):
                 break
         else:

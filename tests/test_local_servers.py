@@ -54,6 +54,41 @@ def test_make_devserver_runs_the_loopback_app_yaml_saying_markers_are_forgeable(
     assert not any(a.startswith("--host=") and a != "--host=localhost" for a in args)  # dev_appserver's own: localhost
 
 
+def test_dev_appservers_virtualenv_is_the_one_of_app_yamls_service(tmp_path):
+    (tmp_path / "app.yaml").write_text("runtime: python313\n")
+    assert devserver.service_name(tmp_path) == "default"
+    (tmp_path / "app.yaml").write_text("runtime: python313\nservice: dedup\n")
+    assert devserver.service_name(tmp_path) == "dedup"
+    try:
+        venv = devserver.virtualenv(tmp_path / "state", root=tmp_path)
+    except devserver.DevServerMissing as missing:
+        pytest.skip(str(missing))
+    assert venv.path == tmp_path / "state" / "venvs" / "dedup"
+
+
+def test_make_devserver_skips_the_package_index_only_once_its_virtualenv_is_complete(tmp_path):
+    def index_skipped() -> bool:
+        _, env = devserver.command(8080, DatastoreEmulator(), "examples/local-jobs.yaml", "a@example.com", tmp_path)
+        return env.get("PIP_NO_INDEX") == "1"
+
+    try:
+        venv = devserver.virtualenv(tmp_path)
+    except devserver.DevServerMissing as missing:
+        pytest.skip(str(missing))
+    assert not index_skipped()
+    # A stamp that does not name this service's virtualenv (app.yaml's service renamed) is not enough.
+    (tmp_path / "venvs").mkdir()
+    (tmp_path / "venvs" / "requirements.sha256").write_text(devserver.requirements_digest())
+    assert not index_skipped()
+    (venv.path / "bin").mkdir(parents=True)
+    (venv.path / "bin" / "python").touch()
+    assert not index_skipped()  # there, but not known to be complete
+    venv.mark_ready()  # what make devserver-venv does once pip has installed requirements.txt
+    assert index_skipped()
+    venv.stamp.write_text(venv.fingerprint.replace(venv.python, "/another/python3.13"))
+    assert not index_skipped()
+
+
 @pytest.mark.live
 @pytest.mark.slow
 def test_make_run_listens_on_loopback_only():
