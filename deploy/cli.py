@@ -336,46 +336,82 @@ def iap(project: str, members: tuple[str, ...], apply_: bool) -> None:
 
 
 # Log-based metrics over the request and audit lines' `outcome` (handlers/logs.py, schedules/audit.py).
+# A slot that never ran: the audit's missed line, or its line for a slot another job's run holds.
+MISSED_FILTER = (
+    'resource.type="gae_app" AND (jsonPayload.outcome="missed" OR '
+    '(jsonPayload.outcome="job_mismatch" AND jsonPayload.logger="dedup.audit"))'
+)
+FAILED_FILTER = 'resource.type="gae_app" AND jsonPayload.outcome="failed" AND jsonPayload.source="scheduler"'
 ALERT_METRICS = {
     "dedup-missed-executions": (
         "Scheduler executions that never ran: missed, or their key held by another job's run "
         "(the /tasks/audit pass, one line per slot)",
-        'resource.type="gae_app" AND (jsonPayload.outcome="missed" OR jsonPayload.outcome="conflict")',
+        MISSED_FILTER,
     ),
-    "dedup-failed-executions": (
-        "Scheduler executions that failed permanently",
-        'resource.type="gae_app" AND jsonPayload.outcome="failed" AND jsonPayload.source="scheduler"',
-    ),
+    "dedup-failed-executions": ("Scheduler executions that failed permanently", FAILED_FILTER),
 }
+MISSED_POLICY_FILE = "dedup-missed-alert-policy.json"
 POLICY_FILE = "dedup-alert-policy.json"
+# A log-match policy notifies at most once a period (Cloud Monitoring requires a limit); its
+# incident closes itself after a week.
+MISSED_NOTIFICATION_PERIOD = "300s"
 
 
-def alert_policy(project: str, channels: tuple[str, ...]) -> dict:
-    """An alert policy firing on any missed or failed execution (one condition per metric)."""
+def _channels(project: str, channels: tuple[str, ...]) -> list[str]:
+    return [c if c.startswith("projects/") else f"projects/{project}/notificationChannels/{c}" for c in channels]
+
+
+def missed_alert_policy(project: str, channels: tuple[str, ...]) -> dict:
+    """A log-match policy: each missed slot's ERROR line raises an alert naming the slot.
+
+    The direct fit for "one line per missed slot": it fires on the line itself,
+    with the Scheduler job and the schedule time as labels, where a threshold on
+    the metric would say only that some count rose within its alignment period.
+    """
     return {
-        "displayName": "Dedup: missed or failed Scheduler executions",
+        "displayName": "Dedup: a Scheduler execution never ran",
         "combiner": "OR",
         "conditions": [
             {
-                "displayName": description,
+                "displayName": ALERT_METRICS["dedup-missed-executions"][0],
+                "conditionMatchedLog": {
+                    "filter": MISSED_FILTER,
+                    "labelExtractors": {
+                        "scheduler_job": "EXTRACT(jsonPayload.scheduler_job)",
+                        "schedule_time": "EXTRACT(jsonPayload.schedule_time)",
+                        "outcome": "EXTRACT(jsonPayload.outcome)",
+                    },
+                },
+            }
+        ],
+        "alertStrategy": {"notificationRateLimit": {"period": MISSED_NOTIFICATION_PERIOD}, "autoClose": "604800s"},
+        "notificationChannels": _channels(project, channels),
+    }
+
+
+def alert_policy(project: str, channels: tuple[str, ...]) -> dict:
+    """A metric policy on permanent failures: a count over 15 minutes, not a page per failed attempt."""
+    return {
+        "displayName": "Dedup: failed Scheduler executions",
+        "combiner": "OR",
+        "conditions": [
+            {
+                "displayName": ALERT_METRICS["dedup-failed-executions"][0],
                 "conditionThreshold": {
-                    "filter": f'metric.type="logging.googleapis.com/user/{name}" AND resource.type="gae_app"',
+                    "filter": 'metric.type="logging.googleapis.com/user/dedup-failed-executions" '
+                    'AND resource.type="gae_app"',
                     "comparison": "COMPARISON_GT",
                     "thresholdValue": 0,
                     "duration": "0s",
                     "aggregations": [{"alignmentPeriod": "900s", "perSeriesAligner": "ALIGN_COUNT"}],
                 },
             }
-            for name, (description, _) in ALERT_METRICS.items()
         ],
-        "notificationChannels": [
-            channel if channel.startswith("projects/") else f"projects/{project}/notificationChannels/{channel}"
-            for channel in channels
-        ],
+        "notificationChannels": _channels(project, channels),
     }
 
 
-@cli.command(help="Log-based metrics and an alert policy on missed and failed executions.")
+@cli.command(help="Log-based metrics, a log-match alert on missed slots and a policy on failed executions.")
 @click.option("--project", required=True, help="Google Cloud project.")
 @click.option("--notification-channel", "channels", multiple=True, help="A Monitoring channel id (repeatable).")
 @click.option("--apply", "apply_", is_flag=True, help="Write the policy file and run the commands.")
@@ -394,20 +430,25 @@ def alerts(project: str, channels: tuple[str, ...], apply_: bool) -> None:
         ]
         for name, (description, log_filter) in ALERT_METRICS.items()
     ]
-    commands.append(
-        [
-            "gcloud",
-            "alpha",
-            "monitoring",
-            "policies",
-            "create",
-            f"--policy-from-file={POLICY_FILE}",
-            f"--project={project}",
-        ]
-    )
-    policy = json.dumps(alert_policy(project, channels), indent=2)
-    click.echo(f"cat > {POLICY_FILE} <<'EOF'\n{policy}\nEOF")
-    if apply_:
-        with open(POLICY_FILE, "w", encoding="utf-8") as handle:
-            handle.write(policy + "\n")
+    policies = {
+        MISSED_POLICY_FILE: missed_alert_policy(project, channels),
+        POLICY_FILE: alert_policy(project, channels),
+    }
+    for name, policy in policies.items():
+        commands.append(
+            [
+                "gcloud",
+                "alpha",
+                "monitoring",
+                "policies",
+                "create",
+                f"--policy-from-file={name}",
+                f"--project={project}",
+            ]
+        )
+        text = json.dumps(policy, indent=2)
+        click.echo(f"cat > {name} <<'EOF'\n{text}\nEOF")
+        if apply_:
+            with open(name, "w", encoding="utf-8") as handle:
+                handle.write(text + "\n")
     _print_and_maybe_run(commands, apply_)

@@ -449,7 +449,8 @@ def test_iap_refuses_a_member_iam_would_not_take(cli, member):
     assert refused.exit_code != 0 and "user:EMAIL, serviceAccount:EMAIL" in refused.output
 
 
-def test_alerts_prints_the_metrics_and_a_policy_and_applies_them(cli, fake_gcloud, monkeypatch, tmp_path):
+def test_alerts_prints_the_metrics_and_two_policies_and_applies_them(cli, fake_gcloud, monkeypatch, tmp_path):
+    """A log-match policy on each missed slot's line (labelled with the slot), a metric policy on failures."""
     import json
 
     env, calls = fake_gcloud
@@ -462,15 +463,31 @@ def test_alerts_prints_the_metrics_and_a_policy_and_applies_them(cli, fake_gclou
         ["gcloud", "logging", "metrics", "create", "dedup-missed-executions"],
         ["gcloud", "logging", "metrics", "create", "dedup-failed-executions"],
         ["gcloud", "alpha", "monitoring", "policies", "create"],
+        ["gcloud", "alpha", "monitoring", "policies", "create"],
     ]
     assert 'jsonPayload.outcome="missed"' in lines[0] and 'jsonPayload.outcome="failed"' in lines[1]
-    policy = json.loads(printed.output.split("<<'EOF'\n", 1)[1].split("\nEOF", 1)[0])
-    assert policy["notificationChannels"] == ["projects/acme-prod/notificationChannels/123"]
-    assert [c["conditionThreshold"]["filter"].split('"')[1] for c in policy["conditions"]] == [
-        "logging.googleapis.com/user/dedup-missed-executions",
-        "logging.googleapis.com/user/dedup-failed-executions",
+    missed, failed = [json.loads(part.split("\nEOF", 1)[0]) for part in printed.output.split("<<'EOF'\n")[1:]]
+    assert (
+        missed["notificationChannels"]
+        == failed["notificationChannels"]
+        == ["projects/acme-prod/notificationChannels/123"]
+    )
+    (condition,) = missed["conditions"]
+    assert 'jsonPayload.outcome="missed"' in condition["conditionMatchedLog"]["filter"]
+    assert (
+        'jsonPayload.outcome="job_mismatch" AND jsonPayload.logger="dedup.audit"'
+        in (condition["conditionMatchedLog"]["filter"])
+    )
+    assert set(condition["conditionMatchedLog"]["labelExtractors"]) == {"scheduler_job", "schedule_time", "outcome"}
+    assert missed["alertStrategy"]["notificationRateLimit"]["period"]  # required of log-match policies
+    assert [c["conditionThreshold"]["filter"].split('"')[1] for c in failed["conditions"]] == [
+        "logging.googleapis.com/user/dedup-failed-executions"
     ]
     assert calls() == [] and not (tmp_path / "dedup-alert-policy.json").exists()  # printed only
     assert cli("alerts", "--project", "acme-prod", "--apply").exit_code == 0
-    assert [c[:3] for c in calls()] == [["logging", "metrics", "create"]] * 2 + [["alpha", "monitoring", "policies"]]
+    assert [c[:3] for c in calls()] == [["logging", "metrics", "create"]] * 2 + [
+        ["alpha", "monitoring", "policies"]
+    ] * 2
+    written = json.loads((tmp_path / "dedup-missed-alert-policy.json").read_text())
+    assert "conditionMatchedLog" in written["conditions"][0]
     assert json.loads((tmp_path / "dedup-alert-policy.json").read_text())["combiner"] == "OR"
