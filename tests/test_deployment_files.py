@@ -98,6 +98,11 @@ JUNK = (
     "simulation-report.html",
     "bench/results/run.tmp",
     "handlers/stray.pyc",
+    "bench/last-run.md",
+    # What building the client leaves (pip wheel -w dist ., a setuptools build).
+    "dist/dedupctl-0.1.0-py3-none-any.whl",
+    "build/lib/dedupctl/cli.py",
+    "dedupctl.egg-info/PKG-INFO",
 )
 
 
