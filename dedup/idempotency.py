@@ -3,9 +3,11 @@
 The guard is the ledger seen from a caller who supplies a key (a client
 token, an ``Idempotency-Key`` header): the key is scoped (per job, per
 tenant, ...), the parameters are fingerprinted so a reused key with other
-parameters is refused, and records follow the Amazon ECS lifetime rule,
-min(created + 24 h, finished + 1 h).  Manual runs and any guarded endpoint
-use this one implementation; the Flask decorator lives in handlers/idempotent.py.
+parameters is refused.  A guarded call is remembered at least 24 hours after
+it finishes (Stripe's and idempot-js's window, the one clients are taught);
+manual runs follow the Amazon ECS client-token rule instead, min(created + 24 h,
+finished + 1 h).  Manual runs and any guarded endpoint use this one
+implementation; the Flask decorator lives in handlers/idempotent.py.
 """
 
 from __future__ import annotations
@@ -27,13 +29,12 @@ from models import RunSource, RunStatus
 log = logging.getLogger(__name__)
 
 KEY_VERSION = "guard/v1"
-TOKEN_LIFETIME_SECONDS = 24 * 3600  # from creation
-FINISHED_TOKEN_LIFETIME_SECONDS = 3600  # from the finish
-DEFAULT_POLICY = RunPolicy(
-    lease_seconds=60,
-    retention_seconds=TOKEN_LIFETIME_SECONDS,
-    finished_retention_seconds=FINISHED_TOKEN_LIFETIME_SECONDS,
-)
+# Manual runs' client tokens (the ECS rule): 24 h from creation, and at most 1 h after the finish.
+TOKEN_LIFETIME_SECONDS = 24 * 3600
+FINISHED_TOKEN_LIFETIME_SECONDS = 3600
+# A guarded call's key: remembered at least this long after the call finishes (and its lease).
+GUARD_KEY_LIFETIME_SECONDS = 24 * 3600
+DEFAULT_POLICY = RunPolicy(lease_seconds=60, retention_seconds=GUARD_KEY_LIFETIME_SECONDS)
 
 
 def canonical_json(value: Any) -> str:

@@ -21,7 +21,7 @@ from dedup.clock import Clock, SystemClock
 from dedup.ledger import Ledger
 from handlers import NdbContextMiddleware
 from handlers.errors import register as register_json_errors
-from handlers.idempotent import Fingerprint, idempotent, install_guard
+from handlers.idempotent import Fingerprint, idempotent, install_guard, unscoped
 from handlers.request_limits import limit_requests
 
 
@@ -54,6 +54,9 @@ def create_downstream_app(clock: Clock | None = None, ndb_client: ndb.Client | N
         # target has already matched against the key (minus the names its
         # job leaves out of the fingerprint, which may differ here).
         fingerprint=Fingerprint.fields("job_id", "schedule_time", "body"),
+        # Its one caller is the dedup app, whose keys are run ids (SHA-256, one per run):
+        # nothing to tell callers apart by, and nothing another caller could guess.
+        scope=unscoped,
     )
     def apply_sync():
         payload = request.get_json(silent=True) or {}

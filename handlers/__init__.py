@@ -64,8 +64,13 @@ def create_app(
     app = Flask(__name__)
     app.json.sort_keys = False
     ledger = Ledger(clock, FinishedRuns(max_entries=finished_cache_entries_from_environ(os.environ)))
+    # Guarded keys are per principal: one caller never gets another's stored answer.
+    guard = install_guard(app, ledger, wait_slots, caller=lambda: current_principal().name)
     app.extensions["dedup"] = AppState(
-        jobs=jobs, clock=clock, guard=install_guard(app, ledger, wait_slots), schedules=schedules
+        jobs=jobs,
+        clock=clock,
+        guard=guard,
+        schedules=schedules,
     )
     errors.register(app)
     tracing.install_tracing(app)  # first: every later step, and every log line, is inside the request's span

@@ -38,7 +38,7 @@ from dedup.runner import Waiting, WaitSlots, storable_json_problem
 from handlers.errors import json_error
 from handlers.replayed_response import StoredResponse, classify_response
 from handlers.responses import guarded_response, note_outcome
-from handlers.strict_json import InvalidJson, json_payload
+from handlers.strict_json import InvalidJson, json_payload, strict_json
 from jobs.config import MAX_JOB_ID_CHARS  # a guard's namespace and job_id(), as jobs.yaml's job ids
 from models import RunSource
 
@@ -96,18 +96,29 @@ def default_key_problem(key: str) -> str | None:
     return None
 
 
+def unscoped() -> str:
+    """``scope=unscoped``: keys shared by every caller (the documented opt-out of caller scope)."""
+    return ""
+
+
 @dataclasses.dataclass(frozen=True)
 class GuardRegistry:
-    """What the guard needs of its app, in one place: the ledger its records go to, and
-    the bound on requests waiting at once (``Prefer: wait``)."""
+    """What the guard needs of its app, in one place: the ledger its records go to, the
+    bound on requests waiting at once (``Prefer: wait``), and who the caller is."""
 
     ledger: Ledger
     wait_slots: WaitSlots
+    # The caller's identity, every guarded key's default scope: two callers who send one key
+    # are two requests, and neither is ever served the other's answer (the IETF draft's
+    # security considerations).  None: the app has no identity to give; keys are then shared.
+    caller: Callable[[], str] | None = None
 
 
-def install_guard(app: Flask, ledger: Ledger, wait_slots: WaitSlots | None = None) -> GuardRegistry:
-    """Give ``app``'s guarded views their ledger (and wait bound); call once, in the app factory."""
-    registry = GuardRegistry(ledger, wait_slots or WaitSlots(DEFAULT_MAX_WAITERS))
+def install_guard(
+    app: Flask, ledger: Ledger, wait_slots: WaitSlots | None = None, caller: Callable[[], str] | None = None
+) -> GuardRegistry:
+    """Give ``app``'s guarded views their ledger, wait bound and caller identity; call once, in the app factory."""
+    registry = GuardRegistry(ledger, wait_slots or WaitSlots(DEFAULT_MAX_WAITERS), caller)
     app.extensions[GUARD_EXTENSION] = registry
     return registry
 
@@ -189,7 +200,8 @@ class KeyFrom:
 class Fingerprint:
     """What makes two requests with one key the same request.
 
-    ``Fingerprint.body()`` (the raw body, by SHA-256), ``Fingerprint.fields(*names)``
+    ``Fingerprint.body()`` (the body: a JSON one as canonical JSON, any other by its
+    bytes, by SHA-256), ``Fingerprint.fields(*names)``
     (those JSON fields) or ``Fingerprint.of(f)`` (the parameters ``f()`` returns); the
     names in ``exclude`` (or returned by it) are left out.
     """
@@ -237,7 +249,9 @@ def idempotent(
 ) -> Callable[[Callable[..., Any]], Callable[..., Response]]:
     """Make a Flask view idempotent under a client-supplied key (see KeyFrom and Fingerprint).
 
-    ``scope()`` makes keys per tenant (or per job); ``replay_headers`` are kept and
+    Keys are per caller by default (``install_guard(caller=...)``); ``scope()`` makes
+    them per tenant (or per job) instead, and ``scope=unscoped`` shares them between
+    every caller.  ``replay_headers`` are kept and
     replayed besides Content-Type and Location; ``replayed_status`` maps a kept
     status to the one a replay answers; ``source`` and ``job_id()`` say what the
     record is of; a refused request is 400 with ``bad_request_error``.
@@ -259,7 +273,7 @@ def idempotent(
                     token, generated = str(uuid.uuid4()), True
                 given = fingerprint.parameters()
                 skipped = fingerprint.excluded()
-                chosen_scope = scope() if scope else ""
+                chosen_scope = scope() if scope is not None else _caller_scope()
                 chosen_policy = policy() if callable(policy) else policy
                 chosen_job = _checked_job_id(job_id()) if job_id else None
             except (GuardRejected, InvalidJson) as exc:
@@ -295,6 +309,11 @@ def idempotent(
         return guarded
 
     return decorate
+
+
+def _caller_scope() -> str:
+    caller = guard_registry().caller
+    return f"caller:{caller()}" if caller is not None else ""
 
 
 def job_id_problem(value: Any) -> str | None:
@@ -337,13 +356,27 @@ def _check_fingerprintable(given: Mapping[str, Any]) -> None:
 
 def _fields_of_request(fields: Collection[str] | None) -> dict:
     if fields is None:
-        return {"body_sha256": hashlib.sha256(request.get_data(cache=True)).hexdigest()}
+        return _body_fingerprint(request.get_data(cache=True))
     payload = json_payload()
     if payload is None:
         payload = {}
     if not isinstance(payload, dict):
         raise GuardRejected("the request body must be a JSON object")
     return {name: payload.get(name) for name in fields}
+
+
+def _body_fingerprint(raw: bytes) -> dict[str, str]:
+    """A JSON body by its canonical JSON (sorted keys, no whitespace: what Powertools and
+    idempot-js compare), so a retry another client library or a proxy re-spelled is the same
+    request; any other body (or one that is not strict JSON) by its bytes."""
+    if request.is_json and raw.strip():
+        try:
+            value = strict_json(raw, "the request body")
+        except InvalidJson:
+            pass
+        else:
+            return {"body_json_sha256": hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()}
+    return {"body_sha256": hashlib.sha256(raw).hexdigest()}
 
 
 def preferred_wait() -> int:
