@@ -36,7 +36,7 @@ from dedup.ledger import Ledger, RunPolicy
 from dedup.outcomes import Attempt
 from dedup.runner import Waiting, WaitSlots, storable_json_problem
 from handlers.errors import json_error
-from handlers.replayed_response import StoredResponse, classify_response
+from handlers.replayed_response import StoredResponse, response_verdict
 from handlers.responses import guarded_response, note_outcome
 from handlers.strict_json import InvalidJson, json_payload, strict_json
 from jobs.config import MAX_JOB_ID_CHARS  # a guard's namespace and job_id(), as jobs.yaml's job ids
@@ -45,6 +45,8 @@ from models import RunSource
 log = logging.getLogger(__name__)
 
 GUARD_EXTENSION = "dedup.idempotency"
+# What a guard guards by default: the methods that change things (GET, HEAD and OPTIONS are safe).
+GUARDED_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 MAX_WAIT_SECONDS = 60  # Prefer: wait=N is capped here
 # How many requests of a process may wait at once (Prefer: wait) unless the app
 # says otherwise: a quarter of the 8 threads app.yaml gives each worker.
@@ -148,6 +150,8 @@ class KeyFrom:
     required: bool = True
     generate: bool = False
     validate: Callable[[str], str | None] = default_key_problem
+    # A body field's integer is its decimal string (42 and "42" one key); False: strings only.
+    integers: bool = True
 
     @classmethod
     def header(cls, name: str = "Idempotency-Key", **options: Any) -> KeyFrom:
@@ -180,20 +184,63 @@ class KeyFrom:
         if self.field_name:
             payload = json_payload()
             if isinstance(payload, dict) and self.field_name in payload:
-                from_field = payload[self.field_name]
-                if not isinstance(from_field, str):
-                    raise GuardRejected(f"{self.field_name} must be a string")
+                from_field = _field_key(self.field_name, payload[self.field_name], self.integers)
         if self.header_name:
-            from_header = request.headers.get(self.header_name)
-            if from_header is not None and "," in from_header:
-                # Servers join a header sent twice with commas: the two keys would become a third.
-                raise GuardRejected(
-                    f"the {self.header_name} header holds a comma: it was sent more than once, "
-                    "or its key contains one; send one key without commas"
-                )
+            raw = request.headers.get(self.header_name)
+            from_header = None if raw is None else header_key(self.header_name, raw)
         if from_field is not None and from_header is not None and from_field != from_header:
             raise GuardRejected(f"{self.field_name} and the {self.header_name} header are both given and differ")
         return from_field if from_field is not None else from_header
+
+
+def _field_key(name: str, value: Any, integers: bool) -> str:
+    """A body field's key: a string, or (``integers``) an integer as its decimal string (``42``
+    and ``"42"`` are one key); anything else is refused, saying what it was."""
+    if isinstance(value, str):
+        return value
+    if integers and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    kind = "a boolean" if isinstance(value, bool) else "null" if value is None else type(value).__name__
+    wanted = "a string or an integer" if integers else "a string"
+    raise GuardRejected(f"{name} must be {wanted}, not {kind}")
+
+
+_SF_STRING_CHARS = re.compile(r"[\x20-\x21\x23-\x5b\x5d-\x7e]")
+
+
+def header_key(name: str, raw: str) -> str:
+    """The key of an ``Idempotency-Key`` field, which the IETF draft defines as an RFC 8941
+    Item that is a String: ``"abc"`` is the key ``abc`` (``\\"`` and ``\\\\`` unescaped, a
+    comma inside legal).  A bare value without quotes is taken as a lenient spelling of the
+    same key; a List (the header sent twice, which servers join with commas) is refused."""
+    text = raw.strip(" \t")
+    if not text.startswith('"'):
+        if "," in text:
+            raise GuardRejected(
+                f"the {name} header holds a comma outside a quoted key: it was sent more than once; send one key"
+            )
+        return text
+    key, index = [], 1
+    while index < len(text):
+        char = text[index]
+        if char == "\\":
+            if index + 1 >= len(text) or text[index + 1] not in '"\\':
+                raise GuardRejected(f"the {name} header's quoted key may escape only \" and \\")
+            key.append(text[index + 1])
+            index += 2
+        elif char == '"':
+            rest = text[index + 1 :].strip(" \t")
+            if "," in rest:
+                raise GuardRejected(f"the {name} header holds a list of keys: it was sent more than once; send one")
+            if rest and not rest.startswith(";"):  # parameters (;name=value) are allowed and ignored
+                raise GuardRejected(f"the {name} header's quoted key is followed by {rest[:20]!r}")
+            return "".join(key)
+        elif _SF_STRING_CHARS.fullmatch(char):
+            key.append(char)
+            index += 1
+        else:
+            raise GuardRejected(f"the {name} header's quoted key holds a character a String may not")
+    raise GuardRejected(f"the {name} header's quoted key has no closing quote")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,6 +293,9 @@ def idempotent(
     source: str = RunSource.GUARD.value,
     job_id: Callable[[], str] | None = None,
     bad_request_error: str = "InvalidIdempotencyRequest",
+    methods: Collection[str] = GUARDED_METHODS,
+    keep_validation_errors: bool = False,
+    keep_server_errors: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Response]]:
     """Make a Flask view idempotent under a client-supplied key (see KeyFrom and Fingerprint).
 
@@ -254,15 +304,22 @@ def idempotent(
     every caller.  ``replay_headers`` are kept and
     replayed besides Content-Type and Location; ``replayed_status`` maps a kept
     status to the one a replay answers; ``source`` and ``job_id()`` say what the
-    record is of; a refused request is 400 with ``bad_request_error``.
+    record is of; a refused request is 400 with ``bad_request_error``.  Only ``methods``
+    are guarded: GET, HEAD and OPTIONS (safe, idempotent by definition) pass straight through.
+    ``keep_validation_errors`` and ``keep_server_errors``: see ``response_verdict``.
     """
 
     if job_id_problem(namespace):
         raise ValueError(f"idempotent({namespace!r}): the namespace {job_id_problem(namespace)}")
 
+    guarded_methods = frozenset(method.upper() for method in methods)
+    classify = response_verdict(keep_validation_errors, keep_server_errors)
+
     def decorate(view: Callable[..., Any]) -> Callable[..., Response]:
         @functools.wraps(view)
         def guarded(*args: Any, **kwargs: Any) -> Response:
+            if request.method not in guarded_methods:
+                return make_response(view(*args, **kwargs))
             try:
                 token, generated = key.read(), False
                 if token is None and not key.generate:
@@ -294,7 +351,7 @@ def idempotent(
                 scope=chosen_scope,
                 parameters=given,
                 exclude=skipped,
-                classify=classify_response,
+                classify=classify,
                 wait=wait,
                 job_id=chosen_job,
             )

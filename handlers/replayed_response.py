@@ -60,9 +60,27 @@ class StoredResponse:
         )
 
 
-def classify_response(document: Mapping[str, Any]) -> Verdict:
-    """2xx-3xx are kept as results, other 4xx as failures; retryable answers are not kept."""
-    status = document["status"]
-    if is_retryable_status(status):
-        return Verdict.RELEASED
-    return Verdict.FAILED if status >= 400 else Verdict.COMPLETED
+# A request the view found malformed: its corrected retry, under the same key, must run.
+VALIDATION_STATUSES = frozenset({400, 422})
+
+
+def response_verdict(keep_validation_errors: bool = False, keep_server_errors: bool = False):
+    """How a view's answer is kept: 2xx-3xx as results, business refusals (402, 403, 404, ...)
+    as failures; not kept (the key free again): answers a retry may cure (408, 409, 425, 429,
+    5xx) and, unless ``keep_validation_errors``, 400 and 422, as Stripe saves nothing when
+    parameters fail validation.  ``keep_server_errors`` keeps 5xx too (Stripe's rule): then a
+    view that failed after its side effect is never run again for that key, and neither is one
+    that failed before it."""
+
+    def classify(document: Mapping[str, Any]) -> Verdict:
+        status = document["status"]
+        if status >= 500:
+            return Verdict.FAILED if keep_server_errors else Verdict.RELEASED
+        if is_retryable_status(status) or (status in VALIDATION_STATUSES and not keep_validation_errors):
+            return Verdict.RELEASED
+        return Verdict.FAILED if status >= 400 else Verdict.COMPLETED
+
+    return classify
+
+
+classify_response = response_verdict()

@@ -98,8 +98,14 @@ def manual_run_policy(job: JobSpec) -> RunPolicy:
 
 
 # The token: the body's clientToken or the Idempotency-Key header (a fresh one when neither).
+# ECS's clientToken is a string: a number in its place is refused, as ECS refuses it.
 MANUAL_RUN_KEY = KeyFrom.field(
-    "clientToken", header="Idempotency-Key", required=False, generate=True, validate=client_token_problem
+    "clientToken",
+    header="Idempotency-Key",
+    required=False,
+    generate=True,
+    validate=client_token_problem,
+    integers=False,
 )
 MANUAL_RUN_NAMESPACE = "manual-run"
 

@@ -21,7 +21,7 @@ from dedup.idempotency import DEFAULT_POLICY, GUARD_KEY_LIFETIME_SECONDS
 from dedup.ledger import Ledger
 from handlers import NdbContextMiddleware
 from handlers.errors import register as register_json_errors
-from handlers.idempotent import idempotent, install_guard, unscoped
+from handlers.idempotent import Fingerprint, KeyFrom, idempotent, install_guard, unscoped
 
 
 def make_app(ndb_client, clock, caller=True):
@@ -161,3 +161,128 @@ def test_this_apps_guard_scopes_keys_by_its_principal(datastore, ndb_client, clo
     with app.test_request_context("/"):
         g.principal = Principal(name="user:alice@example.com", granted=frozenset())
         assert app.extensions[GUARD_EXTENSION].caller() == "user:alice@example.com"
+
+
+# -- §2: not refusing good requests --------------------------------------------------------------
+
+
+def rules_app(ndb_client, clock, **options):
+    """A view that validates its body (400/422), refuses (404), fails (500), or serves GET."""
+    app = Flask("rules")
+    install_guard(app, Ledger(clock), caller=lambda: "alice")
+    register_json_errors(app)
+    effects: list = []
+
+    @app.route("/orders", methods=["GET", "POST"])
+    @idempotent("orders", **options)
+    def orders():
+        if request.method in ("GET", "HEAD"):
+            return {"orders": len(effects)}
+        body = request.get_json()
+        effects.append(body)
+        if "item" not in body:
+            return {"error": "item is required"}, 400
+        if body["item"] == "":
+            return {"error": "item is empty"}, 422
+        if body["item"] == "gone":
+            return {"error": "no such item"}, 404
+        if body["item"] == "boom":
+            return {"error": "the warehouse fell over"}, 500
+        return {"order": len(effects), "item": body["item"]}, 201
+
+    @app.post("/by-field")
+    @idempotent("by-field", key=KeyFrom.field("requestId"), fingerprint=Fingerprint.fields("item"))
+    def by_field():
+        effects.append(request.get_json())
+        return {"n": len(effects)}, 201
+
+    app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)
+    return webtest.TestApp(app), effects
+
+
+def post(app, body, key="k-1", status="*", path="/orders", header=None):
+    headers = {"Idempotency-Key": header if header is not None else key}
+    return app.post_json(path, body, headers=headers, status=status)
+
+
+@pytest.mark.parametrize("invalid, status", [({}, 400), ({"item": ""}, 422)])
+def test_a_corrected_request_after_a_validation_error_runs(datastore, ndb_client, clock, invalid, status):
+    app, effects = rules_app(ndb_client, clock)
+    post(app, invalid, status=status)
+    fixed = post(app, {"item": "book"}, status=201)  # the same key, the body corrected
+    assert "Idempotent-Replayed" not in fixed.headers and fixed.json["item"] == "book"
+    assert post(app, {"item": "book"}, status=201).headers["Idempotent-Replayed"] == "true"
+
+
+def test_validation_errors_are_kept_when_the_view_asks(datastore, ndb_client, clock):
+    app, effects = rules_app(ndb_client, clock, keep_validation_errors=True)
+    post(app, {}, status=400)
+    assert post(app, {}, status=400).headers["Idempotent-Replayed"] == "true" and len(effects) == 1
+    post(app, {"item": "book"}, status=422)  # the key is spent on the refused request
+
+
+def test_business_refusals_are_kept_and_server_errors_only_on_request(datastore, ndb_client, clock):
+    app, effects = rules_app(ndb_client, clock)
+    post(app, {"item": "gone"}, key="k-404", status=404)
+    assert post(app, {"item": "gone"}, key="k-404", status=404).headers["Idempotent-Replayed"] == "true"
+    post(app, {"item": "boom"}, key="k-500", status=500)
+    post(app, {"item": "boom"}, key="k-500", status=500)  # not kept: run again
+    assert len(effects) == 3
+    kept, kept_effects = rules_app(ndb_client, clock, keep_server_errors=True)
+    post(kept, {"item": "boom"}, key="k-500b", status=500)
+    assert post(kept, {"item": "boom"}, key="k-500b", status=500).headers["Idempotent-Replayed"] == "true"
+    assert len(kept_effects) == 1  # Stripe's rule: a retry after a 5xx is answered, not run
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD", "OPTIONS"])
+def test_safe_methods_pass_straight_through(datastore, ndb_client, clock, method):
+    app, effects = rules_app(ndb_client, clock)
+    post(app, {"item": "book"}, status=201)
+    for headers in ({}, {"Idempotency-Key": "k-1"}):  # no key is no 400; a key is never replayed stale
+        answer = app.request("/orders", method=method, headers=headers, status="*")
+        assert answer.status_int in (200, 405) and "Idempotent-Replayed" not in answer.headers
+    if method == "GET":
+        post(app, {"item": "pen"}, key="k-2", status=201)
+        assert app.get("/orders", headers={"Idempotency-Key": "k-1"}).json == {"orders": 2}
+
+
+def test_the_guarded_methods_are_an_option(datastore, ndb_client, clock):
+    app, effects = rules_app(ndb_client, clock, methods=("GET", "POST"))
+    app.get("/orders", status=400)  # guarded now: a key is required
+    first = app.get("/orders", headers={"Idempotency-Key": "g-1"}, status=200)
+    assert app.get("/orders", headers={"Idempotency-Key": "g-1"}).headers["Idempotent-Replayed"] == "true"
+    assert first.json == {"orders": 0}
+
+
+@pytest.mark.parametrize(
+    "spelling, same_as",
+    [('"abc"', "abc"), ("abc", "abc"), ('"a,b"', '"a,b"'), ('"a\\"b"', '"a\\"b"'), ('"abc";v=1', "abc")],
+)
+def test_a_structured_field_string_and_its_bare_spelling_are_one_key(datastore, ndb_client, clock, spelling, same_as):
+    app, effects = rules_app(ndb_client, clock)
+    post(app, {"item": "book"}, header=same_as, status=201)
+    assert post(app, {"item": "book"}, header=spelling, status=201).headers["Idempotent-Replayed"] == "true"
+    assert len(effects) == 1
+
+
+@pytest.mark.parametrize("header", ['"a", "b"', "a, b", '"abc', '"a\\x"', '"abc" junk', '"a";p=1, "b"'])
+def test_a_list_or_a_broken_string_is_400(datastore, ndb_client, clock, header):
+    app, effects = rules_app(ndb_client, clock)
+    assert post(app, {"item": "book"}, header=header, status=400).json["error"] == "InvalidIdempotencyRequest"
+    assert effects == []
+
+
+def test_an_integer_key_is_its_decimal_string(datastore, ndb_client, clock):
+    app, effects = rules_app(ndb_client, clock)
+    app.post_json("/by-field", {"requestId": 42}, status=201)
+    assert app.post_json("/by-field", {"requestId": "42"}, status=201).headers["Idempotent-Replayed"] == "true"
+    assert len(effects) == 1
+
+
+@pytest.mark.parametrize(
+    "value, kind", [(True, "a boolean"), (4.2, "float"), ({}, "dict"), ([], "list"), (None, "null")]
+)
+def test_other_key_values_are_refused_saying_what_they_were(datastore, ndb_client, clock, value, kind):
+    app, effects = rules_app(ndb_client, clock)
+    refused = app.post_json("/by-field", {"requestId": value}, status=400)
+    assert f"requestId must be a string or an integer, not {kind}" in refused.json["message"] and effects == []
