@@ -345,16 +345,19 @@ def idempotent(
                 return _document(live[0], replay_headers)
 
             guard = IdempotencyGuard(registry.ledger, namespace, chosen_policy, source)
-            outcome = guard.run(
-                token,
-                work,
-                scope=chosen_scope,
-                parameters=given,
-                exclude=skipped,
-                classify=classify,
-                wait=wait,
-                job_id=chosen_job,
-            )
+            try:
+                outcome = guard.run(
+                    token,
+                    work,
+                    scope=chosen_scope,
+                    parameters=given,
+                    exclude=skipped,
+                    classify=classify,
+                    wait=wait,
+                    job_id=chosen_job,
+                )
+            except Exception:  # noqa: BLE001 - the ledger's (Datastore): the view's own are answered in _run_view
+                return ledger_unavailable()
             note_outcome(outcome)
             response = guarded_response(outcome, live, given, skipped, replayed_status or {})
             response.headers["Idempotency-Key"] = token
@@ -366,6 +369,22 @@ def idempotent(
         return guarded
 
     return decorate
+
+
+def ledger_unavailable() -> Response:
+    """The guard's answer when its records cannot be read or written: the documented JSON 500
+    with Retry-After, whatever error pages the host app registers, and never a 503 (App Engine
+    targets retry 503 outside their retry count).  A view that ran keeps its claim's lease, so
+    the retry is held off (409) until that lease ends, not run beside it."""
+    log.exception("the idempotency guard could not reach its ledger")
+    response = json_error(
+        500,
+        "InternalError",
+        "the idempotency record could not be read or written (Datastore unavailable); "
+        "retry the same request with the same key",
+    )
+    response.headers["Retry-After"] = "1"
+    return response
 
 
 def _caller_scope() -> str:
