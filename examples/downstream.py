@@ -20,7 +20,7 @@ from google.cloud import ndb
 from dedup.clock import Clock, SystemClock
 from dedup.ledger import Ledger
 from handlers import NdbContextMiddleware
-from handlers.errors import register as register_json_errors
+from handlers.errors import register as register_error_handlers
 from handlers.idempotent import Fingerprint, idempotent, install_guard, unscoped
 from handlers.request_limits import limit_requests
 
@@ -42,7 +42,7 @@ def create_downstream_app(clock: Clock | None = None, ndb_client: ndb.Client | N
     clock = clock or SystemClock()
     app = Flask(__name__)
     install_guard(app, Ledger(clock))
-    register_json_errors(app)
+    register_error_handlers(app)
     limit_requests(app)  # the guard reads the body: bound it, however it is sent
 
     @app.post("/hooks/sync")

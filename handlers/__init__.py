@@ -49,7 +49,18 @@ def create_app(
     DEDUP_SCHEDULER_FILE, else the scheduler.yaml beside the jobs file; absent: none).
     """
     from dedup.runner import WaitSlots
-    from handlers import admin, dashboard_actions, errors, executions, logs, runs_api, scheduler, tasks, tracing
+    from handlers import (
+        admin,
+        dashboard_actions,
+        errors,
+        executions,
+        logs,
+        problems,
+        runs_api,
+        scheduler,
+        tasks,
+        tracing,
+    )
     from handlers.cross_site import refuse_cross_site_requests
     from handlers.request_limits import limit_requests
 
@@ -88,7 +99,7 @@ def create_app(
             return None
         if admitted.principal:
             logs.note_run(principal=admitted.principal)
-        response = errors.json_error(admitted.status, admitted.error, admitted.message)
+        response = problems.problem(admitted.status, admitted.error, admitted.message)
         if admitted.status == 401:
             response.headers["WWW-Authenticate"] = 'Bearer realm="dedup"'
         return response
@@ -102,6 +113,7 @@ def create_app(
     app.register_blueprint(admin.blueprint)
     app.register_blueprint(admin.home)
     app.register_blueprint(dashboard_actions.blueprint)
+    app.register_blueprint(problems.blueprint)
     app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)
     return app
 

@@ -1,31 +1,27 @@
-"""Every error leaves as JSON ``{"error", "message"}``, and none as 503.
+"""The app's error handlers: every HTTP error and every unexpected one leaves as a problem.
 
-For App Engine targets Cloud Scheduler treats 503 as a system error and
-retries it without counting against retryCount, so an outage would be
-retried without bound; infrastructure errors are 500 instead.
+``handlers.problems`` builds them (RFC 9457); none is a 503, since for App Engine
+targets Cloud Scheduler retries 503 without counting it against retryCount.
 """
 
 from __future__ import annotations
 
 import logging
 
-from flask import Flask, jsonify
+from flask import Flask, Response
 from werkzeug.exceptions import HTTPException
+
+from handlers.problems import problem
 
 log = logging.getLogger(__name__)
 
 
-def json_error(http_status: int, error: str, message: str, /, **extra):
-    response = jsonify({"error": error, "message": message, **extra})
-    response.status_code = http_status
-    return response
-
-
 def register(app: Flask) -> None:
     @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException):
-        status = 500 if exc.code in (None, 503) else exc.code
-        response = json_error(status, exc.name.replace(" ", ""), exc.description or exc.name)
+    def http_error(exc: HTTPException) -> Response:
+        if exc.code in (None, 503):
+            return problem(500, "InternalError", exc.description or "the request failed; retry later")
+        response = problem(exc.code, exc.name.replace(" ", ""), exc.description or exc.name)
         if exc.code == 405 and exc.valid_methods:
             # HEAD and OPTIONS are never served (a HEAD must not run a job).
             allowed = [m for m in exc.valid_methods if m not in ("HEAD", "OPTIONS")]
@@ -33,8 +29,8 @@ def register(app: Flask) -> None:
         return response
 
     @app.errorhandler(Exception)
-    def unexpected_error(exc: Exception):
+    def unexpected_error(exc: Exception) -> Response:
         # Datastore unreachable, a bug: 500, never 503.  No job ran without
         # a committed claim, because claiming is the first write.
         log.exception("unhandled error: %r", exc)
-        return json_error(500, "InternalError", f"{type(exc).__name__}: the request failed; retry later")
+        return problem(500, "InternalError", f"{type(exc).__name__}: the request failed; retry later")

@@ -24,8 +24,8 @@ from dedup.outcomes import RunOutcome
 from dedup.queries import RunFilter
 from handlers import app_state
 from handlers.access import Role, requires
-from handlers.errors import json_error
 from handlers.logs import note_run
+from handlers.problems import problem
 from handlers.responses import outcome_response
 from handlers.run_documents import run_summaries
 from handlers.scheduler import run_scheduled
@@ -115,11 +115,11 @@ def list_executions(job_id: str):
             try:
                 bounds[name] = check_schedule_time(name, parse_rfc3339(request.args[name], name))
             except InvalidRunRequest as exc:
-                return json_error(400, "InvalidParameterException", _time_problem(name, exc))
+                return problem(400, "InvalidParameterException", _time_problem(name, exc))
     until = bounds.get("until", now)
     since = bounds.get("since", max(until - DEFAULT_RANGE, EARLIEST_SCHEDULE_TIME))
     if since >= until:
-        return json_error(400, "InvalidParameterException", "since must be before until")
+        return problem(400, "InvalidParameterException", "since must be before until")
     slots = slots_between(scheduler_jobs, since, until, MAX_SLOTS + 1)
     next_since = None
     if len(slots) > MAX_SLOTS:
@@ -160,18 +160,18 @@ def run_slot(job_id: str, schedule_time: str):
     try:
         instant = check_schedule_time("schedule_time", parse_rfc3339(schedule_time, "schedule_time"))
     except InvalidRunRequest as exc:
-        return json_error(400, "InvalidParameterException", _time_problem("schedule_time", exc))
+        return problem(400, "InvalidParameterException", _time_problem("schedule_time", exc))
     chosen = {name: request.args.get(name) for name in ("scheduler_job", "project", "location")}
     found = find_slot(job_id, scheduler_jobs, instant, **chosen)
     if isinstance(found, str):
-        return json_error(400, "InvalidParameterException", found)
+        return problem(400, "InvalidParameterException", found)
     try:
         ask = SlotRunRequest.parse(request.args.get("attempt"), request.args.get("force"))
     except InvalidSlotRun as refused:
-        return json_error(400, "InvalidParameterException", refused.message)
+        return problem(400, "InvalidParameterException", refused.message)
     outcome = run_slot_now(job_id, found, ask)
     if isinstance(outcome, SlotRunRefused):
-        return json_error(outcome.http_status, outcome.error, outcome.message, **outcome.details)
+        return problem(outcome.http_status, outcome.error, outcome.message, **outcome.details)
     return outcome_response(outcome)
 
 
@@ -286,7 +286,7 @@ def run_slot_now(job_id: str, slot: Slot, ask: SlotRunRequest) -> RunOutcome | S
             f"schedule time, so it may have completed; running it may run the job twice. "
             "Send force=true to run it anyway",
             {
-                "status": status,
+                "execution_status": status,
                 "remembered_until": format_utc(slot.remembered_until) if slot.remembered_until else None,
             },
         )
@@ -296,7 +296,7 @@ def run_slot_now(job_id: str, slot: Slot, ask: SlotRunRequest) -> RunOutcome | S
             "PreconditionRequired",
             f"this slot {record.status} at attempt {record.attempt}; to run it again send attempt={record.attempt}, "
             "so that sending the same request again cannot run it a second time",
-            {"status": status, "attempt": record.attempt},
+            {"execution_status": status, "attempt": record.attempt},
         )
     body = (slot.job.body or "").encode("utf-8")  # what Scheduler sends for this job
     return run_scheduled(job_id, state.jobs[job_id], key, body, reopen_attempt=ask.seen_attempt)

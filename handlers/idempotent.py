@@ -35,7 +35,7 @@ from dedup.idempotency import (
 from dedup.ledger import Ledger, RunPolicy
 from dedup.outcomes import Attempt
 from dedup.runner import Waiting, WaitSlots, storable_json_problem
-from handlers.errors import json_error
+from handlers.problems import problem
 from handlers.replayed_response import StoredResponse, response_verdict
 from handlers.responses import guarded_response, note_outcome
 from handlers.strict_json import InvalidJson, json_payload, strict_json
@@ -334,7 +334,7 @@ def idempotent(
                 chosen_policy = policy() if callable(policy) else policy
                 chosen_job = _checked_job_id(job_id()) if job_id else None
             except (GuardRejected, InvalidJson) as exc:
-                return json_error(400, bad_request_error, exc.message)
+                return problem(400, bad_request_error, exc.message)
             registry = guard_registry()
             wait = Waiting(preferred_wait(), registry.wait_slots)
             live: list[Response] = []  # this request's own response, when it ran the view
@@ -377,7 +377,7 @@ def ledger_unavailable() -> Response:
     targets retry 503 outside their retry count).  A view that ran keeps its claim's lease, so
     the retry is held off (409) until that lease ends, not run beside it."""
     log.exception("the idempotency guard could not reach its ledger")
-    response = json_error(
+    response = problem(
         500,
         "InternalError",
         "the idempotency record could not be read or written (Datastore unavailable); "
@@ -472,7 +472,7 @@ def _run_view(view: Callable[..., Any], args: tuple, kwargs: dict) -> Response:
         return make_response(current_app.handle_http_exception(exc))
     except Exception as exc:  # noqa: BLE001 - answered 500 and not kept, so a retry runs again
         log.exception("guarded view failed: %r", exc)
-        return json_error(500, "InternalError", f"{type(exc).__name__}: the request failed; retry it")
+        return problem(500, "InternalError", f"{type(exc).__name__}: the request failed; retry it")
 
 
 def _document(response: Response, replay_headers: Collection[str]) -> dict:

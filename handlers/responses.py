@@ -39,8 +39,8 @@ from dedup.outcomes import (
     Stale,
 )
 from dedup.runner import Waiting
-from handlers.errors import json_error
 from handlers.logs import note_run
+from handlers.problems import problem
 from handlers.replayed_response import StoredResponse
 from models import RunRecord, RunSource, RunStatus
 
@@ -85,17 +85,17 @@ def _outcome_response(outcome: RunOutcome) -> Response:
     if isinstance(outcome, (Finished, Replayed, Skipped)):
         return _record_response(outcome.record, duplicate=isinstance(outcome, Replayed))
     if isinstance(outcome, Released):
-        return json_error(
+        return problem(
             500,
             "RetryableFailure",
             f"attempt {outcome.attempt} failed and released the run for a retry: {outcome.error.get('message')}",
             run_id=outcome.run_id,
             attempt=outcome.attempt,
-            status="released",
+            run_status="released",
             cause=outcome.error,
         )
     if isinstance(outcome, Mismatch):  # only client-token runs carry fingerprints
-        return json_error(
+        return problem(
             422, "ConflictException", "this key belongs to a run with other parameters", run_id=outcome.record.run_id
         )
     if isinstance(outcome, OtherJob):
@@ -133,7 +133,7 @@ def job_mismatch_response(outcome: OtherJob) -> Response:
         message,
         extra={"run_id": record.run_id, "job_id": outcome.job_id, "outcome": "job_mismatch"},
     )
-    return json_error(
+    return problem(
         422, "JobMismatch", message, run_id=record.run_id, job_id=outcome.job_id, recorded_job_id=record.job_id
     )
 
@@ -142,20 +142,20 @@ def busy_response(outcome: RunOutcome) -> Response:
     """409 for a run someone else is working on (shared with the guard)."""
     if isinstance(outcome, InProgress):
         record = outcome.record
-        response = json_error(
+        response = problem(
             409,
             "RunInProgress",
             f"attempt {record.attempt} of this run holds its lease until "
             f"{format_utc(record.lease_expires)}; retry after it",
             run_id=record.run_id,
-            status=record.status,
+            run_status=record.status,
             attempt=record.attempt,
             lease_expires=format_utc(record.lease_expires),
         )
         response.headers["Retry-After"] = str(outcome.retry_after_seconds)
         return response
     if isinstance(outcome, Contended):
-        response = json_error(
+        response = problem(
             409,
             "RunContended",
             "other deliveries of this run are claiming it at this moment; retry shortly",
@@ -164,7 +164,7 @@ def busy_response(outcome: RunOutcome) -> Response:
         response.headers["Retry-After"] = str(outcome.retry_after_seconds)
         return response
     if isinstance(outcome, Overlap):
-        response = json_error(
+        response = problem(
             409,
             "ExecutionOverlap",
             f"the job forbids overlap and another execution (run {outcome.holder_run_id}) holds it; "
@@ -176,7 +176,7 @@ def busy_response(outcome: RunOutcome) -> Response:
         return response
     if isinstance(outcome, Stale):
         current = outcome.current
-        response = json_error(
+        response = problem(
             409,
             "StaleAttempt",
             f"attempt {outcome.attempt} lost its lease and another attempt took the run over; "
@@ -245,7 +245,7 @@ def guarded_response(
         record = outcome.record
         stored = record.result if record.status == RunStatus.COMPLETED else record.error
         if not StoredResponse.is_document(stored):  # not written by a guard: never expected
-            return json_error(500, "InternalError", "this key's record holds no response")
+            return problem(500, "InternalError", "this key's record holds no response")
         response = _rebuild(StoredResponse.from_document(stored))
         if isinstance(outcome, Replayed):
             response.status_code = replayed_status.get(response.status_code, response.status_code)
@@ -254,7 +254,7 @@ def guarded_response(
     if isinstance(outcome, Mismatch):
         record = outcome.record
         differing = differing_names(record.parameters, given, exclude)
-        response = json_error(
+        response = problem(
             422,
             "ConflictException",
             "this idempotency key was already used with different parameters"
@@ -269,7 +269,7 @@ def guarded_response(
     if isinstance(outcome, Released) and live:
         return live[0]  # a retryable answer, not kept: the key is free again
     if isinstance(outcome, Released):
-        return json_error(500, "InternalError", "the guarded call failed and was not kept; retry it")
+        return problem(500, "InternalError", "the guarded call failed and was not kept; retry it")
     response = busy_response(outcome)
     if isinstance(outcome, InProgress):
         # A client polls a manual run: suggest a short wait, not the whole lease.
@@ -309,7 +309,7 @@ def manual_run_response(
             response.headers["Idempotent-Replayed"] = "true"
         response = _with_expiry(response, record)
     elif isinstance(outcome, Released):
-        response = json_error(
+        response = problem(
             500,
             "RetryableFailure",
             f"the run failed and was released; retry with the same clientToken: {outcome.error.get('message')}",
@@ -317,7 +317,7 @@ def manual_run_response(
             job_id=job_id,
             clientToken=token,
             attempt=outcome.attempt,
-            status="released",
+            run_status="released",
             cause=outcome.error,
         )
     else:  # other parameters, another job's key, in progress, contended, stale

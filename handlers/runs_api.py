@@ -29,9 +29,9 @@ from dedup.runner import Waiting
 from handlers import app_state, current_principal
 from handlers.access import Role, requires
 from handlers.cross_site import json_body
-from handlers.errors import json_error
 from handlers.idempotent import Fingerprint, GuardRejected, KeyFrom, guard_registry, preferred_wait
 from handlers.logs import note_run
+from handlers.problems import problem
 from handlers.responses import manual_run_response, note_outcome
 from handlers.run_documents import run_document, run_summaries
 from handlers.strict_json import InvalidJson, json_payload
@@ -161,7 +161,7 @@ def start_manual_run(job_id: str):
     try:
         ask = ManualRunRequest.from_request()
     except (GuardRejected, InvalidJson) as exc:
-        return json_error(400, INVALID, exc.message)
+        return problem(400, INVALID, exc.message)
     wait = Waiting(preferred_wait(), guard_registry().wait_slots)
     outcome = run_manually(job_id, job, ask, wait)
     return manual_run_response(outcome, job_id, ask.token, ask.parameters, job.fingerprint_exclude, wait)
@@ -173,7 +173,7 @@ SOURCES = tuple(s.value for s in RunSource)
 
 
 def _bad(message: str):
-    return json_error(400, "InvalidParameterException", message)
+    return problem(400, "InvalidParameterException", message)
 
 
 @blueprint.get("/runs", provide_automatic_options=False)

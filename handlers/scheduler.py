@@ -14,8 +14,8 @@ from dedup.outcomes import Attempt, RunOutcome
 from dedup.runner import run_once
 from handlers import app_state, current_principal
 from handlers.access import Role, requires
-from handlers.errors import json_error
 from handlers.logs import note_run
+from handlers.problems import problem
 from handlers.responses import outcome_response
 from jobs.base import RunContext
 from jobs.config import JobSpec
@@ -42,7 +42,7 @@ def deliver(job_id: str):
             header_location=request.headers.get("X-Scheduler-Location"),
         )
     except InvalidRunRequest as exc:
-        return json_error(400, "InvalidRequest", exc.message, field=exc.field)
+        return problem(400, "InvalidRequest", exc.message, field=exc.field)
     note_run(job_id=job_id, source=RunSource.SCHEDULER.value, run_id=key.run_id)
     body = request.get_data(cache=False)
     outcome = run_scheduled(job_id, job, key, body, skip_reason=late_delivery(job, key, state.clock.now()))

@@ -89,14 +89,34 @@ def jobs_file(tmp_path):
 
 @pytest.fixture
 def make_client(datastore, ndb_client, jobs_file, clock):
-    """A webtest TestApp over create_app() with the given jobs YAML."""
+    """A webtest TestApp over create_app() with the given jobs YAML.
+
+    Every error answer any test provokes through it is checked to be an RFC 9457 problem.
+    """
+    from flask import request
+
     from handlers import create_app
+    from tests.support.problems import problem_violations
+
+    violations: list[str] = []
 
     def build(jobs_yaml: str) -> webtest.TestApp:
         app = create_app(jobs_file=jobs_file(jobs_yaml), clock=clock, ndb_client=ndb_client)
+
+        @app.after_request
+        def check_problem(response):
+            if not response.is_streamed:
+                violations.extend(
+                    problem_violations(
+                        response.status_code, response.content_type or "", response.get_data(), request.path
+                    )
+                )
+            return response
+
         return webtest.TestApp(app)
 
-    return build
+    yield build
+    assert not violations, "error answers that are not problems:\n" + "\n".join(violations)
 
 
 @pytest.fixture(scope="session")

@@ -132,7 +132,7 @@ def test_unknown_job_is_404(client, ndb_client):
 
 def test_unknown_path_is_json_404(client):
     response = client.get("/no/such/page", status=404)
-    assert response.content_type == "application/json"
+    assert response.content_type == "application/problem+json"
 
 
 @pytest.mark.parametrize("method", ["PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"])

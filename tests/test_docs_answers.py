@@ -174,7 +174,8 @@ def test_the_walkthrough_is_read_whole():
     steps = list(walkthrough())
     assert [answer.status for _, _, answer in steps] == [200, 200, 409, 201]
     assert [len(background) for background, _, _ in steps] == [0, 0, 1, 0]
-    assert [answer.abbreviated for _, _, answer in steps] == [False, True, False, False]
+    # The 409 leaves out message (the detail again).
+    assert [answer.abbreviated for _, _, answer in steps] == [False, True, True, False]
 
 
 def test_the_readme_walkthrough_answers_as_documented(local_app):

@@ -59,7 +59,8 @@ def test_the_guarded_payments_example(datastore):
     assert again.headers["Idempotent-Replayed"] == "true" and again.json == first.json
     assert again.headers["Location"] == first.headers["Location"] == "/payments/1"
     other = app.post_json("/payments", {"amount": 6, "currency": "EUR"}, headers=headers, status=422)
-    assert other.json["differing"] == ["amount"]
+    assert other.json["differing"] == ["amount"] and other.content_type == "application/problem+json"
+    assert "Use a new key" in app.get(other.json["type"], status=200).text  # the type's page, served
     app.post_json("/payments", {"amount": 5, "currency": "EUR"}, headers={**headers, "X-Tenant": "beta"}, status=201)
     assert [p["id"] for p in guarded_payments.PAYMENTS] == [1, 2]  # once per tenant
 

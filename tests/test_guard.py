@@ -10,7 +10,7 @@ from dedup.errors import PermanentJobError
 from dedup.idempotency import IdempotencyConflict, IdempotencyGuard, differing_names, fingerprint
 from dedup.ledger import Ledger
 from handlers import NdbContextMiddleware
-from handlers.errors import register as register_json_errors
+from handlers.errors import register as register_error_handlers
 from handlers.idempotent import Fingerprint, KeyFrom, idempotent, install_guard
 
 
@@ -68,7 +68,7 @@ def test_a_wrapped_function_releases_on_error_and_keeps_permanent_failures(guard
 def service(datastore, ndb_client, clock):
     app = Flask("service")
     install_guard(app, Ledger(clock))
-    register_json_errors(app)
+    register_error_handlers(app)
     effects: list = []
 
     @app.post("/orders")
@@ -220,7 +220,7 @@ def test_the_first_response_is_the_views_own(service):
 def test_a_key_of_another_job_is_refused_by_the_decorator_and_the_wrapper(datastore, ndb_client, clock):
     app = Flask("jobs-service")
     install_guard(app, Ledger(clock))
-    register_json_errors(app)
+    register_error_handlers(app)
     effects: list = []
 
     # One namespace, the job named per request: two jobs can meet under one key.
@@ -249,7 +249,7 @@ def test_a_key_of_another_job_is_refused_by_the_decorator_and_the_wrapper(datast
 def test_a_job_id_a_request_chooses_is_bounded(datastore, ndb_client, clock, job):
     app = Flask("jobs-service")
     install_guard(app, Ledger(clock))
-    register_json_errors(app)
+    register_error_handlers(app)
 
     @app.post("/exports")
     @idempotent("exports", job_id=lambda: job)

@@ -20,7 +20,7 @@ from flask import Flask, request
 from dedup.idempotency import DEFAULT_POLICY, GUARD_KEY_LIFETIME_SECONDS
 from dedup.ledger import Ledger
 from handlers import NdbContextMiddleware
-from handlers.errors import register as register_json_errors
+from handlers.errors import register as register_error_handlers
 from handlers.idempotent import Fingerprint, KeyFrom, idempotent, install_guard, unscoped
 
 
@@ -28,7 +28,7 @@ def make_app(ndb_client, clock, caller=True):
     """A payments service whose callers say who they are in X-Caller (a stand-in for its auth)."""
     app = Flask("payments")
     install_guard(app, Ledger(clock), caller=(lambda: request.headers["X-Caller"]) if caller else None)
-    register_json_errors(app)
+    register_error_handlers(app)
     effects: list = []
 
     @app.post("/payments")
@@ -170,7 +170,7 @@ def rules_app(ndb_client, clock, **options):
     """A view that validates its body (400/422), refuses (404), fails (500), or serves GET."""
     app = Flask("rules")
     install_guard(app, Ledger(clock), caller=lambda: "alice")
-    register_json_errors(app)
+    register_error_handlers(app)
     effects: list = []
 
     @app.route("/orders", methods=["GET", "POST"])

@@ -31,6 +31,7 @@ def test_the_guarded_example_answers_json_500_with_retry_after_when_datastore_is
             headers={"Idempotency-Key": "k-1", "X-Tenant": "t-1"},
             timeout=90,
         )
-    assert answer.status_code == 500 and answer.headers["Content-Type"].startswith("application/json")
+    assert answer.status_code == 500 and answer.headers["Content-Type"] == "application/problem+json"
     assert answer.json()["error"] == "InternalError" and "retry the same request" in answer.json()["message"]
+    assert answer.json()["type"] == "/problems/internal-error" and answer.json()["retryable"] is True
     assert answer.headers["Retry-After"] == "1"

@@ -25,6 +25,7 @@ from tests.support.callers import (  # noqa: F401 - fixtures
 from tests.support.deliveries import scheduler_headers
 from tests.support.manual_runs import start
 from tests.support.oidc import TokenIssuer, segment
+from tests.support.problems import code_and_message
 
 HEADER = "X-Goog-IAP-JWT-Assertion"
 MALFORMED = "the IAP assertion is malformed"
@@ -114,7 +115,7 @@ def test_every_bad_assertion_is_401_and_writes_nothing(iap_app, iap, ndb_client,
         iap_app.get("/admin/", headers=headers, status=401),
         iap_app.get("/api/v1/runs", headers=headers, status=401),
     ):
-        assert response.json == {"error": "Unauthenticated", "message": message}
+        assert code_and_message(response.json) == {"error": "Unauthenticated", "message": message}
         assert IAP_AUDIENCE not in response.text and iap.certs_url not in response.text
         assert response.headers["WWW-Authenticate"].startswith("Bearer")
     assert nothing_written(ndb_client)

@@ -75,7 +75,7 @@ def test_a_late_retry_of_a_released_run_is_skipped_but_a_finished_one_is_a_dupli
         headers=scheduler_headers(job_name="invoice", schedule_time=format_utc(clock.now())),
         status=500,
     )
-    assert first.json["status"] == "released"
+    assert first.json["run_status"] == "released"
     clock.advance(301)
     late = client.post(
         "/jobs/invoice",

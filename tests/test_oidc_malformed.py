@@ -26,6 +26,7 @@ from tests.support.callers import (  # noqa: F401 (issuer and oidc_app are fixtu
 )
 from tests.support.deliveries import scheduler_headers
 from tests.support.oidc import segment
+from tests.support.problems import code_and_message
 
 OTHER_CALLER = "other@acme-prod.iam.gserviceaccount.com"  # the second allowed email of oidc_app
 DEPTH = 1200  # deeper than 3.11's parser goes (its recursion limit of 1000), far deeper than a token may nest
@@ -231,7 +232,7 @@ def test_malformed_credentials_are_401_never_500(oidc_app, ndb_client, issuer, c
         "/jobs/invoice", headers=scheduler_headers(Authorization=authorization), expect_errors=True
     )
     assert response.status_int == 401, response.text[:500]
-    assert response.json == {"error": "Unauthenticated", "message": message}
+    assert code_and_message(response.json) == {"error": "Unauthenticated", "message": message}
     assert response.headers["WWW-Authenticate"].startswith("Bearer")
     for configured in (AUDIENCE, CALLER, OTHER_CALLER, issuer.certs_url):
         assert configured not in response.text
@@ -260,7 +261,7 @@ def test_malformed_tokens_are_401_even_when_certificates_cannot_be_fetched(
     )
     deep = with_payload(issuer, nested(arrays()))
     response = app.post("/jobs/invoice", headers=scheduler_headers(Authorization=f"Bearer {deep}"), status=401)
-    assert response.json == {"error": "Unauthenticated", "message": MALFORMED}
+    assert code_and_message(response.json) == {"error": "Unauthenticated", "message": MALFORMED}
     response = app.post("/jobs/invoice", headers=scheduler_headers(Authorization=f"Bearer {good(issuer)}"), status=500)
     assert response.json["error"] == "InternalError"
     assert "127.0.0.1" not in response.text and AUDIENCE not in response.text  # the details are logged only

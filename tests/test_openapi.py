@@ -20,7 +20,7 @@ from typing import Any, Iterator
 import pytest
 import requests
 import yaml
-from openapi_core import OpenAPI
+from openapi_core import Config, OpenAPI
 from openapi_core.contrib.requests import RequestsOpenAPIRequest, RequestsOpenAPIResponse
 
 from dedup.keys import format_utc
@@ -66,7 +66,9 @@ def scheduler_yaml(effects: Path) -> str:
 
 @pytest.fixture(scope="module")
 def spec() -> OpenAPI:
-    return OpenAPI.from_file_path(str(SPEC_FILE))  # the description is itself checked (OpenAPI 3.1)
+    # The description is itself checked (OpenAPI 3.1); problems are JSON (RFC 9457).
+    config = Config(extra_media_type_deserializers={"application/problem+json": json.loads})
+    return OpenAPI.from_file_path(str(SPEC_FILE), config=config)
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,7 @@ from tests.support.callers import (  # noqa: F401 - fixtures
 )
 from tests.support.deliveries import scheduler_headers
 from tests.support.manual_runs import start
+from tests.support.problems import code_and_message
 
 READS = ["/admin/", "/api/v1/runs", "/api/v1/runs/" + "0" * 64, "/admin/runs/" + "0" * 64]
 
@@ -60,7 +61,7 @@ def test_a_viewer_reads_but_cannot_act(iap_app, iap, ndb_client):
     for path in READS[:2]:
         iap_app.get(path, headers=as_person(iap, VIEWER), status=200)
     refused = start(iap_app, headers=as_person(iap, VIEWER), status=403)
-    assert refused.json == {
+    assert code_and_message(refused.json) == {
         "error": "Forbidden",
         "message": "user:bob@example.com may not do this: "
         "starting and retrying runs needs an operator (DEDUP_OPERATORS)",

@@ -186,5 +186,5 @@ def test_anything_but_a_run_id_is_404_without_a_lookup(datastore, jobs_file, clo
     import urllib.parse
 
     response = app.get(prefix + urllib.parse.quote(run_id, safe="%._"), status=404)
-    assert response.content_type == "application/json"
+    assert response.content_type == "application/problem+json"
     assert counter.total == 0

@@ -134,7 +134,7 @@ def test_retryable_failure_releases_the_claim_and_the_retry_runs(client, failure
     job_targets.FAILURES["flaky"] = [failure]
     failed = deliver(client, job="flaky", status=500)
     assert failed.json["error"] == "RetryableFailure"
-    assert failed.json["status"] == "released"
+    assert failed.json["run_status"] == "released"
     assert failed.headers["X-Dedup-Run-Id"] == failed.json["run_id"]
     retried = deliver(client, job="flaky", status=200)
     assert retried.json["duplicate"] is False

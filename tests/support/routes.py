@@ -5,7 +5,12 @@ from __future__ import annotations
 from flask import Flask
 
 # A value for each URL parameter the app's routes take.
-PATH_VALUES = {"job_id": "invoice", "run_id": "0" * 64, "schedule_time": "2030-01-01T00:00:00Z"}
+PATH_VALUES = {
+    "job_id": "invoice",
+    "run_id": "0" * 64,
+    "schedule_time": "2030-01-01T00:00:00Z",
+    "slug": "run-in-progress",
+}
 
 
 def every_route(app: Flask) -> list[tuple[str, list[str]]]:
