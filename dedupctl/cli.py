@@ -1,4 +1,4 @@
-"""dedupctl's command line (Click, as ``python -m deploy``): run, runs list, runs show, backfill.
+"""dedupctl's command line (Click, as ``python -m deploy``): run, runs list, runs show, backfill, conformance.
 
 ``main`` is the console script ``dedupctl`` and ``python -m dedupctl``; its
 return value is the exit code (``client.Exit``).  A bad argument is exit 2,
@@ -19,6 +19,7 @@ import requests
 
 from dedupctl.backfill import DEFAULT_ONLY, FORCED, REOPENABLE, Backfill, backfill
 from dedupctl.client import Exit, RetryPolicy, run_with_retries
+from dedupctl.conformance import DRAFT, DRAFT_DATE, Options, all_passed, format_table, run_suite
 from dedupctl.output import out, say
 
 TOKEN_ENV = "DEDUPCTL_ID_TOKEN"
@@ -261,3 +262,130 @@ def _read(url: str, query: dict[str, Any], headers: dict[str, str]) -> int:
 @_with_credentials
 def backfill_command(url: str, headers: dict[str, str], **options: Any) -> int:
     return backfill(Backfill(url=url, **options), headers)
+
+
+CONFORMANCE_FAILED = 1  # a rule failed (Click's own usage errors stay 2)
+
+
+def _json_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}") from None
+
+
+def _json_text_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """JSON text, checked and then sent as it was given."""
+    _json_option(ctx, param, value)
+    return value
+
+
+def _header_option(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str] | None:
+    """'Name: value' lines as headers; None when none were given."""
+    if not values:
+        return None
+    headers = {}
+    for value in values:
+        name, sep, text = value.partition(":")
+        if not sep or not name.strip() or any(char in name for char in " \t"):
+            raise click.BadParameter(f"{value!r}: give 'Header-Name: value'")
+        headers[name.strip()] = text.strip()
+    return headers
+
+
+@cli.command(
+    "conformance",
+    help=(
+        f"Check the idempotency-key rules against a guarded endpoint: POST BASE_URL + PATH with JSON bodies "
+        f"and fresh Idempotency-Keys, judge every answer, print a table naming each rule's source "
+        f"({DRAFT}, {DRAFT_DATE}; Stripe; Powertools; RFC 9457; RFC 8941). Keys are new on every run. "
+        f"Exit 0 when every rule passes or does not apply, {CONFORMANCE_FAILED} when one fails."
+    ),
+)
+@click.argument("base_url")
+@click.argument("path")
+@click.option(
+    "--body",
+    callback=_json_option,
+    metavar="JSON",
+    help='A JSON body the endpoint accepts (default {"item": "conformance"}).',
+)
+@click.option(
+    "--other-body",
+    callback=_json_option,
+    metavar="JSON",
+    help="Another accepted body that the endpoint must see as a different request (default: --body changed).",
+)
+@click.option(
+    "--invalid-body",
+    callback=_json_text_option,
+    metavar="JSON",
+    help="A JSON body the endpoint refuses with 400 or 422 (without it, the validation rule does not apply).",
+)
+@click.option(
+    "--caller-a",
+    multiple=True,
+    callback=_header_option,
+    metavar="'HEADER: VALUE'",
+    help="A header saying who the first caller is (repeatable).",
+)
+@click.option(
+    "--caller-b",
+    multiple=True,
+    callback=_header_option,
+    metavar="'HEADER: VALUE'",
+    help="A header of a second caller (repeatable; without it, the caller rule does not apply).",
+)
+@click.option(
+    "--key-optional", is_flag=True, help="The endpoint runs without a key (the missing-key rule does not apply)."
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(0.1, 600),
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="One request's timeout.",
+)
+@click.option(
+    "--concurrency", type=click.IntRange(2, 64), default=8, show_default=True, help="Same-key requests at once."
+)
+@click.option(
+    "--audience",
+    help=f"Give the first caller an ID token ({TOKEN_ENV}, else from ADC for this IAP OAuth client id).",
+)
+def conformance_command(
+    base_url: str,
+    path: str,
+    body: Any,
+    other_body: Any,
+    invalid_body: str | None,
+    caller_a: dict[str, str] | None,
+    caller_b: dict[str, str] | None,
+    key_optional: bool,
+    timeout: float,
+    concurrency: int,
+    audience: str | None,
+) -> int:
+    first_caller = dict(caller_a or {})
+    if audience:
+        try:
+            first_caller.update(auth_headers(audience, no_auth=False))
+        except CredentialsError as exc:
+            say(str(exc))
+            return Exit.REFUSED
+    options = Options(
+        **({"body": body} if body is not None else {}),
+        other_body=other_body,
+        invalid_body=invalid_body,
+        caller_a=first_caller,
+        caller_b=caller_b,
+        key_required=not key_optional,
+        timeout=timeout,
+        concurrency=concurrency,
+    )
+    results = run_suite(base_url, path, options)
+    out(format_table(results, target=f"{base_url.rstrip('/')}/{path.lstrip('/')}"))
+    return Exit.OK if all_passed(results) else CONFORMANCE_FAILED
