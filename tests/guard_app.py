@@ -17,7 +17,7 @@ from dedup.finished_cache import FinishedRuns
 from dedup.ledger import Ledger
 from handlers import NdbContextMiddleware, finished_cache_entries_from_environ
 from handlers.errors import register
-from handlers.idempotent import idempotent, install_guard
+from handlers.idempotent import KeyFrom, idempotent, install_guard
 
 app = Flask(__name__)
 # The tests wipe the Datastore between them, which production never does: the cache of
@@ -46,3 +46,24 @@ def orders():
     if "item" not in body:
         return {"error": "item is required"}, 400
     return {"order": effect({"caller": request.headers.get("X-Caller"), "item": body["item"]})}, 201
+
+
+@app.post("/orders-kept")
+@idempotent("orders-kept", keep_validation_errors=True, keep_server_errors=True)
+def orders_kept():
+    """Every answer kept, 400 and 5xx too: ``fail`` makes the view answer 500 after its effect."""
+    body = request.get_json()
+    if "item" not in body:
+        return {"error": "item is required"}, 400
+    number = effect({"caller": request.headers.get("X-Caller"), "item": body["item"]})
+    if body.get("fail"):
+        return {"error": "the bank is down", "order": number}, 500
+    return {"order": number}, 201
+
+
+@app.post("/orders-by-id")
+@idempotent("orders-by-id", key=KeyFrom.field("order_id"))
+def orders_by_id():
+    """Keyed by the body's ``order_id``: a client's integer is its decimal string."""
+    body = request.get_json()
+    return {"order": effect({"caller": request.headers.get("X-Caller"), "item": body.get("item")})}, 201

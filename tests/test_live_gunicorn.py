@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import datetime
 import json
 import os
 import threading
@@ -10,6 +11,7 @@ import threading
 import pytest
 import requests
 
+from dedup.keys import parse_rfc3339
 from tests.support.live import serving
 
 pytestmark = pytest.mark.live
@@ -151,6 +153,11 @@ def test_16_concurrent_manual_runs_with_one_token_run_once(server, effects_dir):
     replay = requests.post(f"{server.url}/api/v1/jobs/effect/runs", json=payload, timeout=30)
     assert replay.status_code == 200 and replay.headers["Idempotent-Replayed"] == "true"
     assert len(effects(effects_dir)) == 1
+    # A manual run keeps the ECS token rule, min(created + 24 h, finished + 1 h), not the guard's 24 h.
+    run = requests.get(f"{server.url}/api/v1/runs/{replay.json()['run_id']}", timeout=30).json()
+    finished = parse_rfc3339(run["finished"], "finished")
+    expires = parse_rfc3339(replay.headers["Idempotency-Expires"], "Idempotency-Expires")
+    assert expires == finished + datetime.timedelta(hours=1)
 
 
 def test_64_concurrent_deliveries_of_one_execution(server, effects_dir):
