@@ -27,7 +27,7 @@ class OriginalRun(ndb.Model):
 
     status = ndb.StringProperty()  # in_progress | completed
     attempt_id = ndb.StringProperty()
-    lease_expires = ndb.DateTimeProperty(tzinfo=datetime.timezone.utc)
+    lease_expires = ndb.DateTimeProperty(tzinfo=datetime.UTC)
     result = ndb.JsonProperty()
 
 
@@ -40,7 +40,7 @@ def claim(run_id: str, attempt_id: str) -> OriginalRun | str:
     """``"claimed"``, ``"busy"`` (a live lease), or the completed record to replay."""
 
     def transaction() -> OriginalRun | str:
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         record = OriginalRun.get_by_id(run_id)
         if record is not None and record.status == "completed":
             return record

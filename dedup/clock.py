@@ -14,14 +14,14 @@ class Clock(Protocol):
 
 class SystemClock:
     def now(self) -> datetime.datetime:
-        return datetime.datetime.now(datetime.timezone.utc)
+        return datetime.datetime.now(datetime.UTC)
 
 
 class ManualClock:
     """A clock that moves only when told to (tests, simulations)."""
 
     def __init__(self, start: datetime.datetime | None = None) -> None:
-        self._now = start or datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc)
+        self._now = start or datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
         self._lock = threading.Lock()
 
     def now(self) -> datetime.datetime:

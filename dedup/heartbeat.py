@@ -63,7 +63,7 @@ class LeaseHeartbeat:
     def wait_until_taken_over(self, timeout: float) -> bool:
         return self._taken_over.wait(timeout)
 
-    def __enter__(self) -> "LeaseHeartbeat":
+    def __enter__(self) -> LeaseHeartbeat:
         if self._renew:
             self._thread.start()
         return self
@@ -91,7 +91,7 @@ class LeaseHeartbeat:
                 lease = min(self.lease_seconds, self.stop_at - began)
                 try:
                     outcome = self.ledger.renew_lease(self.attempt, lease, patience_seconds=self.interval)
-                except Exception as exc:  # noqa: BLE001 - a failed renewal is retried at the next beat
+                except Exception as exc:  # a failed renewal is retried at the next beat
                     log.warning("run %s: lease renewal failed (%r); trying again", self.attempt.run_id, exc)
                     continue
                 if isinstance(outcome, Stale):

@@ -17,7 +17,8 @@ import functools
 import hashlib
 import json
 import logging
-from typing import Any, Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 from dedup.errors import PermanentJobError
 from dedup.keys import digest_parts

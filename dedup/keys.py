@@ -29,8 +29,8 @@ MAX_HEADER_LENGTH = 1024
 # the time an execution was due, so anything else is a forged or broken
 # delivery, and every timestamp inside it has four digits and room for the
 # arithmetic (a day before, a retention after) that jobs and records do.
-EARLIEST_SCHEDULE_TIME = datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)
-LATEST_SCHEDULE_TIME = datetime.datetime(2100, 1, 1, tzinfo=datetime.timezone.utc)
+EARLIEST_SCHEDULE_TIME = datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC)
+LATEST_SCHEDULE_TIME = datetime.datetime(2100, 1, 1, tzinfo=datetime.UTC)
 # A run id is SHA-256 in lower-case hex; nothing else is ever looked up.
 _RUN_ID = re.compile(r"[0-9a-f]{64}")
 _KEY_VERSION = "scheduler-run/v1"
@@ -71,7 +71,7 @@ def is_run_id(value: str) -> bool:
 
 def format_utc(instant: datetime.datetime) -> str:
     """One spelling per instant: UTC, four-digit year, microseconds, ``Z`` (RFC 3339)."""
-    utc = instant.astimezone(datetime.timezone.utc)
+    utc = instant.astimezone(datetime.UTC)
     # strftime's %Y drops leading zeros on Linux (year 1 -> "1"): spell it out.
     return f"{utc.year:04d}-" + utc.strftime("%m-%dT%H:%M:%S.%fZ")
 
@@ -89,7 +89,7 @@ def parse_rfc3339(value: str, field: str) -> datetime.datetime:
     text = _checked_text(field, value).strip()
     try:
         # Fractions beyond microseconds are cut: Datastore keeps microseconds.
-        return ciso8601.parse_rfc3339(text).astimezone(datetime.timezone.utc)
+        return ciso8601.parse_rfc3339(text).astimezone(datetime.UTC)
     except (ValueError, OverflowError) as exc:
         raise InvalidRunRequest(field, f"{field} {value!r} is not an RFC 3339 timestamp: {exc}") from None
 

@@ -16,7 +16,8 @@ import logging
 import os
 import socket
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from google.cloud import ndb
 

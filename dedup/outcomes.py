@@ -108,7 +108,7 @@ class InProgress:
     retry_after_seconds: int
 
     @staticmethod
-    def until(record: RunRecord, now) -> "InProgress":
+    def until(record: RunRecord, now) -> InProgress:
         seconds = (record.lease_expires - now).total_seconds()
         return InProgress(record, max(1, math.ceil(seconds)))
 
@@ -196,7 +196,7 @@ class Overlap:
     retry_after_seconds: int
 
     @staticmethod
-    def until(run_id: str, holder_run_id: str, lease_expires: datetime.datetime, now) -> "Overlap":
+    def until(run_id: str, holder_run_id: str, lease_expires: datetime.datetime, now) -> Overlap:
         return Overlap(run_id, holder_run_id, max(1, math.ceil((lease_expires - now).total_seconds())))
 
     @property

@@ -13,7 +13,8 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from opentelemetry import trace
 
@@ -242,7 +243,7 @@ def _do_work(
         span.set_status(trace.StatusCode.ERROR, "permanent failure")
         error = error_document(exc, details=exc.details)
         return lambda: ledger.fail_run(attempt, error, policy, early)
-    except Exception as exc:  # noqa: BLE001 - every other error is retryable by contract
+    except Exception as exc:  # every other error is retryable by contract
         log.warning(
             "run %s attempt %d failed, releasing for retry: %r",
             run_id,
@@ -276,13 +277,13 @@ def error_document(exc: BaseException, details: object = None) -> dict:
     """A JSON document describing a job's exception, safe to store and to return."""
     try:
         message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    except Exception:  # noqa: BLE001 - an exception whose __str__ raises
+    except Exception:  # an exception whose __str__ raises
         message = f"{type(exc).__name__} (its message could not be read)"
     document: dict = {"type": type(exc).__name__, "message": str(message)[:MAX_ERROR_MESSAGE_CHARS]}
     if details is not None:
         try:
             document["details"] = json.loads(json.dumps(details, default=str))
-        except Exception:  # noqa: BLE001 - circular, too deep, NaN-like values
+        except Exception:  # circular, too deep, NaN-like values
             document["details"] = None
         if document["details"] is None or storable_json_problem(document["details"]):
             document["details"] = _safe_repr(details)
@@ -293,7 +294,7 @@ def storable_json_problem(value: object) -> str | None:
     """Why ``value`` cannot be stored as a result, or None when it can."""
     try:
         encoded = json.dumps(value, allow_nan=False)
-    except Exception as exc:  # noqa: BLE001 - TypeError, ValueError, RecursionError, a raising __str__
+    except Exception as exc:  # TypeError, ValueError, RecursionError, a raising __str__
         return f"the job's result is not JSON-serialisable: {type(exc).__name__}: {exc}"
     if len(encoded.encode("utf-8")) > MAX_STORED_JSON_BYTES:
         return f"the job's result is larger than {MAX_STORED_JSON_BYTES} bytes of JSON"
@@ -303,5 +304,5 @@ def storable_json_problem(value: object) -> str | None:
 def _safe_repr(value: object) -> str:
     try:
         return repr(value)[:MAX_ERROR_MESSAGE_CHARS]
-    except Exception:  # noqa: BLE001
+    except Exception:
         return f"<unprintable {type(value).__name__}>"

@@ -12,7 +12,8 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from google.api_core import exceptions as api_exceptions
 from google.cloud import ndb
@@ -127,7 +128,7 @@ class EarlyTransaction:
         self._spent = True
         try:
             return self._begin.result()
-        except Exception as exc:  # noqa: BLE001 - it never began: a new transaction will
+        except Exception as exc:  # it never began: a new transaction will
             log.info("early transaction did not begin (%s); beginning another", type(exc).__name__)
             return None
 
@@ -154,7 +155,7 @@ class EarlyTransaction:
             with _ROLLBACKS_LOCK:
                 _ROLLBACKS_IN_FLIGHT.add(call)
             call.add_done_callback(_rollback_done)
-        except Exception as exc:  # noqa: BLE001 - a transaction that read nothing ends by itself
+        except Exception as exc:  # a transaction that read nothing ends by itself
             log.info("rollback of an unused early transaction not sent (%r)", exc)
 
 
@@ -201,7 +202,7 @@ def in_transaction(transaction_id: bytes, callback: Callable[[], Any]) -> Any:
                 tx_context.cache.clear()
                 try:
                     _datastore_api.rollback(transaction_id).result()
-                except Exception as rollback_error:  # noqa: BLE001 - the error that matters made us roll back
+                except Exception as rollback_error:  # the error that matters made us roll back
                     log.info("rollback after a failed try failed too (%r)", rollback_error)
                 raise
             for run_on_commit in on_commit:

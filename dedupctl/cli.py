@@ -12,7 +12,8 @@ import json
 import os
 import urllib.parse
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 import requests

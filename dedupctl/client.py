@@ -12,7 +12,8 @@ import dataclasses
 import enum
 import random
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import requests
 

@@ -61,7 +61,8 @@ import textwrap
 import threading
 import urllib.parse
 import uuid
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import requests
 from requests.structures import CaseInsensitiveDict
@@ -77,7 +78,7 @@ STRIPE_MAX_KEY_CHARS = 255
 SAFE_METHOD_NA = (404, 405, 501)  # no GET at this path: the GET rule does not apply
 
 
-class Verdict(str, enum.Enum):
+class Verdict(enum.StrEnum):
     PASS = "pass"
     FAIL = "fail"
     NOT_APPLICABLE = "n/a"
@@ -551,7 +552,7 @@ def check_expiry(probe: Probe) -> Judgement:
     expires = parse_time(value)
     if expires is None:
         return failed(f"{EXPIRES_HEADER}: {value[:40]} is not a time (RFC 3339 or an HTTP date)")
-    answered = parse_time(answer.headers.get("Date", "")) or datetime.datetime.now(datetime.timezone.utc)
+    answered = parse_time(answer.headers.get("Date", "")) or datetime.datetime.now(datetime.UTC)
     hours = (expires - answered).total_seconds() / 3600
     if hours <= 0:
         return failed(f"{EXPIRES_HEADER}: {value} is not after the answer ({answered.isoformat()})")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import Mapping
+from collections.abc import Mapping
 
 import yaml
 

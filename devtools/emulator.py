@@ -61,7 +61,7 @@ class DatastoreEmulator:
             "GOOGLE_CLOUD_PROJECT": self.project,
         }
 
-    def start(self, timeout: float = 120) -> "DatastoreEmulator":
+    def start(self, timeout: float = 120) -> DatastoreEmulator:
         gcloud = shutil.which("gcloud")
         if gcloud is None:
             raise EmulatorError("gcloud is not on PATH.\n" + INSTALL_HINT)
@@ -172,7 +172,7 @@ class DatastoreEmulator:
         with open(self._log_path, encoding="utf-8", errors="replace") as handle:
             return "".join(handle.readlines()[-lines:])
 
-    def __enter__(self) -> "DatastoreEmulator":
+    def __enter__(self) -> DatastoreEmulator:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -36,7 +36,7 @@ class GunicornServer:
         self.extra_env = extra_env or {}
         self.quiet = quiet
 
-    def start(self, timeout: float = 60) -> "GunicornServer":
+    def start(self, timeout: float = 60) -> GunicornServer:
         env = {**os.environ, **self.emulator.env, "DEDUP_JOBS_FILE": self.jobs_file, **self.extra_env}
         self.process = subprocess.Popen(
             [
@@ -83,7 +83,7 @@ class GunicornServer:
                 self.process.kill()
                 self.process.wait()
 
-    def __enter__(self) -> "GunicornServer":
+    def __enter__(self) -> GunicornServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -124,7 +124,7 @@ def executions_of(jobs: list[SchedulerJob], count: int, start: datetime.datetime
     for job in jobs:
         iterator = croniter(job.schedule, start.astimezone(zoneinfo.ZoneInfo(job.time_zone)))
         upcoming += [
-            Execution(job, iterator.get_next(datetime.datetime).astimezone(datetime.timezone.utc)) for _ in range(count)
+            Execution(job, iterator.get_next(datetime.datetime).astimezone(datetime.UTC)) for _ in range(count)
         ]
     return sorted(upcoming, key=lambda e: e.schedule_time)[:count]
 
@@ -243,7 +243,7 @@ def simulate(
     """Play ``executions`` scheduled executions against the app; return them with the worker kills."""
     rng = random.Random(seed)
     lock = threading.Lock()
-    plan = executions_of(jobs, executions, datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc))
+    plan = executions_of(jobs, executions, datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC))
     killer = WorkerKiller(server_pid, rng, lock) if server_pid and faults.worker_kills else None
     with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
         list(pool.map(lambda e: deliver_execution(app_url, e, compress, faults, rng, lock, killer), plan))
@@ -401,7 +401,7 @@ def main() -> int:
         from google.cloud import ndb
 
         with ndb.Client(project=emulator.project).context():
-            list_executions(simulation.plan, datetime.datetime.now(datetime.timezone.utc))
+            list_executions(simulation.plan, datetime.datetime.now(datetime.UTC))
     plan = simulation.plan
     os.unlink(jobs_file)
     table, page = report(plan)

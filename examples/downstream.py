@@ -31,7 +31,7 @@ class SyncBatch(ndb.Model):
     idempotency_key = ndb.StringProperty()
     schedule_time = ndb.StringProperty()
     attempt = ndb.IntegerProperty()
-    applied = ndb.DateTimeProperty(tzinfo=datetime.timezone.utc)
+    applied = ndb.DateTimeProperty(tzinfo=datetime.UTC)
 
 
 class SyncCounter(ndb.Model):

@@ -6,7 +6,7 @@ import dataclasses
 import os
 import re
 import threading
-from typing import Mapping
+from collections.abc import Mapping
 
 from flask import Flask, Response, current_app, g, request
 from google.cloud import ndb

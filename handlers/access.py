@@ -27,7 +27,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 SERVICE_ACCOUNT_SUFFIX = ".gserviceaccount.com"
 # An email as the evidence names it: printable ASCII without spaces, one @, a dotted domain.

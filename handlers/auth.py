@@ -28,7 +28,8 @@ import dataclasses
 import ipaddress
 import logging
 import re
-from typing import Mapping, Protocol
+from collections.abc import Mapping
+from typing import Protocol
 
 from handlers.access import (
     ROLE_NEEDS,

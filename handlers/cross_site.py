@@ -13,7 +13,8 @@ still send ``text/plain`` without a CORS preflight, so views marked
 from __future__ import annotations
 
 import urllib.parse
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from flask import Flask, current_app, request
 from werkzeug.exceptions import Forbidden, UnsupportedMediaType

@@ -22,7 +22,8 @@ import json
 import logging
 import re
 import uuid
-from typing import Any, Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 from flask import Flask, Response, current_app, g, make_response, request
 from werkzeug.exceptions import HTTPException
@@ -356,7 +357,7 @@ def idempotent(
                     wait=wait,
                     job_id=chosen_job,
                 )
-            except Exception:  # noqa: BLE001 - the ledger's (Datastore): the view's own are answered in _run_view
+            except Exception:  # the ledger's (Datastore): the view's own are answered in _run_view
                 return ledger_unavailable()
             note_outcome(outcome)
             response = guarded_response(outcome, live, given, skipped, replayed_status or {})
@@ -470,7 +471,7 @@ def _run_view(view: Callable[..., Any], args: tuple, kwargs: dict) -> Response:
         return make_response(view(*args, **kwargs))
     except HTTPException as exc:
         return make_response(current_app.handle_http_exception(exc))
-    except Exception as exc:  # noqa: BLE001 - answered 500 and not kept, so a retry runs again
+    except Exception as exc:  # answered 500 and not kept, so a retry runs again
         log.exception("guarded view failed: %r", exc)
         return problem(500, "InternalError", f"{type(exc).__name__}: the request failed; retry it")
 

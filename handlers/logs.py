@@ -21,8 +21,9 @@ import os
 import re
 import sys
 import time
+from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Mapping, TextIO
+from typing import Any, TextIO
 
 from flask import Flask, Response, g, request
 from opentelemetry import trace
@@ -110,7 +111,7 @@ def _exception_text(formatter: logging.Formatter, exc_info: ExcInfo) -> str:
     text = formatter.formatException(exc_info)
     try:
         message = str(exc_info[1])
-    except Exception:  # noqa: BLE001 - the traceback shows what it can
+    except Exception:  # the traceback shows what it can
         return text
     if message and text.endswith(message):
         text = text[: -len(message)] + escape_controls(message)
@@ -133,7 +134,7 @@ class JsonFormatter(logging.Formatter):
         entry: dict[str, Any] = {
             "severity": SEVERITIES.get(record.levelname, "DEFAULT"),
             "message": message,
-            "time": datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc).isoformat(),
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(),
             "logger": record.name,
         }
         for field in FIELDS:
@@ -165,7 +166,7 @@ def _one_json_line(entry: dict[str, Any]) -> str:
     """
     try:
         return json.dumps(entry, default=str, ensure_ascii=True)
-    except Exception:  # noqa: BLE001 - TypeError, ValueError, RecursionError, a raising __str__
+    except Exception:  # TypeError, ValueError, RecursionError, a raising __str__
         return json.dumps({name: _json_safe(value) for name, value in entry.items()}, ensure_ascii=True)
 
 
@@ -174,7 +175,7 @@ def _json_safe(value: Any) -> Any:
         return value
     try:
         return str(value)
-    except Exception:  # noqa: BLE001 - a raising __str__ must not lose the record
+    except Exception:  # a raising __str__ must not lose the record
         return f"<unprintable {type(value).__name__}>"
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from dedup.runner import Verdict
 from jobs.http_status import is_retryable_status

@@ -11,7 +11,8 @@ anything runs or is written.
 from __future__ import annotations
 
 import io
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from flask import Flask, request
 from werkzeug import exceptions as http_errors
@@ -52,7 +53,7 @@ class BodyLimitMiddleware:
             else:
                 try:
                     body = self._read_head(environ["wsgi.input"])
-                except Exception:  # noqa: BLE001 - a malformed chunk, a client gone: the caller's stream
+                except Exception:  # a malformed chunk, a client gone: the caller's stream
                     environ[UNREAD_BODY] = (400, "the request body could not be read (malformed chunked encoding)")
             environ["wsgi.input"] = io.BytesIO(body)
             environ["CONTENT_LENGTH"] = str(len(body))

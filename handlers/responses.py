@@ -19,7 +19,8 @@ Scheduled runs (``outcome_response``), and guarded views and manual runs
 from __future__ import annotations
 
 import logging
-from typing import Any, Collection, Mapping
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from flask import Response, jsonify
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from dedup.keys import format_utc
 from dedup.ledger import json_preview

@@ -20,7 +20,8 @@ import math
 import re
 import threading
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import google.auth.exceptions
 import google.auth.jwt

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import google.auth.exceptions
 from flask import Flask, Response, g, request

@@ -7,7 +7,8 @@ import dataclasses
 import datetime
 import json
 import urllib.parse
-from typing import Any, Callable, ClassVar, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 from dedup.clock import Clock, SystemClock
 from dedup.errors import PermanentJobError
@@ -46,7 +47,7 @@ class RunContext:
     _attempt: Attempt | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @classmethod
-    def for_attempt(cls, attempt: Attempt, job_id: str, **fields: Any) -> "RunContext":
+    def for_attempt(cls, attempt: Attempt, job_id: str, **fields: Any) -> RunContext:
         return cls(
             run_id=attempt.run_id,
             attempt_id=attempt.attempt_id,
@@ -128,7 +129,7 @@ class JobKind(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> "JobKind":
+    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> JobKind:
         """Validate ``options`` (only this kind's keys) and build the job."""
 
     @abc.abstractmethod

@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import yaml
 
@@ -186,4 +187,4 @@ class _StrictLoader(yaml.SafeLoader):
 
 def load_strict_yaml(stream: Any) -> Any:
     """YAML as safe_load reads it, except that a key given twice is an error (DuplicateKeyError)."""
-    return yaml.load(stream, Loader=_StrictLoader)  # noqa: S506 - a safe loader subclass
+    return yaml.load(stream, Loader=_StrictLoader)  # a safe loader subclass

@@ -19,5 +19,5 @@ class JobsConfigError(ValueError):
             where.append(f"field {self.field!r}")
         return ": ".join(where) + ": " + self.reason
 
-    def in_file(self, source: str) -> "JobsConfigError":
+    def in_file(self, source: str) -> JobsConfigError:
         return JobsConfigError(self.job_id, self.field, self.reason, source)

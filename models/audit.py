@@ -17,7 +17,7 @@ class AuditMark(ndb.Model):
     _use_cache = False
     _use_global_cache = False
 
-    checked_until = ndb.DateTimeProperty(required=True, indexed=False, tzinfo=datetime.timezone.utc)
+    checked_until = ndb.DateTimeProperty(required=True, indexed=False, tzinfo=datetime.UTC)
     # The pass that wrote the mark (a random id per pass): a pass whose commit answer was lost
     # knows the mark is its own by this, never by a checked_until another pass may share.
     pass_id = ndb.TextProperty()

@@ -18,7 +18,7 @@ class JobLock(ndb.Model):
 
     run_id = ndb.TextProperty(required=True)  # unindexed
     attempt_id = ndb.TextProperty(required=True)
-    lease_expires = ndb.DateTimeProperty(required=True, indexed=False, tzinfo=datetime.timezone.utc)
+    lease_expires = ndb.DateTimeProperty(required=True, indexed=False, tzinfo=datetime.UTC)
 
     @classmethod
     def _get_kind(cls) -> str:

@@ -12,7 +12,7 @@ import enum
 from google.cloud import ndb
 
 
-class RunStatus(str, enum.Enum):
+class RunStatus(enum.StrEnum):
     IN_PROGRESS = "in_progress"
     COMPLETED = "completed"
     FAILED = "failed"
@@ -23,7 +23,7 @@ class RunStatus(str, enum.Enum):
     SKIPPED = "skipped"
 
 
-class RunSource(str, enum.Enum):
+class RunSource(enum.StrEnum):
     """Who asked for a run."""
 
     SCHEDULER = "scheduler"  # a Cloud Scheduler delivery
@@ -50,7 +50,7 @@ class RunRecord(ndb.Model):
     source = ndb.StringProperty(required=True)
     job_id = ndb.StringProperty(required=True)  # for "guard" records: the guard's namespace
     scheduler_job_name = ndb.StringProperty()
-    schedule_time = ndb.DateTimeProperty(tzinfo=datetime.timezone.utc)
+    schedule_time = ndb.DateTimeProperty(tzinfo=datetime.UTC)
     project = ndb.StringProperty()
     location = ndb.StringProperty()
 
@@ -67,14 +67,14 @@ class RunRecord(ndb.Model):
     status = ndb.StringProperty(required=True, choices=[s.value for s in RunStatus])
     attempt_id = ndb.TextProperty(required=True)  # unindexed
     attempt = ndb.IntegerProperty(required=True, indexed=False)
-    lease_expires = ndb.DateTimeProperty(required=True, indexed=False, tzinfo=datetime.timezone.utc)
+    lease_expires = ndb.DateTimeProperty(required=True, indexed=False, tzinfo=datetime.UTC)
     # Indexed: the cleanup task finds expired records with a keys-only query
     # on it (the fallback where no TTL policy is set).
-    expire_at = ndb.DateTimeProperty(required=True, tzinfo=datetime.timezone.utc)
-    created = ndb.DateTimeProperty(required=True, tzinfo=datetime.timezone.utc)
-    updated = ndb.DateTimeProperty(required=True, indexed=False, tzinfo=datetime.timezone.utc)
-    started = ndb.DateTimeProperty(indexed=False, tzinfo=datetime.timezone.utc)
-    finished = ndb.DateTimeProperty(indexed=False, tzinfo=datetime.timezone.utc)
+    expire_at = ndb.DateTimeProperty(required=True, tzinfo=datetime.UTC)
+    created = ndb.DateTimeProperty(required=True, tzinfo=datetime.UTC)
+    updated = ndb.DateTimeProperty(required=True, indexed=False, tzinfo=datetime.UTC)
+    started = ndb.DateTimeProperty(indexed=False, tzinfo=datetime.UTC)
+    finished = ndb.DateTimeProperty(indexed=False, tzinfo=datetime.UTC)
 
     # The resource a job started downstream (a Workflows execution, a Cloud
     # Run or Cloud Build operation), recorded as soon as the API answers so a

@@ -19,7 +19,8 @@ import os
 import re
 import urllib.parse
 import zoneinfo
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import yaml
 from croniter import croniter
@@ -410,7 +411,7 @@ def first_schedule_time(schedule: str, time_zone: str) -> datetime.datetime | No
     """
     start = _PERIOD_START.replace(tzinfo=schedule_zone(time_zone))
     try:
-        return croniter(schedule, start).get_next(datetime.datetime).astimezone(datetime.timezone.utc)
+        return croniter(schedule, start).get_next(datetime.datetime).astimezone(datetime.UTC)
     except CroniterBadDateError:
         return None
 

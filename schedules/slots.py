@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from croniter import croniter
 
@@ -20,7 +21,7 @@ from schedules.config import DELIVERY_GRACE_SECONDS, SchedulerJob, retry_window_
 
 # The most slots one answer lists (a job every minute: 16 hours of them).
 MAX_SLOTS = 1000
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 
 
 class Status:

@@ -52,7 +52,7 @@ def test_backfill_runs_each_missed_slot_once_and_again_runs_nothing(emulator, da
     effects = tmp_path / "effects"
     effects.mkdir()
     (tmp_path / "scheduler.yaml").write_text(scheduler_yaml(effects))
-    now = datetime.datetime.now(datetime.timezone.utc).replace(second=0, microsecond=0)
+    now = datetime.datetime.now(datetime.UTC).replace(second=0, microsecond=0)
     since, until = now - datetime.timedelta(minutes=10), now - datetime.timedelta(minutes=5)
     with serving(emulator, tmp_path, JOBS, workers=1, threads=4, quiet=True) as server:
         # One slot Scheduler did deliver (late, but it ran).

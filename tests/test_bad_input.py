@@ -92,7 +92,7 @@ def test_every_timestamp_is_spelled_with_a_four_digit_year(year):
 
     from dedup.keys import format_utc
 
-    spelled = format_utc(datetime.datetime(year, 6, 1, 12, 0, tzinfo=datetime.timezone.utc))
+    spelled = format_utc(datetime.datetime(year, 6, 1, 12, 0, tzinfo=datetime.UTC))
     assert spelled == f"{year:04d}-06-01T12:00:00.000000Z"
     import ciso8601
 

@@ -12,7 +12,7 @@ from google.cloud import ndb
 from models import RunRecord, RunStatus
 from tests.support.deliveries import JOBS
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 
 
 def make_records(clock, count, *, expired, status=RunStatus.COMPLETED, live_lease=False, prefix="r"):

@@ -13,7 +13,8 @@ from __future__ import annotations
 import datetime
 import http.server
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import webtest
@@ -296,7 +297,7 @@ def test_a_leap_day_schedule_needs_a_retention_of_over_four_years(files, datasto
     jobs_path = files(APP_JOBS, scheduler_document("schedule", "0 0 29 2 *"))
     client = webtest.TestApp(create_app(jobs_file=jobs_path, clock=clock, ndb_client=ndb_client))
     job, schedule_time = real_slot(jobs_path, clock.now())
-    assert schedule_time == datetime.datetime(2028, 2, 29, tzinfo=datetime.timezone.utc)
+    assert schedule_time == datetime.datetime(2028, 2, 29, tzinfo=datetime.UTC)
     assert delivery(client, job, schedule_time).status_int == 200
     assert_serves(client, "report")
 

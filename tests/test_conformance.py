@@ -18,7 +18,7 @@ import shlex
 import socket
 import threading
 import time
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import pytest
 from click.testing import CliRunner
@@ -225,7 +225,7 @@ class Orders:
             response.mimetype = "application/problem+json"
         if "no-expiry-header" not in self.flaws:
             hours = -1 if "expiry-past" in self.flaws else 24
-            expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=hours)
+            expires = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=hours)
             response.headers["Idempotency-Expires"] = expires.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         if replayed and "unmarked-replays" not in self.flaws:
             response.headers["Idempotent-Replayed"] = "true"
@@ -396,7 +396,7 @@ def test_the_command_fails_a_flawed_service_and_refuses_bad_arguments():
 
 
 def test_times_are_read_as_rfc_3339_or_http_dates():
-    utc = datetime.timezone.utc
+    utc = datetime.UTC
     assert parse_time("2026-11-29T20:44:42.226636Z") == datetime.datetime(2026, 11, 29, 20, 44, 42, 226636, utc)
     assert parse_time("Sun, 29 Nov 2026 20:44:42 GMT") == datetime.datetime(2026, 11, 29, 20, 44, 42, tzinfo=utc)
     assert parse_time("2026-11-29T20:44:42") is None  # no offset: not a time a client can compare

@@ -14,7 +14,7 @@ import random
 import subprocess
 import sys
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 import click
 import pytest

@@ -11,8 +11,8 @@ import subprocess
 import sys
 import venv
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from packaging.requirements import Requirement

@@ -52,7 +52,7 @@ jobs:
     attempt_deadline: 60s
     pass_scope: false
 """
-T0 = datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc)
+T0 = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ def record(run_id: str, status: str, expires: datetime.datetime, result=None) ->
     )  # fmt: skip
 
 
-T = datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc)
+T = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
 
 
 def test_a_completed_record_is_held_until_it_expires(ndb_context):

@@ -98,8 +98,8 @@ def test_a_guarded_key_is_remembered_24_hours_after_the_call_finishes(guarded, d
     )
     expire_at, finished = stored_expiry(datastore, "orders")
     # What the header says is what the record keeps: 24 h from the finish, not the ECS rule's 1 h.
-    assert expire_at.replace(tzinfo=datetime.timezone.utc) == expires
-    assert expires - finished.replace(tzinfo=datetime.timezone.utc) >= datetime.timedelta(hours=24)
+    assert expire_at.replace(tzinfo=datetime.UTC) == expires
+    assert expires - finished.replace(tzinfo=datetime.UTC) >= datetime.timedelta(hours=24)
 
 
 def test_kept_validation_and_server_errors_are_replayed_not_run_again(guarded):

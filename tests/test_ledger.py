@@ -199,10 +199,10 @@ def test_contended_transactions_are_tried_again(ndb_context):
             status="completed",
             attempt_id="a",
             attempt=1,
-            lease_expires=datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc),
-            expire_at=datetime.datetime(2030, 1, 2, tzinfo=datetime.timezone.utc),
-            created=datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc),
-            updated=datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc),
+            lease_expires=datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC),
+            expire_at=datetime.datetime(2030, 1, 2, tzinfo=datetime.UTC),
+            created=datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC),
+            updated=datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC),
         ).put()
         return "written"
 

@@ -14,8 +14,9 @@ import json
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import requests
@@ -118,7 +119,7 @@ def api(spec, server, datastore) -> Checked:
 
 
 def minute(minutes_ago: int) -> str:
-    now = datetime.datetime.now(datetime.timezone.utc).replace(second=0, microsecond=0)
+    now = datetime.datetime.now(datetime.UTC).replace(second=0, microsecond=0)
     return format_utc(now - datetime.timedelta(minutes=minutes_ago))
 
 

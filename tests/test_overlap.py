@@ -129,8 +129,7 @@ STEPS = {"A": ("claim", "renew", "complete"), "B": ("claim", "renew", "complete"
 def orderings():
     """Every interleaving of the actors' steps, each actor's steps in its order."""
     names = [name for name, steps in STEPS.items() for _ in steps]
-    for order in set(itertools.permutations(names)):
-        yield order
+    yield from set(itertools.permutations(names))
 
 
 @pytest.mark.exhaustive

@@ -96,7 +96,7 @@ def test_an_in_progress_duplicate_costs_one_round_trip(delivering, slow_client, 
     deliver, _ = delivering
     client, _ = slow_client
     schedule_time = "2025-10-18T00:00:00Z"
-    held = ScheduledRunKey("", "", "nightly-invoice", datetime.datetime(2025, 10, 18, tzinfo=datetime.timezone.utc))
+    held = ScheduledRunKey("", "", "nightly-invoice", datetime.datetime(2025, 10, 18, tzinfo=datetime.UTC))
     with client.context():  # an attempt that holds a live lease
         Ledger(clock).claim_run(held.run_id, RunDescription("scheduler", "invoice"), RunPolicy(600, 7200))
     response, trips = deliver(schedule_time, status=409)

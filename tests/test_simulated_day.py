@@ -59,7 +59,7 @@ def test_a_simulated_day(datastore, ndb_client, tmp_path):
         os.unlink(jobs_file)
     plan = simulation.plan
     with ndb_client.context():
-        list_executions(plan, datetime.datetime.now(datetime.timezone.utc))
+        list_executions(plan, datetime.datetime.now(datetime.UTC))
     table, page = report(plan)
     (tmp_path / "simulation.html").write_text(page)
     assert len(plan) == 200
@@ -78,7 +78,7 @@ def test_a_simulated_day(datastore, ndb_client, tmp_path):
     assert disagree == [], [(e.job.name, e.schedule_time, e.listed, e.effects, e.attempts) for e in disagree]
     assert "missed" in table.splitlines()[-1]
     with ndb_client.context():
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         stuck = [
             r
             for r in RunRecord.query(RunRecord.status == RunStatus.IN_PROGRESS.value).fetch()

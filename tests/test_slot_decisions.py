@@ -52,7 +52,7 @@ jobs:
     schedule: "0 * * * *"
     attempt_deadline: 60s
 """
-T0 = datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc)
+T0 = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
 CRON = {"X-Appengine-Cron": "true"}
 FORM = "application/x-www-form-urlencoded"
 

@@ -74,7 +74,7 @@ def dedupctl(*args) -> subprocess.CompletedProcess:
 
 
 def minute(minutes_ago: int) -> datetime.datetime:
-    now = datetime.datetime.now(datetime.timezone.utc).replace(second=0, microsecond=0)
+    now = datetime.datetime.now(datetime.UTC).replace(second=0, microsecond=0)
     return now - datetime.timedelta(minutes=minutes_ago)
 
 

@@ -10,7 +10,8 @@ another.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from dedup.errors import PermanentJobError
 from dedup.keys import format_utc
@@ -59,7 +60,7 @@ class CloudBuildTriggerJob(JobKind):
         self._trigger_uuid: str | None = None
 
     @classmethod
-    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> "CloudBuildTriggerJob":
+    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> CloudBuildTriggerJob:
         trigger, parts = resource_name(job_id, "trigger", options["trigger"], "triggers")
         substitutions = checked_mapping(job_id, "substitutions", options.get("substitutions", {}), substitution_problem)
         revision = {}

@@ -12,7 +12,8 @@ person) rather than retried into a possible second execution.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from dedup.errors import PermanentJobError
 from dedup.keys import format_utc
@@ -40,7 +41,7 @@ class CloudRunJob(JobKind):
         self.api = api
 
     @classmethod
-    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> "CloudRunJob":
+    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> CloudRunJob:
         job, _ = resource_name(job_id, "job", options["job"], "jobs")
         args = options.get("args")
         if args is not None and not (isinstance(args, list) and all(isinstance(a, str) for a in args)):

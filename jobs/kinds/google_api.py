@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import google.auth
 import google.auth.exceptions
@@ -75,7 +76,7 @@ class GoogleApi:
         lease_seconds: float,
         default_base: str,
         calls_per_attempt: int = 1,
-    ) -> "GoogleApi":
+    ) -> GoogleApi:
         """``calls_per_attempt`` calls in a row must all fit in the lease."""
         base = http_url(job_id, "api_base", options.get("api_base", default_base), query=False)
         timeout = positive_number(

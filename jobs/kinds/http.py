@@ -11,7 +11,8 @@ import base64
 import json
 import time
 import urllib.parse
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import requests
 import urllib3
@@ -54,7 +55,7 @@ class HttpJob(JobKind):
         self.headers = headers
 
     @classmethod
-    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> "HttpJob":
+    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> HttpJob:
         url = http_url(job_id, "url", options["url"])
         method = options.get("method", "POST")
         if not isinstance(method, str) or method.upper() not in METHODS:

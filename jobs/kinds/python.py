@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import importlib
 import re
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from jobs.base import JobKind, RunContext
 from jobs.errors import JobsConfigError
@@ -21,14 +22,14 @@ class PythonJob(JobKind):
         self.function = function
 
     @classmethod
-    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> "PythonJob":
+    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> PythonJob:
         target = options["target"]
         match = _TARGET.fullmatch(target) if isinstance(target, str) else None
         if match is None:
             raise JobsConfigError(job_id, "target", f"must look like package.module:function, got {target!r}")
         try:
             found: Any = importlib.import_module(match["module"])
-        except Exception as exc:  # noqa: BLE001 - any import failure is a config error
+        except Exception as exc:  # any import failure is a config error
             raise JobsConfigError(
                 job_id, "target", f"cannot import module {match['module']!r}: {type(exc).__name__}: {exc}"
             ) from None

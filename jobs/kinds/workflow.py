@@ -9,7 +9,8 @@ started but could not record (a lost lease, a lost response) and adopts it.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from dedup.keys import format_utc
 from jobs.base import JobKind, RunContext
@@ -41,7 +42,7 @@ class WorkflowJob(JobKind):
         self.api = api
 
     @classmethod
-    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> "WorkflowJob":
+    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> WorkflowJob:
         workflow, _ = resource_name(job_id, "workflow", options["workflow"], "workflows")
         argument = options.get("argument", {})
         if not isinstance(argument, dict):

@@ -82,7 +82,7 @@ class Downstream:
             target=self.server.serve_forever, kwargs={"poll_interval": POLL_SECONDS}, daemon=True
         )
 
-    def __enter__(self) -> "Downstream":
+    def __enter__(self) -> Downstream:
         self._thread.start()
         return self
 

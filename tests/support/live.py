@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from devtools.gunicorn import GunicornServer
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from http import HTTPStatus
-from typing import Any, Mapping
+from typing import Any
 
 from handlers.problems import MEDIA_TYPE, TYPES_BY_ERROR
 
