@@ -10,14 +10,14 @@ from flask import Flask, jsonify, request
 
 from dedup.clock import SystemClock
 from dedup.ledger import Ledger
-from handlers import NdbContextMiddleware, problems
+from handlers import NdbContextMiddleware, problem_pages
 from handlers.idempotent import Fingerprint, idempotent, install_guard
 from handlers.request_limits import limit_requests
 
 app = Flask(__name__)
 install_guard(app, Ledger(SystemClock()))  # the ledger the guard's records go to
 limit_requests(app)  # bodies over 1 MiB (chunked too) are 413; HEAD is 405
-app.register_blueprint(problems.blueprint)  # /problems/<slug>: what the guard's problems' types point to
+app.register_blueprint(problem_pages.blueprint)  # /problems/<slug>: what the guard's problems' types point to
 app.wsgi_app = NdbContextMiddleware(app.wsgi_app)  # an NDB context per request
 PAYMENTS: list[dict] = []  # stands in for the side effect that must happen once
 

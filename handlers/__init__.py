@@ -2,35 +2,23 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import threading
 from collections.abc import Mapping
 
-from flask import Flask, Response, current_app, g, request
+from flask import Flask, Response, g, request
 from google.cloud import ndb
 
 from dedup.clock import Clock, SystemClock
 from dedup.finished_cache import FinishedRuns
 from dedup.ledger import Ledger
-from handlers.access import Principal, Role, role_of
+from handlers.access import role_of
 from handlers.auth import Admission, AuthSettings, CallerGate
-from handlers.idempotent import GuardRegistry, install_guard
-from jobs.config import JobSpec, jobs_file_path, load_jobs
-from schedules.config import SchedulerJob, load_app_schedules, scheduler_file_path
-
-
-@dataclasses.dataclass(frozen=True)
-class AppState:
-    jobs: Mapping[str, JobSpec]
-    clock: Clock
-    guard: GuardRegistry  # the one ledger: scheduled runs, manual runs and guarded views share it
-    schedules: tuple[SchedulerJob, ...] = ()  # scheduler.yaml's jobs, validated against ``jobs``
-
-    @property
-    def ledger(self) -> Ledger:
-        return self.guard.ledger
+from handlers.idempotent import install_guard
+from handlers.state import AppState, current_principal
+from jobs.config import jobs_file_path, load_jobs
+from schedules.config import load_app_schedules, scheduler_file_path
 
 
 def create_app(
@@ -55,6 +43,7 @@ def create_app(
         errors,
         executions,
         logs,
+        problem_pages,
         problems,
         runs_api,
         scheduler,
@@ -113,7 +102,7 @@ def create_app(
     app.register_blueprint(admin.blueprint)
     app.register_blueprint(admin.home)
     app.register_blueprint(dashboard_actions.blueprint)
-    app.register_blueprint(problems.blueprint)
+    app.register_blueprint(problem_pages.blueprint)
     app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)
     return app
 
@@ -154,20 +143,6 @@ def finished_cache_entries_from_environ(environ: Mapping[str, str]) -> int:
     return whole_number_setting(
         environ, "DEDUP_FINISHED_CACHE_ENTRIES", MAX_ENTRIES, MAX_FINISHED_CACHE_ENTRIES, "no cache"
     )
-
-
-def app_state() -> AppState:
-    return current_app.extensions["dedup"]
-
-
-def current_principal() -> Principal:
-    """Who the gate admitted this request as (every view runs after it)."""
-    return g.principal
-
-
-def may(role: Role) -> bool:
-    """Whether this request's principal has ``role`` (what a page offers, e.g. buttons for operators)."""
-    return role in g.get("roles", frozenset())
 
 
 class NdbContextMiddleware:

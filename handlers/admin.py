@@ -18,10 +18,10 @@ from markupsafe import Markup, escape
 
 from dedup.keys import format_utc, is_run_id, parse_rfc3339
 from dedup.queries import RunFilter
-from handlers import app_state, may
 from handlers.access import Role, requires
-from handlers.dashboard_actions import new_form_token
+from handlers.client_tokens import new_form_token
 from handlers.run_documents import duration_seconds, is_stuck, may_retry, run_document
+from handlers.state import app_state, may
 from models import RunRecord, RunSource, RunStatus
 from schedules.slots import execution_document, latest_slots
 

@@ -13,7 +13,6 @@ anyone else who posts gets the gate's 403.  Cross-site posts never get here
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 from flask import Blueprint, redirect, render_template, request, url_for
@@ -23,14 +22,23 @@ from werkzeug.wrappers import Response
 from dedup.errors import InvalidRunRequest
 from dedup.keys import check_schedule_time, is_run_id, parse_rfc3339
 from dedup.outcomes import Contended, Mismatch, OtherJob, Overlap, Released, RunOutcome
-from handlers import app_state
 from handlers.access import Role, requires
-from handlers.executions import InvalidSlotRun, SlotRunRefused, SlotRunRequest, find_slot, run_slot_now, schedules_of
+from handlers.client_tokens import client_token_problem, retry_token
 from handlers.idempotent import Fingerprint, GuardRejected
 from handlers.logs import note_run
 from handlers.run_documents import may_retry
-from handlers.runs_api import MAX_TOKEN_LENGTH, ManualRunRequest, client_token_problem, run_manually
+from handlers.state import app_state, current_principal
 from handlers.strict_json import InvalidJson, strict_json
+from handlers.use_cases import (
+    InvalidSlotRun,
+    ManualRunRequest,
+    SlotRunRefused,
+    SlotRunRequest,
+    find_slot,
+    run_manually,
+    run_slot_now,
+    schedules_of,
+)
 from models import RunSource
 
 blueprint = Blueprint("dashboard_actions", __name__, url_prefix="/admin", template_folder="templates")
@@ -38,11 +46,6 @@ blueprint = Blueprint("dashboard_actions", __name__, url_prefix="/admin", templa
 FORM_TYPE = "application/x-www-form-urlencoded"
 RUN_NOW_FIELDS = frozenset({"clientToken", "parameters"})
 RETRY_FIELDS: frozenset[str] = frozenset()  # the token is the failed run's (retry_token)
-
-
-def new_form_token() -> str:
-    """The client token a rendered form carries: one run however often the form is sent."""
-    return str(uuid.uuid4())
 
 
 class FormProblem(Exception):
@@ -64,7 +67,7 @@ def run_now(job_id: str) -> Response | tuple[str, int]:
         ask = ManualRunRequest(form_token(fields), form_parameters(fields.get("parameters", "")))
     except FormProblem as problem:
         return problem_page(problem.status, problem.message)
-    return answer(run_manually(job_id, job, ask), job_id, ask)
+    return answer(run_manually(app_state(), current_principal(), job_id, job, ask), job_id, ask)
 
 
 @blueprint.post("/runs/<run_id>/retry", provide_automatic_options=False)
@@ -86,17 +89,7 @@ def retry_run(run_id: str) -> Response | tuple[str, int]:
     except FormProblem as problem:
         return problem_page(problem.status, problem.message)
     ask = ManualRunRequest(retry_token(run_id), dict(record.parameters or {}))
-    return answer(run_manually(record.job_id, job, ask), record.job_id, ask)
-
-
-def retry_token(run_id: str) -> str:
-    """The client token of the retry of ``run_id``: the run's own, so retrying it is one decision.
-
-    A failed manual run never changes, so however many pages, tabs or
-    resends ask to retry it, they ask for the same new run (within the
-    token's lifetime); a retry that fails too is retried from its own page.
-    """
-    return f"retry-{run_id}"[:MAX_TOKEN_LENGTH]
+    return answer(run_manually(app_state(), current_principal(), record.job_id, job, ask), record.job_id, ask)
 
 
 def form_fields(allowed: frozenset[str]) -> dict[str, str]:
@@ -192,7 +185,7 @@ def run_slot(job_id: str, schedule_time: str) -> Response | tuple[str, int]:
         fields = form_fields(SLOT_RUN_FIELDS)
         instant = check_schedule_time("schedule_time", parse_rfc3339(schedule_time, "schedule_time"))
         ask = SlotRunRequest.parse(fields.pop("attempt", None), fields.pop("force", None))
-        found = find_slot(job_id, schedules_of(job_id), instant, **fields)
+        found = find_slot(job_id, schedules_of(app_state(), job_id), instant, **fields)
     except FormProblem as problem:
         return problem_page(problem.status, problem.message)
     except InvalidRunRequest:
@@ -203,7 +196,7 @@ def run_slot(job_id: str, schedule_time: str) -> Response | tuple[str, int]:
         return problem_page(404, missing.description)
     if isinstance(found, str):
         return problem_page(400, found)
-    return slot_answer(run_slot_now(job_id, found, ask))
+    return slot_answer(run_slot_now(app_state(), current_principal(), job_id, found, ask))
 
 
 SLOT_RUN_FIELDS = frozenset({"scheduler_job", "project", "location", "attempt", "force"})

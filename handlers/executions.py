@@ -10,36 +10,26 @@ runs, a changed schedule) are listed apart.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
-from typing import Any
 
 from flask import Blueprint, jsonify, request
-from werkzeug.exceptions import NotFound
 
 from dedup.errors import InvalidRunRequest
-from dedup.keys import EARLIEST_SCHEDULE_TIME, check_schedule_time, format_utc, parse_rfc3339, scheduled_run_key
-from dedup.ledger import REOPENED
-from dedup.outcomes import RunOutcome
+from dedup.keys import EARLIEST_SCHEDULE_TIME, check_schedule_time, format_utc, parse_rfc3339
 from dedup.queries import RunFilter
-from handlers import app_state
 from handlers.access import Role, requires
-from handlers.logs import note_run
 from handlers.problems import problem
 from handlers.responses import outcome_response
 from handlers.run_documents import run_summaries
-from handlers.scheduler import run_scheduled
+from handlers.state import app_state, current_principal
+from handlers.use_cases import InvalidSlotRun, SlotRunRefused, SlotRunRequest, find_slot, run_slot_now, schedules_of
 from models import RunRecord, RunSource
 from schedules.config import SchedulerJob
 from schedules.slots import (
     MAX_SLOTS,
-    Slot,
-    Status,
     delivery_scope,
     execution_document,
-    execution_status,
     is_slot,
-    nearest_slots,
     slots_between,
 )
 
@@ -90,23 +80,11 @@ def unscheduled_runs(
     return found[:MAX_UNSCHEDULED]
 
 
-def schedules_of(job_id: str) -> list[SchedulerJob]:
-    """The Scheduler jobs that target ``job_id``; 404 when the job is unknown or no schedule is loaded."""
-    state = app_state()
-    if job_id not in state.jobs:
-        raise NotFound(f"no job {job_id!r} is declared in the jobs file")
-    if not state.schedules:
-        raise NotFound(
-            "no schedule is loaded: the app reads DEDUP_SCHEDULER_FILE, else the scheduler.yaml beside the jobs file"
-        )
-    return [job for job in state.schedules if job.target == job_id]
-
-
 @blueprint.get("/jobs/<job_id>/executions", provide_automatic_options=False)
 @requires(Role.VIEW)
 def list_executions(job_id: str):
     """The expected executions in [since, until), oldest first; ``next_since`` when the cap cut the range."""
-    scheduler_jobs = schedules_of(job_id)
+    scheduler_jobs = schedules_of(app_state(), job_id)
     state = app_state()
     now = state.clock.now()
     bounds = {}
@@ -156,7 +134,7 @@ def run_slot(job_id: str, schedule_time: str):
     409.  An ``unknown`` slot (past the ledger's horizon) runs only with
     ``force=true``.  The answer is a delivery's.
     """
-    scheduler_jobs = schedules_of(job_id)
+    scheduler_jobs = schedules_of(app_state(), job_id)
     try:
         instant = check_schedule_time("schedule_time", parse_rfc3339(schedule_time, "schedule_time"))
     except InvalidRunRequest as exc:
@@ -169,134 +147,7 @@ def run_slot(job_id: str, schedule_time: str):
         ask = SlotRunRequest.parse(request.args.get("attempt"), request.args.get("force"))
     except InvalidSlotRun as refused:
         return problem(400, "InvalidParameterException", refused.message)
-    outcome = run_slot_now(job_id, found, ask)
+    outcome = run_slot_now(app_state(), current_principal(), job_id, found, ask)
     if isinstance(outcome, SlotRunRefused):
         return problem(outcome.http_status, outcome.error, outcome.message, **outcome.details)
     return outcome_response(outcome)
-
-
-MAX_SEEN_ATTEMPT = 10**6  # far above any attempt number a run reaches
-
-
-class InvalidSlotRun(ValueError):
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-@dataclasses.dataclass(frozen=True)
-class SlotRunRequest:
-    """An operator's run of a slot: the attempt they saw (0 for none), and whether they force an unknown one.
-
-    The attempt is the reopen's precondition: a failed or skipped slot is run
-    again only while it is still that attempt, so the same request sent again
-    (a double click, a lost answer, a client's timeout) is answered from the
-    attempt it started instead of starting another.
-    """
-
-    seen_attempt: int | None
-    force: bool = False
-
-    @classmethod
-    def parse(cls, attempt: str | None, force: str | None) -> SlotRunRequest:
-        seen = None
-        if attempt is not None:
-            if not attempt.isascii() or not attempt.isdigit() or int(attempt) > MAX_SEEN_ATTEMPT:
-                raise InvalidSlotRun(
-                    f"attempt must be the slot's attempt number as listed (0 to {MAX_SEEN_ATTEMPT}; 0 for none)"
-                )
-            seen = int(attempt)
-        if force not in (None, "true", "false"):
-            raise InvalidSlotRun("force must be true or false")
-        return cls(seen, force == "true")
-
-
-@dataclasses.dataclass(frozen=True)
-class SlotRunRefused:
-    """Why an operator's run of a slot did not go ahead as asked (nothing ran)."""
-
-    http_status: int
-    error: str
-    message: str
-    details: dict[str, Any]
-
-
-def find_slot(
-    job_id: str,
-    scheduler_jobs: list[SchedulerJob],
-    instant: datetime.datetime,
-    scheduler_job: str | None = None,
-    project: str | None = None,
-    location: str | None = None,
-):
-    """The slot of ``job_id`` at ``instant``; NotFound naming the nearest slots, or a 400 message.
-
-    ``scheduler_job``, ``project`` and ``location`` pick among several Scheduler jobs
-    (one job id may be declared in several projects or locations).
-    """
-    picked = [
-        job
-        for job in scheduler_jobs
-        if scheduler_job in (None, job.name) and project in (None, job.project) and location in (None, job.location)
-    ]
-    if not picked:
-        wanted = ", ".join(
-            f"{k}={v!r}"
-            for k, v in (("scheduler_job", scheduler_job), ("project", project), ("location", location))
-            if v is not None
-        )
-        raise NotFound(f"no Scheduler job with {wanted} targets job {job_id!r}")
-    scheduler_jobs = picked
-    matching = [job for job in scheduler_jobs if is_slot(job, instant)]
-    if not matching:
-        nearest = "; ".join(
-            f"{job.name}: {format_utc(before)} or {format_utc(after)}"
-            for job in scheduler_jobs
-            for before, after in [nearest_slots(job, instant)]
-        )
-        raise NotFound(
-            f"{format_utc(instant)} is not a slot of {job_id!r}'s schedule; the nearest: {nearest or 'none'}"
-        )
-    if len(matching) > 1:
-        names = ", ".join(sorted(f"{job.name} in {job.project}/{job.location}" for job in matching))
-        return f"several Scheduler jobs have this slot ({names}): choose with scheduler_job, project and location"
-    return Slot(matching[0], instant)
-
-
-def run_slot_now(job_id: str, slot: Slot, ask: SlotRunRequest) -> RunOutcome | SlotRunRefused:
-    """Run ``slot`` under its Scheduler key as ``ask`` says: the API's and the dashboard's one path.
-
-    Without the attempt the operator saw, a failed or skipped slot is not
-    reopened (428, naming its attempt); a slot whose record the ledger may
-    have forgotten (``unknown``) runs only when forced, since it may have run.
-    """
-    state = app_state()
-    project, location = delivery_scope(slot.job)
-    key = scheduled_run_key(
-        slot.job.name, format_utc(slot.schedule_time), query_project=project, query_location=location
-    )
-    note_run(job_id=job_id, source=RunSource.SCHEDULER.value, run_id=key.run_id)
-    record = state.ledger.lookup(key.run_id)
-    status = execution_status(slot, record, state.clock.now())
-    if status == Status.UNKNOWN and not ask.force:
-        return SlotRunRefused(
-            422,
-            "ExecutionUnknown",
-            f"no record of this slot is left: the ledger keeps a run {slot.job.retention_seconds:g}s past its "
-            f"schedule time, so it may have completed; running it may run the job twice. "
-            "Send force=true to run it anyway",
-            {
-                "execution_status": status,
-                "remembered_until": format_utc(slot.remembered_until) if slot.remembered_until else None,
-            },
-        )
-    if ask.seen_attempt is None and record is not None and record.status in REOPENED:
-        return SlotRunRefused(
-            428,
-            "PreconditionRequired",
-            f"this slot {record.status} at attempt {record.attempt}; to run it again send attempt={record.attempt}, "
-            "so that sending the same request again cannot run it a second time",
-            {"execution_status": status, "attempt": record.attempt},
-        )
-    body = (slot.job.body or "").encode("utf-8")  # what Scheduler sends for this job
-    return run_scheduled(job_id, state.jobs[job_id], key, body, reopen_attempt=ask.seen_attempt)

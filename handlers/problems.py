@@ -6,7 +6,7 @@ members clients read before problems existed: ``error`` (the code) and ``message
 (the detail), then whatever the occurrence adds (``run_id``, ``differing``, ...).
 
 ``type`` is a relative URI, ``/problems/<slug>``: the app serves each type's
-documentation there (``docs/problems.md`` holds the same text), and a relative
+documentation there (``handlers.problem_pages``; ``docs/problems.md`` holds the same text), and a relative
 reference stays the same string whatever host name the app is reached by.  An
 HTTP error the app has no type of its own for (404, 405, 413, ...) is
 ``about:blank``, titled with the status phrase, as RFC 9457 §4.2.1 says.
@@ -23,10 +23,7 @@ import re
 from http import HTTPStatus
 from typing import Any
 
-from flask import Blueprint, Response, has_request_context, render_template, request
-from werkzeug.exceptions import NotFound
-
-from handlers.access import Role, requires
+from flask import Response, has_request_context, request
 
 MEDIA_TYPE = "application/problem+json"
 TYPE_PREFIX = "/problems/"
@@ -160,7 +157,7 @@ PROBLEM_TYPES: tuple[ProblemType, ...] = (
         "Unauthenticated",
         False,
         "The request carried no credentials, or credentials that do not verify. Nothing was read or "
-        "written. See WWW-Authenticate and the operations guide, 'Who may call'.",
+        "written. See WWW-Authenticate and docs/access.md, 'Who may call'.",
     ),
     ProblemType(
         "Forbidden",
@@ -219,16 +216,3 @@ def _phrase(status: int) -> str:
         return HTTPStatus(status).phrase
     except ValueError:
         return "Error"
-
-
-blueprint = Blueprint("problems", __name__, template_folder="templates")
-
-
-@blueprint.get(TYPE_PREFIX + "<slug>", provide_automatic_options=False)
-@requires(Role.VIEW)
-def problem_type_page(slug: str) -> str:
-    """A problem type's documentation: what its ``type`` URI dereferences to."""
-    kind = TYPES_BY_SLUG.get(slug)
-    if kind is None:
-        raise NotFound(f"no problem type {slug!r}; the types are listed in docs/problems.md")
-    return render_template("problem_type.html", kind=kind)

@@ -9,33 +9,28 @@ runner) under a key made of the client token, and answered from its record.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import pathlib
-import uuid
-from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 from google.api_core import exceptions as google_exceptions
 from werkzeug.exceptions import NotFound
 
 from dedup.errors import InvalidRunRequest
-from dedup.idempotency import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS, IdempotencyGuard
 from dedup.keys import is_run_id, parse_rfc3339
-from dedup.ledger import RunPolicy
-from dedup.outcomes import Attempt, RunOutcome
 from dedup.queries import RunFilter
 from dedup.runner import Waiting
-from handlers import app_state, current_principal
 from handlers.access import Role, requires
+from handlers.client_tokens import read_manual_run_request
 from handlers.cross_site import json_body
-from handlers.idempotent import Fingerprint, GuardRejected, KeyFrom, guard_registry, preferred_wait
+from handlers.idempotent import GuardRejected, preferred_wait
 from handlers.logs import note_run
 from handlers.problems import problem
-from handlers.responses import manual_run_response, note_outcome
+from handlers.responses import manual_run_response
 from handlers.run_documents import run_document, run_summaries
-from handlers.strict_json import InvalidJson, json_payload
-from jobs.base import RunContext
+from handlers.state import app_state, current_principal
+from handlers.strict_json import InvalidJson
+from handlers.use_cases import run_manually
 from jobs.config import JobSpec
 from models import RunSource, RunStatus
 
@@ -46,37 +41,7 @@ blueprint = Blueprint("runs_api", __name__, url_prefix="/api/v1")
 # This API's OpenAPI 3.1 description, read once: a missing file stops the app at start-up.
 OPENAPI_DESCRIPTION = pathlib.Path(__file__).with_name("openapi.yaml").read_bytes()
 
-MAX_TOKEN_LENGTH = 64
-BODY_KEYS = frozenset({"clientToken", "parameters"})
 INVALID = "InvalidParameterException"
-
-
-def client_token_problem(token: str) -> str | None:
-    """ECS's rule: case-sensitive, 1 to 64 characters, each ASCII 33 to 126."""
-    if not 1 <= len(token) <= MAX_TOKEN_LENGTH:
-        return f"clientToken must be 1 to {MAX_TOKEN_LENGTH} characters long; it has {len(token)}"
-    for position, char in enumerate(token):
-        if not 33 <= ord(char) <= 126:
-            return (
-                "clientToken may contain only ASCII characters 33 to 126 (no spaces, control "
-                f"or non-ASCII characters); character {position + 1} is {char!r}"
-            )
-    return None
-
-
-def manual_run_parameters() -> dict[str, Any]:
-    payload = json_payload()
-    if payload is None:
-        return {}
-    if not isinstance(payload, dict):
-        raise GuardRejected('the request body must be a JSON object: {"clientToken", "parameters"}')
-    unknown = sorted(set(payload) - BODY_KEYS)
-    if unknown:
-        raise GuardRejected(f"unknown field(s) {', '.join(unknown)}; allowed: clientToken, parameters")
-    parameters = payload.get("parameters", {})
-    if not isinstance(parameters, dict):
-        raise GuardRejected("parameters must be a JSON object")
-    return parameters
 
 
 def known_job(job_id: str) -> JobSpec:
@@ -88,70 +53,6 @@ def known_job(job_id: str) -> JobSpec:
     return job
 
 
-def manual_run_policy(job: JobSpec) -> RunPolicy:
-    """The job's lease, heartbeat and run limit, with the client-token lifetime (ECS)."""
-    return dataclasses.replace(
-        job.policy,
-        retention_seconds=TOKEN_LIFETIME_SECONDS,
-        finished_retention_seconds=FINISHED_TOKEN_LIFETIME_SECONDS,
-    )
-
-
-# The token: the body's clientToken or the Idempotency-Key header (a fresh one when neither).
-# ECS's clientToken is a string: a number in its place is refused, as ECS refuses it.
-MANUAL_RUN_KEY = KeyFrom.field(
-    "clientToken",
-    header="Idempotency-Key",
-    required=False,
-    generate=True,
-    validate=client_token_problem,
-    integers=False,
-)
-MANUAL_RUN_NAMESPACE = "manual-run"
-
-
-@dataclasses.dataclass(frozen=True)
-class ManualRunRequest:
-    """A manual run as asked: its client token (given or generated) and its parameters."""
-
-    token: str
-    parameters: dict[str, Any]
-
-    @classmethod
-    def from_request(cls) -> ManualRunRequest:
-        """GuardRejected or InvalidJson (a 400) for a bad token, body or parameters."""
-        token = MANUAL_RUN_KEY.read() or str(uuid.uuid4())
-        return cls(token, Fingerprint.of(manual_run_parameters).parameters())
-
-    def context(self, attempt: Attempt, job_id: str) -> RunContext:
-        return RunContext.for_attempt(
-            attempt,
-            job_id,
-            source=RunSource.API.value,
-            parameters=self.parameters,
-            client_token=self.token,
-            clock=app_state().clock,
-        )
-
-
-def run_manually(job_id: str, job: JobSpec, ask: ManualRunRequest, wait: Waiting | None = None) -> RunOutcome:
-    """Run ``job`` once per client token, as the current principal: the API's and the dashboard's one path."""
-    registry = guard_registry()
-    guard = IdempotencyGuard(registry.ledger, MANUAL_RUN_NAMESPACE, manual_run_policy(job), RunSource.API.value)
-    outcome = guard.run(
-        ask.token,
-        lambda attempt: job.runner.run(ask.context(attempt, job_id)),
-        scope=job_id,
-        parameters=ask.parameters,
-        exclude=job.fingerprint_exclude,
-        wait=wait,
-        job_id=job_id,
-        requested_by=current_principal().name,
-    )
-    note_outcome(outcome)
-    return outcome
-
-
 @blueprint.post("/jobs/<job_id>/runs", provide_automatic_options=False)
 @json_body
 @requires(Role.OPERATE)
@@ -159,11 +60,12 @@ def start_manual_run(job_id: str):
     """A run now, once per client token: run like a scheduled run, answered from its record."""
     job = known_job(job_id)
     try:
-        ask = ManualRunRequest.from_request()
+        ask = read_manual_run_request()
     except (GuardRejected, InvalidJson) as exc:
         return problem(400, INVALID, exc.message)
-    wait = Waiting(preferred_wait(), guard_registry().wait_slots)
-    outcome = run_manually(job_id, job, ask, wait)
+    state = app_state()
+    wait = Waiting(preferred_wait(), state.guard.wait_slots)
+    outcome = run_manually(state, current_principal(), job_id, job, ask, wait)
     return manual_run_response(outcome, job_id, ask.token, ask.parameters, job.fingerprint_exclude, wait)
 
 

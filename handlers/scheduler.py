@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import datetime
-
 from flask import Blueprint, request
 from werkzeug.exceptions import NotFound
 
 from dedup.errors import InvalidRunRequest
-from dedup.keys import ScheduledRunKey, scheduled_run_key
-from dedup.ledger import RunDescription
-from dedup.outcomes import Attempt, RunOutcome
-from dedup.runner import run_once
-from handlers import app_state, current_principal
+from dedup.keys import scheduled_run_key
 from handlers.access import Role, requires
 from handlers.logs import note_run
 from handlers.problems import problem
 from handlers.responses import outcome_response
-from jobs.base import RunContext
-from jobs.config import JobSpec
+from handlers.state import app_state, current_principal
+from handlers.use_cases import late_delivery, run_scheduled
 from models import RunSource
 
 blueprint = Blueprint("scheduler", __name__)
@@ -45,58 +39,6 @@ def deliver(job_id: str):
         return problem(400, "InvalidRequest", exc.message, field=exc.field)
     note_run(job_id=job_id, source=RunSource.SCHEDULER.value, run_id=key.run_id)
     body = request.get_data(cache=False)
-    outcome = run_scheduled(job_id, job, key, body, skip_reason=late_delivery(job, key, state.clock.now()))
+    skip_reason = late_delivery(job, key, state.clock.now())
+    outcome = run_scheduled(state, current_principal(), job_id, job, key, body, skip_reason=skip_reason)
     return outcome_response(outcome)
-
-
-def run_scheduled(
-    job_id: str,
-    job: JobSpec,
-    key: ScheduledRunKey,
-    body: bytes,
-    *,
-    skip_reason: str | None = None,
-    reopen_attempt: int | None = None,
-) -> RunOutcome:
-    """Run a scheduled execution once under its key: a delivery's path, and an operator's run of a slot."""
-    state = app_state()
-    description = RunDescription(
-        source=RunSource.SCHEDULER.value,
-        job_id=job_id,
-        scheduler_job_name=key.job_name,
-        schedule_time=key.schedule_time,
-        project=key.project,
-        location=key.location,
-        requested_by=current_principal().name,
-    )
-
-    def work(attempt: Attempt):
-        return job.runner.run(
-            RunContext.for_attempt(
-                attempt,
-                job_id,
-                scheduler_job_name=key.job_name,
-                schedule_time=key.schedule_time,
-                body=body,
-                project=key.project,
-                location=key.location,
-                clock=state.clock,
-            )
-        )
-
-    return run_once(
-        state.ledger, key.run_id, description, job.policy, work, skip_reason=skip_reason, reopen_attempt=reopen_attempt
-    )
-
-
-def late_delivery(job: JobSpec, key: ScheduledRunKey, now: datetime.datetime) -> str | None:
-    """Why this delivery is too late to run (its job's max_delay_seconds), or None."""
-    if job.max_delay_seconds is None:
-        return None
-    delay = (now - key.schedule_time).total_seconds()
-    if delay <= job.max_delay_seconds:
-        return None
-    return (
-        f"delivered {delay:.0f}s after its schedule time, later than the job's max_delay_seconds "
-        f"({job.max_delay_seconds:g}s): not run; an operator can run the slot by hand"
-    )

@@ -6,9 +6,9 @@ import time
 
 from flask import Blueprint, jsonify
 
-from handlers import app_state
 from handlers.access import Role, requires
 from handlers.cross_site import changes_state
+from handlers.state import app_state
 from schedules.audit import audit
 
 blueprint = Blueprint("tasks", __name__, url_prefix="/tasks")

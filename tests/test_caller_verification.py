@@ -278,5 +278,5 @@ def test_every_route_declares_the_role_it_needs(appengine_app):
         "executions.list_executions": "view",
         "executions.run_slot": "operate",
         "dashboard_actions.run_slot": "operate",
-        "problems.problem_type_page": "view",
+        "problem_pages.problem_type_page": "view",
     }

@@ -50,3 +50,112 @@ def test_a_layer_imports_nothing_above_it(package):
                 if bad:
                     found[os.path.relpath(path, ROOT)] = sorted(bad)
     assert found == {}
+
+
+# Inside a package: no import cycle, and handlers/' blueprints import helpers and use cases only.
+PACKAGES = ("dedup", "handlers", "jobs", "models", "schedules", "deploy", "dedupctl", "devtools")
+
+
+def module_of(path: str) -> str:
+    relative = os.path.relpath(path, ROOT)[: -len(".py")].replace(os.sep, ".")
+    return relative[: -len(".__init__")] if relative.endswith(".__init__") else relative
+
+
+def project_modules(package: str) -> dict[str, str]:
+    """module name -> path, for every module of ``package``."""
+    found = {}
+    for folder, _, files in os.walk(os.path.join(ROOT, package)):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                found[module_of(path)] = path
+    return found
+
+
+def imported_modules(path: str, known: set[str]) -> set[str]:
+    """The modules of ``known`` that ``path`` imports anywhere in it (a function's import counts)."""
+    with open(path, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read(), path)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}  # from handlers import admin
+    return found & known
+
+
+def import_graph(package: str) -> dict[str, set[str]]:
+    modules = project_modules(package)
+    return {module: imported_modules(path, set(modules)) - {module} for module, path in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other in a circle (Tarjan's strongly connected
+    components of more than one module), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in sorted(graph[module]):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(found)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_modules_of_a_package_import_each_other_in_a_circle(package):
+    assert cycles(import_graph(package)) == []
+
+
+def test_a_cycle_is_found_where_there_is_one():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": {"d"}, "f": set()}
+    assert cycles(graph) == [["a", "b", "c"], ["d", "e"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def blueprint_modules() -> set[str]:
+    """The handlers modules that define a Blueprint: the views."""
+    found = set()
+    for module, path in project_modules("handlers").items():
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), path)
+        if any(isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Blueprint" for node in ast.walk(tree)):
+            found.add(module)
+    return found
+
+
+def test_views_import_helpers_and_use_cases_never_the_app_factory_or_each_other():
+    views = blueprint_modules()
+    assert {"handlers.scheduler", "handlers.runs_api", "handlers.admin", "handlers.problem_pages"} <= views
+    graph = import_graph("handlers")
+    wrong = {
+        module: sorted(imported & (views | {"handlers"}))
+        for module, imported in graph.items()
+        if module != "handlers" and imported & (views | {"handlers"})
+    }
+    assert wrong == {}  # only create_app (handlers/__init__.py) imports the views

@@ -24,7 +24,8 @@ import pytest
 import webtest
 
 from dedup.keys import format_utc
-from handlers import app_state, create_app
+from handlers import create_app
+from handlers.state import app_state
 from tests import job_targets
 from tests.support.deliveries import scheduler_headers
 

@@ -1,0 +1,48 @@
+"""What every request reads: the app's state (jobs, clock, ledger, schedules) and who is asking.
+
+Its own module, so that blueprints and use cases read them without importing the app
+factory (``handlers/__init__.py``), which imports the blueprints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import cast
+
+from flask import current_app, g
+
+from dedup.clock import Clock
+from dedup.ledger import Ledger
+from handlers.access import Principal, Role
+from handlers.idempotent import GuardRegistry
+from jobs.config import JobSpec
+from schedules.config import SchedulerJob
+
+
+@dataclasses.dataclass(frozen=True)
+class AppState:
+    """Built once by ``create_app``; the same for every request."""
+
+    jobs: Mapping[str, JobSpec]
+    clock: Clock
+    guard: GuardRegistry  # its ledger is the one ledger: scheduled runs, manual runs and guarded views share it
+    schedules: tuple[SchedulerJob, ...] = ()  # scheduler.yaml's jobs, validated against ``jobs``
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.guard.ledger
+
+
+def app_state() -> AppState:
+    return cast(AppState, current_app.extensions["dedup"])
+
+
+def current_principal() -> Principal:
+    """Who the gate admitted this request as (every view runs after it)."""
+    return cast(Principal, g.principal)
+
+
+def may(role: Role) -> bool:
+    """Whether this request's principal has ``role`` (what a page offers, e.g. buttons for operators)."""
+    return role in g.get("roles", frozenset())

@@ -1,0 +1,280 @@
+"""The use cases: what a request asks the app to do, apart from how the request said it.
+
+Run a scheduled delivery (``run_scheduled``), run a job by hand under a client token
+(``run_manually``), and run a slot of a schedule now (``run_slot_now``).  Each takes the
+app's state and the principal it acts for as parameters, so the views that call them
+(the Scheduler endpoint, the run API, the executions API and the dashboard's forms) stay
+thin and never import one another.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any
+
+from werkzeug.exceptions import NotFound
+
+from dedup.clock import Clock
+from dedup.idempotency import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS, IdempotencyGuard
+from dedup.keys import ScheduledRunKey, format_utc, scheduled_run_key
+from dedup.ledger import REOPENED, RunDescription, RunPolicy
+from dedup.outcomes import Attempt, RunOutcome
+from dedup.runner import Waiting, run_once
+from handlers.access import Principal
+from handlers.logs import note_run
+from handlers.responses import note_outcome
+from handlers.state import AppState
+from jobs.base import RunContext
+from jobs.config import JobSpec
+from models import RunSource
+from schedules.config import SchedulerJob
+from schedules.slots import Slot, Status, delivery_scope, execution_status, is_slot, nearest_slots
+
+
+def run_scheduled(
+    state: AppState,
+    principal: Principal,
+    job_id: str,
+    job: JobSpec,
+    key: ScheduledRunKey,
+    body: bytes,
+    *,
+    skip_reason: str | None = None,
+    reopen_attempt: int | None = None,
+) -> RunOutcome:
+    """Run a scheduled execution once under its key, for ``principal``: a delivery's path, and an
+    operator's run of a slot."""
+    description = RunDescription(
+        source=RunSource.SCHEDULER.value,
+        job_id=job_id,
+        scheduler_job_name=key.job_name,
+        schedule_time=key.schedule_time,
+        project=key.project,
+        location=key.location,
+        requested_by=principal.name,
+    )
+
+    def work(attempt: Attempt):
+        return job.runner.run(
+            RunContext.for_attempt(
+                attempt,
+                job_id,
+                scheduler_job_name=key.job_name,
+                schedule_time=key.schedule_time,
+                body=body,
+                project=key.project,
+                location=key.location,
+                clock=state.clock,
+            )
+        )
+
+    return run_once(
+        state.ledger, key.run_id, description, job.policy, work, skip_reason=skip_reason, reopen_attempt=reopen_attempt
+    )
+
+
+def late_delivery(job: JobSpec, key: ScheduledRunKey, now: datetime.datetime) -> str | None:
+    """Why this delivery is too late to run (its job's max_delay_seconds), or None."""
+    if job.max_delay_seconds is None:
+        return None
+    delay = (now - key.schedule_time).total_seconds()
+    if delay <= job.max_delay_seconds:
+        return None
+    return (
+        f"delivered {delay:.0f}s after its schedule time, later than the job's max_delay_seconds "
+        f"({job.max_delay_seconds:g}s): not run; an operator can run the slot by hand"
+    )
+
+
+MANUAL_RUN_NAMESPACE = "manual-run"
+
+
+def manual_run_policy(job: JobSpec) -> RunPolicy:
+    """The job's lease, heartbeat and run limit, with the client-token lifetime (ECS)."""
+    return dataclasses.replace(
+        job.policy,
+        retention_seconds=TOKEN_LIFETIME_SECONDS,
+        finished_retention_seconds=FINISHED_TOKEN_LIFETIME_SECONDS,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ManualRunRequest:
+    """A manual run as asked: its client token (given or generated) and its parameters."""
+
+    token: str
+    parameters: dict[str, Any]
+
+    def context(self, attempt: Attempt, job_id: str, clock: Clock) -> RunContext:
+        return RunContext.for_attempt(
+            attempt,
+            job_id,
+            source=RunSource.API.value,
+            parameters=self.parameters,
+            client_token=self.token,
+            clock=clock,
+        )
+
+
+def run_manually(
+    state: AppState,
+    principal: Principal,
+    job_id: str,
+    job: JobSpec,
+    ask: ManualRunRequest,
+    wait: Waiting | None = None,
+) -> RunOutcome:
+    """Run ``job`` once per client token, for ``principal``: the API's and the dashboard's one path."""
+    guard = IdempotencyGuard(state.ledger, MANUAL_RUN_NAMESPACE, manual_run_policy(job), RunSource.API.value)
+    outcome = guard.run(
+        ask.token,
+        lambda attempt: job.runner.run(ask.context(attempt, job_id, state.clock)),
+        scope=job_id,
+        parameters=ask.parameters,
+        exclude=job.fingerprint_exclude,
+        wait=wait,
+        job_id=job_id,
+        requested_by=principal.name,
+    )
+    note_outcome(outcome)
+    return outcome
+
+
+MAX_SEEN_ATTEMPT = 10**6  # far above any attempt number a run reaches
+
+
+class InvalidSlotRun(ValueError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotRunRequest:
+    """An operator's run of a slot: the attempt they saw (0 for none), and whether they force an unknown one.
+
+    The attempt is the reopen's precondition: a failed or skipped slot is run
+    again only while it is still that attempt, so the same request sent again
+    (a double click, a lost answer, a client's timeout) is answered from the
+    attempt it started instead of starting another.
+    """
+
+    seen_attempt: int | None
+    force: bool = False
+
+    @classmethod
+    def parse(cls, attempt: str | None, force: str | None) -> SlotRunRequest:
+        seen = None
+        if attempt is not None:
+            if not attempt.isascii() or not attempt.isdigit() or int(attempt) > MAX_SEEN_ATTEMPT:
+                raise InvalidSlotRun(
+                    f"attempt must be the slot's attempt number as listed (0 to {MAX_SEEN_ATTEMPT}; 0 for none)"
+                )
+            seen = int(attempt)
+        if force not in (None, "true", "false"):
+            raise InvalidSlotRun("force must be true or false")
+        return cls(seen, force == "true")
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotRunRefused:
+    """Why an operator's run of a slot did not go ahead as asked (nothing ran)."""
+
+    http_status: int
+    error: str
+    message: str
+    details: dict[str, Any]
+
+
+def schedules_of(state: AppState, job_id: str) -> list[SchedulerJob]:
+    """The Scheduler jobs that target ``job_id``; 404 when the job is unknown or no schedule is loaded."""
+    if job_id not in state.jobs:
+        raise NotFound(f"no job {job_id!r} is declared in the jobs file")
+    if not state.schedules:
+        raise NotFound(
+            "no schedule is loaded: the app reads DEDUP_SCHEDULER_FILE, else the scheduler.yaml beside the jobs file"
+        )
+    return [job for job in state.schedules if job.target == job_id]
+
+
+def find_slot(
+    job_id: str,
+    scheduler_jobs: list[SchedulerJob],
+    instant: datetime.datetime,
+    scheduler_job: str | None = None,
+    project: str | None = None,
+    location: str | None = None,
+) -> Slot | str:
+    """The slot of ``job_id`` at ``instant``; NotFound naming the nearest slots, or a 400 message.
+
+    ``scheduler_job``, ``project`` and ``location`` pick among several Scheduler jobs
+    (one job id may be declared in several projects or locations).
+    """
+    picked = [
+        job
+        for job in scheduler_jobs
+        if scheduler_job in (None, job.name) and project in (None, job.project) and location in (None, job.location)
+    ]
+    if not picked:
+        wanted = ", ".join(
+            f"{k}={v!r}"
+            for k, v in (("scheduler_job", scheduler_job), ("project", project), ("location", location))
+            if v is not None
+        )
+        raise NotFound(f"no Scheduler job with {wanted} targets job {job_id!r}")
+    scheduler_jobs = picked
+    matching = [job for job in scheduler_jobs if is_slot(job, instant)]
+    if not matching:
+        nearest = "; ".join(
+            f"{job.name}: {format_utc(before)} or {format_utc(after)}"
+            for job in scheduler_jobs
+            for before, after in [nearest_slots(job, instant)]
+        )
+        raise NotFound(
+            f"{format_utc(instant)} is not a slot of {job_id!r}'s schedule; the nearest: {nearest or 'none'}"
+        )
+    if len(matching) > 1:
+        names = ", ".join(sorted(f"{job.name} in {job.project}/{job.location}" for job in matching))
+        return f"several Scheduler jobs have this slot ({names}): choose with scheduler_job, project and location"
+    return Slot(matching[0], instant)
+
+
+def run_slot_now(
+    state: AppState, principal: Principal, job_id: str, slot: Slot, ask: SlotRunRequest
+) -> RunOutcome | SlotRunRefused:
+    """Run ``slot`` under its Scheduler key as ``ask`` says: the API's and the dashboard's one path.
+
+    Without the attempt the operator saw, a failed or skipped slot is not
+    reopened (428, naming its attempt); a slot whose record the ledger may
+    have forgotten (``unknown``) runs only when forced, since it may have run.
+    """
+    project, location = delivery_scope(slot.job)
+    key = scheduled_run_key(
+        slot.job.name, format_utc(slot.schedule_time), query_project=project, query_location=location
+    )
+    note_run(job_id=job_id, source=RunSource.SCHEDULER.value, run_id=key.run_id)
+    record = state.ledger.lookup(key.run_id)
+    status = execution_status(slot, record, state.clock.now())
+    if status == Status.UNKNOWN and not ask.force:
+        return SlotRunRefused(
+            422,
+            "ExecutionUnknown",
+            f"no record of this slot is left: the ledger keeps a run {slot.job.retention_seconds:g}s past its "
+            f"schedule time, so it may have completed; running it may run the job twice. "
+            "Send force=true to run it anyway",
+            {
+                "execution_status": status,
+                "remembered_until": format_utc(slot.remembered_until) if slot.remembered_until else None,
+            },
+        )
+    if ask.seen_attempt is None and record is not None and record.status in REOPENED:
+        return SlotRunRefused(
+            428,
+            "PreconditionRequired",
+            f"this slot {record.status} at attempt {record.attempt}; to run it again send attempt={record.attempt}, "
+            "so that sending the same request again cannot run it a second time",
+            {"execution_status": status, "attempt": record.attempt},
+        )
+    body = (slot.job.body or "").encode("utf-8")  # what Scheduler sends for this job
+    return run_scheduled(state, principal, job_id, state.jobs[job_id], key, body, reopen_attempt=ask.seen_attempt)
