@@ -8,6 +8,7 @@ import threading
 from collections.abc import Mapping
 
 from flask import Flask, Response, g, request
+from flask.json.provider import DefaultJSONProvider
 from google.cloud import ndb
 
 from dedup.clock import Clock, SystemClock
@@ -62,6 +63,7 @@ def create_app(
     schedules = load_app_schedules(scheduler_file or scheduler_file_path(os.environ, jobs_path), jobs, required)
     wait_slots = WaitSlots(max_waiters if max_waiters is not None else max_waiters_from_environ(os.environ))
     app = Flask(__name__)
+    assert isinstance(app.json, DefaultJSONProvider)  # Flask's own, which sorts keys unless told not to
     app.json.sort_keys = False
     ledger = Ledger(clock, FinishedRuns(max_entries=finished_cache_entries_from_environ(os.environ)))
     # Guarded keys are per principal: one caller never gets another's stored answer.
@@ -80,7 +82,9 @@ def create_app(
     def verify_caller() -> Response | None:
         # The role is the view's own (@requires); a view without one is for internal callers only.
         # A request no route takes needs only a verified caller: routing answers it (404, 405).
-        needed = None if request.routing_exception is not None else role_of(app.view_functions.get(request.endpoint))
+        needed = (
+            None if request.routing_exception is not None else role_of(app.view_functions.get(request.endpoint or ""))
+        )
         admitted = gate.admit(request.headers, needed)
         if isinstance(admitted, Admission):
             g.principal, g.roles = admitted.principal, admitted.roles
@@ -103,7 +107,8 @@ def create_app(
     app.register_blueprint(admin.home)
     app.register_blueprint(dashboard_actions.blueprint)
     app.register_blueprint(problem_pages.blueprint)
-    app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)
+    # Flask's documented hook for WSGI middleware, typed as a method.
+    app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)  # type: ignore[method-assign]
     return app
 
 

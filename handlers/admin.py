@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import json
 import statistics
+from collections.abc import Sequence
 from typing import Any
 
 from flask import Blueprint, Response, abort, jsonify, render_template, request
@@ -185,7 +186,7 @@ def job_summary(
     runs: list[RunRecord],
     unfinished: list[RunRecord],
     now: datetime.datetime,
-    expected: list[dict[str, Any]] = (),
+    expected: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     finished = [r for r in runs if r.status != RunStatus.IN_PROGRESS]
     completed = [r for r in finished if r.status == RunStatus.COMPLETED]
@@ -208,7 +209,7 @@ def job_summary(
     }
 
 
-def timeline(runs: list[RunRecord], now: datetime.datetime, gaps: list = ()) -> dict[str, Any]:
+def timeline(runs: list[RunRecord], now: datetime.datetime, gaps: Sequence[Any] = ()) -> dict[str, Any]:
     """An SVG-ready chart: one row per job, one mark per run at its schedule (or start) time, and a
     hollow mark at each missed slot (``gaps``: (job_id, execution document))."""
     if not runs and not gaps:

@@ -82,7 +82,7 @@ def _without_default_port(host: str) -> str:
 def _refuse_cross_site() -> None:
     if request.routing_exception is not None:
         return  # no such route or method: routing answers
-    view = current_app.view_functions.get(request.endpoint)
+    view = current_app.view_functions.get(request.endpoint or "")
     # A GET that does work (the cleanup cron calls) is checked as any state-changing request.
     method = "POST" if getattr(view, "changes_state", False) else request.method
     problem = cross_site_problem(method, request.headers, request.headers.get("Host", request.host))

@@ -13,7 +13,7 @@ anyone else who posts gets the gate's 403.  Cross-site posts never get here
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, assert_never
 
 from flask import Blueprint, redirect, render_template, request, url_for
 from werkzeug.exceptions import NotFound
@@ -21,7 +21,19 @@ from werkzeug.wrappers import Response
 
 from dedup.errors import InvalidRunRequest
 from dedup.keys import check_schedule_time, is_run_id, parse_rfc3339
-from dedup.outcomes import Contended, Mismatch, OtherJob, Overlap, Released, RunOutcome
+from dedup.outcomes import (
+    Contended,
+    Finished,
+    InProgress,
+    Mismatch,
+    OtherJob,
+    Overlap,
+    Released,
+    Replayed,
+    RunOutcome,
+    Skipped,
+    Stale,
+)
 from handlers.access import Role, requires
 from handlers.client_tokens import client_token_problem, retry_token
 from handlers.idempotent import Fingerprint, GuardRejected
@@ -133,38 +145,42 @@ def form_parameters(text: str) -> dict[str, Any]:
 def answer(outcome: RunOutcome, job_id: str, ask: ManualRunRequest) -> Response | tuple[str, int]:
     """303 to the run's page whenever there is a run to see; a page saying why otherwise."""
     resend = {"job_id": job_id, "token": ask.token, "parameters": json.dumps(ask.parameters)}
-    if isinstance(outcome, Mismatch):
-        return problem_page(
-            422,
-            "this form was already sent with other parameters; reload the page to run again",
-            run_id=outcome.run_id,
-        )
-    if isinstance(outcome, OtherJob):
-        return problem_page(
-            422,
-            f"this form's client token already started a run of another job ({outcome.record.job_id}); "
-            "reload the page to run again",
-            run_id=outcome.run_id,
-        )
-    if isinstance(outcome, Released):
-        cause = outcome.error.get("message") or outcome.error.get("type") or "a retryable error"
-        return problem_page(
-            500,
-            f"the run failed with a retryable error and was released ({cause}). "
-            "Send the form again to retry it under the same client token.",
-            resend=resend,
-        )
-    if isinstance(outcome, Overlap):
-        return problem_page(
-            409,
-            "the job forbids overlap and another execution of it is running; send the form again later",
-            resend=resend,
-        )
-    if isinstance(outcome, Contended):
-        # Reloading the dashboard would make a new token, and perhaps a second run: resend this one.
-        return problem_page(409, "the ledger was busy; send the form again (it is the same run)", resend=resend)
-    # Finished, replayed, in progress (a double click), stale: the run's page tells the rest.
-    return redirect(url_for("admin.run_page", run_id=outcome.run_id), code=303)
+    match outcome:
+        case Mismatch():
+            return problem_page(
+                422,
+                "this form was already sent with other parameters; reload the page to run again",
+                run_id=outcome.run_id,
+            )
+        case OtherJob():
+            return problem_page(
+                422,
+                f"this form's client token already started a run of another job ({outcome.record.job_id}); "
+                "reload the page to run again",
+                run_id=outcome.run_id,
+            )
+        case Released():
+            cause = outcome.error.get("message") or outcome.error.get("type") or "a retryable error"
+            return problem_page(
+                500,
+                f"the run failed with a retryable error and was released ({cause}). "
+                "Send the form again to retry it under the same client token.",
+                resend=resend,
+            )
+        case Overlap():
+            return problem_page(
+                409,
+                "the job forbids overlap and another execution of it is running; send the form again later",
+                resend=resend,
+            )
+        case Contended():
+            # Reloading the dashboard would make a new token, and perhaps a second run: resend this one.
+            return problem_page(409, "the ledger was busy; send the form again (it is the same run)", resend=resend)
+        case Finished() | Replayed() | InProgress() | Stale() | Skipped():
+            # Finished, replayed, in progress (a double click), stale: the run's page tells the rest.
+            return redirect(url_for("admin.run_page", run_id=outcome.run_id), code=303)
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def problem_page(status: int, message: str, **context: Any) -> tuple[str, int]:
@@ -220,6 +236,8 @@ def slot_answer(outcome: RunOutcome | SlotRunRefused) -> Response | tuple[str, i
             return problem_page(409, "the ledger was busy; send again (it is the same run)")
         case Mismatch():
             return problem_page(422, "this slot's record was written with other parameters", run_id=outcome.run_id)
-        case _:
+        case Finished() | Replayed() | InProgress() | Released() | Skipped() | Stale():
             # Finished, replayed, in progress, released, skipped, stale: the run's page tells the rest.
             return redirect(url_for("admin.run_page", run_id=outcome.run_id), code=303)
+        case _ as unreachable:
+            assert_never(unreachable)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from flask import Flask, Response
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from handlers.problems import problem
 
@@ -22,7 +22,7 @@ def register(app: Flask) -> None:
         if exc.code in (None, 503):
             return problem(500, "InternalError", exc.description or "the request failed; retry later")
         response = problem(exc.code, exc.name.replace(" ", ""), exc.description or exc.name)
-        if exc.code == 405 and exc.valid_methods:
+        if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
             # HEAD and OPTIONS are never served (a HEAD must not run a job).
             allowed = [m for m in exc.valid_methods if m not in ("HEAD", "OPTIONS")]
             response.headers["Allow"] = ", ".join(sorted(allowed))

@@ -107,7 +107,7 @@ def further_lines(formatter: logging.Formatter, record: logging.LogRecord) -> li
     return [escape_controls(line) for text in texts for line in text.splitlines()]
 
 
-def _exception_text(formatter: logging.Formatter, exc_info: ExcInfo) -> str:
+def _exception_text(formatter: logging.Formatter, exc_info: ExcInfo | tuple[None, None, None]) -> str:
     text = formatter.formatException(exc_info)
     try:
         message = str(exc_info[1])

@@ -82,7 +82,8 @@ def limit_requests(app: Flask, max_body_bytes: int = MAX_BODY_BYTES) -> None:
     learns nothing more than 401/403.
     """
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
-    app.wsgi_app = BodyLimitMiddleware(app.wsgi_app, max_body_bytes)
+    # Flask's documented hook for WSGI middleware, typed as a method.
+    app.wsgi_app = BodyLimitMiddleware(app.wsgi_app, max_body_bytes)  # type: ignore[method-assign]
     app.before_request(refuse_unservable_requests)
 
 

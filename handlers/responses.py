@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Any, assert_never
 
 from flask import Response, jsonify
 
@@ -55,24 +55,37 @@ def outcome_response(outcome: RunOutcome) -> Response:
     return response
 
 
-OUTCOME_NAMES = {
-    Replayed: "duplicate",
-    InProgress: "in_progress",
-    Contended: "contended",
-    Stale: "stale",
-    Released: "released",
-    Mismatch: "conflict",
-    OtherJob: "job_mismatch",
-    Skipped: "skipped",
-    Overlap: "overlap",
-}
+def outcome_name(outcome: RunOutcome) -> str:
+    """The outcome's name on the request's log line (log-based metrics count them)."""
+    match outcome:
+        case Finished():
+            return str(outcome.record.status)  # completed or failed
+        case Replayed():
+            return "duplicate"
+        case InProgress():
+            return "in_progress"
+        case Contended():
+            return "contended"
+        case Stale():
+            return "stale"
+        case Released():
+            return "released"
+        case Mismatch():
+            return "conflict"
+        case OtherJob():
+            return "job_mismatch"
+        case Skipped():
+            return "skipped"
+        case Overlap():
+            return "overlap"
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def note_outcome(outcome: RunOutcome) -> None:
-    """Name the outcome for the request's log line (log-based metrics count them)."""
+    """Name the outcome, and the run it is about, for the request's log line."""
+    fields: dict[str, Any] = {"outcome": outcome_name(outcome), "run_id": outcome.run_id}
     record = outcome.record
-    name = record.status if isinstance(outcome, Finished) else OUTCOME_NAMES[type(outcome)]
-    fields = {"outcome": name, "run_id": outcome.run_id}
     if record is not None and not isinstance(outcome, Stale):
         fields.update(job_id=record.job_id, source=record.source, attempt=record.attempt)
     if isinstance(outcome, (Stale, Released)):
@@ -83,25 +96,34 @@ def note_outcome(outcome: RunOutcome) -> None:
 
 
 def _outcome_response(outcome: RunOutcome) -> Response:
-    if isinstance(outcome, (Finished, Replayed, Skipped)):
-        return _record_response(outcome.record, duplicate=isinstance(outcome, Replayed))
-    if isinstance(outcome, Released):
-        return problem(
-            500,
-            "RetryableFailure",
-            f"attempt {outcome.attempt} failed and released the run for a retry: {outcome.error.get('message')}",
-            run_id=outcome.run_id,
-            attempt=outcome.attempt,
-            run_status="released",
-            cause=outcome.error,
-        )
-    if isinstance(outcome, Mismatch):  # only client-token runs carry fingerprints
-        return problem(
-            422, "ConflictException", "this key belongs to a run with other parameters", run_id=outcome.record.run_id
-        )
-    if isinstance(outcome, OtherJob):
-        return job_mismatch_response(outcome)
-    return busy_response(outcome)
+    match outcome:
+        case Finished() | Skipped():
+            return _record_response(outcome.record, duplicate=False)
+        case Replayed():
+            return _record_response(outcome.record, duplicate=True)
+        case Released():
+            return problem(
+                500,
+                "RetryableFailure",
+                f"attempt {outcome.attempt} failed and released the run for a retry: {outcome.error.get('message')}",
+                run_id=outcome.run_id,
+                attempt=outcome.attempt,
+                run_status="released",
+                cause=outcome.error,
+            )
+        case Mismatch():  # only client-token runs carry fingerprints
+            return problem(
+                422,
+                "ConflictException",
+                "this key belongs to a run with other parameters",
+                run_id=outcome.record.run_id,
+            )
+        case OtherJob():
+            return job_mismatch_response(outcome)
+        case InProgress() | Contended() | Overlap() | Stale():
+            return busy_response(outcome)
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def job_mismatch_response(outcome: OtherJob) -> Response:
@@ -139,57 +161,59 @@ def job_mismatch_response(outcome: OtherJob) -> Response:
     )
 
 
-def busy_response(outcome: RunOutcome) -> Response:
+Busy = InProgress | Contended | Overlap | Stale
+
+
+def busy_response(outcome: Busy) -> Response:
     """409 for a run someone else is working on (shared with the guard)."""
-    if isinstance(outcome, InProgress):
-        record = outcome.record
-        response = problem(
-            409,
-            "RunInProgress",
-            f"attempt {record.attempt} of this run holds its lease until "
-            f"{format_utc(record.lease_expires)}; retry after it",
-            run_id=record.run_id,
-            run_status=record.status,
-            attempt=record.attempt,
-            lease_expires=format_utc(record.lease_expires),
-        )
-        response.headers["Retry-After"] = str(outcome.retry_after_seconds)
-        return response
-    if isinstance(outcome, Contended):
-        response = problem(
-            409,
-            "RunContended",
-            "other deliveries of this run are claiming it at this moment; retry shortly",
-            run_id=outcome.run_id,
-        )
-        response.headers["Retry-After"] = str(outcome.retry_after_seconds)
-        return response
-    if isinstance(outcome, Overlap):
-        response = problem(
-            409,
-            "ExecutionOverlap",
-            f"the job forbids overlap and another execution (run {outcome.holder_run_id}) holds it; "
-            "this one did not run: retry after it",
-            run_id=outcome.run_id,
-            holder_run_id=outcome.holder_run_id,
-        )
-        response.headers["Retry-After"] = str(outcome.retry_after_seconds)
-        return response
-    if isinstance(outcome, Stale):
-        current = outcome.current
-        response = problem(
-            409,
-            "StaleAttempt",
-            f"attempt {outcome.attempt} lost its lease and another attempt took the run over; "
-            "its outcome was not recorded",
-            run_id=outcome.run_id,
-            attempt=outcome.attempt,
-            current_attempt=current.attempt if current else None,
-            current_status=current.status if current else None,
-        )
-        response.headers["Retry-After"] = "1"  # the next delivery sees what the new owner did
-        return response
-    raise TypeError(f"unexpected outcome {outcome!r}")
+    match outcome:
+        case InProgress():
+            record = outcome.record
+            response = problem(
+                409,
+                "RunInProgress",
+                f"attempt {record.attempt} of this run holds its lease until "
+                f"{format_utc(record.lease_expires)}; retry after it",
+                run_id=record.run_id,
+                run_status=record.status,
+                attempt=record.attempt,
+                lease_expires=format_utc(record.lease_expires),
+            )
+            response.headers["Retry-After"] = str(outcome.retry_after_seconds)
+        case Contended():
+            response = problem(
+                409,
+                "RunContended",
+                "other deliveries of this run are claiming it at this moment; retry shortly",
+                run_id=outcome.run_id,
+            )
+            response.headers["Retry-After"] = str(outcome.retry_after_seconds)
+        case Overlap():
+            response = problem(
+                409,
+                "ExecutionOverlap",
+                f"the job forbids overlap and another execution (run {outcome.holder_run_id}) holds it; "
+                "this one did not run: retry after it",
+                run_id=outcome.run_id,
+                holder_run_id=outcome.holder_run_id,
+            )
+            response.headers["Retry-After"] = str(outcome.retry_after_seconds)
+        case Stale():
+            current = outcome.current
+            response = problem(
+                409,
+                "StaleAttempt",
+                f"attempt {outcome.attempt} lost its lease and another attempt took the run over; "
+                "its outcome was not recorded",
+                run_id=outcome.run_id,
+                attempt=outcome.attempt,
+                current_attempt=current.attempt if current else None,
+                current_status=current.status if current else None,
+            )
+            response.headers["Retry-After"] = "1"  # the next delivery sees what the new owner did
+        case _ as unreachable:
+            assert_never(unreachable)
+    return response
 
 
 def record_document(record: RunRecord, duplicate: bool) -> dict:
@@ -240,43 +264,50 @@ def guarded_response(
 
     Every answer about an existing record carries its expiry (``Idempotency-Expires``).
     """
-    if isinstance(outcome, Finished) and live:
-        return _with_expiry(live[0], outcome.record)  # the view's own response, untouched
-    if isinstance(outcome, (Finished, Replayed)):
-        record = outcome.record
-        stored = record.result if record.status == RunStatus.COMPLETED else record.error
-        if not StoredResponse.is_document(stored):  # not written by a guard: never expected
-            return problem(500, "InternalError", "this key's record holds no response")
-        response = _rebuild(StoredResponse.from_document(stored))
-        if isinstance(outcome, Replayed):
-            response.status_code = replayed_status.get(response.status_code, response.status_code)
-            response.headers["Idempotent-Replayed"] = "true"
-        return _with_expiry(response, record)
-    if isinstance(outcome, Mismatch):
-        record = outcome.record
-        differing = differing_names(record.parameters, given, exclude)
-        response = problem(
-            422,
-            "ConflictException",
-            "this idempotency key was already used with different parameters"
-            + (f": {', '.join(differing)}" if differing else "")
-            + "; use a new key for a different request",
-            run_id=record.run_id,
-            differing=differing,
-        )
-        return _with_expiry(response, record)
-    if isinstance(outcome, OtherJob):
-        return job_mismatch_response(outcome)
-    if isinstance(outcome, Released) and live:
-        return live[0]  # a retryable answer, not kept: the key is free again
-    if isinstance(outcome, Released):
-        return problem(500, "InternalError", "the guarded call failed and was not kept; retry it")
-    response = busy_response(outcome)
-    if isinstance(outcome, InProgress):
-        # A client polls a manual run: suggest a short wait, not the whole lease.
-        response.headers["Retry-After"] = str(min(outcome.retry_after_seconds, MAX_RETRY_AFTER_SECONDS))
-    record = outcome.record
-    return _with_expiry(response, record) if record is not None else response
+    match outcome:
+        case Finished() if live:
+            return _with_expiry(live[0], outcome.record)  # the view's own response, untouched
+        case Finished() | Replayed():
+            record = outcome.record
+            stored = _kept(record)
+            if not StoredResponse.is_document(stored):  # not written by a guard: never expected
+                return problem(500, "InternalError", "this key's record holds no response")
+            response = _rebuild(StoredResponse.from_document(stored))
+            if isinstance(outcome, Replayed):
+                response.status_code = replayed_status.get(response.status_code, response.status_code)
+                response.headers["Idempotent-Replayed"] = "true"
+            return _with_expiry(response, record)
+        case Mismatch():
+            record = outcome.record
+            differing = differing_names(record.parameters, given, exclude)
+            response = problem(
+                422,
+                "ConflictException",
+                "this idempotency key was already used with different parameters"
+                + (f": {', '.join(differing)}" if differing else "")
+                + "; use a new key for a different request",
+                run_id=record.run_id,
+                differing=differing,
+            )
+            return _with_expiry(response, record)
+        case OtherJob():
+            return job_mismatch_response(outcome)
+        case Released() if live:
+            return live[0]  # a retryable answer, not kept: the key is free again
+        case Released():
+            return problem(500, "InternalError", "the guarded call failed and was not kept; retry it")
+        case InProgress():
+            response = busy_response(outcome)
+            # A client polls a manual run: suggest a short wait, not the whole lease.
+            response.headers["Retry-After"] = str(min(outcome.retry_after_seconds, MAX_RETRY_AFTER_SECONDS))
+            return _with_expiry(response, outcome.record)
+        case Contended() | Overlap() | Stale():
+            response = busy_response(outcome)
+            return _with_expiry(response, outcome.record) if outcome.record is not None else response
+        case Skipped():
+            raise TypeError("a guarded call is never skipped: only a late scheduled delivery is")
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def _rebuild(stored: StoredResponse) -> Response:
@@ -297,37 +328,44 @@ def manual_run_response(
     same token and parameters again, 422 for a failure (kept) or other
     parameters, 500 for a released run, 409 while one is in progress.
     """
-    record = outcome.record
     ran_here = isinstance(outcome, (Finished, Released, Stale))
-    stored = None if record is None else record.result if record.status == RunStatus.COMPLETED else record.error
-    if isinstance(outcome, (Finished, Replayed)) and StoredResponse.is_document(stored):
-        # Written before manual runs kept their results: the kept HTTP response, replayed.
-        response = guarded_response(outcome, [], given, exclude, {201: 200})
-    elif isinstance(outcome, (Finished, Replayed)):
-        response = _manual_run_document(record, token)
-        if isinstance(outcome, Replayed):
-            response.status_code = 200 if record.status == RunStatus.COMPLETED else 422
-            response.headers["Idempotent-Replayed"] = "true"
-        response = _with_expiry(response, record)
-    elif isinstance(outcome, Released):
-        response = problem(
-            500,
-            "RetryableFailure",
-            f"the run failed and was released; retry with the same clientToken: {outcome.error.get('message')}",
-            run_id=outcome.run_id,
-            job_id=job_id,
-            clientToken=token,
-            attempt=outcome.attempt,
-            run_status="released",
-            cause=outcome.error,
-        )
-    else:  # other parameters, another job's key, in progress, contended, stale
-        response = guarded_response(outcome, [], given, exclude, {})
+    match outcome:
+        case Finished() | Replayed() if StoredResponse.is_document(_kept(outcome.record)):
+            # Written before manual runs kept their results: the kept HTTP response, replayed.
+            response = guarded_response(outcome, [], given, exclude, {201: 200})
+        case Finished() | Replayed():
+            record = outcome.record
+            response = _manual_run_document(record, token)
+            if isinstance(outcome, Replayed):
+                response.status_code = 200 if record.status == RunStatus.COMPLETED else 422
+                response.headers["Idempotent-Replayed"] = "true"
+            response = _with_expiry(response, record)
+        case Released():
+            response = problem(
+                500,
+                "RetryableFailure",
+                f"the run failed and was released; retry with the same clientToken: {outcome.error.get('message')}",
+                run_id=outcome.run_id,
+                job_id=job_id,
+                clientToken=token,
+                attempt=outcome.attempt,
+                run_status="released",
+                cause=outcome.error,
+            )
+        case Mismatch() | OtherJob() | InProgress() | Contended() | Stale() | Overlap() | Skipped():
+            response = guarded_response(outcome, [], given, exclude, {})
+        case _ as unreachable:
+            assert_never(unreachable)
     response.headers["Idempotency-Key"] = token
     if wait.waited and not ran_here:
         # Only when it did wait: beyond the bound the answer is the immediate 409.
         response.headers["Preference-Applied"] = f"wait={wait.seconds}"
     return response
+
+
+def _kept(record: RunRecord) -> Any:
+    """What a finished record keeps: its result when completed, else its error."""
+    return record.result if record.status == RunStatus.COMPLETED else record.error
 
 
 def _manual_run_document(record: RunRecord, token: str) -> Response:

@@ -27,6 +27,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from werkzeug.datastructures import Headers
 
 from handlers.logs import parse_trace_context
 
@@ -86,7 +87,7 @@ def new_provider(
     return provider
 
 
-def incoming_context(headers: Mapping[str, str]) -> context.Context | None:
+def incoming_context(headers: Mapping[str, str] | Headers) -> context.Context | None:
     """The trace the request arrived in: ``traceparent``, else ``X-Cloud-Trace-Context``, else None."""
     carrier = {"traceparent": headers.get("traceparent", "")}
     if headers.get("tracestate"):

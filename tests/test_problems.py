@@ -103,7 +103,7 @@ def _problem_codes(tree: ast.AST) -> list[tuple[int, str]]:
 
 def test_every_error_code_the_handlers_send_has_a_type_and_every_type_is_sent():
     sent = {}
-    for path in sorted((ROOT / "handlers").glob("*.py")):
+    for path in sorted((ROOT / "handlers").rglob("*.py")):
         for line, code in _problem_codes(ast.parse(path.read_text())):
             sent.setdefault(code, f"{path.name}:{line}")
     assert {code: where for code, where in sent.items() if code not in TYPES_BY_ERROR} == {}
