@@ -67,11 +67,12 @@ def create_app(
     app.json.sort_keys = False
     ledger = Ledger(clock, FinishedRuns(max_entries=finished_cache_entries_from_environ(os.environ)))
     # Guarded keys are per principal: one caller never gets another's stored answer.
-    guard = install_guard(app, ledger, wait_slots, caller=lambda: current_principal().name)
+    install_guard(app, ledger, wait_slots, caller=lambda: current_principal().name)
     app.extensions["dedup"] = AppState(
         jobs=jobs,
         clock=clock,
-        guard=guard,
+        ledger=ledger,
+        wait_slots=wait_slots,
         schedules=schedules,
     )
     errors.register(app)

@@ -64,7 +64,7 @@ def start_manual_run(job_id: str):
     except (GuardRejected, InvalidJson) as exc:
         return problem(400, INVALID, exc.message)
     state = app_state()
-    wait = Waiting(preferred_wait(), state.guard.wait_slots)
+    wait = Waiting(preferred_wait(), state.wait_slots)
     outcome = run_manually(state, current_principal(), job_id, job, ask, wait)
     return manual_run_response(outcome, job_id, ask.token, ask.parameters, job.fingerprint_exclude, wait)
 

@@ -14,8 +14,8 @@ from flask import current_app, g
 
 from dedup.clock import Clock
 from dedup.ledger import Ledger
+from dedup.runner import WaitSlots
 from handlers.access import Principal, Role
-from handlers.idempotent import GuardRegistry
 from jobs.config import JobSpec
 from schedules.config import SchedulerJob
 
@@ -26,12 +26,9 @@ class AppState:
 
     jobs: Mapping[str, JobSpec]
     clock: Clock
-    guard: GuardRegistry  # its ledger is the one ledger: scheduled runs, manual runs and guarded views share it
+    ledger: Ledger  # the one ledger: scheduled runs, manual runs and guarded views share it
+    wait_slots: WaitSlots  # the bound on this process's requests waiting at once (Prefer: wait)
     schedules: tuple[SchedulerJob, ...] = ()  # scheduler.yaml's jobs, validated against ``jobs``
-
-    @property
-    def ledger(self) -> Ledger:
-        return self.guard.ledger
 
 
 def app_state() -> AppState:
