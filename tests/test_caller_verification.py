@@ -4,13 +4,31 @@ Google-signed ID tokens do.  Every endpoint is covered; a rejected request write
 
 from __future__ import annotations
 
+import dataclasses
+import hmac
 import os
 import subprocess
 import sys
+from typing import ClassVar
 
 import pytest
+import webtest
 
-from handlers.auth import AuthConfigError, AuthSettings
+from handlers import create_app
+from handlers.access import Principal, Role
+from handlers.auth import (
+    MODES,
+    VERIFIERS,
+    Admission,
+    AppEngineMarkers,
+    AuthConfigError,
+    AuthSettings,
+    CallerGate,
+    Rejection,
+    Verifier,
+    mode_names,
+)
+from handlers.signed_tokens import InvalidToken
 from tests.support.callers import (  # noqa: F401 - fixtures
     ADMIN,
     AUDIENCE,
@@ -22,7 +40,7 @@ from tests.support.callers import (  # noqa: F401 - fixtures
     nothing_written,
     oidc_app,
 )
-from tests.support.deliveries import scheduler_headers
+from tests.support.deliveries import JOBS, scheduler_headers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENDPOINTS = [
@@ -280,3 +298,76 @@ def test_every_route_declares_the_role_it_needs(appengine_app):
         "dashboard_actions.run_slot": "operate",
         "problem_pages.problem_type_page": "view",
     }
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedKey(Verifier):
+    """``key``, a made-up mode: all a new mode is (its own module in handlers/auth/, and a line in VERIFIERS)."""
+
+    mode: ClassVar[str] = "key"
+    key: str = ""
+
+    @classmethod
+    def from_environ(cls, environ, selection):
+        if not environ.get("DEDUP_TEST_KEY"):
+            raise AuthConfigError("DEDUP_AUTH=key needs DEDUP_TEST_KEY")
+        return cls(key=environ["DEDUP_TEST_KEY"])
+
+    @property
+    def wanted(self):
+        return "an X-Test-Key header"
+
+    def identify(self, headers):
+        sent = headers.get("X-Test-Key")
+        if sent is None:
+            return None
+        if not hmac.compare_digest(sent.encode(), self.key.encode()):
+            raise InvalidToken("the key does not match")
+        return Principal(name="key:ci", granted=frozenset({Role.DELIVER}))
+
+
+def test_a_new_mode_is_one_class_and_one_registration_line(datastore, ndb_client, jobs_file, clock):
+    registry = (*VERIFIERS, SharedKey)  # the registration line
+    assert mode_names(registry) == (*MODES, "key")
+    with pytest.raises(AuthConfigError, match="must be one of appengine, iap, oidc, none$"):
+        AuthSettings.from_environ({"DEDUP_AUTH": "key"})  # not in the shipped registry
+    with pytest.raises(AuthConfigError, match="must be one of appengine, iap, oidc, none, key$"):
+        AuthSettings.from_environ({"DEDUP_AUTH": "kee"}, registry)
+    with pytest.raises(AuthConfigError, match="needs DEDUP_TEST_KEY"):
+        AuthSettings.from_environ({"DEDUP_AUTH": "key"}, registry)  # the mode parses its own settings
+    environ = {**OFF_GAE, "DEDUP_AUTH": "appengine,key", "DEDUP_TEST_KEY": "s3cret"}
+    settings = AuthSettings.from_environ(environ, registry)
+    assert settings.mode == "appengine,key" and settings.verifier(SharedKey).key == "s3cret"
+    app = webtest.TestApp(create_app(jobs_file=jobs_file(JOBS), clock=clock, ndb_client=ndb_client, auth=settings))
+    app.post("/jobs/invoice", headers=scheduler_headers(**{"X-Test-Key": "s3cret"}), status=200)
+    wrong = app.post("/jobs/invoice", headers=scheduler_headers(**{"X-Test-Key": "guess"}), status=401)
+    assert wrong.json["message"] == "the key does not match"
+    unsigned = app.post("/jobs/invoice", headers=scheduler_headers(), status=401)
+    assert unsigned.json["message"].endswith(
+        "or an X-Test-Key header (X-CloudScheduler-* headers alone are not trusted)"
+    )
+
+
+def test_what_a_mode_supersedes_is_data_on_its_class():
+    """The gate names no mode: iap's precedence over App Engine's signed-in admin is a declaration any mode can make."""
+
+    @dataclasses.dataclass(frozen=True)
+    class FrontKey(SharedKey):
+        mode: ClassVar[str] = "front"
+        supersedes_people_of: ClassVar[frozenset[str]] = frozenset({"appengine"})
+
+    def settings(verifier, **environ):
+        environ = {**OFF_GAE, "DEDUP_AUTH": f"appengine,{verifier.mode}", "DEDUP_TEST_KEY": "s3cret", **environ}
+        return AuthSettings.from_environ(environ, (*VERIFIERS, verifier))
+
+    admin_and_key = {**ADMIN, "X-Test-Key": "s3cret", "Host": "localhost"}
+    beside = CallerGate(settings(SharedKey)).admit(admin_and_key, Role.VIEW)
+    assert isinstance(beside, Admission) and beside.principal.name == "user:carol@example.com"
+    # Beside the superseding mode the admin is no one: only key:ci, which may not view.
+    superseded = CallerGate(settings(FrontKey, DEDUP_APPENGINE_TRUSTED="admin")).admit(admin_and_key, Role.VIEW)
+    assert isinstance(superseded, Rejection) and (superseded.status, superseded.principal) == (403, "key:ci")
+    # And by default the superseded admin marker is not trusted, as behind IAP.
+    assert "admin" in settings(SharedKey).verifier(AppEngineMarkers).trusted_markers
+    assert "admin" not in settings(FrontKey).verifier(AppEngineMarkers).trusted_markers
+    with pytest.raises(AuthConfigError, match="registered twice"):
+        mode_names((*VERIFIERS, SharedKey, SharedKey))

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from handlers.auth import AuthConfigError, AuthSettings
+from handlers.auth import AuthConfigError, AuthSettings, IapAssertions
 from tests.support.callers import (  # noqa: F401 - fixtures
     IAP_AUDIENCE,
     OFF_GAE,
@@ -186,5 +186,5 @@ def test_a_bad_iap_audience_stops_the_app(audience):
 
 def test_the_production_defaults_point_at_iap():
     settings = AuthSettings.from_environ({"DEDUP_AUTH": "iap", "DEDUP_IAP_AUDIENCE": IAP_AUDIENCE})
-    assert settings.iap_certs_url == "https://www.gstatic.com/iap/verify/public_key"
+    assert settings.verifier(IapAssertions).iap_certs_url == "https://www.gstatic.com/iap/verify/public_key"
     assert settings.modes == ("iap",)

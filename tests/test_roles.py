@@ -13,7 +13,7 @@ import logging
 import pytest
 
 from handlers.access import AccessPolicy, Member, Principal, Role, normal_email
-from handlers.auth import AuthConfigError, AuthSettings
+from handlers.auth import AppEngineMarkers, AuthConfigError, AuthSettings, IapAssertions
 from tests import job_targets
 from tests.support.callers import (  # noqa: F401 - fixtures
     ADMIN,
@@ -278,15 +278,17 @@ def test_appengine_mode_is_refused_off_app_engine_and_behind_a_load_balancer():
     backend = "/projects/123456789012/global/backendServices/42"
     with pytest.raises(AuthConfigError, match="backend service"):
         AuthSettings.from_environ({"GAE_ENV": "standard", "DEDUP_AUTH": "appengine,iap", "DEDUP_IAP_AUDIENCE": backend})
-    assert AuthSettings.from_environ({"DEDUP_AUTH": "iap", "DEDUP_IAP_AUDIENCE": backend}).iap_audience == backend
+    iap_only = AuthSettings.from_environ({"DEDUP_AUTH": "iap", "DEDUP_IAP_AUDIENCE": backend})
+    assert iap_only.verifier(IapAssertions).iap_audience == backend
 
 
 def test_the_defaults_as_documented():
-    assert AuthSettings.from_environ({**OFF_GAE, "DEDUP_AUTH": "appengine"}).trusted_markers == {
+    settings = AuthSettings.from_environ({**OFF_GAE, "DEDUP_AUTH": "appengine"})
+    assert settings.verifier(AppEngineMarkers).trusted_markers == {
         "cron", "queue", "admin", "ip:0.1.0.2", "ip:0.1.0.1"
     }  # fmt: skip
     behind_iap = {**OFF_GAE, "DEDUP_AUTH": "appengine,iap", "DEDUP_IAP_AUDIENCE": "/projects/1/apps/p"}
-    assert "admin" not in AuthSettings.from_environ(behind_iap).trusted_markers
+    assert "admin" not in AuthSettings.from_environ(behind_iap).verifier(AppEngineMarkers).trusted_markers
     policy = AuthSettings.from_environ({**OFF_GAE, "DEDUP_AUTH": "appengine"}).access
     assert policy == AccessPolicy(operators=(), viewers=None)
     assert policy.roles_of(person("carol@example.com")) == {Role.VIEW}
