@@ -22,4 +22,4 @@ def run_without_dedup(job_id: str):
     return jsonify({"result": jobs[job_id].runner.run(context)})
 
 
-app.wsgi_app = NdbContextMiddleware(app.wsgi_app)
+app.wsgi_app = NdbContextMiddleware(app.wsgi_app)  # type: ignore[method-assign]  # Flask's middleware hook, typed as a method

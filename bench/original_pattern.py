@@ -88,5 +88,5 @@ def original_pattern_app(job, ndb_client: ndb.Client | None = None) -> Flask:
             return {"status": "stale"}, 409
         return {"result": result, "duplicate": False}
 
-    app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)
+    app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)  # type: ignore[method-assign]  # Flask's middleware hook, typed as a method
     return app

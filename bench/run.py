@@ -115,7 +115,7 @@ def plain_app(job, ndb_client) -> Flask:
         context = RunContext("-", "-", 1, "noop", "bench", None)
         return {"result": job.runner.run(context)}
 
-    app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)
+    app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)  # type: ignore[method-assign]  # Flask's middleware hook, typed as a method
     return app
 
 
@@ -313,7 +313,7 @@ def guarded_app(client, clock) -> Flask:
     def create_order():
         return {"order": "o-1"}, 201
 
-    app.wsgi_app = NdbContextMiddleware(app.wsgi_app, client)
+    app.wsgi_app = NdbContextMiddleware(app.wsgi_app, client)  # type: ignore[method-assign]  # Flask's middleware hook, typed as a method
     return app
 
 

@@ -65,7 +65,8 @@ class FinishedRuns:
                 del self._entries[run_id]
                 return None
             self._entries.move_to_end(run_id)
-        return pickle.loads(pickled)  # iterative: no depth it was pickled at can fail here
+        record: RunRecord = pickle.loads(pickled)  # iterative: no depth it was pickled at can fail here
+        return record
 
     def remember(self, record: RunRecord) -> None:
         """Keep a copy of ``record`` if it is completed and small enough; anything else is never held."""

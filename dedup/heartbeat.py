@@ -20,6 +20,7 @@ import time
 
 from google.cloud import ndb
 
+from dedup.ledger import Ledger
 from dedup.outcomes import Attempt, Stale
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ EXIT_WAIT_SECONDS = 5.0
 class LeaseHeartbeat:
     def __init__(
         self,
-        ledger,
+        ledger: Ledger,
         attempt: Attempt,
         lease_seconds: float,
         max_run_seconds: float | None,
@@ -68,7 +69,7 @@ class LeaseHeartbeat:
             self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stopped.set()
         if self._thread.is_alive():
             # Wait briefly for a renewal in flight, no longer: one that lands
@@ -77,6 +78,7 @@ class LeaseHeartbeat:
             self._thread.join(timeout=min(self.interval, EXIT_WAIT_SECONDS))
 
     def _beat(self) -> None:
+        assert self._client is not None, "the thread is started only to renew"
         with self._client.context():
             while not self._stopped.wait(self.interval):
                 began = time.monotonic()

@@ -18,12 +18,25 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Collection, Mapping
-from typing import Any
+from typing import Any, assert_never
 
 from dedup.errors import PermanentJobError
 from dedup.keys import digest_parts
 from dedup.ledger import Ledger, RunDescription, RunPolicy
-from dedup.outcomes import Attempt, Finished, InProgress, Mismatch, OtherJob, Released, Replayed, RunOutcome
+from dedup.outcomes import (
+    Attempt,
+    Contended,
+    Finished,
+    InProgress,
+    Mismatch,
+    OtherJob,
+    Overlap,
+    Released,
+    Replayed,
+    RunOutcome,
+    Skipped,
+    Stale,
+)
 from dedup.runner import Verdict, Waiting, run_once
 from models import RunSource, RunStatus
 
@@ -188,22 +201,32 @@ class IdempotencyGuard:
 def unwrap_plain_outcome(
     outcome: RunOutcome, given: Mapping[str, Any], exclude: Collection[str], raised: list[BaseException]
 ) -> Any:
-    if isinstance(outcome, (Finished, Replayed)):
-        record = outcome.record
-        if record.status == RunStatus.COMPLETED:
-            return record.result
-        error = record.error or {}
-        raise PermanentJobError(error.get("message", "failed"), details=error.get("details"))
-    if isinstance(outcome, Mismatch):
-        raise IdempotencyConflict(outcome.record.run_id, differing_names(outcome.record.parameters, given, exclude))
-    if isinstance(outcome, OtherJob):
-        log.error(
-            "run %s: the key names a run of %r, not of %r", outcome.record.run_id, outcome.record.job_id, outcome.job_id
-        )
-        raise IdempotencyJobMismatch(outcome.record.run_id, outcome.job_id, outcome.record.job_id)
-    if isinstance(outcome, InProgress):
-        raise IdempotencyInProgress(outcome.record.run_id, outcome.retry_after_seconds)
-    if isinstance(outcome, Released) and raised:
-        raise raised[0]
-    # Contended, or a stale attempt: another call owns the key now.
-    raise IdempotencyInProgress(outcome.run_id, getattr(outcome, "retry_after_seconds", 1))
+    """The function's result, or what the outcome means raised; ``raised``: what the function raised."""
+    match outcome:
+        case Finished() | Replayed():
+            record = outcome.record
+            if record.status == RunStatus.COMPLETED:
+                return record.result
+            error = record.error or {}
+            raise PermanentJobError(error.get("message", "failed"), details=error.get("details"))
+        case Mismatch():
+            raise IdempotencyConflict(outcome.record.run_id, differing_names(outcome.record.parameters, given, exclude))
+        case OtherJob():
+            log.error(
+                "run %s: the key names a run of %r, not of %r",
+                outcome.record.run_id,
+                outcome.record.job_id,
+                outcome.job_id,
+            )
+            raise IdempotencyJobMismatch(outcome.record.run_id, outcome.job_id, outcome.record.job_id)
+        case InProgress():
+            raise IdempotencyInProgress(outcome.record.run_id, outcome.retry_after_seconds)
+        case Released() if raised:
+            raise raised[0]
+        # Contended, or a stale attempt: another call owns the key now.
+        case Contended() | Overlap():
+            raise IdempotencyInProgress(outcome.run_id, outcome.retry_after_seconds)
+        case Released() | Stale() | Skipped():
+            raise IdempotencyInProgress(outcome.run_id, 1)
+        case _:
+            assert_never(outcome)

@@ -17,7 +17,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, assert_never
 
 from google.cloud import ndb
 
@@ -97,7 +97,7 @@ class RunDescription:
     location: str | None = None
     idempotency_key: str | None = None
     scope: str | None = None
-    parameters: dict | None = None
+    parameters: dict[str, Any] | None = None
     fingerprint: str | None = None
     requested_by: str | None = None  # the principal whose request made this claim (handlers.access)
 
@@ -115,7 +115,7 @@ class Ledger:
 
     def lookup(self, run_id: str) -> RunRecord | None:
         """One strongly consistent lookup; an expired record counts as absent."""
-        record = RunRecord.get_by_id(run_id)
+        record: RunRecord | None = RunRecord.get_by_id(run_id)
         if record is None or record.is_expired(self.clock.now()):
             return None
         return record
@@ -240,7 +240,7 @@ class Ledger:
 
         lock_key = ndb.Key(JobLock, description.job_id) if policy.exclusive else None
 
-        def claim() -> ClaimOutcome:
+        def claim() -> ClaimOutcome | Skipped:
             now = self.clock.now()
             if lock_key is None:
                 current, lock = RunRecord.get_by_id(run_id), None
@@ -296,22 +296,27 @@ class Ledger:
             if finish_transaction is not None:
                 finish_transaction.discard()
             raise
-        if finish_transaction is not None:
-            if isinstance(outcome, Claimed):
-                outcome = dataclasses.replace(outcome, finish_transaction=finish_transaction)
-            else:
-                finish_transaction.discard()
-        history = outcome.record.attempts or [] if isinstance(outcome, Claimed) else []
-        if len(history) > 1 and history[-2].get("outcome") == "lease_expired":
-            # Logged once, after the commit (the callback may have run more than once).
-            log.warning(
-                "run %s: lease of attempt %d expired; attempt %d takes over",
-                run_id,
-                history[-2]["attempt"],
-                outcome.attempt.attempt,
-                extra={"run_id": run_id, "attempt": outcome.attempt.attempt, "outcome": "takeover"},
-            )
-        return outcome
+        match outcome:
+            case Claimed():
+                if finish_transaction is not None:
+                    outcome = dataclasses.replace(outcome, finish_transaction=finish_transaction)
+                history = outcome.record.attempts or []
+                if len(history) > 1 and history[-2].get("outcome") == "lease_expired":
+                    # Logged once, after the commit (the callback may have run more than once).
+                    log.warning(
+                        "run %s: lease of attempt %d expired; attempt %d takes over",
+                        run_id,
+                        history[-2]["attempt"],
+                        outcome.attempt.attempt,
+                        extra={"run_id": run_id, "attempt": outcome.attempt.attempt, "outcome": "takeover"},
+                    )
+                return outcome
+            case Replayed() | Mismatch() | OtherJob() | InProgress() | Contended() | Overlap() | Skipped():
+                if finish_transaction is not None:
+                    finish_transaction.discard()
+                return outcome
+            case _:
+                assert_never(outcome)
 
     def renew_lease(
         self, attempt: Attempt, lease_seconds: float, patience_seconds: float | None = None
@@ -353,12 +358,14 @@ class Ledger:
         return self._finish(attempt, RunStatus.COMPLETED, result, policy, early)
 
     def fail_run(
-        self, attempt: Attempt, error: dict, policy: RunPolicy, early: EarlyTransaction | None = None
+        self, attempt: Attempt, error: dict[str, Any], policy: RunPolicy, early: EarlyTransaction | None = None
     ) -> Finished | Stale:
         """Record a permanent failure, replayed to every later delivery."""
         return self._finish(attempt, RunStatus.FAILED, error, policy, early)
 
-    def release_run(self, attempt: Attempt, error: dict, early: EarlyTransaction | None = None) -> Released | Stale:
+    def release_run(
+        self, attempt: Attempt, error: dict[str, Any], early: EarlyTransaction | None = None
+    ) -> Released | Stale:
         """Give the run up after a retryable failure: the record stays, ``released``.
 
         It counts as absent for the next claim, so the retry runs at once (as when
@@ -405,20 +412,25 @@ class Ledger:
             return Finished(record)
 
         outcome = self._fenced(attempt, finish, landed=_finish_landed(attempt, status), early=early)
-        if isinstance(outcome, Finished):
-            self.finished.remember(outcome.record)  # after the commit: the next duplicate costs nothing
+        match outcome:
+            case Finished():
+                self.finished.remember(outcome.record)  # after the commit: the next duplicate costs nothing
+            case Stale():
+                pass
+            case _:
+                assert_never(outcome)
         return outcome
 
-    def _fenced(
+    def _fenced[T](
         self,
         attempt: Attempt,
-        change: Callable[[RunRecord, datetime.datetime], object],
+        change: Callable[[RunRecord, datetime.datetime], T],
         patience_seconds: float | None = None,
-        landed: Callable[[RunRecord | None], object | None] | None = None,
+        landed: Callable[[RunRecord | None], T | None] | None = None,
         keeps_running: bool = False,
         early: EarlyTransaction | None = None,
-    ):
-        """Apply ``change`` in a transaction only while ``attempt`` owns the run.
+    ) -> T | Stale:
+        """Apply ``change`` in a transaction only while ``attempt`` owns the run: what it returns, or Stale.
 
         Only the owner writes a run, but every duplicate's claim reads it and
         can abort the owner's commit; giving up would leave a performed job
@@ -454,7 +466,7 @@ class Ledger:
         return outcome
 
 
-class FencedWrite:
+class FencedWrite[T]:
     """The body of a fenced transaction, which may run several times.
 
     It remembers whether a try got as far as writing: only then can an
@@ -467,8 +479,8 @@ class FencedWrite:
         self,
         clock: Clock,
         attempt: Attempt,
-        change: Callable[[RunRecord, datetime.datetime], object],
-        landed: Callable[[RunRecord | None], object | None] | None,
+        change: Callable[[RunRecord, datetime.datetime], T],
+        landed: Callable[[RunRecord | None], T | None] | None,
         keeps_running: bool = False,
     ) -> None:
         self.clock, self.attempt, self.change, self.landed = clock, attempt, change, landed
@@ -476,9 +488,11 @@ class FencedWrite:
         self.keeps_running = keeps_running
         self.wrote = False
 
-    def __call__(self) -> object:
+    def __call__(self) -> T | Stale:
         now = self.clock.now()
         attempt = self.attempt
+        record: RunRecord | None
+        lock: JobLock | None
         if attempt.job_lock is None:
             record, lock = RunRecord.get_by_id(attempt.run_id), None
         else:  # the run and the job's lock, in one round trip
@@ -489,18 +503,18 @@ class FencedWrite:
                 return outcome
         if record is None or record.attempt_id != attempt.attempt_id or record.status != RunStatus.IN_PROGRESS:
             return Stale(attempt.run_id, attempt.attempt, record)
-        owns_lock = lock is not None and lock.attempt_id == attempt.attempt_id
-        if attempt.job_lock is not None and self.keeps_running and not owns_lock:
+        owned_lock = lock if lock is not None and lock.attempt_id == attempt.attempt_id else None
+        if attempt.job_lock is not None and self.keeps_running and owned_lock is None:
             # Its lease ran out and another execution of the job took the lock: it must stop.
             return Stale(attempt.run_id, attempt.attempt, record)
         self.wrote = True
         outcome = self.change(record, now)
-        if owns_lock:
+        if owned_lock is not None:
             if record.status == RunStatus.IN_PROGRESS:
-                lock.lease_expires = record.lease_expires  # renewed with the run
-                lock.put()
+                owned_lock.lease_expires = record.lease_expires  # renewed with the run
+                owned_lock.put()
             else:
-                lock.key.delete()  # finished or released: the next execution may start
+                owned_lock.key.delete()  # finished or released: the next execution may start
         return outcome
 
 

@@ -2,8 +2,8 @@
 
 The protocol never raises for an expected case; it returns one of these.
 Only infrastructure errors (Datastore unreachable) propagate as exceptions.
-Every outcome has a ``run_id`` and a ``record`` (the record it is about, as
-read or written; None where there is none to show).
+Every outcome is an ``Outcome``: it has a ``run_id`` and a ``record`` (the
+record it is about, as read or written; None where there is none to show).
 """
 
 from __future__ import annotations
@@ -11,9 +11,37 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from dedup.transactions import EarlyTransaction
 from models import RunRecord
+
+
+class Outcome:
+    """What every outcome carries: the ``run_id`` it is about and its ``record`` (None where there is none).
+
+    Declared for the type checker only: each outcome holds them as its own dataclass fields or
+    properties, and a property here would become the default of a subclass's field of that name.
+    """
+
+    if TYPE_CHECKING:
+
+        @property
+        def run_id(self) -> str: ...
+
+        @property
+        def record(self) -> RunRecord | None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class OfRecord(Outcome):
+    """An outcome about a record that was read or written: its run id is the record's."""
+
+    record: RunRecord
+
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
 
 
 class HeldRun(Protocol):
@@ -49,76 +77,49 @@ class Attempt:
 
 
 @dataclasses.dataclass(frozen=True)
-class Claimed:
+class Claimed(OfRecord):
     """This attempt owns the run: run the job, then finish with the ledger."""
 
-    record: RunRecord
     attempt: Attempt
-    # A transaction begun beside the claim for the finish to use (dedup.transactions.EarlyTransaction).
-    finish_transaction: object | None = dataclasses.field(default=None, compare=False, repr=False)
-
-    @property
-    def run_id(self) -> str:
-        return self.record.run_id
+    # A transaction begun beside the claim for the finish to use.
+    finish_transaction: EarlyTransaction | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
-class Replayed:
+class Replayed(OfRecord):
     """The run finished earlier (completed or failed): answer from the record."""
 
-    record: RunRecord
-
-    @property
-    def run_id(self) -> str:
-        return self.record.run_id
-
 
 @dataclasses.dataclass(frozen=True)
-class Mismatch:
+class Mismatch(OfRecord):
     """The key is already used for a run with other parameters: nothing runs."""
 
-    record: RunRecord
-
-    @property
-    def run_id(self) -> str:
-        return self.record.run_id
-
 
 @dataclasses.dataclass(frozen=True)
-class OtherJob:
+class OtherJob(OfRecord):
     """The key names a run of another job (two jobs' deliveries share a key): nothing runs.
 
     Never replayed or taken over: answering one job with another's result,
     or running it under another's record, would hide a configuration error.
     """
 
-    record: RunRecord
     job_id: str  # the job this request asked for
-
-    @property
-    def run_id(self) -> str:
-        return self.record.run_id
 
 
 @dataclasses.dataclass(frozen=True)
-class InProgress:
+class InProgress(OfRecord):
     """Another attempt holds a live lease."""
 
-    record: RunRecord
     retry_after_seconds: int
 
     @staticmethod
-    def until(record: RunRecord, now) -> InProgress:
+    def until(record: RunRecord, now: datetime.datetime) -> InProgress:
         seconds = (record.lease_expires - now).total_seconds()
         return InProgress(record, max(1, math.ceil(seconds)))
 
-    @property
-    def run_id(self) -> str:
-        return self.record.run_id
-
 
 @dataclasses.dataclass(frozen=True)
-class Contended:
+class Contended(Outcome):
     """Transactions kept colliding with other claimers; the caller should retry soon."""
 
     run_id: str
@@ -130,37 +131,27 @@ class Contended:
 
 
 @dataclasses.dataclass(frozen=True)
-class Finished:
+class Finished(OfRecord):
     """This attempt recorded its outcome: the record is completed or failed."""
-
-    record: RunRecord
-
-    @property
-    def run_id(self) -> str:
-        return self.record.run_id
 
 
 @dataclasses.dataclass(frozen=True)
-class Released:
+class Released(Outcome):
     """A retryable failure: the record says ``released``, so the next delivery claims and runs again."""
 
     run_id: str
     attempt: int
-    error: dict  # for guarded endpoints: the response that was not kept
+    error: dict[str, Any]  # for guarded endpoints: the response that was not kept
     record: RunRecord | None = None  # the released record (None from code that read none)
 
 
 @dataclasses.dataclass(frozen=True)
-class Renewed:
-    record: RunRecord
-
-    @property
-    def run_id(self) -> str:
-        return self.record.run_id
+class Renewed(OfRecord):
+    """The attempt still owns the run: its lease was extended, or what it started downstream noted."""
 
 
 @dataclasses.dataclass(frozen=True)
-class Stale:
+class Stale(Outcome):
     """The attempt lost its lease and another attempt took over: nothing was changed."""
 
     run_id: str
@@ -177,18 +168,12 @@ FinishOutcome = Finished | Released | Stale
 
 
 @dataclasses.dataclass(frozen=True)
-class Skipped:
+class Skipped(OfRecord):
     """A delivery too late for its job's max_delay_seconds: recorded as skipped, the job not run."""
-
-    record: RunRecord
-
-    @property
-    def run_id(self) -> str:
-        return self.record.run_id
 
 
 @dataclasses.dataclass(frozen=True)
-class Overlap:
+class Overlap(Outcome):
     """Another execution of a job that forbids overlap holds the job's lock with a live lease."""
 
     run_id: str
@@ -196,7 +181,7 @@ class Overlap:
     retry_after_seconds: int
 
     @staticmethod
-    def until(run_id: str, holder_run_id: str, lease_expires: datetime.datetime, now) -> Overlap:
+    def until(run_id: str, holder_run_id: str, lease_expires: datetime.datetime, now: datetime.datetime) -> Overlap:
         return Overlap(run_id, holder_run_id, max(1, math.ceil((lease_expires - now).total_seconds())))
 
     @property

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+from collections.abc import Callable
 
 from google.cloud import ndb
 
@@ -70,11 +71,11 @@ def find_runs(
         more = more and start is not None and bool(records)
         if len(visible) >= page_size or not more:
             break
-    return visible, (start.urlsafe().decode("ascii") if more else None)
+    return visible, (start.urlsafe().decode("ascii") if more and start is not None else None)
 
 
 def delete_expired(
-    now: datetime.datetime, clock_now, batch_size: int = 100, cursor: str | None = None
+    now: datetime.datetime, clock_now: Callable[[], datetime.datetime], batch_size: int = 100, cursor: str | None = None
 ) -> tuple[int, str | None]:
     """Delete one batch of records past ``expire_at``; return (deleted, cursor of the next batch).
 

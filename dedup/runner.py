@@ -21,7 +21,18 @@ from opentelemetry import trace
 from dedup.errors import PermanentJobError
 from dedup.heartbeat import LeaseHeartbeat
 from dedup.ledger import Ledger, RunDescription, RunPolicy
-from dedup.outcomes import Attempt, Claimed, Contended, InProgress, Replayed, RunOutcome, Stale
+from dedup.outcomes import (
+    Attempt,
+    Claimed,
+    ClaimOutcome,
+    Contended,
+    InProgress,
+    Outcome,
+    Replayed,
+    RunOutcome,
+    Skipped,
+    Stale,
+)
 from dedup.transactions import EarlyTransaction
 
 log = logging.getLogger(__name__)
@@ -135,9 +146,9 @@ def run_once(
             finish_transaction.discard()  # no-op once the finish used it
 
 
-def describe(span: trace.Span, outcome: RunOutcome) -> None:
+def describe(span: trace.Span, outcome: Outcome) -> None:
     """A step's span says what it came to: the outcome, the attempt, whether it was a replay."""
-    record = getattr(outcome, "record", None)
+    record = outcome.record
     attempt = outcome.attempt.attempt if isinstance(outcome, Claimed) else getattr(record, "attempt", None)
     span.set_attribute("outcome", type(outcome).__name__)
     span.set_attribute("replayed", isinstance(outcome, Replayed))
@@ -155,7 +166,7 @@ def _claim(
     wait: Waiting | None,
     skip_reason: str | None,
     reopen_attempt: int | None,
-) -> tuple[RunOutcome, float]:
+) -> tuple[ClaimOutcome | Skipped, float]:
     """The claim, or the answer that refused it (after waiting, with ``wait``), and when it began."""
     deadline = time.monotonic() + max(0.0, wait.seconds if wait else 0.0)
     polls = iter(WAIT_POLL_SECONDS)
@@ -214,7 +225,7 @@ def _run_claimed(
         ledger, claimed, policy.lease_seconds, policy.max_run_seconds, renew=policy.heartbeat, claim_began=claim_began
     )
     attempt = dataclasses.replace(claimed, held=RunningAttempt(ledger, claimed, heartbeat))
-    steps = {"run_id": run_id, "attempt": attempt.attempt}
+    steps: dict[str, str | int] = {"run_id": run_id, "attempt": attempt.attempt}
     with tracer.start_as_current_span("dedup.job", attributes=steps, record_exception=False) as span:
         finish = _do_work(ledger, attempt, policy, work, classify, heartbeat, early, span)
     with tracer.start_as_current_span("dedup.finish", attributes=steps) as span:
@@ -273,13 +284,13 @@ def _do_work(
 MAX_ERROR_MESSAGE_CHARS = 4096
 
 
-def error_document(exc: BaseException, details: object = None) -> dict:
+def error_document(exc: BaseException, details: object = None) -> dict[str, Any]:
     """A JSON document describing a job's exception, safe to store and to return."""
     try:
         message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
     except Exception:  # an exception whose __str__ raises
         message = f"{type(exc).__name__} (its message could not be read)"
-    document: dict = {"type": type(exc).__name__, "message": str(message)[:MAX_ERROR_MESSAGE_CHARS]}
+    document: dict[str, Any] = {"type": type(exc).__name__, "message": str(message)[:MAX_ERROR_MESSAGE_CHARS]}
     if details is not None:
         try:
             document["details"] = json.loads(json.dumps(details, default=str))

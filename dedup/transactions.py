@@ -13,7 +13,6 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from google.api_core import exceptions as api_exceptions
 from google.cloud import ndb
@@ -46,7 +45,7 @@ def is_contention(exc: Exception) -> bool:
     return isinstance(exc, api_exceptions.Aborted)
 
 
-def run_transaction(callback: Callable[[], Any], patience_seconds: float, early: EarlyTransaction | None = None) -> Any:
+def run_transaction[T](callback: Callable[[], T], patience_seconds: float, early: EarlyTransaction | None = None) -> T:
     """One NDB transaction, tried again on contention and transient errors until patience runs out.
 
     ``early``: the first try runs in that transaction, begun beforehand; when
@@ -55,7 +54,7 @@ def run_transaction(callback: Callable[[], Any], patience_seconds: float, early:
     deadline = time.monotonic() + patience_seconds
     delay = 0.02
     transaction_id = early.take() if early is not None else None
-    if transaction_id is not None:
+    if early is not None and transaction_id is not None:
         try:
             result = in_transaction(transaction_id, callback)
         except api_exceptions.GoogleAPIError as exc:  # RetryError too: NDB's own retries of a read gave up
@@ -68,7 +67,8 @@ def run_transaction(callback: Callable[[], Any], patience_seconds: float, early:
     while True:
         try:
             try:
-                return ndb.transaction(callback, retries=0)
+                committed: T = ndb.transaction(callback, retries=0)  # what callback returned
+                return committed
             except api_exceptions.GoogleAPICallError as exc:
                 # NDB rolls back after a failed commit.  When the commit was in
                 # fact applied, the rollback fails too ("transaction has expired
@@ -92,7 +92,7 @@ def run_transaction(callback: Callable[[], Any], patience_seconds: float, early:
 EARLY_TRANSACTION_MAX_AGE_SECONDS = 30.0
 # Rollbacks of early transactions nobody used, still in flight (a gRPC call
 # whose future is dropped is cancelled).
-_ROLLBACKS_IN_FLIGHT: set = set()
+_ROLLBACKS_IN_FLIGHT: set[object] = set()  # grpc futures
 ROLLBACK_TIMEOUT_SECONDS = 30.0
 _ROLLBACKS_LOCK = threading.Lock()
 
@@ -127,7 +127,8 @@ class EarlyTransaction:
             return None
         self._spent = True
         try:
-            return self._begin.result()
+            transaction_id: bytes = self._begin.result()
+            return transaction_id
         except Exception as exc:  # it never began: a new transaction will
             log.info("early transaction did not begin (%s); beginning another", type(exc).__name__)
             return None
@@ -159,13 +160,13 @@ class EarlyTransaction:
             log.info("rollback of an unused early transaction not sent (%r)", exc)
 
 
-def _rollback_done(call) -> None:
+def _rollback_done(call: object) -> None:
     with _ROLLBACKS_LOCK:
         _ROLLBACKS_IN_FLIGHT.discard(call)
     # A rollback that failed leaves a transaction that read nothing: it ends by itself.
 
 
-def in_transaction(transaction_id: bytes, callback: Callable[[], Any]) -> Any:
+def in_transaction[T](transaction_id: bytes, callback: Callable[[], T]) -> T:
     """Run ``callback`` in the begun transaction ``transaction_id`` and commit it.
 
     The body of NDB's own ``_transaction_async`` (google-cloud-ndb 2.7, pinned)

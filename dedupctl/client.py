@@ -97,8 +97,11 @@ def run_with_retries(
             else:
                 attempts += 1
                 why = str(status)
-                delay = _retry_after(response.headers, policy) if "Retry-After" in response.headers else None
-                delay = delay if delay is not None else _backoff(policy, attempts, rng)
+                delay = (
+                    _retry_after(response.headers, policy)
+                    if "Retry-After" in response.headers
+                    else _backoff(policy, attempts, rng)
+                )
         if attempts >= policy.max_attempts or monotonic() + delay > deadline:
             return Outcome(Exit.GAVE_UP, status, body, sends)
         on_retry(sends, why, delay)

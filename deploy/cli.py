@@ -56,8 +56,10 @@ def cli(context: click.Context, jobs_file: str) -> None:
 
 def _declared_jobs() -> dict[str, JobSpec]:
     """jobs.yaml, parsed and validated as the app does at start-up."""
+    settings = click.get_current_context().find_object(dict)
+    assert settings is not None, "cli() sets it for every command"
     try:
-        return load_jobs(click.get_current_context().find_object(dict)["jobs_file"])
+        return load_jobs(settings["jobs_file"])
     except JobsConfigError as exc:
         raise click.ClickException(str(exc)) from None
 

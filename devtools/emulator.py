@@ -65,8 +65,8 @@ class DatastoreEmulator:
         gcloud = shutil.which("gcloud")
         if gcloud is None:
             raise EmulatorError("gcloud is not on PATH.\n" + INSTALL_HINT)
-        self._data_dir = self._data_dir or tempfile.mkdtemp(prefix="datastore-emulator-")
-        self._log_path = os.path.join(self._data_dir, "emulator.log")
+        data_dir = self._data_dir = self._data_dir or tempfile.mkdtemp(prefix="datastore-emulator-")
+        self._log_path = os.path.join(data_dir, "emulator.log")
         command = [
             gcloud,
             "beta",
@@ -77,10 +77,10 @@ class DatastoreEmulator:
             "--store-on-disk" if self.store_on_disk else "--no-store-on-disk",
             "--use-firestore-in-datastore-mode",
             f"--host-port={self.host}",
-            f"--data-dir={self._data_dir}",
+            f"--data-dir={data_dir}",
         ]
         if self.require_indexes:
-            command = self._direct_command(gcloud)
+            command = self._direct_command(gcloud, data_dir, self.require_indexes)
         log = open(self._log_path, "ab")
         self.process = subprocess.Popen(
             command,
@@ -103,12 +103,13 @@ class DatastoreEmulator:
         self.stop()
         raise EmulatorError(f"the emulator did not answer within {timeout}s:\n{self.log_tail()}")
 
-    def _direct_command(self, gcloud: str) -> list[str]:
+    def _direct_command(self, gcloud: str, data_dir: str, index_file: str) -> list[str]:
+        """The emulator itself, not gcloud's wrapper: only it takes ``--require_indexes``."""
         sdk_root = os.path.dirname(os.path.dirname(os.path.realpath(gcloud)))
         binary = os.path.join(sdk_root, "platform", "cloud-datastore-emulator", "cloud_datastore_emulator")
         if not os.path.exists(binary):
             raise EmulatorError(f"no emulator at {binary}.\n" + INSTALL_HINT)
-        project_dir = os.path.join(self._data_dir, "project")
+        project_dir = os.path.join(data_dir, "project")
         subprocess.run([binary, "create", f"--project_id={self.project}", project_dir], check=True, capture_output=True)
         host, port = self.host.split(":")
         return [
@@ -119,7 +120,7 @@ class DatastoreEmulator:
             "--store_on_disk=False",
             "--firestore_in_datastore_mode",
             "--require_indexes",
-            f"--index_file={os.path.abspath(self.require_indexes)}",
+            f"--index_file={os.path.abspath(index_file)}",
             project_dir,
         ]
 

@@ -51,6 +51,7 @@ class DelayingProxy:
 
     async def _shutdown(self) -> None:
         """Close the listener and end every connection's tasks, so nothing is left pending."""
+        assert self._server is not None, "entering the proxy started it"
         self._server.close()
         tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
         for task in tasks:
@@ -59,13 +60,13 @@ class DelayingProxy:
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self._server = self.loop.run_until_complete(asyncio.start_server(self._connect, "127.0.0.1", 0))
-        self.port = self._server.sockets[0].getsockname()[1]
+        server = self._server = self.loop.run_until_complete(asyncio.start_server(self._connect, "127.0.0.1", 0))
+        self.port = server.sockets[0].getsockname()[1]
         self._ready.set()
         try:
             self.loop.run_forever()
         finally:
-            self._server.close()
+            server.close()
             self.loop.close()
 
     async def _connect(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
@@ -74,6 +75,7 @@ class DelayingProxy:
         # our own, a connection still relaying can be garbage collected mid-way
         # (GeneratorExit in its pumps, "Task was destroyed but it is pending").
         task = asyncio.current_task()
+        assert task is not None, "asyncio runs each connection's callback in a task of its own"
         self._connections.add(task)
         try:
             await self._relay(client_reader, client_writer)

@@ -91,7 +91,8 @@ def wait_until_answers(
     while time.monotonic() < deadline:
         for process in processes:
             if process.poll() is not None:
-                raise NotServing(f"{' '.join(map(str, process.args[-1:]))} exited with status {process.returncode}")
+                words = process.args if isinstance(process.args, Sequence) else [process.args]  # or one path
+                raise NotServing(f"{' '.join(map(str, words[-1:]))} exited with status {process.returncode}")
         try:
             with opener.open(request, timeout=5) as response:
                 status = response.status

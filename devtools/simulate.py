@@ -394,6 +394,7 @@ def main() -> int:
         DatastoreEmulator(project="dedup-simulate") as emulator,
         GunicornServer(emulator, jobs_file, quiet=True, extra_env={"DEDUP_AUTH": "none"}) as server,
     ):
+        assert server.process is not None, "entering the server started it"
         simulation = simulate(
             server.url, jobs, args.executions, args.compress, faults, args.seed, sink, server_pid=server.process.pid
         )

@@ -77,5 +77,5 @@ def create_downstream_app(clock: Clock | None = None, ndb_client: ndb.Client | N
         ).put()
         return jsonify({"applied": True, "sync_number": total, "key": g.idempotency.key}), 201
 
-    app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client or ndb.Client())
+    app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client or ndb.Client())  # type: ignore[method-assign]  # Flask's middleware hook, typed as a method
     return app

@@ -199,7 +199,7 @@ def is_placeholder_host(host: str) -> bool:
     )
 
 
-def checked_mapping(job_id: str, field: str, value: Any, problem: Callable[[Any, Any], str | None]) -> dict:
+def checked_mapping(job_id: str, field: str, value: Any, problem: Callable[[Any, Any], str | None]) -> dict[str, Any]:
     """A mapping whose every (name, value) passes ``problem`` (which says what is wrong, or None)."""
     if not isinstance(value, dict):
         raise JobsConfigError(job_id, field, "must be a mapping")

@@ -18,7 +18,7 @@ DIGEST_WINDOW = datetime.timedelta(days=1)
 DIGEST_PARAMETERS = frozenset({"until"})
 
 
-def ledger_digest(context: RunContext) -> dict:
+def ledger_digest(context: RunContext) -> dict[str, Any]:
     """Count the runs created in the 24 hours before the schedule time, per job.
 
     Scheduled daily, its stored results form a history of what ran, failed,

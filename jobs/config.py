@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import yaml
@@ -175,8 +175,8 @@ class DuplicateKeyError(yaml.YAMLError):
 class _StrictLoader(yaml.SafeLoader):
     """A safe loader that refuses duplicate keys (PyYAML keeps the last one silently)."""
 
-    def construct_mapping(self, node, deep=False):
-        seen = set()
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        seen: set[Hashable] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             if key in seen:

@@ -11,7 +11,7 @@ import datetime
 from google.cloud import ndb
 
 
-class AuditMark(ndb.Model):
+class AuditMark(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has no types: ndb.Model is Any
     """Every slot of one Scheduler job whose retry window closed before ``checked_until`` was audited."""
 
     _use_cache = False

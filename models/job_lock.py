@@ -12,7 +12,7 @@ import datetime
 from google.cloud import ndb
 
 
-class JobLock(ndb.Model):
+class JobLock(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has no types: ndb.Model is Any
     _use_cache = False
     _use_global_cache = False
 
@@ -25,4 +25,4 @@ class JobLock(ndb.Model):
         return "DedupJobLock"
 
     def is_held(self, now: datetime.datetime) -> bool:
-        return self.lease_expires > now
+        return bool(self.lease_expires > now)

@@ -31,8 +31,8 @@ class RunSource(enum.StrEnum):
     GUARD = "guard"  # an endpoint behind the idempotency guard
 
 
-class RunRecord(ndb.Model):
-    """A scheduled (or, later, manual) run and the state of its current attempt.
+class RunRecord(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has no types: ndb.Model is Any
+    """A run (a Scheduler delivery's, a manual run's or a guarded call's) and the state of its current attempt.
 
     ``attempt`` counts the attempts (takeovers raise it) and ``attempt_id`` is
     a random id unique to one attempt; an attempt may change the record only
@@ -101,11 +101,12 @@ class RunRecord(ndb.Model):
 
     @property
     def run_id(self) -> str:
-        return self.key.id()
+        run_id: str = self.key.id()  # the ledger keys every record by its run id
+        return run_id
 
     def lease_is_live(self, now: datetime.datetime) -> bool:
-        return self.status == RunStatus.IN_PROGRESS and self.lease_expires > now
+        return bool(self.status == RunStatus.IN_PROGRESS and self.lease_expires > now)
 
     def is_expired(self, now: datetime.datetime) -> bool:
         """Past ``expire_at``: counts as absent even before TTL deletes it."""
-        return self.expire_at <= now
+        return bool(self.expire_at <= now)

@@ -176,7 +176,7 @@ def parse_scheduler_document(document: Any) -> list[SchedulerJob]:
     return jobs
 
 
-def _parse_job(key: str, settings: dict, problems: list[Problem]) -> SchedulerJob | None:
+def _parse_job(key: str, settings: dict[Any, Any], problems: list[Problem]) -> SchedulerJob | None:
     """``key`` names the declaration; ``name`` (default: the key) is the Scheduler job id,
     so one job id can be declared in several projects or locations."""
     start = len(problems)
@@ -343,7 +343,7 @@ def _plain_cron_field(field: str) -> bool:
     return all(_CRON_TOKEN.fullmatch(token) for token in re.split(r"[,/-]", field))
 
 
-def _parse_retry(settings: dict, problem: Callable[[str | None, str], None]) -> RetryConfig | None:
+def _parse_retry(settings: dict[Any, Any], problem: Callable[[str | None, str], None]) -> RetryConfig | None:
     before = RetryConfig()
     for key in sorted(set(settings) - RETRY_KEYS, key=str):
         problem(f"retry.{key}", f"unknown key; allowed: {', '.join(sorted(RETRY_KEYS))}")
@@ -355,11 +355,12 @@ def _parse_retry(settings: dict, problem: Callable[[str | None, str], None]) -> 
     if isinstance(doublings, bool) or not isinstance(doublings, int) or not 0 <= doublings <= 16:
         problem("retry.max_doublings", f"{doublings!r}: must be an integer from 0 to 16")
         return None
-    values = {}
+    values: dict[str, float] = {}
     for key in ("max_retry_duration", "min_backoff", "max_backoff"):
-        values[key] = _duration(settings.get(key, getattr(before, key)), f"retry.{key}", problem)
-        if values[key] is None:
+        seconds = _duration(settings.get(key, getattr(before, key)), f"retry.{key}", problem)
+        if seconds is None:
             return None
+        values[key] = seconds
     if values["max_backoff"] < values["min_backoff"]:
         problem(
             "retry.max_backoff", f"{values['max_backoff']:g}s is shorter than min_backoff ({values['min_backoff']:g}s)"
@@ -411,7 +412,8 @@ def first_schedule_time(schedule: str, time_zone: str) -> datetime.datetime | No
     """
     start = _PERIOD_START.replace(tzinfo=schedule_zone(time_zone))
     try:
-        return croniter(schedule, start).get_next(datetime.datetime).astimezone(datetime.UTC)
+        first: datetime.datetime = croniter(schedule, start).get_next(datetime.datetime)
+        return first.astimezone(datetime.UTC)
     except CroniterBadDateError:
         return None
 

@@ -160,7 +160,8 @@ def execution_status(slot: Slot, record: RunRecord | None, now: datetime.datetim
         return Status.RELEASED if window_open else Status.MISSED
     if record.status == RunStatus.IN_PROGRESS and not record.lease_is_live(now) and not window_open:
         return Status.MISSED  # stuck, and nothing will take it over
-    return record.status
+    status: str = record.status  # completed, failed, in_progress or skipped
+    return status
 
 
 def execution_document(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> dict[str, Any]:

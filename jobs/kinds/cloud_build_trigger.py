@@ -95,15 +95,15 @@ class CloudBuildTriggerJob(JobKind):
             },
         )
         build = (operation.get("metadata") or {}).get("build") or {}
-        name = build.get("name") or (
+        build_name = build.get("name") or (
             f"projects/{self.parts['project']}/locations/{self.parts['location']}/builds/{build['id']}"
             if build.get("id")
             else operation.get("name")
         )
-        if not name:
+        if not build_name:
             raise RuntimeError(f"triggers.run answered without a build or operation: {operation!r}")
-        context.record_downstream(name)
-        return {"build": name, "operation": operation.get("name"), "adopted": False}
+        context.record_downstream(build_name)
+        return {"build": build_name, "operation": operation.get("name"), "adopted": False}
 
     def _find_build(self, substitutions: Mapping[str, str]) -> str | None:
         """A build an earlier attempt of this run started.

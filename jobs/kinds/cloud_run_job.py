@@ -87,12 +87,12 @@ class CloudRunJob(JobKind):
             body={"overrides": {"containerOverrides": [override]}},
             starts_execution_without_search=True,
         )
-        name = operation.get("name")
-        if not name:
+        operation_name = operation.get("name")
+        if not operation_name:
             raise RuntimeError(f"jobs.run answered without an operation name: {operation!r}")
-        execution = (operation.get("metadata") or {}).get("name") or name
+        execution = (operation.get("metadata") or {}).get("name") or operation_name
         context.record_downstream(execution)
-        return {"execution": execution, "operation": name, "adopted": False}
+        return {"execution": execution, "operation": operation_name, "adopted": False}
 
 
 def env_problem(name: Any, value: Any) -> str | None:

@@ -100,7 +100,7 @@ class GoogleApi:
         body: Any = None,
         params: Mapping[str, str] | None = None,
         starts_execution_without_search: bool = False,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """One API call; raise RetryableJobError / PermanentJobError as the answer says.
 
         With ``starts_execution_without_search`` (a start that no later attempt

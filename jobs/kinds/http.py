@@ -129,7 +129,8 @@ class HttpJob(JobKind):
                 headers=headers,
                 data=body,
                 # total: connecting and waiting for the headers share one budget.
-                timeout=urllib3.Timeout(total=self.timeout_seconds),
+                # types-requests takes only a float or a pair; requests' adapter takes a urllib3.Timeout too.
+                timeout=urllib3.Timeout(total=self.timeout_seconds),  # type: ignore[arg-type]
                 allow_redirects=False,
                 stream=True,
             )
@@ -172,7 +173,7 @@ class HttpJob(JobKind):
         return head
 
     @staticmethod
-    def downstream_body(context: RunContext, schedule_time: str | None) -> dict:
+    def downstream_body(context: RunContext, schedule_time: str | None) -> dict[str, Any]:
         body: dict[str, Any] = {
             "idempotency_key": context.idempotency_key,
             "run_id": context.run_id,

@@ -76,7 +76,7 @@ class WorkflowJob(JobKind):
         context.record_downstream(name)
         return {"execution": name, "state": execution.get("state"), "adopted": False}
 
-    def _find_execution(self, label: str, argument: dict) -> str | None:
+    def _find_execution(self, label: str, argument: dict[str, Any]) -> str | None:
         """An execution an earlier attempt of this run started: its label and its argument match.
 
         The argument check keeps an expired client token, reused for another
