@@ -86,7 +86,7 @@ class LeaseHeartbeat:
                     log.warning(
                         "run %s attempt %d: max_run_seconds reached; no more lease renewals",
                         self.attempt.run_id,
-                        self.attempt.attempt,
+                        self.attempt.number,
                     )
                     return
                 # The last renewal ends the lease at max_run_seconds, not a lease later.
@@ -103,7 +103,7 @@ class LeaseHeartbeat:
                     log.warning(
                         "run %s attempt %d: lease lost to attempt %s; the job should stop",
                         self.attempt.run_id,
-                        self.attempt.attempt,
+                        self.attempt.number,
                         outcome.current.attempt if outcome.current else "none",
                     )
                     return

@@ -25,11 +25,11 @@ from dedup.keys import digest_parts
 from dedup.ledger import Ledger, RunDescription, RunPolicy
 from dedup.outcomes import (
     Attempt,
+    Conflict,
     Contended,
     Finished,
     InProgress,
-    Mismatch,
-    OtherJob,
+    JobMismatch,
     Overlap,
     Released,
     Replayed,
@@ -114,7 +114,7 @@ class IdempotencyGuard:
     ledger: Ledger
     namespace: str
     policy: RunPolicy = DEFAULT_POLICY
-    source: str = RunSource.GUARD.value
+    source: str = RunSource.GUARD
 
     def run_id(self, key: str, scope: str = "") -> str:
         return digest_parts(KEY_VERSION, self.namespace, scope, key)
@@ -138,7 +138,7 @@ class IdempotencyGuard:
         description = RunDescription(
             source=self.source,
             job_id=job_id or self.namespace,
-            idempotency_key=key,
+            client_token=key,
             scope=scope,
             parameters=parameters,
             fingerprint=fingerprint(parameters, exclude),
@@ -209,9 +209,9 @@ def unwrap_plain_outcome(
                 return record.result
             error = record.error or {}
             raise PermanentJobError(error.get("message", "failed"), details=error.get("details"))
-        case Mismatch():
+        case Conflict():
             raise IdempotencyConflict(outcome.record.run_id, differing_names(outcome.record.parameters, given, exclude))
-        case OtherJob():
+        case JobMismatch():
             log.error(
                 "run %s: the key names a run of %r, not of %r",
                 outcome.record.run_id,

@@ -21,7 +21,7 @@ from dedup.errors import InvalidRunRequest
 SCHEDULER_JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,500}")
 # Project ids (optionally domain-scoped, "example.com:my-project") and locations.
 PROJECT_ID = re.compile(r"(?:[a-z0-9][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
-_LOCATION = re.compile(r"[a-z][a-z0-9-]{0,62}")
+_SCOPE_LOCATION = re.compile(r"[a-z][a-z0-9-]{0,62}")
 _FULL_JOB_NAME = re.compile(r"projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/jobs/(?P<job>[^/]+)")
 # Longer than any legal JobName, ScheduleTime or scope value: rejected unread.
 MAX_HEADER_LENGTH = 1024
@@ -42,7 +42,7 @@ class ScheduledRunKey:
 
     project: str  # "" when the delivery names no scope
     location: str
-    job_name: str  # the short Scheduler job id
+    scheduler_job_name: str  # the short Scheduler job id
     schedule_time: datetime.datetime  # aware, UTC
 
     @property
@@ -52,7 +52,7 @@ class ScheduledRunKey:
     @property
     def run_id(self) -> str:
         """SHA-256 hex over a length-prefixed encoding: no separator can collide."""
-        return digest_parts(_KEY_VERSION, self.project, self.location, self.job_name, self.schedule_time_text)
+        return digest_parts(_KEY_VERSION, self.project, self.location, self.scheduler_job_name, self.schedule_time_text)
 
 
 def digest_parts(*parts: str) -> str:
@@ -137,7 +137,7 @@ def _scope_value(field: str, pattern: re.Pattern[str], *candidates: tuple[str, s
 
 
 def scheduled_run_key(
-    job_name: str | None,
+    scheduler_job_name: str | None,
     schedule_time: str | None,
     *,
     query_project: str | None = None,
@@ -147,15 +147,15 @@ def scheduled_run_key(
 ) -> ScheduledRunKey:
     """Build the run key of a delivery, or raise InvalidRunRequest naming the field."""
     field = "X-CloudScheduler-JobName"
-    if job_name is None or job_name == "":
+    if scheduler_job_name is None or scheduler_job_name == "":
         raise InvalidRunRequest(field, f"missing {field} header: this endpoint serves Cloud Scheduler jobs")
-    job_name = _checked_text(field, job_name)
+    scheduler_job_name = _checked_text(field, scheduler_job_name)
     name_project = name_location = None
-    full = _FULL_JOB_NAME.fullmatch(job_name)
+    full = _FULL_JOB_NAME.fullmatch(scheduler_job_name)
     if full:
         name_project, name_location = full["project"], full["location"]
-        job_name = full["job"]
-    if not SCHEDULER_JOB_ID.fullmatch(job_name):
+        scheduler_job_name = full["job"]
+    if not SCHEDULER_JOB_ID.fullmatch(scheduler_job_name):
         raise InvalidRunRequest(
             field,
             f"{field} must be a Scheduler job id (letters, digits, '-' and '_', at most "
@@ -171,9 +171,9 @@ def scheduled_run_key(
     )
     location = _scope_value(
         "location",
-        _LOCATION,
+        _SCOPE_LOCATION,
         ("query parameter location", query_location),
         ("header X-Scheduler-Location", header_location),
         (field, name_location),
     )
-    return ScheduledRunKey(project, location, job_name, instant)
+    return ScheduledRunKey(project, location, scheduler_job_name, instant)

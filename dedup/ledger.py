@@ -29,11 +29,11 @@ from dedup.outcomes import (
     Attempt,
     Claimed,
     ClaimOutcome,
+    Conflict,
     Contended,
     Finished,
     InProgress,
-    Mismatch,
-    OtherJob,
+    JobMismatch,
     Overlap,
     Released,
     Renewed,
@@ -95,7 +95,7 @@ class RunDescription:
     schedule_time: datetime.datetime | None = None
     project: str | None = None
     location: str | None = None
-    idempotency_key: str | None = None
+    client_token: str | None = None
     scope: str | None = None
     parameters: dict[str, Any] | None = None
     fingerprint: str | None = None
@@ -131,7 +131,7 @@ class Ledger:
     def refusal(
         self, run_id: str, description: RunDescription, reopen_attempt: int | None = None
     ) -> ClaimOutcome | None:
-        """What the record answers without a claim (Replayed, Mismatch, OtherJob, InProgress), or None.
+        """What the record answers without a claim (Replayed, Conflict, JobMismatch, InProgress), or None.
 
         A completed run this process has seen costs no round trip, any other
         one strongly consistent lookup.
@@ -307,11 +307,11 @@ class Ledger:
                         "run %s: lease of attempt %d expired; attempt %d takes over",
                         run_id,
                         history[-2]["attempt"],
-                        outcome.attempt.attempt,
-                        extra={"run_id": run_id, "attempt": outcome.attempt.attempt, "outcome": "takeover"},
+                        outcome.attempt.number,
+                        extra={"run_id": run_id, "attempt": outcome.attempt.number, "outcome": "takeover"},
                     )
                 return outcome
-            case Replayed() | Mismatch() | OtherJob() | InProgress() | Contended() | Overlap() | Skipped():
+            case Replayed() | Conflict() | JobMismatch() | InProgress() | Contended() | Overlap() | Skipped():
                 if finish_transaction is not None:
                     finish_transaction.discard()
                 return outcome
@@ -377,11 +377,11 @@ class Ledger:
             _record_end(record, RunStatus.RELEASED, error, now)
             record.lease_expires = now  # nobody holds it
             record.put()
-            return Released(attempt.run_id, attempt.attempt, error, record)
+            return Released(attempt.run_id, attempt.number, error, record)
 
         def landed(record: RunRecord | None) -> Released | None:
             if record is not None and record.attempt_id == attempt.attempt_id and record.status == RunStatus.RELEASED:
-                return Released(attempt.run_id, attempt.attempt, error, record)
+                return Released(attempt.run_id, attempt.number, error, record)
             return None
 
         return self._fenced(attempt, release, landed=landed, early=early)
@@ -460,7 +460,7 @@ class Ledger:
             log.warning(
                 "run %s: attempt %d is stale (record now %s); nothing changed",
                 attempt.run_id,
-                attempt.attempt,
+                attempt.number,
                 f"attempt {current.attempt} {current.status}" if current else "absent",
             )
         return outcome
@@ -502,11 +502,11 @@ class FencedWrite[T]:
             if outcome is not None:
                 return outcome
         if record is None or record.attempt_id != attempt.attempt_id or record.status != RunStatus.IN_PROGRESS:
-            return Stale(attempt.run_id, attempt.attempt, record)
+            return Stale(attempt.run_id, attempt.number, record)
         owned_lock = lock if lock is not None and lock.attempt_id == attempt.attempt_id else None
         if attempt.job_lock is not None and self.keeps_running and owned_lock is None:
             # Its lease ran out and another execution of the job took the lock: it must stop.
-            return Stale(attempt.run_id, attempt.attempt, record)
+            return Stale(attempt.run_id, attempt.number, record)
         self.wrote = True
         outcome = self.change(record, now)
         if owned_lock is not None:
@@ -518,7 +518,7 @@ class FencedWrite[T]:
         return outcome
 
 
-REOPENED = frozenset({RunStatus.FAILED.value, RunStatus.SKIPPED.value})  # what an operator's run replaces
+REOPENED = frozenset({RunStatus.FAILED, RunStatus.SKIPPED})  # what an operator's run replaces
 
 
 def _refusal(
@@ -532,11 +532,11 @@ def _refusal(
     if current is None:
         return None
     if current.job_id != description.job_id:
-        return OtherJob(current, description.job_id)
+        return JobMismatch(current, description.job_id)
     if current.status == RunStatus.RELEASED or (current.status in REOPENED and current.attempt == reopen_attempt):
         return None  # absent for a claim, which replaces it (its parameters too)
     if current.fingerprint != description.fingerprint:
-        return Mismatch(current)
+        return Conflict(current)
     if current.status != RunStatus.IN_PROGRESS:
         return Replayed(current)
     if current.lease_is_live(now):
@@ -557,7 +557,7 @@ def _claimed_record(
         history[-1] = {**history[-1], "outcome": "lease_expired"}  # taken over
     history.append(
         {
-            "attempt": attempt.attempt,
+            "attempt": attempt.number,
             "attempt_id": attempt.attempt_id,
             "started": format_utc(now),
             "finished": None,
@@ -573,9 +573,9 @@ def _claimed_record(
         **{field.name: getattr(description, field.name) for field in dataclasses.fields(description)},
         downstream=attempt.downstream,
         attempts=history[-MAX_ATTEMPT_HISTORY:],
-        status=RunStatus.IN_PROGRESS.value,
+        status=RunStatus.IN_PROGRESS,
         attempt_id=attempt.attempt_id,
-        attempt=attempt.attempt,
+        attempt=attempt.number,
         lease_expires=now + _seconds(policy.lease_seconds),
         # Never expire (count as absent) while a lease is live, and a slot's run never before
         # its schedule time plus the retention (schedules.slots: what the ledger can still know).
@@ -631,7 +631,7 @@ def _skipped_record(
         id=run_id,
         **{field.name: getattr(description, field.name) for field in dataclasses.fields(description)},
         attempts=list(live.attempts or []) if live else [],
-        status=RunStatus.SKIPPED.value,
+        status=RunStatus.SKIPPED,
         attempt_id=uuid.uuid4().hex,
         attempt=current.attempt if current else 0,  # attempt numbers never go back
         lease_expires=now,

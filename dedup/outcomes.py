@@ -61,7 +61,7 @@ class Attempt:
 
     run_id: str
     attempt_id: str
-    attempt: int
+    number: int  # 1 for the first attempt at the run
     # What an earlier attempt started downstream, when it recorded it.
     downstream: str | None = None
     # The job lock this attempt holds (a job with overlap: forbid), else None.
@@ -91,12 +91,12 @@ class Replayed(OfRecord):
 
 
 @dataclasses.dataclass(frozen=True)
-class Mismatch(OfRecord):
+class Conflict(OfRecord):
     """The key is already used for a run with other parameters: nothing runs."""
 
 
 @dataclasses.dataclass(frozen=True)
-class OtherJob(OfRecord):
+class JobMismatch(OfRecord):
     """The key names a run of another job (two jobs' deliveries share a key): nothing runs.
 
     Never replayed or taken over: answering one job with another's result,
@@ -189,5 +189,7 @@ class Overlap(Outcome):
         return None  # nothing of this run was read or written
 
 
-RunOutcome = Overlap | Replayed | Mismatch | OtherJob | InProgress | Contended | Finished | Released | Stale | Skipped
-ClaimOutcome = Claimed | Replayed | Mismatch | OtherJob | InProgress | Contended | Overlap
+RunOutcome = (
+    Overlap | Replayed | Conflict | JobMismatch | InProgress | Contended | Finished | Released | Stale | Skipped
+)
+ClaimOutcome = Claimed | Replayed | Conflict | JobMismatch | InProgress | Contended | Overlap

@@ -149,7 +149,7 @@ def run_once(
 def describe(span: trace.Span, outcome: Outcome) -> None:
     """A step's span says what it came to: the outcome, the attempt, whether it was a replay."""
     record = outcome.record
-    attempt = outcome.attempt.attempt if isinstance(outcome, Claimed) else getattr(record, "attempt", None)
+    attempt = outcome.attempt.number if isinstance(outcome, Claimed) else getattr(record, "attempt", None)
     span.set_attribute("outcome", type(outcome).__name__)
     span.set_attribute("replayed", isinstance(outcome, Replayed))
     if attempt is not None:
@@ -225,7 +225,7 @@ def _run_claimed(
         ledger, claimed, policy.lease_seconds, policy.max_run_seconds, renew=policy.heartbeat, claim_began=claim_began
     )
     attempt = dataclasses.replace(claimed, held=RunningAttempt(ledger, claimed, heartbeat))
-    steps: dict[str, str | int] = {"run_id": run_id, "attempt": attempt.attempt}
+    steps: dict[str, str | int] = {"run_id": run_id, "attempt": attempt.number}
     with tracer.start_as_current_span("dedup.job", attributes=steps, record_exception=False) as span:
         finish = _do_work(ledger, attempt, policy, work, classify, heartbeat, early, span)
     with tracer.start_as_current_span("dedup.finish", attributes=steps) as span:
@@ -250,7 +250,7 @@ def _do_work(
         with heartbeat:
             result = work(attempt)
     except PermanentJobError as exc:
-        log.info("run %s attempt %d failed permanently: %s", run_id, attempt.attempt, exc)
+        log.info("run %s attempt %d failed permanently: %s", run_id, attempt.number, exc)
         span.set_status(trace.StatusCode.ERROR, "permanent failure")
         error = error_document(exc, details=exc.details)
         return lambda: ledger.fail_run(attempt, error, policy, early)
@@ -258,7 +258,7 @@ def _do_work(
         log.warning(
             "run %s attempt %d failed, releasing for retry: %r",
             run_id,
-            attempt.attempt,
+            attempt.number,
             exc,
             exc_info=True,
         )
@@ -269,7 +269,7 @@ def _do_work(
     if problem:
         # The job ran and may have had effects: record a failure rather than
         # release the claim and run it again.
-        log.error("run %s attempt %d: %s", run_id, attempt.attempt, problem)
+        log.error("run %s attempt %d: %s", run_id, attempt.number, problem)
         span.set_status(trace.StatusCode.ERROR, "invalid result")
         return lambda: ledger.fail_run(attempt, {"type": "InvalidResult", "message": problem}, policy, early)
     verdict = classify(result) if classify else Verdict.COMPLETED

@@ -21,6 +21,8 @@ import requests
 from dedupctl.client import Exit, RetryPolicy, run_with_retries
 from dedupctl.output import err, out, say
 
+# schedules.slots.RUNNABLE and NEEDS_FORCE, spelled out: the client carries none of the app
+# (tests/test_dedupctl.py holds the two equal).
 REOPENABLE = ("missed", "failed", "released", "skipped")
 DEFAULT_ONLY = ",".join(REOPENABLE)
 # Past the job's retention the ledger may have forgotten a run: only --only unknown --force runs one.

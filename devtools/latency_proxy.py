@@ -57,6 +57,7 @@ class DelayingProxy:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.sleep(0)  # the closed transports let their sockets go before the loop closes
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -93,18 +94,20 @@ class DelayingProxy:
         except OSError:
             client_writer.close()
             return
-        for writer in (client_writer, upstream_writer):
-            sock = writer.get_extra_info("socket")
-            if sock is not None:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        await asyncio.gather(
-            self._pump(client_reader, upstream_writer),
-            self._pump(upstream_reader, client_writer),
-            return_exceptions=True,
-        )
-        await asyncio.sleep(self.delay)  # the last scheduled chunks go out first
-        for writer in (client_writer, upstream_writer):
-            _close(writer)
+        try:
+            for writer in (client_writer, upstream_writer):
+                sock = writer.get_extra_info("socket")
+                if sock is not None:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await asyncio.gather(
+                self._pump(client_reader, upstream_writer),
+                self._pump(upstream_reader, client_writer),
+                return_exceptions=True,
+            )
+            await asyncio.sleep(self.delay)  # the last scheduled chunks go out first
+        finally:  # cancelled too, as the proxy stops: neither side is left open
+            for writer in (client_writer, upstream_writer):
+                _close(writer)
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Forward each chunk at its arrival time plus the delay; order is kept (FIFO at equal times)."""

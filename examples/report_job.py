@@ -11,4 +11,4 @@ def build_report(context: RunContext) -> dict:
     rows = options.get("rows", 1200) if isinstance(options, dict) else None
     if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
         raise PermanentJobError('the body must be {"rows": <a whole number>}', details={"got": options})
-    return {"rows": rows, "report_key": context.idempotency_key}  # pass the key on to whatever stores it
+    return {"rows": rows, "report_key": context.downstream_key}  # pass the key on to whatever stores it

@@ -24,7 +24,7 @@ from handlers.client_tokens import new_form_token
 from handlers.run_documents import duration_seconds, is_stuck, may_retry, run_document
 from handlers.state import app_state, may
 from models import RunRecord, RunSource, RunStatus
-from schedules.slots import execution_document, latest_slots
+from schedules.slots import RUNNABLE, ExecutionStatus, execution_document, latest_slots
 
 blueprint = Blueprint("admin", __name__, url_prefix="/admin", template_folder="templates")
 # ``/``: where a browser pointed at the app's address lands.
@@ -37,8 +37,6 @@ MAX_SHOWN_DOCUMENT_BYTES = 128 * 1024
 RUNS_PER_JOB = 50
 CHART_WIDTH, CHART_LEFT, CHART_ROW = 960, 170, 30
 CARD_SLOTS = 48  # the expected executions a job card looks at (the newest of the last day)
-# What an operator may run again by hand (an unknown slot only when forced: it may have run).
-RUNNABLE_SLOTS = ("missed", "failed", "released", "skipped", "unknown")
 
 
 def outcome_of(record: RunRecord, now: datetime.datetime) -> str:
@@ -71,14 +69,19 @@ def dashboard():
             job_id,
             state.ledger.find_runs(RunFilter(job_id=job_id), RUNS_PER_JOB)[0],
             # Every run in progress, however old: a stuck one must not hide behind newer runs.
-            state.ledger.find_runs(RunFilter(job_id=job_id, status=RunStatus.IN_PROGRESS.value), RUNS_PER_JOB)[0],
+            state.ledger.find_runs(RunFilter(job_id=job_id, status=RunStatus.IN_PROGRESS), RUNS_PER_JOB)[0],
             now,
             expected[job_id],
         )
         for job_id in sorted(state.jobs)
         if not chosen["job"] or job_id == chosen["job"]
     ]
-    gaps = [(job_id, e) for job_id, executions in expected.items() for e in executions if e["status"] == "missed"]
+    gaps = [
+        (job_id, e)
+        for job_id, executions in expected.items()
+        for e in executions
+        if e["status"] == ExecutionStatus.MISSED
+    ]
     return render_template(
         "admin/dashboard.html",
         now=format_utc(now),
@@ -202,9 +205,9 @@ def job_summary(
         "scheduled": bool(expected),
         "last_expected": expected[-1] if expected else None,
         # Slots an operator may run by hand, newest first.
-        "to_run": [e for e in reversed(expected) if e["status"] in RUNNABLE_SLOTS][:5],
-        "missed": sum(e["status"] == "missed" for e in expected),
-        "conflicts": sum(e["status"] == "conflict" for e in expected),
+        "to_run": [e for e in reversed(expected) if e["status"] in RUNNABLE][:5],
+        "missed": sum(e["status"] == ExecutionStatus.MISSED for e in expected),
+        "conflicts": sum(e["status"] == ExecutionStatus.CONFLICT for e in expected),
         "expected_count": len(expected),
     }
 

@@ -22,11 +22,11 @@ from werkzeug.wrappers import Response
 from dedup.errors import InvalidRunRequest
 from dedup.keys import check_schedule_time, is_run_id, parse_rfc3339
 from dedup.outcomes import (
+    Conflict,
     Contended,
     Finished,
     InProgress,
-    Mismatch,
-    OtherJob,
+    JobMismatch,
     Overlap,
     Released,
     Replayed,
@@ -73,7 +73,7 @@ def run_now(job_id: str) -> Response | tuple[str, int]:
     job = app_state().jobs.get(job_id)
     if job is None:
         return problem_page(404, f"no job {job_id!r} is declared in the jobs file")
-    note_run(job_id=job_id, source=RunSource.API.value)
+    note_run(job_id=job_id, source=RunSource.API)
     try:
         fields = form_fields(RUN_NOW_FIELDS)
         ask = ManualRunRequest(form_token(fields), form_parameters(fields.get("parameters", "")))
@@ -95,7 +95,7 @@ def retry_run(run_id: str) -> Response | tuple[str, int]:
             409, f"only a failed manual run can be retried; this run is a {record.status} {record.source} run"
         )
     job = app_state().jobs[record.job_id]
-    note_run(job_id=record.job_id, source=RunSource.API.value)
+    note_run(job_id=record.job_id, source=RunSource.API)
     try:
         form_fields(RETRY_FIELDS)
     except FormProblem as problem:
@@ -144,15 +144,15 @@ def form_parameters(text: str) -> dict[str, Any]:
 
 def answer(outcome: RunOutcome, job_id: str, ask: ManualRunRequest) -> Response | tuple[str, int]:
     """303 to the run's page whenever there is a run to see; a page saying why otherwise."""
-    resend = {"job_id": job_id, "token": ask.token, "parameters": json.dumps(ask.parameters)}
+    resend = {"job_id": job_id, "token": ask.client_token, "parameters": json.dumps(ask.parameters)}
     match outcome:
-        case Mismatch():
+        case Conflict():
             return problem_page(
                 422,
                 "this form was already sent with other parameters; reload the page to run again",
                 run_id=outcome.run_id,
             )
-        case OtherJob():
+        case JobMismatch():
             return problem_page(
                 422,
                 f"this form's client token already started a run of another job ({outcome.record.job_id}); "
@@ -223,7 +223,7 @@ def slot_answer(outcome: RunOutcome | SlotRunRefused) -> Response | tuple[str, i
     match outcome:
         case SlotRunRefused():
             return problem_page(outcome.http_status, outcome.message + "; reload the page to see the slot as it is")
-        case OtherJob():
+        case JobMismatch():
             return problem_page(
                 422,
                 f"this slot's key holds a run of another job ({outcome.record.job_id}): the slot's own job never "
@@ -234,7 +234,7 @@ def slot_answer(outcome: RunOutcome | SlotRunRefused) -> Response | tuple[str, i
             return problem_page(409, "the job forbids overlap and another execution of it is running; try again later")
         case Contended():
             return problem_page(409, "the ledger was busy; send again (it is the same run)")
-        case Mismatch():
+        case Conflict():
             return problem_page(422, "this slot's record was written with other parameters", run_id=outcome.run_id)
         case Finished() | Replayed() | InProgress() | Released() | Skipped() | Stale():
             # Finished, replayed, in progress, released, skipped, stale: the run's page tells the rest.

@@ -54,7 +54,7 @@ def is_expected_run(record: RunRecord, scheduler_jobs: list[SchedulerJob]) -> bo
     A run of this job under another job's slot (a misrouted delivery) is unscheduled here:
     the slot's own listing calls it a conflict, and it must not vanish from both.
     """
-    if record.source != RunSource.SCHEDULER.value or record.schedule_time is None:
+    if record.source != RunSource.SCHEDULER or record.schedule_time is None:
         return False
     return any(
         job.target == record.job_id

@@ -83,7 +83,7 @@ class GuardedCall:
 
     @property
     def attempt(self) -> int:
-        return self.claim.attempt
+        return self.claim.number
 
     @property
     def attempt_id(self) -> str:
@@ -291,7 +291,7 @@ def idempotent(
     replay_headers: Collection[str] = (),
     policy: RunPolicy | Callable[[], RunPolicy] = DEFAULT_POLICY,
     replayed_status: Mapping[int, int] | None = None,
-    source: str = RunSource.GUARD.value,
+    source: str = RunSource.GUARD,
     job_id: Callable[[], str] | None = None,
     bad_request_error: str = "InvalidIdempotencyRequest",
     methods: Collection[str] = GUARDED_METHODS,

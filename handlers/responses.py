@@ -27,11 +27,11 @@ from flask import Response, jsonify
 from dedup.idempotency import differing_names
 from dedup.keys import format_utc
 from dedup.outcomes import (
+    Conflict,
     Contended,
     Finished,
     InProgress,
-    Mismatch,
-    OtherJob,
+    JobMismatch,
     Overlap,
     Released,
     Replayed,
@@ -70,9 +70,9 @@ def outcome_name(outcome: RunOutcome) -> str:
             return "stale"
         case Released():
             return "released"
-        case Mismatch():
+        case Conflict():
             return "conflict"
-        case OtherJob():
+        case JobMismatch():
             return "job_mismatch"
         case Skipped():
             return "skipped"
@@ -90,7 +90,7 @@ def note_outcome(outcome: RunOutcome) -> None:
         fields.update(job_id=record.job_id, source=record.source, attempt=record.attempt)
     if isinstance(outcome, (Stale, Released)):
         fields["attempt"] = outcome.attempt
-    if isinstance(outcome, OtherJob):
+    if isinstance(outcome, JobMismatch):
         fields.update(job_id=outcome.job_id, attempt=None)  # the job asked for, not the record's
     note_run(**fields)
 
@@ -111,14 +111,14 @@ def _outcome_response(outcome: RunOutcome) -> Response:
                 run_status="released",
                 cause=outcome.error,
             )
-        case Mismatch():  # only client-token runs carry fingerprints
+        case Conflict():  # only client-token runs carry fingerprints
             return problem(
                 422,
                 "ConflictException",
                 "this key belongs to a run with other parameters",
                 run_id=outcome.record.run_id,
             )
-        case OtherJob():
+        case JobMismatch():
             return job_mismatch_response(outcome)
         case InProgress() | Contended() | Overlap() | Stale():
             return busy_response(outcome)
@@ -126,7 +126,7 @@ def _outcome_response(outcome: RunOutcome) -> Response:
             assert_never(unreachable)
 
 
-def job_mismatch_response(outcome: OtherJob) -> Response:
+def job_mismatch_response(outcome: JobMismatch) -> Response:
     """422 for a key that names another job's run: a configuration error, logged at ERROR.
 
     Shared with the guard.  Nothing ran and nothing was replayed.
@@ -277,7 +277,7 @@ def guarded_response(
                 response.status_code = replayed_status.get(response.status_code, response.status_code)
                 response.headers["Idempotent-Replayed"] = "true"
             return _with_expiry(response, record)
-        case Mismatch():
+        case Conflict():
             record = outcome.record
             differing = differing_names(record.parameters, given, exclude)
             response = problem(
@@ -290,7 +290,7 @@ def guarded_response(
                 differing=differing,
             )
             return _with_expiry(response, record)
-        case OtherJob():
+        case JobMismatch():
             return job_mismatch_response(outcome)
         case Released() if live:
             return live[0]  # a retryable answer, not kept: the key is free again
@@ -320,7 +320,12 @@ def _with_expiry(response: Response, record: RunRecord) -> Response:
 
 
 def manual_run_response(
-    outcome: RunOutcome, job_id: str, token: str, given: Mapping[str, Any], exclude: Collection[str], wait: Waiting
+    outcome: RunOutcome,
+    job_id: str,
+    client_token: str,
+    given: Mapping[str, Any],
+    exclude: Collection[str],
+    wait: Waiting,
 ) -> Response:
     """A manual run's answer, built from its record as a scheduled run's is.
 
@@ -335,7 +340,7 @@ def manual_run_response(
             response = guarded_response(outcome, [], given, exclude, {201: 200})
         case Finished() | Replayed():
             record = outcome.record
-            response = _manual_run_document(record, token)
+            response = _manual_run_document(record, client_token)
             if isinstance(outcome, Replayed):
                 response.status_code = 200 if record.status == RunStatus.COMPLETED else 422
                 response.headers["Idempotent-Replayed"] = "true"
@@ -347,16 +352,16 @@ def manual_run_response(
                 f"the run failed and was released; retry with the same clientToken: {outcome.error.get('message')}",
                 run_id=outcome.run_id,
                 job_id=job_id,
-                clientToken=token,
+                clientToken=client_token,
                 attempt=outcome.attempt,
                 run_status="released",
                 cause=outcome.error,
             )
-        case Mismatch() | OtherJob() | InProgress() | Contended() | Stale() | Overlap() | Skipped():
+        case Conflict() | JobMismatch() | InProgress() | Contended() | Stale() | Overlap() | Skipped():
             response = guarded_response(outcome, [], given, exclude, {})
         case _ as unreachable:
             assert_never(unreachable)
-    response.headers["Idempotency-Key"] = token
+    response.headers["Idempotency-Key"] = client_token
     if wait.waited and not ran_here:
         # Only when it did wait: beyond the bound the answer is the immediate 409.
         response.headers["Preference-Applied"] = f"wait={wait.seconds}"
@@ -368,11 +373,11 @@ def _kept(record: RunRecord) -> Any:
     return record.result if record.status == RunStatus.COMPLETED else record.error
 
 
-def _manual_run_document(record: RunRecord, token: str) -> Response:
+def _manual_run_document(record: RunRecord, client_token: str) -> Response:
     document = {
         "run_id": record.run_id,
         "job_id": record.job_id,
-        "clientToken": token,
+        "clientToken": client_token,
         "attempt": record.attempt,
         "requested_by": record.requested_by,
     }

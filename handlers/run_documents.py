@@ -77,7 +77,7 @@ def _fields(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
         "schedule_time": _time(record.schedule_time),
         "project": record.project or None,
         "location": record.location or None,
-        "client_token": record.idempotency_key if record.source != RunSource.SCHEDULER else None,
+        "client_token": record.client_token if record.source != RunSource.SCHEDULER else None,
         "requested_by": record.requested_by,
         "downstream": record.downstream,
         "created": _time(record.created),
@@ -128,4 +128,4 @@ def duration_seconds(record: RunRecord) -> float | None:
 
 def may_retry(record: RunRecord, jobs: Mapping[str, Any]) -> bool:
     """A failed manual run of a job still declared can be run again, with its parameters, under a new token."""
-    return record.source == RunSource.API.value and record.status == RunStatus.FAILED.value and record.job_id in jobs
+    return record.source == RunSource.API and record.status == RunStatus.FAILED and record.job_id in jobs

@@ -49,7 +49,7 @@ def known_job(job_id: str) -> JobSpec:
     job = app_state().jobs.get(job_id)
     if job is None:
         raise NotFound(f"no job {job_id!r} is declared in the jobs file")
-    note_run(job_id=job_id, source=RunSource.API.value)
+    note_run(job_id=job_id, source=RunSource.API)
     return job
 
 
@@ -66,7 +66,7 @@ def start_manual_run(job_id: str):
     state = app_state()
     wait = Waiting(preferred_wait(), state.wait_slots)
     outcome = run_manually(state, current_principal(), job_id, job, ask, wait)
-    return manual_run_response(outcome, job_id, ask.token, ask.parameters, job.fingerprint_exclude, wait)
+    return manual_run_response(outcome, job_id, ask.client_token, ask.parameters, job.fingerprint_exclude, wait)
 
 
 MAX_PAGE_SIZE = 100

@@ -37,7 +37,7 @@ def deliver(job_id: str):
         )
     except InvalidRunRequest as exc:
         return problem(400, "InvalidRequest", exc.message, field=exc.field)
-    note_run(job_id=job_id, source=RunSource.SCHEDULER.value, run_id=key.run_id)
+    note_run(job_id=job_id, source=RunSource.SCHEDULER, run_id=key.run_id)
     body = request.get_data(cache=False)
     skip_reason = late_delivery(job, key, state.clock.now())
     outcome = run_scheduled(state, current_principal(), job_id, job, key, body, skip_reason=skip_reason)

@@ -29,7 +29,7 @@ from jobs.base import RunContext
 from jobs.config import JobSpec
 from models import RunSource
 from schedules.config import SchedulerJob
-from schedules.slots import Slot, Status, delivery_scope, execution_status, is_slot, nearest_slots
+from schedules.slots import ExecutionStatus, Slot, delivery_scope, execution_status, is_slot, nearest_slots
 
 
 def run_scheduled(
@@ -46,9 +46,9 @@ def run_scheduled(
     """Run a scheduled execution once under its key, for ``principal``: a delivery's path, and an
     operator's run of a slot."""
     description = RunDescription(
-        source=RunSource.SCHEDULER.value,
+        source=RunSource.SCHEDULER,
         job_id=job_id,
-        scheduler_job_name=key.job_name,
+        scheduler_job_name=key.scheduler_job_name,
         schedule_time=key.schedule_time,
         project=key.project,
         location=key.location,
@@ -60,7 +60,7 @@ def run_scheduled(
             RunContext.for_attempt(
                 attempt,
                 job_id,
-                scheduler_job_name=key.job_name,
+                scheduler_job_name=key.scheduler_job_name,
                 schedule_time=key.schedule_time,
                 body=body,
                 project=key.project,
@@ -103,16 +103,16 @@ def manual_run_policy(job: JobSpec) -> RunPolicy:
 class ManualRunRequest:
     """A manual run as asked: its client token (given or generated) and its parameters."""
 
-    token: str
+    client_token: str
     parameters: dict[str, Any]
 
     def context(self, attempt: Attempt, job_id: str, clock: Clock) -> RunContext:
         return RunContext.for_attempt(
             attempt,
             job_id,
-            source=RunSource.API.value,
+            source=RunSource.API,
             parameters=self.parameters,
-            client_token=self.token,
+            client_token=self.client_token,
             clock=clock,
         )
 
@@ -126,9 +126,9 @@ def run_manually(
     wait: Waiting | None = None,
 ) -> RunOutcome:
     """Run ``job`` once per client token, for ``principal``: the API's and the dashboard's one path."""
-    guard = IdempotencyGuard(state.ledger, MANUAL_RUN_NAMESPACE, manual_run_policy(job), RunSource.API.value)
+    guard = IdempotencyGuard(state.ledger, MANUAL_RUN_NAMESPACE, manual_run_policy(job), RunSource.API)
     outcome = guard.run(
-        ask.token,
+        ask.client_token,
         lambda attempt: job.runner.run(ask.context(attempt, job_id, state.clock)),
         scope=job_id,
         parameters=ask.parameters,
@@ -253,10 +253,10 @@ def run_slot_now(
     key = scheduled_run_key(
         slot.job.name, format_utc(slot.schedule_time), query_project=project, query_location=location
     )
-    note_run(job_id=job_id, source=RunSource.SCHEDULER.value, run_id=key.run_id)
+    note_run(job_id=job_id, source=RunSource.SCHEDULER, run_id=key.run_id)
     record = state.ledger.lookup(key.run_id)
     status = execution_status(slot, record, state.clock.now())
-    if status == Status.UNKNOWN and not ask.force:
+    if status == ExecutionStatus.UNKNOWN and not ask.force:
         return SlotRunRefused(
             422,
             "ExecutionUnknown",

@@ -24,8 +24,8 @@ MAX_DOWNSTREAM_CHARS = 1024
 class RunContext:
     """Everything a job may need to know about the run it performs.
 
-    ``run_id`` is also the idempotency key to pass to anything downstream,
-    so the downstream can deduplicate too.
+    ``downstream_key`` (the run id) is the key to pass to anything downstream, as its
+    ``Idempotency-Key`` or the like, so the downstream can deduplicate too.
     """
 
     run_id: str
@@ -37,7 +37,7 @@ class RunContext:
     body: bytes = b""
     project: str = ""
     location: str = ""
-    source: str = RunSource.SCHEDULER.value  # or RunSource.API for a manual run
+    source: str = RunSource.SCHEDULER  # or RunSource.API for a manual run
     parameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # manual runs' parameters
     client_token: str | None = None  # manual runs: the caller's token
     # What an earlier attempt of this run started downstream, if it recorded it.
@@ -51,7 +51,7 @@ class RunContext:
         return cls(
             run_id=attempt.run_id,
             attempt_id=attempt.attempt_id,
-            attempt=attempt.attempt,
+            attempt=attempt.number,
             job_id=job_id,
             downstream=attempt.downstream,
             _attempt=attempt,
@@ -63,7 +63,9 @@ class RunContext:
         return self.clock.now()
 
     @property
-    def idempotency_key(self) -> str:
+    def downstream_key(self) -> str:
+        """The key every attempt of this run gives the downstream: the run id, the same however
+        often the run is delivered or retried (a client's token is ``client_token``)."""
         return self.run_id
 
     def lease_lost(self) -> bool:

@@ -70,7 +70,7 @@ class JobDigest:
         outcomes = [entry.get("outcome") for entry in record.attempts or [] if isinstance(entry, dict)]
         taken_over = outcomes.count("lease_expired")
         self.takeovers += taken_over
-        self.releases += outcomes.count(RunStatus.RELEASED.value)  # retryable failures, retried or not
+        self.releases += outcomes.count(RunStatus.RELEASED)  # retryable failures, retried or not
         self.runs_with_takeovers += bool(taken_over) or (not outcomes and record.attempt > 1)
 
     def document(self) -> dict[str, Any]:

@@ -54,10 +54,11 @@ class RunRecord(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has no typ
     project = ndb.StringProperty()
     location = ndb.StringProperty()
 
-    # Client-token runs ("api", "guard"): the caller's key, the scope it
+    # Client-token runs ("api", "guard"): the caller's token, the scope it
     # belongs to, the parameters and their fingerprint (SHA-256 of canonical
-    # JSON, minus the names the caller's configuration leaves out).
-    idempotency_key = ndb.TextProperty()
+    # JSON, minus the names the caller's configuration leaves out).  Stored under
+    # its first name, idempotency_key, so records written before keep reading.
+    client_token = ndb.TextProperty(name="idempotency_key")
     scope = ndb.TextProperty()
     parameters = ndb.JsonProperty(compressed=True)
     fingerprint = ndb.TextProperty()

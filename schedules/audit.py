@@ -25,7 +25,7 @@ from dedup.ledger import Ledger
 from dedup.transactions import run_transaction
 from models.audit import AuditMark
 from schedules.config import SchedulerJob
-from schedules.slots import MAX_SLOTS, Slot, Status, execution_status, slots_between
+from schedules.slots import MAX_SLOTS, ExecutionStatus, Slot, execution_status, slots_between
 
 log = logging.getLogger("dedup.audit")
 # A first pass (no mark yet: a new Scheduler job, the first deploy) starts from now, so it never
@@ -33,8 +33,8 @@ log = logging.getLogger("dedup.audit")
 # where the last stopped.
 AUDIT_PATIENCE_SECONDS = 10
 MICROSECOND = datetime.timedelta(microseconds=1)
-REPORTED = (Status.MISSED, Status.CONFLICT)  # what a pass reports, one ERROR line per slot
-LOG_OUTCOMES = {Status.MISSED: "missed", Status.CONFLICT: "job_mismatch"}
+REPORTED = (ExecutionStatus.MISSED, ExecutionStatus.CONFLICT)  # what a pass reports, one ERROR line per slot
+LOG_OUTCOMES = {ExecutionStatus.MISSED: "missed", ExecutionStatus.CONFLICT: "job_mismatch"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +42,7 @@ class ReportedSlot:
     """A slot the audit reports: ``missed`` (nothing ran) or ``conflict`` (another job's run holds its key)."""
 
     slot: Slot
-    status: str = Status.MISSED
+    status: ExecutionStatus = ExecutionStatus.MISSED
 
     def document(self) -> dict[str, str]:
         return {
@@ -63,11 +63,11 @@ class AuditPass:
 
     @property
     def missed(self) -> list[ReportedSlot]:
-        return [found for found in self.reported if found.status == Status.MISSED]
+        return [found for found in self.reported if found.status == ExecutionStatus.MISSED]
 
     @property
     def conflicts(self) -> list[ReportedSlot]:
-        return [found for found in self.reported if found.status == Status.CONFLICT]
+        return [found for found in self.reported if found.status == ExecutionStatus.CONFLICT]
 
 
 def mark_id(job: SchedulerJob) -> str:
@@ -96,12 +96,12 @@ def _audit_job(ledger: Ledger, job: SchedulerJob, now: datetime.datetime, found:
     statuses = [execution_status(s, records.get(s.run_id), now) for s in slots]
     # A run still holding a live lease past its window (a long lease, a heartbeat) may yet be
     # missed: stop the mark before it, and report only what lies before it.
-    pending = [s for s, status in zip(slots, statuses, strict=True) if status == Status.IN_PROGRESS]
+    pending = [s for s, status in zip(slots, statuses, strict=True) if status == ExecutionStatus.IN_PROGRESS]
     if pending:
         through = min(through, pending[0].schedule_time + window)
     checked = [(s, status) for s, status in zip(slots, statuses, strict=True) if s.schedule_time + window < through]
     reported = [ReportedSlot(s, status) for s, status in checked if status in REPORTED]
-    unknown = [s for s, status in checked if status == Status.UNKNOWN]
+    unknown = [s for s, status in checked if status == ExecutionStatus.UNKNOWN]
     # Unique to this pass: another pass that computed the same mark must not take its commit for ours.
     pass_id = uuid.uuid4().hex
     seen = (mark.checked_until, mark.pass_id) if mark else None
@@ -121,7 +121,7 @@ def _audit_job(ledger: Ledger, job: SchedulerJob, now: datetime.datetime, found:
         return
     for finding in reported:
         slot = finding.slot
-        if finding.status == Status.MISSED:
+        if finding.status == ExecutionStatus.MISSED:
             message = "execution of %s at %s was missed: no run completed, failed or was skipped, and no retry can come"
         else:
             message = (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import enum
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -24,14 +25,14 @@ MAX_SLOTS = 1000
 UTC = datetime.UTC
 
 
-class Status:
+class ExecutionStatus(enum.StrEnum):
     """What became of an expected execution (the run's own status where there is a run)."""
 
-    COMPLETED = RunStatus.COMPLETED.value
-    FAILED = RunStatus.FAILED.value
-    IN_PROGRESS = RunStatus.IN_PROGRESS.value
-    RELEASED = RunStatus.RELEASED.value
-    SKIPPED = RunStatus.SKIPPED.value
+    COMPLETED = RunStatus.COMPLETED
+    FAILED = RunStatus.FAILED
+    IN_PROGRESS = RunStatus.IN_PROGRESS
+    RELEASED = RunStatus.RELEASED
+    SKIPPED = RunStatus.SKIPPED
     DUE = "due"
     MISSED = "missed"
     UPCOMING = "upcoming"
@@ -40,6 +41,18 @@ class Status:
     # A run of another job holds the slot's key (a misrouted delivery): the slot's own job
     # never ran, and only an operator can sort it out.
     CONFLICT = "conflict"
+
+
+# What an operator may run again by hand (the dashboard's run, dedupctl backfill); an unknown
+# slot only when forced, since it may have run.
+RUNNABLE = (
+    ExecutionStatus.MISSED,
+    ExecutionStatus.FAILED,
+    ExecutionStatus.RELEASED,
+    ExecutionStatus.SKIPPED,
+    ExecutionStatus.UNKNOWN,
+)
+NEEDS_FORCE = (ExecutionStatus.UNKNOWN,)
 
 
 def delivery_scope(job: SchedulerJob) -> tuple[str | None, str | None]:
@@ -139,7 +152,7 @@ def is_slot(job: SchedulerJob, instant: datetime.datetime) -> bool:
     return next(_times(job, instant)) == instant
 
 
-def execution_status(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> str:
+def execution_status(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> ExecutionStatus:
     """The slot's status: the run's own, or what its absence means at ``now``.
 
     A released run, or one whose lease ran out without finishing, becomes
@@ -149,19 +162,18 @@ def execution_status(slot: Slot, record: RunRecord | None, now: datetime.datetim
     """
     window_open = now < slot.window_closes
     if record is not None and record.job_id != slot.job.target:
-        return Status.CONFLICT
+        return ExecutionStatus.CONFLICT
     if record is None:
         if slot.schedule_time > now:
-            return Status.UPCOMING
+            return ExecutionStatus.UPCOMING
         if window_open:
-            return Status.DUE
-        return Status.MISSED if slot.is_remembered(now) else Status.UNKNOWN
+            return ExecutionStatus.DUE
+        return ExecutionStatus.MISSED if slot.is_remembered(now) else ExecutionStatus.UNKNOWN
     if record.status == RunStatus.RELEASED:
-        return Status.RELEASED if window_open else Status.MISSED
+        return ExecutionStatus.RELEASED if window_open else ExecutionStatus.MISSED
     if record.status == RunStatus.IN_PROGRESS and not record.lease_is_live(now) and not window_open:
-        return Status.MISSED  # stuck, and nothing will take it over
-    status: str = record.status  # completed, failed, in_progress or skipped
-    return status
+        return ExecutionStatus.MISSED  # stuck, and nothing will take it over
+    return ExecutionStatus(record.status)  # completed, failed, in_progress or skipped
 
 
 def execution_document(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> dict[str, Any]:
@@ -188,6 +200,6 @@ def execution_document(slot: Slot, record: RunRecord | None, now: datetime.datet
         }
         if record.job_id != slot.job.target:
             document["recorded_job_id"] = record.job_id
-        if record.status == Status.SKIPPED:
+        if record.status == ExecutionStatus.SKIPPED:
             document["reason"] = (record.error or {}).get("message")
     return document

@@ -57,7 +57,7 @@ def test_backfill_runs_each_missed_slot_once_and_again_runs_nothing(emulator, da
     with serving(emulator, tmp_path, JOBS, workers=1, threads=4, quiet=True) as server:
         # One slot Scheduler did deliver (late, but it ran).
         delivered = format_utc(since + datetime.timedelta(minutes=2))
-        headers = scheduler_headers(job_name="effect-every-minute", schedule_time=delivered)
+        headers = scheduler_headers(scheduler_job_name="effect-every-minute", schedule_time=delivered)
         url = f"{server.url}/jobs/effect?project=acme-prod&location=us-central1"
         assert requests.post(url, data=json.dumps({"dir": str(effects)}), headers=headers, timeout=30).ok
         window = ["--url", server.url, "--no-auth", "--since", format_utc(since), "--until", format_utc(until)]
@@ -72,14 +72,14 @@ def test_backfill_runs_each_missed_slot_once_and_again_runs_nothing(emulator, da
         answers = [json.loads(line) for line in done.stdout.splitlines()]
         assert [a["answer"]["status"] for a in answers] == ["completed"] * 4
         assert len(os.listdir(effects)) == 5  # one effect per slot, each once
-        assert all(len(open(effects / name).readlines()) == 1 for name in os.listdir(effects))
+        assert all(len((effects / name).read_text().splitlines()) == 1 for name in os.listdir(effects))
 
         again = dedupctl("backfill", "effect", *window)
         assert again.returncode == Exit.OK and again.stdout == ""
         assert "0 slot(s) to run" in again.stderr and again.stderr.count("completed already") == 5
 
         # Scheduler's own late retry of a backfilled slot is the same run.
-        late = scheduler_headers(job_name="effect-every-minute", schedule_time=answers[0]["schedule_time"])
+        late = scheduler_headers(scheduler_job_name="effect-every-minute", schedule_time=answers[0]["schedule_time"])
         replay = requests.post(url, data=json.dumps({"dir": str(effects)}), headers=late, timeout=30).json()
         assert replay["duplicate"] is True and len(os.listdir(effects)) == 5
 

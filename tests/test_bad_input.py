@@ -50,14 +50,14 @@ def assert_nothing_happened(ndb_client):
         (scheduler_headers(schedule_time="2100-01-01T00:00:00Z"), "X-CloudScheduler-ScheduleTime", "outside"),
         (scheduler_headers(schedule_time="2099-12-31T23:30:00-01:00"), "X-CloudScheduler-ScheduleTime", "outside"),
         (scheduler_headers(schedule_time="9999-12-31T23:59:59Z"), "X-CloudScheduler-ScheduleTime", "outside"),
-        (scheduler_headers(job_name="nightly invoice"), "X-CloudScheduler-JobName", "job id"),
-        (scheduler_headers(job_name="a/b"), "X-CloudScheduler-JobName", "job id"),
-        (scheduler_headers(job_name="x" * 501), "X-CloudScheduler-JobName", "job id"),
-        (scheduler_headers(job_name="x" * 1500), "X-CloudScheduler-JobName", "longer"),
-        (scheduler_headers(job_name="bad\x01name"), "X-CloudScheduler-JobName", "control"),
-        (scheduler_headers(job_name="café"), "X-CloudScheduler-JobName", "non-ASCII"),
+        (scheduler_headers(scheduler_job_name="nightly invoice"), "X-CloudScheduler-JobName", "job id"),
+        (scheduler_headers(scheduler_job_name="a/b"), "X-CloudScheduler-JobName", "job id"),
+        (scheduler_headers(scheduler_job_name="x" * 501), "X-CloudScheduler-JobName", "job id"),
+        (scheduler_headers(scheduler_job_name="x" * 1500), "X-CloudScheduler-JobName", "longer"),
+        (scheduler_headers(scheduler_job_name="bad\x01name"), "X-CloudScheduler-JobName", "control"),
+        (scheduler_headers(scheduler_job_name="café"), "X-CloudScheduler-JobName", "non-ASCII"),
         (
-            scheduler_headers(job_name="projects/Bad_Project/locations/us-central1/jobs/j"),
+            scheduler_headers(scheduler_job_name="projects/Bad_Project/locations/us-central1/jobs/j"),
             "X-CloudScheduler-JobName",
             "project",
         ),
@@ -101,7 +101,7 @@ def test_every_timestamp_is_spelled_with_a_four_digit_year(year):
 
 def test_control_characters_in_header_values_are_400(client, ndb_client):
     # A raw tab survives HTTP parsing; it must not reach the key.
-    response = client.post("/jobs/invoice", headers=scheduler_headers(job_name="job\tname"), status=400)
+    response = client.post("/jobs/invoice", headers=scheduler_headers(scheduler_job_name="job\tname"), status=400)
     assert "control" in response.json["message"]
     assert_nothing_happened(ndb_client)
 
@@ -115,7 +115,7 @@ def test_scope_given_twice_with_different_values_is_400(client, ndb_client):
     assert "alpha-project" in response.json["message"] and "beta-project" in response.json["message"]
     response = client.post(
         "/jobs/invoice?location=us-central1",
-        headers=scheduler_headers(job_name="projects/alpha-project/locations/europe-west1/jobs/j"),
+        headers=scheduler_headers(scheduler_job_name="projects/alpha-project/locations/europe-west1/jobs/j"),
         status=400,
     )
     assert "location" in response.json["message"]
@@ -168,6 +168,9 @@ def test_a_downstream_name_that_is_no_identifier_fails_the_run_for_good(make_cli
     (record,) = stored_records(ndb_client)
     assert record.downstream is None and job_targets.EFFECTS == []
     ok = client.post(
-        "/jobs/named", json.dumps({"name": "x" * 1024}), headers=scheduler_headers(job_name="other"), status=200
+        "/jobs/named",
+        json.dumps({"name": "x" * 1024}),
+        headers=scheduler_headers(scheduler_job_name="other"),
+        status=200,
     )
     assert ok.json["downstream"] == "x" * 1024

@@ -40,7 +40,7 @@ def test_an_outage_mid_run(outage):
             app.post(
                 "/jobs/slow",
                 b"outage",
-                headers=scheduler_headers(job_name="slow", schedule_time="2026-06-01T01:00:00Z"),
+                headers=scheduler_headers(scheduler_job_name="slow", schedule_time="2026-06-01T01:00:00Z"),
                 status="*",
             )
         )

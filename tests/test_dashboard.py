@@ -49,12 +49,12 @@ def site(datastore, ndb_client, jobs_file, clock):
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": POLL_SECONDS}, daemon=True).start()
         url = f"http://127.0.0.1:{server.server_port}"
 
-        def deliver(job, schedule_time, job_name=None, body=b""):
+        def deliver(job, schedule_time, scheduler_job_name=None, body=b""):
             return requests.post(
                 f"{url}/jobs/{job}",
                 data=body,
                 timeout=30,
-                headers=scheduler_headers(job_name=job_name or job, schedule_time=schedule_time),
+                headers=scheduler_headers(scheduler_job_name=scheduler_job_name or job, schedule_time=schedule_time),
             )
 
         for hour in range(3):

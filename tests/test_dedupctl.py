@@ -169,7 +169,7 @@ def dedupctl(*args, env=None) -> subprocess.CompletedProcess:
 
 
 def effects(directory) -> list[dict]:
-    return [json.loads(line) for name in os.listdir(directory) for line in open(directory / name)]
+    return [json.loads(line) for name in os.listdir(directory) for line in (directory / name).read_text().splitlines()]
 
 
 def run_effect(proxy, directory, *extra):
@@ -370,3 +370,11 @@ def test_every_commands_help_is_clean_text() -> None:
     )
     assert shown.returncode == 0 and shown.stdout.startswith("Usage: python -m dedupctl ")
     assert {"run", "runs", "backfill"} <= set(shown.stdout.split()) and "``" not in shown.stdout
+
+
+def test_backfill_runs_what_the_app_lets_an_operator_run():
+    """The client spells out the app's statuses (it carries none of the app): they stay equal."""
+    from dedupctl.backfill import FORCED, REOPENABLE
+    from schedules.slots import NEEDS_FORCE, RUNNABLE
+
+    assert set(REOPENABLE + FORCED) == set(RUNNABLE) and set(FORCED) == set(NEEDS_FORCE)

@@ -67,6 +67,7 @@ def devserver_process():
     finally:
         server.send_signal(signal.SIGTERM)
         assert server.wait(60) == 0 or server.returncode == -signal.SIGTERM
+        server.stdout.close()
         with pytest.raises(ProcessLookupError):  # nothing of it is left: dev_appserver, gunicorn, emulator
             os.killpg(server.pid, 0)
 

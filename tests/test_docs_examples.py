@@ -80,5 +80,7 @@ def test_the_report_job_example_as_the_docs_declare_it(make_client):
     client = make_client(yaml.safe_dump(nightly))
     done = client.post("/jobs/nightly-report", b'{"rows": 7}', headers=scheduler_headers(), status=200)
     assert done.json["result"] == {"rows": 7, "report_key": done.json["run_id"]}
-    bad = client.post("/jobs/nightly-report", b'{"rows": "x"}', headers=scheduler_headers(job_name="b"), status=422)
+    bad = client.post(
+        "/jobs/nightly-report", b'{"rows": "x"}', headers=scheduler_headers(scheduler_job_name="b"), status=422
+    )
     assert "whole number" in bad.json["error"]["message"]

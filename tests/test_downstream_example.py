@@ -66,7 +66,7 @@ def applied(ndb_client):
 
 
 def deliver(client, status="*"):
-    return client.post("/jobs/sync-crm", b"full", headers=scheduler_headers(job_name="crm"), status=status)
+    return client.post("/jobs/sync-crm", b"full", headers=scheduler_headers(scheduler_job_name="crm"), status=status)
 
 
 def test_a_scheduled_sync_is_applied_once_downstream(client, ndb_client):

@@ -95,7 +95,7 @@ def test_a_stale_verdict_in_an_early_transaction_is_checked_again_and_stays(ndb_
     first = ledger.claim_run("run-1", RunDescription("scheduler", "invoice"), POLICY)
     clock.advance(POLICY.lease_seconds + 1)
     second = ledger.claim_run("run-1", RunDescription("scheduler", "invoice"), POLICY)
-    assert isinstance(second, Claimed) and second.attempt.attempt == 2
+    assert isinstance(second, Claimed) and second.attempt.number == 2
     assert isinstance(ledger.complete_run(first.attempt, {"late": True}, POLICY, early=EarlyTransaction()), Stale)
     assert ledger.finish_begins_early is True  # truly stale: nothing learnt about the database
     finished = ledger.complete_run(second.attempt, {"ok": True}, POLICY, early=EarlyTransaction())
@@ -144,7 +144,7 @@ def test_a_finish_that_missed_its_claim_turns_early_finishes_off(ndb_context, cl
             return real(callback, patience)
         early.take()
         early.served = True  # the early try ran, and did not see the claim
-        return Stale("run-1", claimed.attempt.attempt, None)
+        return Stale("run-1", claimed.attempt.number, None)
 
     monkeypatch.setattr(ledger_module, "run_transaction", as_if_read_at_its_start)
     finished = ledger.complete_run(claimed.attempt, {"ok": True}, POLICY, early=claimed.finish_transaction)

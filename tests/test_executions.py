@@ -74,7 +74,7 @@ def window(tmp_path) -> float:
 def deliver_slot(site, hour: int, status="*", job="invoice", name="invoice-hourly", **query):
     path = f"/jobs/{job}?project=acme-prod&location=us-central1"
     when = format_utc(T0 + datetime.timedelta(hours=hour))
-    return site.post(path, b"", headers=scheduler_headers(job_name=name, schedule_time=when), status=status)
+    return site.post(path, b"", headers=scheduler_headers(scheduler_job_name=name, schedule_time=when), status=status)
 
 
 def executions(site, **params):
@@ -447,7 +447,7 @@ def test_a_late_delivery_of_a_released_run_that_started_something_adopts_it(make
         ledger.record_downstream(claimed.attempt, "executions/started")
         ledger.release_run(claimed.attempt, {"message": "busy"})
     clock.advance(600)
-    headers = scheduler_headers(job_name="invoice", schedule_time="2030-01-01T00:00:00Z")
+    headers = scheduler_headers(scheduler_job_name="invoice", schedule_time="2030-01-01T00:00:00Z")
     answer = client.post("/jobs/invoice", b"", headers=headers, status=200).json
     assert answer["status"] == "completed" and answer["downstream"] == "executions/started"  # finished, not skipped
 

@@ -28,7 +28,7 @@ T = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
 
 def test_a_completed_record_is_held_until_it_expires(ndb_context):
     cache = FinishedRuns()
-    cache.remember(record("r", RunStatus.COMPLETED.value, T + datetime.timedelta(hours=1), {"ok": 1}))
+    cache.remember(record("r", RunStatus.COMPLETED, T + datetime.timedelta(hours=1), {"ok": 1}))
     assert cache.get("r", T).result == {"ok": 1}
     assert cache.get("r", T + datetime.timedelta(hours=1)) is None  # expire_at: gone, as for any read
     assert len(cache) == 0
@@ -45,14 +45,14 @@ def test_it_is_bounded_least_recently_used_first_out_and_keeps_big_results_out(n
     cache = FinishedRuns(max_entries=3, max_document_chars=100)
     later = T + datetime.timedelta(hours=1)
     for name in "abc":
-        cache.remember(record(name, RunStatus.COMPLETED.value, later, {"n": name}))
+        cache.remember(record(name, RunStatus.COMPLETED, later, {"n": name}))
     cache.get("a", T)  # a is used: b is now the oldest
-    cache.remember(record("d", RunStatus.COMPLETED.value, later, {"n": "d"}))
+    cache.remember(record("d", RunStatus.COMPLETED, later, {"n": "d"}))
     assert [name for name in "abcd" if cache.get(name, T)] == ["a", "c", "d"]
-    cache.remember(record("big", RunStatus.COMPLETED.value, later, {"x": "y" * 200}))
+    cache.remember(record("big", RunStatus.COMPLETED, later, {"x": "y" * 200}))
     assert cache.get("big", T) is None and len(cache) == 3
     off = FinishedRuns(max_entries=0)  # DEDUP_FINISHED_CACHE_ENTRIES=0
-    off.remember(record("r", RunStatus.COMPLETED.value, later, {"n": 1}))
+    off.remember(record("r", RunStatus.COMPLETED, later, {"n": 1}))
     assert off.get("r", T) is None and len(off) == 0
     with pytest.raises(ValueError):
         FinishedRuns(max_entries=-1)
@@ -70,7 +70,7 @@ def test_the_ledger_answers_a_completed_duplicate_from_memory_and_only_then(ndb_
     replay = ledger.refusal("run-1", description)
     assert isinstance(replay, Replayed) and replay.record.result == {"ok": True}
     other = RunDescription("scheduler", "other-job")
-    assert ledger.refusal("run-1", other).__class__.__name__ == "OtherJob"  # the checks still apply
+    assert ledger.refusal("run-1", other).__class__.__name__ == "JobMismatch"  # the checks still apply
     clock.advance(3601 + 60)
     assert ledger.refusal("run-1", description) is None  # past expire_at: absent, as everywhere
 
@@ -104,8 +104,8 @@ def test_a_bad_cache_size_stops_the_app(raw):
 def test_the_size_limit_is_exact_and_a_big_result_is_not_encoded_whole(ndb_context):
     later = T + datetime.timedelta(hours=1)
     cache = FinishedRuns(max_document_chars=20)
-    cache.remember(record("fits", RunStatus.COMPLETED.value, later, {"x": "y" * 11}))  # {"x": "yyyyyyyyyyy"}: 20
-    cache.remember(record("over", RunStatus.COMPLETED.value, later, {"x": "y" * 12}))  # 21
+    cache.remember(record("fits", RunStatus.COMPLETED, later, {"x": "y" * 11}))  # {"x": "yyyyyyyyyyy"}: 20
+    cache.remember(record("over", RunStatus.COMPLETED, later, {"x": "y" * 12}))  # 21
     assert cache.get("fits", T) is not None and cache.get("over", T) is None
 
     encoded = []
@@ -115,7 +115,7 @@ def test_the_size_limit_is_exact_and_a_big_result_is_not_encoded_whole(ndb_conte
             encoded.append(self)
             return "item"
 
-    big = record("big", RunStatus.COMPLETED.value, later, None)
+    big = record("big", RunStatus.COMPLETED, later, None)
     big.result = [Item() for _ in range(10_000)]  # set after construction: never stored, only measured
     FinishedRuns(max_document_chars=1000).remember(big)
     assert 0 < len(encoded) < 200  # stopped past the limit, not after 10,000 items
@@ -124,7 +124,7 @@ def test_the_size_limit_is_exact_and_a_big_result_is_not_encoded_whole(ndb_conte
 def test_what_it_answers_is_a_copy(ndb_context):
     """A caller changing the result it was answered (or the record it remembered) changes no later answer."""
     cache = FinishedRuns()
-    kept = record("r", RunStatus.COMPLETED.value, T + datetime.timedelta(hours=1), {"items": ["a"]})
+    kept = record("r", RunStatus.COMPLETED, T + datetime.timedelta(hours=1), {"items": ["a"]})
     cache.remember(kept)
     kept.result["items"].append("changed after remember")
     first = cache.get("r", T)
@@ -136,9 +136,9 @@ def test_big_parameters_keep_a_record_out_too(ndb_context):
     """A guarded call's parameters may be 256 KiB: the bound is on what the record holds, not its result alone."""
     cache = FinishedRuns(max_document_chars=100)
     later = T + datetime.timedelta(hours=1)
-    small = record("small", RunStatus.COMPLETED.value, later, {"ok": 1})
+    small = record("small", RunStatus.COMPLETED, later, {"ok": 1})
     small.parameters = {"p": "x" * 50}
-    big = record("big", RunStatus.COMPLETED.value, later, {"ok": 1})
+    big = record("big", RunStatus.COMPLETED, later, {"ok": 1})
     big.parameters = {"p": "x" * 100}
     cache.remember(small)
     cache.remember(big)
@@ -151,7 +151,7 @@ def test_deeply_nested_parameters_never_raise(ndb_context, depth):
     nested: dict = {}
     for _ in range(depth):
         nested = {"n": nested}
-    kept = record("deep", RunStatus.COMPLETED.value, T + datetime.timedelta(hours=1), {"ok": 1})
+    kept = record("deep", RunStatus.COMPLETED, T + datetime.timedelta(hours=1), {"ok": 1})
     kept.parameters = nested
     cache = FinishedRuns()
     cache.remember(kept)  # held, or left out when too deep to copy: never an exception
@@ -168,9 +168,9 @@ def test_what_it_holds_is_bounded_in_bytes(ndb_context):
     cache = FinishedRuns(max_entries=50)
     rows = [{"a": i} for i in range(1300)]  # just under 16 KiB of JSON
     for index in range(60):
-        cache.remember(record(f"r{index}", RunStatus.COMPLETED.value, later, rows))
+        cache.remember(record(f"r{index}", RunStatus.COMPLETED, later, rows))
     assert len(cache) == 50 and cache.held_bytes() <= 50 * cache.max_entry_bytes
     assert cache.get("r59", T).result == rows
     tight = FinishedRuns(max_entry_bytes=1000)
-    tight.remember(record("rows", RunStatus.COMPLETED.value, later, rows))
+    tight.remember(record("rows", RunStatus.COMPLETED, later, rows))
     assert tight.get("rows", T) is None  # fits the JSON limit, not the byte limit

@@ -62,7 +62,7 @@ def client(make_client, google):
 def deliver(client, job, status="*", schedule_time=T0):
     return client.post(
         f"/jobs/{job}?project=acme-prod&location=us-central1",
-        headers=scheduler_headers(job_name=f"{job}-schedule", schedule_time=schedule_time),
+        headers=scheduler_headers(scheduler_job_name=f"{job}-schedule", schedule_time=schedule_time),
         status=status,
     )
 

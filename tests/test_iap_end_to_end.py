@@ -128,7 +128,7 @@ def dedupctl(*args, email: str | None, issuer=None) -> subprocess.CompletedProce
 
 
 def effects(directory) -> list[dict]:
-    return [json.loads(line) for name in os.listdir(directory) for line in open(directory / name)]
+    return [json.loads(line) for name in os.listdir(directory) for line in (directory / name).read_text().splitlines()]
 
 
 def test_an_operator_runs_and_reads_through_iap_and_a_lost_answer_is_one_run(front, issuer, tmp_path):

@@ -159,7 +159,7 @@ class Explorer:
                 assert isinstance(outcome, InProgress), (where, outcome)
             else:
                 assert isinstance(outcome, Claimed), (where, outcome)
-                assert outcome.attempt.attempt == model.attempts + 1, where  # the fencing counter rises
+                assert outcome.attempt.number == model.attempts + 1, where  # the fencing counter rises
                 assert outcome.attempt.downstream == model.downstream, where  # a takeover adopts
                 held[actor] = outcome.attempt
                 names[outcome.attempt.attempt_id] = actor
@@ -282,7 +282,7 @@ class Explorer:
             record = sorted(record.items())
         taken = dict(zip(self.actors, state.steps_taken, strict=True))
         steps_taken = tuple(taken[actor] for actor in sorted(self.actors, key=lambda a: self.actors.index(name(a))))
-        held = sorted((name(actor), attempt.attempt, started(attempt.downstream)) for actor, attempt in state.held)
+        held = sorted((name(actor), attempt.number, started(attempt.downstream)) for actor, attempt in state.held)
         model = dataclasses.replace(
             state.model, owner=name(state.model.owner), downstream=started(state.model.downstream)
         )
@@ -354,7 +354,7 @@ def test_the_checker_catches_a_protocol_without_a_fence(datastore, ndb_client):
     class Unfenced(Ledger):
         def complete_run(self, attempt, result, policy, early=None):
             record = RunRecord.get_by_id(attempt.run_id)
-            record.status, record.result = RunStatus.COMPLETED.value, result
+            record.status, record.result = RunStatus.COMPLETED, result
             record.put()
             return Finished(record)
 

@@ -31,7 +31,9 @@ jobs:
 
 def at(client, job, when, status="*"):
     """A delivery of ``job``'s execution scheduled for ``when`` (RFC 3339)."""
-    return client.post(f"/jobs/{job}", b"", headers=scheduler_headers(job_name=job, schedule_time=when), status=status)
+    return client.post(
+        f"/jobs/{job}", b"", headers=scheduler_headers(scheduler_job_name=job, schedule_time=when), status=status
+    )
 
 
 def deliver(client, job, seconds_ago, clock, status="*"):
@@ -48,7 +50,7 @@ def test_a_delivery_later_than_max_delay_is_skipped_and_the_job_does_not_run(mak
         "/jobs/invoice",
         b"",
         headers=scheduler_headers(
-            job_name="invoice", schedule_time=format_utc(clock.now() - datetime.timedelta(seconds=301))
+            scheduler_job_name="invoice", schedule_time=format_utc(clock.now() - datetime.timedelta(seconds=301))
         ),
         status=200,
     )
@@ -72,7 +74,7 @@ def test_a_late_retry_of_a_released_run_is_skipped_but_a_finished_one_is_a_dupli
     first = client.post(
         "/jobs/invoice",
         b"",
-        headers=scheduler_headers(job_name="invoice", schedule_time=format_utc(clock.now())),
+        headers=scheduler_headers(scheduler_job_name="invoice", schedule_time=format_utc(clock.now())),
         status=500,
     )
     assert first.json["run_status"] == "released"
@@ -81,7 +83,7 @@ def test_a_late_retry_of_a_released_run_is_skipped_but_a_finished_one_is_a_dupli
         "/jobs/invoice",
         b"",
         headers=scheduler_headers(
-            job_name="invoice", schedule_time=format_utc(clock.now() - datetime.timedelta(seconds=301))
+            scheduler_job_name="invoice", schedule_time=format_utc(clock.now() - datetime.timedelta(seconds=301))
         ),
         status=200,
     )
@@ -91,7 +93,7 @@ def test_a_late_retry_of_a_released_run_is_skipped_but_a_finished_one_is_a_dupli
     replay = client.post(
         "/jobs/invoice",
         b"",
-        headers=scheduler_headers(job_name="invoice", schedule_time=done["schedule_time"]),
+        headers=scheduler_headers(scheduler_job_name="invoice", schedule_time=done["schedule_time"]),
         status=200,
     ).json
     assert replay["status"] == "completed" and replay["duplicate"] is True
@@ -106,7 +108,7 @@ def test_a_late_delivery_never_skips_a_run_that_started(make_client, clock, ndb_
     with ndb_client.context():
         Ledger(clock).claim_run(key.run_id, description, RunPolicy(60, 86400))
     clock.advance(30)
-    headers = scheduler_headers(job_name="invoice", schedule_time=when)
+    headers = scheduler_headers(scheduler_job_name="invoice", schedule_time=when)
     assert client.post("/jobs/invoice", b"", headers=headers, status=409).json["error"] == "RunInProgress"
     clock.advance(400)  # the lease ran out: a takeover finishes what the attempt began, however late
     taken = client.post("/jobs/invoice", b"", headers=headers, status=200).json

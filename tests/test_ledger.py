@@ -47,7 +47,7 @@ def test_takeover_raises_the_attempt_and_fences_the_old_one_out(ledger, clock):
     first = claim(ledger)
     clock.advance(60)  # the lease ends exactly now
     second = claim(ledger)
-    assert second.attempt.attempt == 2
+    assert second.attempt.number == 2
     assert second.attempt.attempt_id != first.attempt.attempt_id
     before = RunRecord.get_by_id("run-1").to_dict()
     for stale_write in (
@@ -100,7 +100,7 @@ def test_release_keeps_the_record_and_the_retry_continues_it(ledger, clock):
     assert [(a["attempt"], a["outcome"]) for a in kept.attempts] == [(1, "released")]
     assert ledger.refusal("run-1", DESCRIPTION) is None  # nothing to replay: the retry runs
     retry = claim(ledger)
-    assert isinstance(retry, Claimed) and retry.attempt.attempt == 2  # the attempt numbers go on
+    assert isinstance(retry, Claimed) and retry.attempt.number == 2  # the attempt numbers go on
     assert retry.attempt.downstream == "executions/e1"  # what the released attempt started, to adopt
     record = RunRecord.get_by_id("run-1")
     assert [(a["attempt"], a["outcome"]) for a in record.attempts] == [(1, "released"), (2, None)]
@@ -124,7 +124,7 @@ def test_an_expired_record_counts_as_absent_before_ttl_deletes_it(ledger, clock)
     assert ledger.refusal("run-1", DESCRIPTION) is None
     again = claim(ledger)
     # The attempt number keeps rising, so it stays a valid fencing token.
-    assert again.attempt.attempt == 2
+    assert again.attempt.number == 2
     assert RunRecord.get_by_id("run-1").created == clock.now()
 
 
@@ -171,7 +171,7 @@ def test_a_record_never_expires_while_its_lease_is_live(ledger, clock):
     claim_first = ledger.claim_run("run-1", DESCRIPTION, long_lease)
     clock.advance(900)  # lease over; retention ends in 100 s
     takeover = ledger.claim_run("run-1", DESCRIPTION, long_lease)
-    assert isinstance(takeover, Claimed) and takeover.attempt.attempt == 2
+    assert isinstance(takeover, Claimed) and takeover.attempt.number == 2
     record = RunRecord.get_by_id("run-1")
     assert record.expire_at >= record.lease_expires
     clock.advance(200)  # past created + retention, inside attempt 2's lease
@@ -268,7 +268,7 @@ def test_renewals_stop_after_max_run_seconds_and_the_job_is_told(ndb_context):
         time.sleep(2.5)  # renewals stop at 4 s and the last one ends the lease there
         assert heartbeat.lease_lost()  # the job is told before anyone takes over
         taken = real.claim_run("run-hb", DESCRIPTION, policy)
-    assert isinstance(taken, Claimed) and taken.attempt.attempt == 2
+    assert isinstance(taken, Claimed) and taken.attempt.number == 2
 
 
 def test_without_renewals_the_job_is_told_when_its_claimed_lease_runs_out(ledger):

@@ -59,7 +59,7 @@ def test_plain_text_by_default_outside_app_engine():
 def test_failed_requests_log_at_error_or_warning_with_their_job(make_client, json_logs):
     client = make_client(JOBS)
     job_targets.FAILURES["flaky"] = ["retryable"]
-    client.post("/jobs/flaky", headers=scheduler_headers(job_name="f"), status=500)
+    client.post("/jobs/flaky", headers=scheduler_headers(scheduler_job_name="f"), status=500)
     client.post("/jobs/invoice", headers=scheduler_headers(schedule_time="nope"), status=400)
     released, bad = request_lines(json_logs())
     assert released["severity"] == "ERROR" and released["job_id"] == "flaky" and released["source"] == "scheduler"

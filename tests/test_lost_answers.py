@@ -73,7 +73,7 @@ def test_a_release_whose_answer_was_lost_is_released(ledger, lost_answers, early
     lost_answers.lose_next_commits(1)
     assert isinstance(ledger.release_run(claimed.attempt, {"message": "busy"}, claimed.finish_transaction), Released)
     retried = ledger.claim_run("run-1", DESCRIPTION, POLICY)
-    assert isinstance(retried, Claimed) and retried.attempt.attempt == 2
+    assert isinstance(retried, Claimed) and retried.attempt.number == 2
 
 
 def test_a_second_claim_is_still_refused(ledger, lost_answers):

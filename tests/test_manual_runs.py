@@ -133,7 +133,7 @@ def test_a_token_belongs_to_its_job_and_never_meets_scheduled_runs(client):
     one = start(client, job="invoice", status=201)
     two = start(client, job="refund", status=201)
     assert one.json["run_id"] != two.json["run_id"]
-    scheduled = client.post("/jobs/invoice", headers=scheduler_headers(job_name="tok-1"), status=200)
+    scheduled = client.post("/jobs/invoice", headers=scheduler_headers(scheduler_job_name="tok-1"), status=200)
     assert scheduled.json["duplicate"] is False
     assert len(job_targets.EFFECTS) == 3
 

@@ -81,7 +81,7 @@ def test_a_takeover_of_the_same_execution_takes_its_lock(ledger, clock):
     ledger.claim_run("slot-1", description(), EXCLUSIVE)
     clock.advance(LEASE)
     taken = ledger.claim_run("slot-1", description(), EXCLUSIVE)
-    assert isinstance(taken, Claimed) and taken.attempt.attempt == 2
+    assert isinstance(taken, Claimed) and taken.attempt.number == 2
     assert JobLock.get_by_id("nightly").attempt_id == taken.attempt.attempt_id
 
 
@@ -99,12 +99,12 @@ def test_a_delivery_of_another_execution_is_409_execution_overlap(make_client, c
     gate = "overlap-1"
     first = threading.Thread(
         target=lambda: results.append(
-            client.post("/jobs/nightly", gate.encode(), headers=scheduler_headers(job_name="nightly-daily"))
+            client.post("/jobs/nightly", gate.encode(), headers=scheduler_headers(scheduler_job_name="nightly-daily"))
         )
     )
     first.start()
     job_targets.STARTED.setdefault(gate, threading.Event()).wait(10)
-    other = scheduler_headers(job_name="nightly-daily", schedule_time="2025-10-18T23:50:00Z")
+    other = scheduler_headers(scheduler_job_name="nightly-daily", schedule_time="2025-10-18T23:50:00Z")
     refused = client.post("/jobs/nightly", b"other", headers=other, status=409)
     assert refused.json["error"] == "ExecutionOverlap" and int(refused.headers["Retry-After"]) >= 1
     assert "other" not in job_targets.STARTED

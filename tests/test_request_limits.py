@@ -82,7 +82,7 @@ def test_a_chunked_body_over_the_limit_is_413_and_runs_nothing(
         f"{server.url}{path}",
         data=data,
         timeout=60,
-        headers={**scheduler_headers(job_name="big"), "Content-Type": "application/json"},
+        headers={**scheduler_headers(scheduler_job_name="big"), "Content-Type": "application/json"},
     )
     assert response.status_code == 413, response.text
     assert response.json()["error"] == "RequestEntityTooLarge"
@@ -97,7 +97,7 @@ def test_a_body_over_the_limit_with_content_length_is_413_too(server, datastore,
         f"{server.url}{path}",
         data=body,
         timeout=60,
-        headers={**scheduler_headers(job_name="big"), "Content-Type": "application/json"},
+        headers={**scheduler_headers(scheduler_job_name="big"), "Content-Type": "application/json"},
     )
     assert response.status_code == 413 and response.json()["error"] == "RequestEntityTooLarge"
     assert os.listdir(tmp_path) == [] and records(ndb_client) == []
@@ -112,7 +112,7 @@ def test_a_chunked_body_at_the_limit_arrives_whole(server, datastore, ndb_client
         f"{server.url}{path}",
         data=chunked(body, chunk_size),
         timeout=60,
-        headers={**scheduler_headers(job_name="big"), "Content-Type": "application/json"},
+        headers={**scheduler_headers(scheduler_job_name="big"), "Content-Type": "application/json"},
     )
     assert response.status_code in (200, 201), response.text
     assert len(os.listdir(tmp_path)) == 1 and len(records(ndb_client)) == 1
@@ -122,7 +122,10 @@ def test_a_chunked_body_at_the_limit_arrives_whole(server, datastore, ndb_client
 def test_a_small_chunked_body_reaches_the_job_unchanged(server, datastore, tmp_path):
     body = json.dumps({"dir": str(tmp_path), "sleep": 0}).encode()
     response = requests.post(
-        f"{server.url}/jobs/effect", data=chunked(body, 3), timeout=30, headers=scheduler_headers(job_name="small")
+        f"{server.url}/jobs/effect",
+        data=chunked(body, 3),
+        timeout=30,
+        headers=scheduler_headers(scheduler_job_name="small"),
     )
     assert response.status_code == 200 and response.json()["status"] == "completed"
     assert len(os.listdir(tmp_path)) == 1
@@ -278,5 +281,7 @@ def test_a_key_header_sent_twice_is_refused_on_gunicorn(server, datastore, ndb_c
         connection.putheader(name, value)
     connection.endheaders(body)
     response = connection.getresponse()
-    assert response.status == 400 and "comma" in json.loads(response.read())["message"]
+    answer = json.loads(response.read())
+    connection.close()
+    assert response.status == 400 and "comma" in answer["message"]
     assert os.listdir(tmp_path) == [] and records(ndb_client) == []

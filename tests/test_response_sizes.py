@@ -112,11 +112,11 @@ def write_worst_records(
             description = RunDescription(
                 source="guard",
                 job_id=job_id,
-                scheduler_job_name=key.job_name,
+                scheduler_job_name=key.scheduler_job_name,
                 schedule_time=key.schedule_time,
                 project=key.project,
                 location=key.location,
-                idempotency_key='"' * 255,
+                client_token='"' * 255,
                 scope="x" * 100,
                 parameters=parameters,
                 fingerprint="f" * 64,

@@ -27,7 +27,7 @@ def populated(make_client, clock):
         )
         clock.advance(1)
     job_targets.FAILURES["flaky"] = ["permanent"]
-    remember(client.post("/jobs/flaky", headers=scheduler_headers(job_name="flaky-job"), status=422))
+    remember(client.post("/jobs/flaky", headers=scheduler_headers(scheduler_job_name="flaky-job"), status=422))
     clock.advance(1)
     for token in ("m-1", "m-2"):
         remember(client.post_json("/api/v1/jobs/invoice/runs", {"clientToken": token}, status=201))
@@ -35,7 +35,9 @@ def populated(make_client, clock):
     remember(client.post_json("/api/v1/jobs/values/runs", {"parameters": {"value": 0}}, status=201))
     clock.advance(1)
     remember(
-        client.post("/jobs/values", b'{"value": []}', headers=scheduler_headers(job_name="values-job"), status=200)
+        client.post(
+            "/jobs/values", b'{"value": []}', headers=scheduler_headers(scheduler_job_name="values-job"), status=200
+        )
     )
     clock.advance(1)
     return client, ids

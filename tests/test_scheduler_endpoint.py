@@ -107,7 +107,9 @@ def test_scope_from_query_headers_and_full_job_name_is_one_run(client):
     )
     third = client.post(
         "/jobs/invoice",
-        headers=scheduler_headers(job_name="projects/alpha-project/locations/us-central1/jobs/nightly-invoice"),
+        headers=scheduler_headers(
+            scheduler_job_name="projects/alpha-project/locations/us-central1/jobs/nightly-invoice"
+        ),
         status=200,
     )
     assert first.json["run_id"] == second.json["run_id"] == third.json["run_id"]

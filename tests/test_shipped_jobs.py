@@ -97,7 +97,7 @@ def test_every_shipped_job_runs_to_completion(jobs_file_name, job_id, request, d
     path = tmp_path / "jobs.yaml"
     path.write_text(yaml.safe_dump({"jobs": {job_id: settings}}))
     client = webtest.TestApp(create_app(jobs_file=str(path), clock=clock, ndb_client=ndb_client))
-    headers = scheduler_headers(job_name=f"shipped-{job_id}")
+    headers = scheduler_headers(scheduler_job_name=f"shipped-{job_id}")
     body = BODIES.get(settings.get("target"), b"")
 
     first = client.post(f"/jobs/{job_id}", body, headers=headers, expect_errors=True)
@@ -171,7 +171,7 @@ jobs:
 def _run(ledger: Ledger, job_id: str, minute: int, policy: RunPolicy):
     key = scheduled_run_key(f"sched-{job_id}", f"2030-01-01T00:{minute:02d}:00Z")
     description = RunDescription(
-        source="scheduler", job_id=job_id, scheduler_job_name=key.job_name, schedule_time=key.schedule_time
+        source="scheduler", job_id=job_id, scheduler_job_name=key.scheduler_job_name, schedule_time=key.schedule_time
     )
     return ledger.claim_run(key.run_id, description, policy)
 
@@ -190,7 +190,7 @@ def test_the_digest_counts_each_jobs_runs_by_status_takeovers_and_stuck_runs(mak
         clock.advance(61)
         retaken = _run(ledger, "sync", 2, policy)  # a takeover after the lease ran out
         ledger.complete_run(retaken.attempt, {"ok": True}, policy)
-        assert retaken.attempt.attempt == taken.attempt.attempt + 1
+        assert retaken.attempt.number == taken.attempt.number + 1
         busy = _run(ledger, "sync", 4, policy)  # released after a retryable failure, then retried
         ledger.release_run(busy.attempt, {"type": "RetryableJobError", "message": "busy"})
         ledger.complete_run(_run(ledger, "sync", 4, policy).attempt, {"ok": True}, policy)
@@ -204,7 +204,9 @@ def test_the_digest_counts_each_jobs_runs_by_status_takeovers_and_stuck_runs(mak
     until = clock.now()  # the digest's own record is created at its schedule time: outside the window
     response = client.post(
         "/jobs/ledger-digest",
-        headers=scheduler_headers(job_name="ledger-digest-daily", schedule_time=until.strftime("%Y-%m-%dT%H:%M:%SZ")),
+        headers=scheduler_headers(
+            scheduler_job_name="ledger-digest-daily", schedule_time=until.strftime("%Y-%m-%dT%H:%M:%SZ")
+        ),
         status=200,
     )
     digest = response.json["result"]
@@ -232,7 +234,9 @@ def test_the_digest_window_ends_at_the_schedule_time(make_client, ndb_client, cl
     before = clock.now() - datetime.timedelta(seconds=1)
     response = client.post(
         "/jobs/ledger-digest",
-        headers=scheduler_headers(job_name="ledger-digest-daily", schedule_time=before.strftime("%Y-%m-%dT%H:%M:%SZ")),
+        headers=scheduler_headers(
+            scheduler_job_name="ledger-digest-daily", schedule_time=before.strftime("%Y-%m-%dT%H:%M:%SZ")
+        ),
         status=200,
     )
     assert response.json["result"]["runs"] == 0  # the run came after the window

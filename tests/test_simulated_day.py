@@ -80,8 +80,6 @@ def test_a_simulated_day(datastore, ndb_client, tmp_path):
     with ndb_client.context():
         now = datetime.datetime.now(datetime.UTC)
         stuck = [
-            r
-            for r in RunRecord.query(RunRecord.status == RunStatus.IN_PROGRESS.value).fetch()
-            if r.lease_expires <= now
+            r for r in RunRecord.query(RunRecord.status == RunStatus.IN_PROGRESS).fetch() if r.lease_expires <= now
         ]
     assert stuck == []

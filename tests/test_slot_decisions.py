@@ -71,7 +71,7 @@ def at(hour: float) -> str:
 
 
 def deliver(site, hour, job="invoice", status="*"):
-    headers = scheduler_headers(job_name="invoice-hourly", schedule_time=at(hour))
+    headers = scheduler_headers(scheduler_job_name="invoice-hourly", schedule_time=at(hour))
     return site.post(f"/jobs/{job}?project=acme-prod&location=us-central1", b"", headers=headers, status=status)
 
 

@@ -64,7 +64,7 @@ def effects_dir(tmp_path):
 
 
 def effects(folder) -> int:
-    return sum(len(open(folder / name).readlines()) for name in os.listdir(folder))
+    return sum(len((folder / name).read_text().splitlines()) for name in os.listdir(folder))
 
 
 def dedupctl(*args) -> subprocess.CompletedProcess:
@@ -79,7 +79,7 @@ def minute(minutes_ago: int) -> datetime.datetime:
 
 
 def deliver(server, when: datetime.datetime, body: dict) -> requests.Response:
-    headers = scheduler_headers(job_name="effect-every-minute", schedule_time=format_utc(when))
+    headers = scheduler_headers(scheduler_job_name="effect-every-minute", schedule_time=format_utc(when))
     url = f"{server.url}/jobs/effect?project=acme-prod&location=us-central1"
     return requests.post(url, data=json.dumps(body), headers=headers, timeout=30)
 

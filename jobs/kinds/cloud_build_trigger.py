@@ -80,7 +80,7 @@ class CloudBuildTriggerJob(JobKind):
             if problem:
                 raise PermanentJobError(f"parameter {name!r}: {problem}")
             substitutions[name] = value
-        substitutions[KEY_SUBSTITUTION] = context.idempotency_key
+        substitutions[KEY_SUBSTITUTION] = context.downstream_key
         substitutions[TIME_SUBSTITUTION] = format_utc(context.schedule_time) if context.schedule_time else ""
         existing = context.started_before(lambda: self._find_build(substitutions))
         if existing:

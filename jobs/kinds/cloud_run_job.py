@@ -72,7 +72,7 @@ class CloudRunJob(JobKind):
             if problem:
                 raise PermanentJobError(f"parameter {name!r}: {problem}")
             env[name] = value if isinstance(value, str) else _env_text(value)
-        env["IDEMPOTENCY_KEY"] = context.idempotency_key
+        env["IDEMPOTENCY_KEY"] = context.downstream_key
         env["SCHEDULE_TIME"] = format_utc(context.schedule_time) if context.schedule_time else ""
         override: dict[str, Any] = {"env": [{"name": k, "value": v} for k, v in env.items()]}
         if args:

@@ -99,7 +99,7 @@ class HttpJob(JobKind):
         schedule_time = format_utc(context.schedule_time) if context.schedule_time else None
         headers = {
             **self.headers,
-            "Idempotency-Key": context.idempotency_key,
+            "Idempotency-Key": context.downstream_key,
             "X-Dedup-Run-Id": context.run_id,
             "X-Dedup-Job-Id": context.job_id,
             "X-Dedup-Attempt": str(context.attempt),
@@ -175,7 +175,7 @@ class HttpJob(JobKind):
     @staticmethod
     def downstream_body(context: RunContext, schedule_time: str | None) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "idempotency_key": context.idempotency_key,
+            "idempotency_key": context.downstream_key,
             "run_id": context.run_id,
             "job_id": context.job_id,
             "scheduler_job_name": context.scheduler_job_name,

@@ -59,7 +59,7 @@ class WorkflowJob(JobKind):
         argument = {
             **self.argument,
             **context.parameters,
-            "idempotency_key": context.idempotency_key,
+            "idempotency_key": context.downstream_key,
             "schedule_time": format_utc(context.schedule_time) if context.schedule_time else None,
         }
         existing = context.started_before(lambda: self._find_execution(label, argument))

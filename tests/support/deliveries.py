@@ -23,8 +23,8 @@ jobs:
 T0 = "2025-10-17T23:50:00Z"
 
 
-def scheduler_headers(job_name="nightly-invoice", schedule_time=T0, **extra):
-    headers = {"X-CloudScheduler": "true", "X-CloudScheduler-JobName": job_name}
+def scheduler_headers(scheduler_job_name="nightly-invoice", schedule_time=T0, **extra):
+    headers = {"X-CloudScheduler": "true", "X-CloudScheduler-JobName": scheduler_job_name}
     if schedule_time is not None:
         headers["X-CloudScheduler-ScheduleTime"] = schedule_time
     headers.update(extra)
