@@ -46,8 +46,10 @@ devserver: $(STAMP) devserver-venv
 devserver-venv: $(STAMP)
 	$(PY) -m devtools.devserver --build-venv
 
+# Measures line and branch coverage ([tool.coverage.*] in pyproject.toml): prints the total and every
+# file not fully covered, writes test-artifacts/coverage/index.html, and fails below fail_under.
 test: $(STAMP) browser lint devserver-venv
-	$(PY) -m pytest
+	$(PY) -m pytest --cov --cov-report=term --cov-report=html
 
 # The fast inner loop: both cores, one emulator each.
 check: lint

@@ -29,8 +29,9 @@ class PermanentJobError(Exception):
 class RetryableJobError(Exception):
     """Raised by a job for a transient failure.  Any other exception counts as one too.
 
-    The claim is released (the record deleted) so the next delivery runs the
-    job again at once.
+    The run is released: its record stays, marked ``released``, and counts as absent
+    for the next claim, so the next delivery runs the job again at once (as attempt
+    N+1, keeping the attempt numbers and the history).
     """
 
     def __init__(self, message: str, details: object = None) -> None:

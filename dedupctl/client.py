@@ -19,7 +19,7 @@ import requests
 
 
 class Exit(enum.IntEnum):
-    """dedupctl's exit codes (docs/operations.md, "Scripts: dedupctl")."""
+    """dedupctl's exit codes (docs/dedupctl.md, "Exit codes")."""
 
     OK = 0  # 200 or 201: the run's answer is on stdout
     REFUSED = 2  # 400, 401, 403, 404, 415: the request itself is wrong; retrying cannot help

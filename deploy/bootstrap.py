@@ -31,7 +31,7 @@ APIS = (
     "monitoring.googleapis.com",
 )
 SERVICE_ACCOUNT_NAME = "dedup-app"
-# The app's account needs the ledger only (docs/operations.md, "Least privilege").
+# The app's account needs the ledger only (docs/deploying.md, "Least privilege").
 SERVICE_ACCOUNT_ROLES = ("roles/datastore.user",)
 DEFAULT_SERVICE_YAML = os.path.join(os.path.dirname(os.path.abspath(__file__)), "default_service", "app.yaml")
 # Two App Engine regions are named without their Cloud region's digit.
@@ -167,7 +167,7 @@ def next_steps(project: str) -> list[str]:
         "python -m deploy scheduler validate",
         shell_line([*deploy_app, f"--service-account={service_account_email(project)}"]),
         "# cron.yaml replaces the app's whole cron list: deploy it as it is only where the app has no",
-        "# cron entries of its own; else merge them first (docs/operations.md, Beside an existing app).",
+        "# cron entries of its own; else merge them first (docs/deploying.md, Beside an existing app).",
         shell_line(["gcloud", "app", "deploy", "cron.yaml", f"--project={project}"]),
         "python -m deploy scheduler apply",
     ]

@@ -31,7 +31,6 @@ def current_tenant() -> str:
     "payments",  # namespace of the keys
     fingerprint=Fingerprint.fields("amount", "currency"),  # what makes two calls the same (default: the body)
     scope=current_tenant,  # keys are per tenant
-    replay_headers=["Location"],  # headers kept and replayed with the body
 )
 def create_payment():  # g.idempotency: key, key_generated, run_id, attempt, attempt_id
     payment = {"id": len(PAYMENTS) + 1, **request.get_json()}

@@ -73,10 +73,10 @@ def medians_at_rtt(results: str) -> dict[str, float]:
 
 
 def test_the_docs_quote_the_last_results():
-    """docs/operations.md's figures at 10 ms are bench/results.md's, whoever ran `make bench` last."""
+    """docs/retention-and-cost.md's figures at 10 ms are bench/results.md's, whoever ran `make bench` last."""
     with open(os.path.join(ROOT, "bench", "results.md"), encoding="utf-8") as handle:
         medians = medians_at_rtt(handle.read())
-    with open(os.path.join(ROOT, "docs", "operations.md"), encoding="utf-8") as handle:
+    with open(os.path.join(ROOT, "docs", "retention-and-cost.md"), encoding="utf-8") as handle:
         docs = " ".join(handle.read().split())
 
     def ms(label: str) -> str:
@@ -89,4 +89,4 @@ def test_the_docs_quote_the_last_results():
         f"against {ms('original pattern: in-progress duplicate')}, {ms('completed duplicate, this instance')} "
         "from memory"
     )
-    assert sentence in docs, "bench/results.md changed: quote its medians in docs/operations.md"
+    assert sentence in docs, "bench/results.md changed: quote its medians in docs/retention-and-cost.md"

@@ -1,4 +1,4 @@
-"""The cost model (bench/cost.py, docs/operations.md "What it costs a month"): each of its per-outcome
+"""The cost model (bench/cost.py, docs/retention-and-cost.md "What it costs a month"): each of its per-outcome
 entity operations is the one counted on the wire, its instance hours follow from the cadence of the
 requests, its defaults are app.yaml's and cron.yaml's, and the docs quote its output."""
 
@@ -180,7 +180,7 @@ def test_the_command_takes_the_hosting_as_parameters():
     assert hourly_row()[-3:] == ["24.0", "30.40", "30.40"]
     assert hourly_row("--audit-minutes", "60")[-3:] == ["6.0", "0.00", "0.00"]  # 6 F2 hours: inside the free 28
     assert hourly_row("--audit-minutes", "60", "--instance-class", "F4_1G")[-3:] == ["6.0", "12.16", "12.16"]
-    assert hourly_row("--instance-class", "F1")[-3:] == ["24.0", "0.00", "0.00"]  # docs/operations.md says so
+    assert hourly_row("--instance-class", "F1")[-3:] == ["24.0", "0.00", "0.00"]  # docs/retention-and-cost.md says so
     assert hourly_row("--audit-minutes", "60", "--min-instances", "1")[-3:] == ["24.0", "30.40", "30.40"]
     assert hourly_row("--instance-price", "1", "--free-instance-hours", "0")[-2] == "729.60"
 
@@ -194,7 +194,7 @@ def run_cost(*args: str) -> subprocess.CompletedProcess:
 def test_the_docs_quote_the_command():
     completed = run_cost()
     assert completed.returncode == 0, completed.stderr
-    with open(os.path.join(ROOT, "docs", "operations.md"), encoding="utf-8") as handle:
+    with open(os.path.join(ROOT, "docs", "retention-and-cost.md"), encoding="utf-8") as handle:
         docs = handle.read()
     assert completed.stdout.strip() in docs
     assert run_cost("--cleanup", "--no-free-tier").returncode == 0

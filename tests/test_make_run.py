@@ -48,8 +48,9 @@ def lines_of(stream) -> queue.Queue:
     lines: queue.Queue = queue.Queue()
 
     def read() -> None:
-        for line in stream:
-            lines.put(line)
+        with stream:  # closed at its end, by the one thread that reads it
+            for line in stream:
+                lines.put(line)
         lines.put(None)
 
     threading.Thread(target=read, daemon=True).start()

@@ -1,6 +1,6 @@
 """What the Makefile runs, read from ``make -n`` (nothing is executed): the first install shows
-its progress, `make test` builds dev_appserver's virtualenv before pytest starts, and `make bench`
-takes its scale and records only on request."""
+its progress, `make test` builds dev_appserver's virtualenv before pytest starts and measures
+coverage, and `make bench` takes its scale and records only on request."""
 
 from __future__ import annotations
 
@@ -28,7 +28,17 @@ def test_make_test_and_make_devserver_build_dev_appservers_virtualenv_first():
     for target, runs in (("test", "-m pytest"), ("devserver", "-m devtools.devserver")):
         commands = dry_run(target)
         build = commands.index(".venv/bin/python -m devtools.devserver --build-venv")
-        assert build < next(i for i, line in enumerate(commands) if line.endswith(runs)), target
+        starts = next(i for i, line in enumerate(commands) if runs in line and "--build-venv" not in line)
+        assert build < starts, target
+
+
+def test_make_test_measures_coverage_and_make_check_does_not():
+    """`make test` prints line and branch coverage and holds it to pyproject.toml's floor;
+    the fast tier stays unmeasured (coverage slows every test)."""
+    (full,) = [line for line in dry_run("test") if "-m pytest" in line]
+    assert full.split("-m pytest", 1)[1].split() == ["--cov", "--cov-report=term", "--cov-report=html"]
+    (fast,) = [line for line in dry_run("check") if "-m pytest" in line]
+    assert "--cov" not in fast
 
 
 def test_make_bench_takes_its_scale_and_records_only_on_request():

@@ -143,7 +143,7 @@ def test_a_guarded_endpoint_and_its_retry(slow_client, clock):
 
 
 def test_what_a_fresh_run_and_its_duplicates_are_billed(delivering):
-    """Entity reads and writes, as the cost model in docs/operations.md counts them."""
+    """Entity reads and writes, as the cost model in docs/retention-and-cost.md counts them."""
     deliver, counter = delivering
     deliver()
     counter.wait_until_idle()
