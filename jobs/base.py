@@ -7,6 +7,7 @@ import dataclasses
 import datetime
 import json
 import urllib.parse
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -67,6 +68,13 @@ class RunContext:
         """The key every attempt of this run gives the downstream: the run id, the same however
         often the run is delivered or retried (a client's token is ``client_token``)."""
         return self.run_id
+
+    @property
+    def idempotency_key(self) -> str:
+        """``downstream_key``'s first name, kept so that job targets written against it still run:
+        a job that failed on it would be retried, and fail, on every delivery."""
+        warnings.warn("RunContext.idempotency_key is now RunContext.downstream_key", DeprecationWarning, stacklevel=2)
+        return self.downstream_key
 
     def lease_lost(self) -> bool:
         """True once the run was taken over or this attempt's lease ran out: stop, a result may be refused."""

@@ -404,3 +404,29 @@ def test_times_are_read_as_rfc_3339_or_http_dates():
     assert parse_time("Sun, 29 Nov 2026 20:44:42 GMT") == datetime.datetime(2026, 11, 29, 20, 44, 42, tzinfo=utc)
     assert parse_time("2026-11-29T20:44:42") is None  # no offset: not a time a client can compare
     assert parse_time("tomorrow") is None
+
+
+@pytest.mark.parametrize(
+    "document, issue",
+    [
+        ({"type": "about:blank", "title": "Conflict"}, None),  # the draft's example: no status, and none needed
+        ({"type": "/p/x", "title": "X", "status": 422}, None),
+        ({"type": "/p/x", "title": "X", "status": 409}, "status 409 in the body, 422 on the response"),
+        ({"type": "/p/x", "title": "X", "status": "422"}, "status '422' is not a number"),
+        ({"title": "X"}, "no string type"),
+    ],
+)
+def test_a_problem_needs_a_type_and_a_title_and_a_status_only_if_it_gives_one(document, issue):
+    from dedupctl.conformance import PROBLEM_MEDIA_TYPE, Answer, problem_details_issue
+
+    answer = Answer(422, {"Content-Type": PROBLEM_MEDIA_TYPE}, json.dumps(document).encode())
+    assert problem_details_issue(answer) == issue
+
+
+def test_with_an_optional_key_a_list_of_keys_may_be_ignored():
+    """RFC 8941: a field that does not parse is ignored, so an optional key runs the request unguarded."""
+    with serving(frozenset({"first-of-list", "key-optional"})) as url:
+        results = run_suite(
+            url, "/orders", Options(**GUARD_OPTIONS, key_required=False), rules=[RULES_BY_ID["key-list-400"]]
+        )
+    assert verdicts(results) == {"key-list-400": Verdict.NOT_APPLICABLE}

@@ -154,3 +154,18 @@ def test_get_jobs_carry_manual_run_parameters_in_the_query(client, downstream):
     client.post_json("/api/v1/jobs/ping/runs", {"parameters": {"since": "2026-11-28", "limit": 5}}, status=201)
     [sent] = downstream.requests
     assert sent.path == "/ping?since=2026-11-28&limit=5"
+
+
+def test_a_job_written_against_the_old_name_of_the_downstream_key_still_runs():
+    """RunContext.idempotency_key is downstream_key's first name: kept, with a DeprecationWarning."""
+    import warnings
+
+    from jobs.base import RunContext
+
+    context = RunContext(
+        run_id="r" * 64, attempt_id="a", attempt=1, job_id="j", scheduler_job_name=None, schedule_time=None
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert context.idempotency_key == context.downstream_key == "r" * 64
+    assert [w.category for w in caught] == [DeprecationWarning] and "downstream_key" in str(caught[0].message)
