@@ -10,7 +10,8 @@ import functools
 import glob
 import os
 import re
-import subprocess
+
+from tests.support.tree import tree_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = ["README.md", *sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))]
@@ -73,19 +74,6 @@ def test_the_docs_have_links_to_check():
 def test_every_link_of_the_docs_lands_on_a_file_and_a_heading():
     problems = [problem for doc in DOCS for problem in link_problems(doc)]
     assert not problems, "links that land nowhere:\n" + "\n".join(problems)
-
-
-def tree_files() -> list[str]:
-    """The files of the tree: tracked, or new and not ignored by git (as a commit would take them)."""
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout.splitlines()
-    return [path for path in listed if os.path.isfile(os.path.join(ROOT, path))]
 
 
 def test_every_file_that_names_a_page_of_the_docs_names_one_that_exists():

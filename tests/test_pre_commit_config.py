@@ -13,6 +13,8 @@ import subprocess
 import pytest
 import yaml
 
+from tests.support.tree import tree_files
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, ".pre-commit-config.yaml")
 
@@ -26,19 +28,9 @@ def hooks() -> list[dict]:
 def python_files() -> list[str]:
     """What pre-commit's ``types_or: [python, pyi]`` selects: .py and .pyi files, and scripts whose
     first line names python."""
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout.splitlines()
     found = []
-    for path in listed:
+    for path in tree_files():
         full = os.path.join(ROOT, path)
-        if not os.path.isfile(full):
-            continue  # deleted in the working tree
         if path.endswith((".py", ".pyi")):
             found.append(path)
         elif "." not in os.path.basename(path):
