@@ -20,6 +20,9 @@ Install it with one of:
 """
 
 
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
+
+
 class EmulatorError(RuntimeError):
     pass
 
@@ -39,11 +42,17 @@ class DatastoreEmulator:
         port: int | None = None,
         require_indexes: str | None = None,
         store_on_disk: bool = False,
+        quick_jit: bool = False,
     ) -> None:
         """``require_indexes``: an index.yaml; queries needing an index it lacks then fail,
         as in production.  (gcloud does not pass this option, so the emulator binary
-        gcloud ships is started directly, with the same flags gcloud uses.)"""
+        gcloud ships is started directly, with the same flags gcloud uses.)
+
+        ``quick_jit``: the JVM compiles with C1 only.  A test session's emulator lives for
+        seconds to minutes on two shared cores, where C2's compiling costs more CPU than its
+        faster code gives back (the fast tier: about a fifth of its CPU).  Benchmarks keep C2."""
         self.project = project
+        self.quick_jit = quick_jit
         self.require_indexes = require_indexes
         self.store_on_disk = store_on_disk  # survives restart() (chaos tests)
         self.port = port or free_port()
@@ -87,7 +96,7 @@ class DatastoreEmulator:
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"},
+            env=self._process_env(),
             start_new_session=True,  # its own process group: stop() ends the Java child too
         )
         log.close()
@@ -102,6 +111,13 @@ class DatastoreEmulator:
             time.sleep(0.25)
         self.stop()
         raise EmulatorError(f"the emulator did not answer within {timeout}s:\n{self.log_tail()}")
+
+    def _process_env(self) -> dict[str, str]:
+        env = {**os.environ, "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"}
+        if self.quick_jit:
+            # The java launcher reads JDK_JAVA_OPTIONS (Java 9+); the caller's own options stay.
+            env["JDK_JAVA_OPTIONS"] = " ".join(filter(None, [env.get("JDK_JAVA_OPTIONS"), QUICK_JIT]))
+        return env
 
     def _direct_command(self, gcloud: str, data_dir: str, index_file: str) -> list[str]:
         """The emulator itself, not gcloud's wrapper: only it takes ``--require_indexes``."""

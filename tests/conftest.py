@@ -25,7 +25,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture(scope="session")
 def emulator():
     # Every query in every test must be served by an index in index.yaml, as in production.
-    with DatastoreEmulator(project="dedup-test", require_indexes=os.path.join(ROOT, "index.yaml")) as running:
+    with DatastoreEmulator(
+        project="dedup-test", require_indexes=os.path.join(ROOT, "index.yaml"), quick_jit=True
+    ) as running:
         os.environ.update(running.env)
         yield running
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 import textwrap
 
 import pytest
@@ -41,7 +42,7 @@ def project(tmp_path, monkeypatch):
     script.parent.mkdir()
     script.write_text(
         textwrap.dedent(f"""\
-        #!/usr/bin/env python3
+        #!{sys.executable} -IS
         import json, sys
         args = sys.argv[1:]
         with open({str(log)!r}, "a") as handle:

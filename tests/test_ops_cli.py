@@ -272,7 +272,7 @@ def fake_gcloud(tmp_path):
     script.parent.mkdir()
     script.write_text(
         textwrap.dedent(f"""\
-        #!/usr/bin/env python3
+        #!{sys.executable} -IS
         import sys
         with open({str(log)!r}, "a") as handle:
             handle.write("\\x1f".join(sys.argv[1:]) + "\\n")
