@@ -112,3 +112,11 @@ def test_make_run_listens_on_loopback_only():
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(60)
+
+
+def test_the_test_sessions_emulator_jvm_compiles_with_c1_only(emulator, monkeypatch):
+    """quick_jit reaches the JVM (the java launcher says what it picked up) and keeps the caller's options."""
+    assert "Picked up JDK_JAVA_OPTIONS: -XX:TieredStopAtLevel=1" in emulator.log_tail(lines=100_000)
+    monkeypatch.setenv("JDK_JAVA_OPTIONS", "-Xmx1g")
+    assert DatastoreEmulator(quick_jit=True)._process_env()["JDK_JAVA_OPTIONS"] == "-Xmx1g -XX:TieredStopAtLevel=1"
+    assert DatastoreEmulator()._process_env()["JDK_JAVA_OPTIONS"] == "-Xmx1g"
