@@ -12,6 +12,9 @@ from google.cloud import ndb
 from dedup.clock import ManualClock
 from devtools.emulator import DatastoreEmulator
 from tests import job_targets
+from tests.support import routing_cache
+
+routing_cache.install()
 
 # Tests run outside App Engine: caller verification is chosen explicitly, and
 # the tests of the other modes pass their own settings.
