@@ -34,6 +34,8 @@ LATEST_SCHEDULE_TIME = datetime.datetime(2100, 1, 1, tzinfo=datetime.UTC)
 # A run id is SHA-256 in lower-case hex; nothing else is ever looked up.
 _RUN_ID = re.compile(r"[0-9a-f]{64}")
 _KEY_VERSION = "scheduler-run/v1"
+# A Force run's key: its own, so it never takes the slot its schedule time names (docs/schedules.md).
+_FORCE_RUN_KEY_VERSION = "force-run/v1"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +46,8 @@ class ScheduledRunKey:
     location: str
     scheduler_job_name: str  # the short Scheduler job id
     schedule_time: datetime.datetime  # aware, UTC
+    # A Force run (Cloud Scheduler's jobs.run): keyed apart from the slot its time may name.
+    force_run: bool = False
 
     @property
     def schedule_time_text(self) -> str:
@@ -52,7 +56,12 @@ class ScheduledRunKey:
     @property
     def run_id(self) -> str:
         """SHA-256 hex over a length-prefixed encoding: no separator can collide."""
-        return digest_parts(_KEY_VERSION, self.project, self.location, self.scheduler_job_name, self.schedule_time_text)
+        version = _FORCE_RUN_KEY_VERSION if self.force_run else _KEY_VERSION
+        return digest_parts(version, self.project, self.location, self.scheduler_job_name, self.schedule_time_text)
+
+    def as_force_run(self) -> ScheduledRunKey:
+        """The same delivery keyed as a Force run: its retries share the key, the slot keeps its own."""
+        return dataclasses.replace(self, force_run=True)
 
 
 def digest_parts(*parts: str) -> str:
@@ -113,7 +122,8 @@ def parse_schedule_time(value: str | None) -> datetime.datetime:
             field,
             f"missing {field} header: Cloud Scheduler sends it only for jobs with a "
             "unix-cron schedule (e.g. '*/5 * * * *'); give the job one, since without "
-            "a schedule time there is no way to tell a retry from a new execution",
+            "a schedule time there is no way to tell a retry from a new execution. "
+            "Not run; to run the job now, start a manual run (dedupctl run)",
         )
     return check_schedule_time(field, parse_rfc3339(value, field))
 

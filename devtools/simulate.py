@@ -6,7 +6,8 @@ does: an attempt deadline that cuts the HTTP wait while the attempt goes on
 running, retries with Scheduler's backoff (minBackoff doubling maxDoublings
 times, then linear, capped at maxBackoff; retryCount; maxRetryDuration), 503
 retried outside the count; plus injected duplicate deliveries and lost
-acknowledgements.  Each job's side effect is an HTTP call to a local sink that
+acknowledgements, and Force runs of both kinds the docs describe (carrying the next slot's
+time, or the execution's own).  Each job's side effect is an HTTP call to a local sink that
 counts calls by the run's key (so "exactly once" is counted where it
 matters, downstream) and is sometimes slow or failing.  The report is a
 table and an HTML chart (one cell per execution: green once, red otherwise).
@@ -28,6 +29,7 @@ import tempfile
 import threading
 import time
 import zoneinfo
+from collections.abc import Sequence
 
 import requests
 from croniter import croniter
@@ -111,6 +113,16 @@ class Execution:
     calls: int = 0
     window: tuple[float, float] = (0.0, 0.0)  # monotonic start and end of its deliveries
     listed: str | None = None  # its status in the app's executions listing, after the simulation
+    # A Force run: "next_slot" (it carries the next slot's time) or "execution_time" (its own).
+    force_run: str | None = None
+    slot_taken: bool | None = None  # a Force run's: whether a record holds the slot key of its time
+
+    @property
+    def slot_key(self) -> str:
+        """The run id a slot's delivery at this time gets (a Force run must never hold it)."""
+        from schedules.slots import Slot
+
+        return Slot(self.job, self.schedule_time).run_id
 
     @property
     def expected_status(self) -> str:
@@ -129,6 +141,28 @@ def executions_of(jobs: list[SchedulerJob], count: int, start: datetime.datetime
     return sorted(upcoming, key=lambda e: e.schedule_time)[:count]
 
 
+def force_runs_of(jobs: list[SchedulerJob], now: datetime.datetime) -> list[Execution]:
+    """A Force run of each kind for the first job: one carrying its next slot's time (a slot
+    at least twice the clock skew ahead, so no reading can take it for the slot's delivery),
+    one carrying the moment it was forced."""
+    from schedules.slots import CLOCK_SKEW_SECONDS, slots_between
+
+    job = jobs[0]
+    ahead = now + datetime.timedelta(seconds=2 * CLOCK_SKEW_SECONDS)
+    [next_slot] = slots_between([job], ahead, ahead + datetime.timedelta(days=366), limit=1)
+    return [
+        Execution(job, next_slot.schedule_time, force_run="next_slot"),
+        Execution(job, now.replace(microsecond=now.microsecond or 1), force_run="execution_time"),
+    ]
+
+
+def header_time(instant: datetime.datetime) -> str:
+    """ScheduleTime as Scheduler spells it: whole seconds for a slot, the fraction for an execution time."""
+    if instant.microsecond:
+        return instant.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return instant.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def deliver_execution(
     app_url: str,
     execution: Execution,
@@ -140,7 +174,7 @@ def deliver_execution(
 ) -> None:
     """Scheduler's attempts for one execution until a 2xx gets through or retries run out."""
     with lock:
-        outage = rng.random() < faults.outages
+        outage = rng.random() < faults.outages and execution.force_run is None  # a Force run is delivered at once
     if outage:
         execution.attempts.append("outage")  # Scheduler never delivered it: the slot must show as missed
         return
@@ -151,7 +185,7 @@ def deliver_execution(
     headers = {
         "X-CloudScheduler-JobName": job.name,
         "X-CloudScheduler": "true",
-        "X-CloudScheduler-ScheduleTime": execution.schedule_time.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "X-CloudScheduler-ScheduleTime": header_time(execution.schedule_time),
     }
     url = app_url + job.relative_url
 
@@ -239,20 +273,23 @@ def simulate(
     sink: EffectSink,
     parallel: int = 8,
     server_pid: int | None = None,
+    force_runs: bool = True,
 ) -> Simulation:
     """Play ``executions`` scheduled executions against the app; return them with the worker kills."""
     rng = random.Random(seed)
     lock = threading.Lock()
     plan = executions_of(jobs, executions, datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC))
+    # The server's clock is the real one: the slots above are long past, the Force runs are now.
+    forced = force_runs_of(jobs, datetime.datetime.now(datetime.UTC)) if force_runs else []
     killer = WorkerKiller(server_pid, rng, lock) if server_pid and faults.worker_kills else None
     with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
-        list(pool.map(lambda e: deliver_execution(app_url, e, compress, faults, rng, lock, killer), plan))
+        list(pool.map(lambda e: deliver_execution(app_url, e, compress, faults, rng, lock, killer), plan + forced))
     # Attempts cut by their deadline may still be running: wait out the longest lease.
     time.sleep(3 * max(job.attempt_deadline for job in jobs) / compress + 1)
-    for execution in plan:
+    for execution in plan + forced:
         execution.effects = sink.effects.get(execution.run_id, 0) if execution.run_id else 0
         execution.calls = sink.calls.get(execution.run_id, 0) if execution.run_id else 0
-    return Simulation(plan, list(killer.kills) if killer else [])
+    return Simulation(plan, list(killer.kills) if killer else [], forced)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,6 +298,22 @@ class Simulation:
 
     plan: list[Execution]
     kills: list[float]
+    force_runs: list[Execution] = dataclasses.field(default_factory=list)
+
+
+def misplaced_force_runs(force_runs: list[Execution]) -> list[Execution]:
+    """Force runs that did not take effect once, or took the slot their time names.
+
+    The simulated app is served without scheduler.yaml (its compressed leases would not
+    validate against the real deadlines), so it tells a Force run by its time ahead of the
+    clock alone; one carrying its own execution time names no slot, and its key is no
+    slot's.  Needs ``slot_taken`` (list_executions)."""
+    from schedules.slots import is_slot
+
+    def took_a_slot(e: Execution) -> bool:
+        return is_slot(e.job, e.schedule_time) and (e.run_id == e.slot_key or e.slot_taken is not False)
+
+    return [e for e in force_runs if e.effects != 1 or took_a_slot(e)]
 
 
 def unexplained(plan: list[Execution], kills: list[float]) -> list[Execution]:
@@ -317,8 +370,9 @@ def simulation_jobs_file(jobs: list[SchedulerJob], sink_url: str, compress: floa
     return handle.name
 
 
-def list_executions(plan: list[Execution], now: datetime.datetime) -> None:
-    """Each execution's status as the app's executions listing derives it (schedules.slots), from its record.
+def list_executions(plan: list[Execution], now: datetime.datetime, force_runs: Sequence[Execution] = ()) -> None:
+    """Each execution's status as the app's executions listing derives it (schedules.slots), from its record,
+    and whether a record holds the slot key of each Force run's time.
 
     Needs an NDB context on the simulation's Datastore.
     """
@@ -327,17 +381,26 @@ def list_executions(plan: list[Execution], now: datetime.datetime) -> None:
     from schedules.slots import Slot, execution_status
 
     slots = [Slot(e.job, e.schedule_time) for e in plan]
-    records = Ledger(ManualClock(now)).lookup_many([slot.run_id for slot in slots])
+    ledger = Ledger(ManualClock(now))
+    records = ledger.lookup_many([slot.run_id for slot in slots] + [e.slot_key for e in force_runs])
     for execution, slot in zip(plan, slots, strict=True):
         execution.listed = execution_status(slot, records.get(slot.run_id), now)
+    for forced in force_runs:
+        forced.slot_taken = forced.slot_key in records
 
 
-def report(plan: list[Execution]) -> tuple[str, str]:
+def report(plan: list[Execution], force_runs: Sequence[Execution] = ()) -> tuple[str, str]:
     rows = [f"{'execution':<44} {'effects':>7} {'calls':>5} {'listed':>9}  attempts"]
     for e in plan:
         rows.append(
             f"{e.job.name + ' ' + e.schedule_time.strftime('%Y-%m-%d %H:%M'):<44} {e.effects:>7} {e.calls:>5} "
             f"{e.listed or '-':>9}  {' '.join(e.attempts)}"
+        )
+    for e in force_runs:
+        taken = "took the slot" if e.slot_taken else "slot untouched"
+        rows.append(
+            f"{f'Force run ({e.force_run}) ' + header_time(e.schedule_time):<44} {e.effects:>7} {e.calls:>5} "
+            f"{taken:>9}  {' '.join(e.attempts)}"
         )
     once = sum(1 for e in plan if e.effects == 1)
     rows.append(
@@ -349,6 +412,12 @@ def report(plan: list[Execution]) -> tuple[str, str]:
         f"{sum(1 for e in plan if e.listed == 'skipped')} skipped; "
         f"{sum(1 for e in plan if e.listed is not None and e.listed != e.expected_status)} "
         "disagree with the simulation."
+        + (
+            f" Force runs: {len(force_runs) - len(misplaced_force_runs(list(force_runs)))} of {len(force_runs)} "
+            "took effect once under a key of their own, leaving the slot their time names to its delivery."
+            if force_runs
+            else ""
+        )
     )
     cells = "".join(
         f'<div class="cell {"missed" if e.listed == "missed" else "ok" if e.effects == 1 else "bad"}" '
@@ -402,10 +471,10 @@ def main() -> int:
         from google.cloud import ndb
 
         with ndb.Client(project=emulator.project).context():
-            list_executions(simulation.plan, datetime.datetime.now(datetime.UTC))
+            list_executions(simulation.plan, datetime.datetime.now(datetime.UTC), simulation.force_runs)
     plan = simulation.plan
     os.unlink(jobs_file)
-    table, page = report(plan)
+    table, page = report(plan, simulation.force_runs)
     print(table)
     with open(args.report, "w", encoding="utf-8") as handle:
         handle.write(page)
@@ -414,7 +483,9 @@ def main() -> int:
     disagree = [e for e in plan if e.listed != e.expected_status]
     print(f"{len(simulation.kills)} worker kill(s); {len(bad)} execution(s) not exactly once")
     print(f"executions listing: {len(disagree)} slot(s) disagree with what the simulation delivered")
-    return 0 if not bad and not disagree else 1
+    misplaced = misplaced_force_runs(simulation.force_runs)
+    print(f"Force runs: {len(misplaced)} of {len(simulation.force_runs)} not once under their own key, or took a slot")
+    return 0 if not bad and not disagree and not misplaced else 1
 
 
 if __name__ == "__main__":

@@ -87,6 +87,7 @@ def dashboard():
         now=format_utc(now),
         summaries=summaries,
         chosen=chosen,
+        sources=[source.value for source in RunSource],
         runs=[row(record, now) for record in recent],
         chart=timeline(recent, now, gaps),
         job_ids=sorted(state.jobs),

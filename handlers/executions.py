@@ -27,7 +27,7 @@ from models import RunRecord, RunSource
 from schedules.config import SchedulerJob
 from schedules.slots import (
     MAX_SLOTS,
-    delivery_scope,
+    declared_job,
     execution_document,
     is_slot,
     slots_between,
@@ -56,13 +56,8 @@ def is_expected_run(record: RunRecord, scheduler_jobs: list[SchedulerJob]) -> bo
     """
     if record.source != RunSource.SCHEDULER or record.schedule_time is None:
         return False
-    return any(
-        job.target == record.job_id
-        and job.name == record.scheduler_job_name
-        and delivery_scope(job) == (record.project or None, record.location or None)
-        and is_slot(job, record.schedule_time)
-        for job in scheduler_jobs
-    )
+    job = declared_job(scheduler_jobs, record.scheduler_job_name, record.project, record.location)
+    return job is not None and job.target == record.job_id and is_slot(job, record.schedule_time)
 
 
 def unscheduled_runs(

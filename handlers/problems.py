@@ -144,6 +144,14 @@ PROBLEM_TYPES: tuple[ProblemType, ...] = (
         "schedule time, so it may have completed. Send force=true to run it anyway.",
     ),
     ProblemType(
+        "SlotNotDue",
+        422,
+        "The slot has not come",
+        False,
+        "The slot's schedule time is still ahead: Cloud Scheduler delivers it then, and running it "
+        "now would answer that delivery as a duplicate. To run the job now, start a manual run.",
+    ),
+    ProblemType(
         "PreconditionRequired",
         428,
         "Attempt required to reopen",

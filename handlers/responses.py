@@ -43,7 +43,7 @@ from dedup.runner import Waiting
 from handlers.logs import note_run
 from handlers.problems import problem
 from handlers.replayed_response import StoredResponse
-from models import RunRecord, RunSource, RunStatus
+from models import DELIVERED_SOURCES, RunRecord, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ def job_mismatch_response(outcome: JobMismatch) -> Response:
     Shared with the guard.  Nothing ran and nothing was replayed.
     """
     record = outcome.record
-    if record.source == RunSource.SCHEDULER:
+    if record.source in DELIVERED_SOURCES:
         what = (
             f"the delivery of Scheduler job {record.scheduler_job_name!r} for {format_utc(record.schedule_time)}"
             if record.schedule_time

@@ -10,7 +10,7 @@ from typing import Any
 from dedup.keys import format_utc
 from dedup.ledger import json_preview
 from handlers.replayed_response import StoredResponse
-from models import RunRecord, RunSource, RunStatus
+from models import DELIVERED_SOURCES, RunRecord, RunSource, RunStatus
 
 
 def _time(value: datetime.datetime | None) -> str | None:
@@ -53,7 +53,7 @@ def run_document(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
     """The whole record: its fields, parameters, attempt history and stored document."""
     document = {**_fields(record, now), "parameters": record.parameters, "attempts": record.attempts or []}
     kept = record.result if record.status == RunStatus.COMPLETED else record.error
-    if record.source != RunSource.SCHEDULER and StoredResponse.is_document(kept):
+    if record.source not in DELIVERED_SOURCES and StoredResponse.is_document(kept):
         document["response"] = response_view(StoredResponse.from_document(kept))
     elif record.status == RunStatus.COMPLETED:
         document["result"] = record.result
@@ -77,7 +77,7 @@ def _fields(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
         "schedule_time": _time(record.schedule_time),
         "project": record.project or None,
         "location": record.location or None,
-        "client_token": record.client_token if record.source != RunSource.SCHEDULER else None,
+        "client_token": record.client_token if record.source not in DELIVERED_SOURCES else None,
         "requested_by": record.requested_by,
         "downstream": record.downstream,
         "created": _time(record.created),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from flask import Blueprint, request
 from werkzeug.exceptions import NotFound
 
@@ -12,10 +14,11 @@ from handlers.logs import note_run
 from handlers.problems import problem
 from handlers.responses import outcome_response
 from handlers.state import app_state, current_principal
-from handlers.use_cases import late_delivery, run_scheduled
+from handlers.use_cases import delivered_key, late_delivery, run_scheduled
 from models import RunSource
 
 blueprint = Blueprint("scheduler", __name__)
+log = logging.getLogger(__name__)
 
 
 @blueprint.route("/jobs/<job_id>", methods=["GET", "POST"], provide_automatic_options=False)
@@ -37,8 +40,12 @@ def deliver(job_id: str):
         )
     except InvalidRunRequest as exc:
         return problem(400, "InvalidRequest", exc.message, field=exc.field)
-    note_run(job_id=job_id, source=RunSource.SCHEDULER, run_id=key.run_id)
+    now = state.clock.now()
+    key, force_run = delivered_key(state, job_id, key, now)
+    note_run(job_id=job_id, source=RunSource.FORCE_RUN if force_run else RunSource.SCHEDULER, run_id=key.run_id)
+    if force_run:
+        log.info("a Force run of %s: %s; run under a key of its own", key.scheduler_job_name, force_run)
     body = request.get_data(cache=False)
-    skip_reason = late_delivery(job, key, state.clock.now())
+    skip_reason = late_delivery(job, key, now)
     outcome = run_scheduled(state, current_principal(), job_id, job, key, body, skip_reason=skip_reason)
     return outcome_response(outcome)

@@ -29,7 +29,16 @@ from jobs.base import RunContext
 from jobs.config import JobSpec
 from models import RunSource
 from schedules.config import SchedulerJob
-from schedules.slots import ExecutionStatus, Slot, delivery_scope, execution_status, is_slot, nearest_slots
+from schedules.slots import (
+    CLOCK_SKEW_SECONDS,
+    ExecutionStatus,
+    Slot,
+    delivery_scope,
+    execution_status,
+    force_run_reason,
+    is_slot,
+    nearest_slots,
+)
 
 
 def run_scheduled(
@@ -45,8 +54,9 @@ def run_scheduled(
 ) -> RunOutcome:
     """Run a scheduled execution once under its key, for ``principal``: a delivery's path, and an
     operator's run of a slot."""
+    source = RunSource.FORCE_RUN if key.force_run else RunSource.SCHEDULER
     description = RunDescription(
-        source=RunSource.SCHEDULER,
+        source=source,
         job_id=job_id,
         scheduler_job_name=key.scheduler_job_name,
         schedule_time=key.schedule_time,
@@ -60,6 +70,7 @@ def run_scheduled(
             RunContext.for_attempt(
                 attempt,
                 job_id,
+                source=source,
                 scheduler_job_name=key.scheduler_job_name,
                 schedule_time=key.schedule_time,
                 body=body,
@@ -74,9 +85,23 @@ def run_scheduled(
     )
 
 
+def delivered_key(
+    state: AppState, job_id: str, key: ScheduledRunKey, now: datetime.datetime
+) -> tuple[ScheduledRunKey, str | None]:
+    """The key a delivery runs under, and why it is a Force run (None for a slot's delivery).
+
+    A Force run is keyed apart (``ScheduledRunKey.as_force_run``), so it never takes a
+    slot that has not come, and the slot's own delivery still runs the slot.
+    """
+    reason = force_run_reason(key, job_id, state.schedules, now)
+    return (key.as_force_run(), reason) if reason else (key, None)
+
+
 def late_delivery(job: JobSpec, key: ScheduledRunKey, now: datetime.datetime) -> str | None:
-    """Why this delivery is too late to run (its job's max_delay_seconds), or None."""
-    if job.max_delay_seconds is None:
+    """Why this delivery is too late to run (its job's max_delay_seconds), or None.
+
+    A Force run is asked for now, whatever time it carries: never late."""
+    if job.max_delay_seconds is None or key.force_run:
         return None
     delay = (now - key.schedule_time).total_seconds()
     if delay <= job.max_delay_seconds:
@@ -245,17 +270,28 @@ def run_slot_now(
 ) -> RunOutcome | SlotRunRefused:
     """Run ``slot`` under its Scheduler key as ``ask`` says: the API's and the dashboard's one path.
 
-    Without the attempt the operator saw, a failed or skipped slot is not
-    reopened (428, naming its attempt); a slot whose record the ledger may
-    have forgotten (``unknown``) runs only when forced, since it may have run.
+    A slot that has not come is refused (422): taking it now would answer its
+    own delivery as a duplicate.  Without the attempt the operator saw, a failed
+    or skipped slot is not reopened (428, naming its attempt); a slot whose record
+    the ledger may have forgotten (``unknown``) runs only when forced, since it may have run.
     """
     project, location = delivery_scope(slot.job)
     key = scheduled_run_key(
         slot.job.name, format_utc(slot.schedule_time), query_project=project, query_location=location
     )
     note_run(job_id=job_id, source=RunSource.SCHEDULER, run_id=key.run_id)
+    now = state.clock.now()
+    if (slot.schedule_time - now).total_seconds() > CLOCK_SKEW_SECONDS:
+        return SlotRunRefused(
+            422,
+            "SlotNotDue",
+            f"this slot is due at {format_utc(slot.schedule_time)}, {slot.schedule_time - now} from now: "
+            "Cloud Scheduler delivers it then, and running it now would answer that delivery as a duplicate. "
+            "To run the job now, start a manual run",
+            {"execution_status": ExecutionStatus.UPCOMING},
+        )
     record = state.ledger.lookup(key.run_id)
-    status = execution_status(slot, record, state.clock.now())
+    status = execution_status(slot, record, now)
     if status == ExecutionStatus.UNKNOWN and not ask.force:
         return SlotRunRefused(
             422,

@@ -38,7 +38,7 @@ class RunContext:
     body: bytes = b""
     project: str = ""
     location: str = ""
-    source: str = RunSource.SCHEDULER  # or RunSource.API for a manual run
+    source: str = RunSource.SCHEDULER  # RunSource.FORCE_RUN for a Force run, RunSource.API for a manual run
     parameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # manual runs' parameters
     client_token: str | None = None  # manual runs: the caller's token
     # What an earlier attempt of this run started downstream, if it recorded it.

@@ -26,9 +26,14 @@ class RunStatus(enum.StrEnum):
 class RunSource(enum.StrEnum):
     """Who asked for a run."""
 
-    SCHEDULER = "scheduler"  # a Cloud Scheduler delivery
+    SCHEDULER = "scheduler"  # a Cloud Scheduler delivery of a slot
+    FORCE_RUN = "force_run"  # a Cloud Scheduler delivery of no slot: Force run (jobs.run), keyed apart
     API = "api"  # a manual run with a client token
     GUARD = "guard"  # an endpoint behind the idempotency guard
+
+
+# The sources Cloud Scheduler delivers: a run of either is answered and shown as a delivery's.
+DELIVERED_SOURCES = (RunSource.SCHEDULER, RunSource.FORCE_RUN)
 
 
 class RunRecord(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has no types: ndb.Model is Any

@@ -16,7 +16,7 @@ from typing import Any
 
 from croniter import croniter
 
-from dedup.keys import format_utc, scheduled_run_key
+from dedup.keys import ScheduledRunKey, format_utc, scheduled_run_key
 from models import RunRecord, RunStatus
 from schedules.config import DELIVERY_GRACE_SECONDS, SchedulerJob, retry_window_seconds, schedule_zone
 
@@ -150,6 +150,45 @@ def nearest_slots(job: SchedulerJob, instant: datetime.datetime) -> tuple[dateti
 
 def is_slot(job: SchedulerJob, instant: datetime.datetime) -> bool:
     return next(_times(job, instant)) == instant
+
+
+# How far ahead of this server's clock a slot's delivery may say it is due and still be the slot's.
+# Cloud Scheduler and App Engine run on Google's synchronised clocks; a slot is delivered at or
+# after its time, never before, so more than this ahead is no slot's delivery (docs/schedules.md).
+CLOCK_SKEW_SECONDS = 10
+
+
+def declared_job(
+    jobs: Iterable[SchedulerJob], scheduler_job_name: str, project: str | None, location: str | None
+) -> SchedulerJob | None:
+    """The scheduler.yaml entry whose deliveries carry this name and scope, if one is declared."""
+    for job in jobs:
+        if job.name == scheduler_job_name and delivery_scope(job) == (project or None, location or None):
+            return job
+    return None
+
+
+def force_run_reason(
+    key: ScheduledRunKey, job_id: str, jobs: Iterable[SchedulerJob], now: datetime.datetime
+) -> str | None:
+    """Why this delivery is a Force run rather than a slot's delivery, or None if it may be the slot's.
+
+    Cloud Scheduler's Force run (console, ``gcloud scheduler jobs run``, ``jobs.run``) is
+    delivered at once, and which schedule time it carries is not clearly documented: the
+    next slot's (then it is ahead of the clock) or its own execution time (then it is no
+    slot of a declared schedule).  Keyed as the slot, the first would take a slot that has
+    not come and the real delivery would be answered as a duplicate.
+    """
+    ahead = (key.schedule_time - now).total_seconds()
+    if ahead > CLOCK_SKEW_SECONDS:
+        return (
+            f"its schedule time is {ahead:.0f}s ahead of this server's clock (more than the "
+            f"{CLOCK_SKEW_SECONDS}s skew allowed): no slot is delivered before its time"
+        )
+    declared = declared_job(jobs, key.scheduler_job_name, key.project, key.location)
+    if declared is not None and declared.target == job_id and not is_slot(declared, key.schedule_time):
+        return f"its schedule time is no slot of {declared.name}'s schedule ({declared.schedule!r})"
+    return None
 
 
 def execution_status(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> ExecutionStatus:

@@ -6,6 +6,8 @@ attempt deadline and 5% executions never delivered (outages): every delivered
 execution's side effect happens, and happens once (counted at the downstream
 by key), no record is left in progress after its lease, and the executions
 listing says of each slot what happened: completed, or missed for the outages.
+Two Force runs (the next slot's time, and their own) each take effect once under
+a key of their own, and neither takes the slot its time names.
 """
 
 from __future__ import annotations
@@ -18,7 +20,16 @@ import textwrap
 import pytest
 
 from devtools.gunicorn import GunicornServer
-from devtools.simulate import EffectSink, Faults, list_executions, report, simulate, simulation_jobs_file, unexplained
+from devtools.simulate import (
+    EffectSink,
+    Faults,
+    list_executions,
+    misplaced_force_runs,
+    report,
+    simulate,
+    simulation_jobs_file,
+    unexplained,
+)
 from models import RunRecord, RunStatus
 from schedules.config import parse_scheduler_document
 
@@ -59,8 +70,8 @@ def test_a_simulated_day(datastore, ndb_client, tmp_path):
         os.unlink(jobs_file)
     plan = simulation.plan
     with ndb_client.context():
-        list_executions(plan, datetime.datetime.now(datetime.UTC))
-    table, page = report(plan)
+        list_executions(plan, datetime.datetime.now(datetime.UTC), simulation.force_runs)
+    table, page = report(plan, simulation.force_runs)
     (tmp_path / "simulation.html").write_text(page)
     assert len(plan) == 200
     assert sum(1 for e in plan if any(a in ("deadline", "lost-ack") or a.startswith("dup:") for a in e.attempts)) > 50
@@ -77,6 +88,13 @@ def test_a_simulated_day(datastore, ndb_client, tmp_path):
     disagree = [e for e in plan if e.listed != e.expected_status]
     assert disagree == [], [(e.job.name, e.schedule_time, e.listed, e.effects, e.attempts) for e in disagree]
     assert "missed" in table.splitlines()[-1]
+    # Both readings of Force run: the next slot's time and its own; each ran once, under its own
+    # key, through the same duplicates and lost acknowledgements, and left the slot alone.
+    assert [e.force_run for e in simulation.force_runs] == ["next_slot", "execution_time"]
+    assert misplaced_force_runs(simulation.force_runs) == []
+    next_slot = simulation.force_runs[0]
+    assert next_slot.run_id != next_slot.slot_key and next_slot.slot_taken is False
+    assert "Force runs: 2 of 2 took effect once" in table.splitlines()[-1]
     with ndb_client.context():
         now = datetime.datetime.now(datetime.UTC)
         stuck = [

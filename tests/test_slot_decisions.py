@@ -26,6 +26,7 @@ import webtest
 from dedup.keys import format_utc
 from handlers import create_app
 from handlers.state import app_state
+from schedules.slots import CLOCK_SKEW_SECONDS
 from tests import job_targets
 from tests.support.deliveries import scheduler_headers
 
@@ -127,12 +128,25 @@ def test_within_the_horizon_a_slot_shows_what_happened_and_past_it_unknown(site,
     assert listed(site, 2)["status"] == "missed"  # a slot within the horizon is still judged
 
 
-def test_a_slot_run_by_hand_before_its_time_is_remembered_its_whole_retention(site, clock):
+def test_a_slot_delivered_early_within_the_clock_skew_is_remembered_its_whole_retention(site, clock):
     """The horizon is counted from the schedule time, so the record must be too."""
-    ran = run_slot(site, 1, attempt=0, status=200).json  # 00:00: the 01:00 slot, an hour early
-    assert ran["status"] == "completed"
-    clock.advance(3600 + RETENTION - 1)  # a second before 01:00 + retention
+    clock.advance(3600 - CLOCK_SKEW_SECONDS)  # 00:59:50: the 01:00 slot's delivery, as early as it may be
+    ran = deliver(site, 1, status=200).json
+    assert ran["status"] == "completed" and ran["run_id"] == listed(site, 1)["run_id"]  # the slot's own
+    clock.advance(CLOCK_SKEW_SECONDS + RETENTION - 1)  # a second before 01:00 + retention
     assert listed(site, 1)["status"] == "completed"
+
+
+def test_a_slot_that_has_not_come_is_not_run_by_hand_and_its_delivery_runs_it(site, clock):
+    """Taking the 01:00 slot at 00:00 would answer 01:00's own delivery as a duplicate."""
+    clock.advance(3600 - CLOCK_SKEW_SECONDS - 1)  # 00:59:49: a second beyond the skew allowed
+    refused = run_slot(site, 1, attempt=0, status=422).json
+    assert refused["error"] == "SlotNotDue" and refused["execution_status"] == "upcoming"
+    assert "manual run" in refused["message"] and effects() == 0
+    assert listed(site, 1)["status"] == "upcoming" and "run" not in listed(site, 1)
+    clock.advance(11)  # 01:00:00
+    delivered = deliver(site, 1, status=200).json
+    assert delivered["duplicate"] is False and effects() == 1
 
 
 def test_an_unknown_slot_runs_by_hand_only_when_forced_and_once(site, clock, ndb_client):

@@ -1,0 +1,167 @@
+"""Issue 24 §3: a Force run never takes a slot that has not come.
+
+Cloud Scheduler's Force run carries either the next slot's schedule time or its
+own execution time (the docs disagree).  Either way it runs once under a key of
+its own, recorded as ``force_run`` and listed apart from the slots, and the
+slot's own delivery then runs the slot.
+
+The clock starts at 2030-01-01T00:00:20Z; ``tick`` runs every minute.
+"""
+
+from __future__ import annotations
+
+import datetime
+import textwrap
+
+import pytest
+import webtest
+
+from dedup.keys import format_utc, scheduled_run_key
+from handlers import create_app
+from schedules.slots import CLOCK_SKEW_SECONDS
+from tests import job_targets
+from tests.support.deliveries import scheduler_headers
+
+JOBS = """
+jobs:
+  tick:
+    kind: python
+    target: tests.job_targets:record
+    lease_seconds: 60
+    max_delay_seconds: 30
+"""
+SCHEDULES = """
+defaults:
+  project: acme-prod
+  location: us-central1
+jobs:
+  tick-every-minute:
+    target: tick
+    schedule: "* * * * *"
+    attempt_deadline: 60s
+"""
+T0 = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
+SCOPE = "?project=acme-prod&location=us-central1"
+
+
+def site_for(tmp_path, clock, ndb_client, schedules: str | None) -> webtest.TestApp:
+    if schedules is not None:
+        (tmp_path / "scheduler.yaml").write_text(textwrap.dedent(schedules))
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(textwrap.dedent(JOBS))
+    clock.advance(20)  # 00:00:20
+    return webtest.TestApp(create_app(jobs_file=str(jobs), clock=clock, ndb_client=ndb_client))
+
+
+@pytest.fixture
+def site(datastore, ndb_client, tmp_path, clock):
+    return site_for(tmp_path, clock, ndb_client, SCHEDULES)
+
+
+@pytest.fixture
+def bare_site(datastore, ndb_client, tmp_path, clock):
+    """The same job with no scheduler.yaml: the app knows no schedule."""
+    return site_for(tmp_path, clock, ndb_client, None)
+
+
+def at(seconds: float) -> str:
+    return format_utc(T0 + datetime.timedelta(seconds=seconds))
+
+
+def deliver(site, seconds: float, status: int | str = 200):
+    headers = scheduler_headers(scheduler_job_name="tick-every-minute", schedule_time=at(seconds))
+    return site.post(f"/jobs/tick{SCOPE}", b"", headers=headers, status=status)
+
+
+def slot_run_id(seconds: float) -> str:
+    return scheduled_run_key(
+        "tick-every-minute", at(seconds), query_project="acme-prod", query_location="us-central1"
+    ).run_id
+
+
+def listing(site):
+    return site.get("/api/v1/jobs/tick/executions", params={"since": at(0), "until": at(180)}, status=200).json
+
+
+def runs_of(source: str) -> list[dict]:
+    return [effect for effect in job_targets.EFFECTS if effect["source"] == source]
+
+
+def test_a_force_run_with_the_next_slots_time_runs_once_apart_and_the_slot_still_runs(site, clock):
+    forced = deliver(site, 60).json  # 00:00:20, carrying 00:01:00: 40 s ahead
+    assert forced["status"] == "completed" and forced["duplicate"] is False
+    assert forced["run_id"] != slot_run_id(60)
+    assert deliver(site, 60).json["duplicate"] is True  # the Force run's own retry
+    assert len(job_targets.EFFECTS) == 1 and runs_of("force_run")[0]["run_id"] == forced["run_id"]
+    record = site.get(f"/api/v1/runs/{forced['run_id']}", status=200).json
+    assert record["source"] == "force_run" and record["schedule_time"] == at(60)
+    slot = next(e for e in listing(site)["executions"] if e["schedule_time"] == at(60))
+    assert slot["status"] == "upcoming" and "run" not in slot  # the slot was not taken
+
+    clock.advance(40)  # 00:01:00: the slot's own delivery
+    delivered = deliver(site, 60).json
+    assert delivered["duplicate"] is False and delivered["run_id"] == slot_run_id(60)
+    assert [e["source"] for e in job_targets.EFFECTS] == ["force_run", "scheduler"]
+    listed = listing(site)
+    assert next(e for e in listed["executions"] if e["schedule_time"] == at(60))["status"] == "completed"
+    assert [(run["run_id"], run["source"]) for run in listed["unscheduled"]] == [(forced["run_id"], "force_run")]
+
+
+def test_a_force_run_with_its_own_execution_time_runs_once_under_its_own_key(site, clock):
+    forced = deliver(site, 20.417).json  # its own time: no slot of a per-minute schedule
+    assert forced["duplicate"] is False and forced["run_id"] != slot_run_id(20.417)
+    clock.advance(120)  # retried late: a Force run is asked for now, never skipped as late
+    again = deliver(site, 20.417).json
+    assert again["duplicate"] is True and again["run_id"] == forced["run_id"]
+    assert len(runs_of("force_run")) == 1 and not runs_of("scheduler")
+    listed = listing(site)
+    assert [run["run_id"] for run in listed["unscheduled"]] == [forced["run_id"]]
+    assert all(e["status"] in ("missed", "due", "upcoming") for e in listed["executions"])  # no slot claimed
+
+
+@pytest.mark.parametrize(
+    "offset, force_run",
+    [
+        (-3600.0, False),  # an hour late: the slot's delivery (skipped: later than max_delay_seconds)
+        (-20.0, False),  # the slot that has just come
+        (CLOCK_SKEW_SECONDS - 0.001, False),  # early by the skew a slot's delivery may have
+        (CLOCK_SKEW_SECONDS + 0.001, True),
+        (40.0, True),
+        (86400.0, True),  # tomorrow's slot
+    ],
+)
+def test_only_a_time_beyond_the_clock_skew_makes_a_slots_time_a_force_run(site, clock, offset, force_run):
+    """Every time here is a slot of the schedule: what decides is how far ahead it is."""
+    seconds = 2 * 86400.0  # a slot two days on (the clock is at 00:00:20)
+    clock.advance(seconds - 20 - offset)  # now the slot lies ``offset`` ahead
+    answer = deliver(site, seconds, status="*")
+    assert answer.status_int == 200, answer.text
+    assert (answer.json["run_id"] != slot_run_id(seconds)) is force_run
+    record = site.get(f"/api/v1/runs/{answer.json['run_id']}", status=200).json
+    assert record["source"] == ("force_run" if force_run else "scheduler")
+    assert record["status"] == ("skipped" if offset < -30 else "completed")
+
+
+def test_without_a_schedule_only_a_time_ahead_is_a_force_run(bare_site, clock):
+    """The app cannot tell an off-schedule time without scheduler.yaml; it keys it as before."""
+    own_time = deliver(bare_site, 20.417).json
+    assert own_time["run_id"] == slot_run_id(20.417)
+    ahead = deliver(bare_site, 60).json
+    assert ahead["run_id"] != slot_run_id(60)
+    assert [e["source"] for e in job_targets.EFFECTS] == ["scheduler", "force_run"]
+
+
+def test_a_force_run_without_a_schedule_time_is_refused_and_not_run(site):
+    headers = scheduler_headers(scheduler_job_name="tick-every-minute", schedule_time=None)
+    refused = site.post(f"/jobs/tick{SCOPE}", b"", headers=headers, status=400).json
+    assert refused["field"] == "X-CloudScheduler-ScheduleTime" and "manual run" in refused["detail"]
+    assert job_targets.EFFECTS == []
+
+
+def test_a_force_run_is_logged_with_its_source_and_why(site, caplog):
+    caplog.set_level("INFO")
+    deliver(site, 60)
+    [line] = [r for r in caplog.records if r.name == "handlers.scheduler"]
+    assert "Force run of tick-every-minute" in line.getMessage() and "40s ahead" in line.getMessage()
+    [request] = [r for r in caplog.records if r.name == "dedup.requests"]
+    assert request.source == "force_run"
