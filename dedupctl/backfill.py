@@ -25,8 +25,9 @@ from dedupctl.output import err, out, say
 # (tests/test_dedupctl.py holds the two equal).
 REOPENABLE = ("missed", "failed", "released", "skipped")
 DEFAULT_ONLY = ",".join(REOPENABLE)
-# Past the job's retention the ledger may have forgotten a run: only --only unknown --force runs one.
-FORCED = ("unknown",)
+# Past the job's retention the ledger may have forgotten a run, and before a job's slots are expected
+# (untracked) the app was not expecting it: only --only unknown (or untracked) --force runs one.
+FORCED = ("unknown", "untracked")
 # The executions the app lists that a backfill leaves alone, and why.
 LEFT_ALONE = {
     "completed": "completed already",
@@ -35,6 +36,7 @@ LEFT_ALONE = {
     "upcoming": "still to come",
     "unknown": "older than the job's retention, so it may have run (--only unknown --force runs it anyway)",
     "conflict": "another job's run holds its key: fix the routing (docs/schedules.md), then run it",
+    "untracked": "before the app first knew the schedule, so it may have run (--only untracked --force runs it)",
 }
 
 
@@ -63,8 +65,8 @@ def backfill(args: Backfill, headers: dict[str, str]) -> int:
         return Exit.REFUSED
     if set(only) & set(FORCED) and not args.force:
         say(
-            "unknown slots are older than the job's retention: their runs may have completed and been "
-            "forgotten, so running them may run the job twice. Add --force to run them anyway"
+            "unknown slots are older than the job's retention, and untracked ones before the app first knew "
+            "the schedule: either may have run, so running them may run the job twice. Add --force to run them anyway"
         )
         return Exit.REFUSED
     if (

@@ -20,6 +20,7 @@ from handlers.idempotent import install_guard
 from handlers.state import AppState, current_principal
 from jobs.config import jobs_file_path, load_jobs
 from schedules.config import load_app_schedules, scheduler_file_path
+from schedules.history import TrackedSchedules
 
 
 def create_app(
@@ -73,7 +74,7 @@ def create_app(
         clock=clock,
         ledger=ledger,
         wait_slots=wait_slots,
-        schedules=schedules,
+        tracked_schedules=TrackedSchedules(schedules, clock),
     )
     errors.register(app)
     tracing.install_tracing(app)  # first: every later step, and every log line, is inside the request's span

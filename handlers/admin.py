@@ -185,6 +185,9 @@ def expected_executions(job_id: str, now: datetime.datetime) -> list[dict[str, A
     return [execution_document(slot, records.get(slot.run_id), now) for slot in slots]
 
 
+UNTRACKED = ExecutionStatus.UNTRACKED
+
+
 def job_summary(
     job_id: str,
     runs: list[RunRecord],
@@ -205,11 +208,12 @@ def job_summary(
         "latest": [row(r, now) for r in runs[:5]],
         "scheduled": bool(expected),
         "last_expected": expected[-1] if expected else None,
-        # Slots an operator may run by hand, newest first.
-        "to_run": [e for e in reversed(expected) if e["status"] in RUNNABLE][:5],
+        # Slots an operator may run by hand, newest first; not those before the job's slots are expected from,
+        # which were never expected of the app (the executions API runs them, forced).
+        "to_run": [e for e in reversed(expected) if e["status"] in RUNNABLE and e["status"] != UNTRACKED][:5],
         "missed": sum(e["status"] == ExecutionStatus.MISSED for e in expected),
         "conflicts": sum(e["status"] == ExecutionStatus.CONFLICT for e in expected),
-        "expected_count": len(expected),
+        "expected_count": sum(e["status"] != UNTRACKED for e in expected),
     }
 
 

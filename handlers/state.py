@@ -12,12 +12,13 @@ from typing import cast
 
 from flask import current_app, g
 
-from dedup.clock import Clock
+from dedup.clock import Clock, SystemClock
 from dedup.ledger import Ledger
 from dedup.runner import WaitSlots
 from handlers.access import Principal, Role
 from jobs.config import JobSpec
 from schedules.config import SchedulerJob
+from schedules.history import TrackedSchedules
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +29,13 @@ class AppState:
     clock: Clock
     ledger: Ledger  # the one ledger: scheduled runs, manual runs and guarded views share it
     wait_slots: WaitSlots  # the bound on this process's requests waiting at once (Prefer: wait)
-    schedules: tuple[SchedulerJob, ...] = ()  # scheduler.yaml's jobs, validated against ``jobs``
+    # scheduler.yaml's jobs, validated against ``jobs``, bound to their histories on first use.
+    tracked_schedules: TrackedSchedules = dataclasses.field(default_factory=lambda: TrackedSchedules((), SystemClock()))
+
+    @property
+    def schedules(self) -> tuple[SchedulerJob, ...]:
+        """The Scheduler jobs bound to their histories (the first use in a process records them: needs NDB)."""
+        return self.tracked_schedules.get()
 
 
 def app_state() -> AppState:

@@ -31,6 +31,7 @@ from models import RunSource
 from schedules.config import SchedulerJob
 from schedules.slots import (
     CLOCK_SKEW_SECONDS,
+    NEEDS_FORCE,
     ExecutionStatus,
     Slot,
     delivery_scope,
@@ -38,6 +39,7 @@ from schedules.slots import (
     force_run_reason,
     is_slot,
     nearest_slots,
+    schedule_at,
 )
 
 
@@ -262,7 +264,7 @@ def find_slot(
     if len(matching) > 1:
         names = ", ".join(sorted(f"{job.name} in {job.project}/{job.location}" for job in matching))
         return f"several Scheduler jobs have this slot ({names}): choose with scheduler_job, project and location"
-    return Slot(matching[0], instant)
+    return Slot(schedule_at(matching[0], instant), instant)
 
 
 def run_slot_now(
@@ -292,13 +294,23 @@ def run_slot_now(
         )
     record = state.ledger.lookup(key.run_id)
     status = execution_status(slot, record, now)
-    if status == ExecutionStatus.UNKNOWN and not ask.force:
+    if status in NEEDS_FORCE and not ask.force:
+        if status == ExecutionStatus.UNTRACKED:
+            assert slot.job.expected_from is not None  # an untracked slot lies before a known time
+            why = (
+                f"this slot is before {slot.job.name}'s slots are expected from "
+                f"({format_utc(slot.job.expected_from)}: when the app first knew its schedule), so the app "
+                "was not expecting it and cannot say it did not run"
+            )
+        else:
+            why = (
+                f"no record of this slot is left: the ledger keeps a run {slot.job.retention_seconds:g}s past its "
+                "schedule time, so it may have completed"
+            )
         return SlotRunRefused(
             422,
             "ExecutionUnknown",
-            f"no record of this slot is left: the ledger keeps a run {slot.job.retention_seconds:g}s past its "
-            f"schedule time, so it may have completed; running it may run the job twice. "
-            "Send force=true to run it anyway",
+            f"{why}; running it may run the job twice. Send force=true to run it anyway",
             {
                 "execution_status": status,
                 "remembered_until": format_utc(slot.remembered_until) if slot.remembered_until else None,

@@ -28,9 +28,10 @@ from schedules.config import SchedulerJob
 from schedules.slots import MAX_SLOTS, ExecutionStatus, Slot, execution_status, slots_between
 
 log = logging.getLogger("dedup.audit")
-# A first pass (no mark yet: a new Scheduler job, the first deploy) starts from now, so it never
-# reports a day of "missed" slots that were never expected of this app; later passes start
-# where the last stopped.
+# A first pass (no mark yet: a new Scheduler job, the first deploy) starts from the time the job's
+# (schedules.history: when the app first knew its schedule, or its start_at), else from now, so
+# it never reports a day of "missed" slots that were never expected of this app; later passes
+# start where the last stopped.
 AUDIT_PATIENCE_SECONDS = 10
 MICROSECOND = datetime.timedelta(microseconds=1)
 REPORTED = (ExecutionStatus.MISSED, ExecutionStatus.CONFLICT)  # what a pass reports, one ERROR line per slot
@@ -88,7 +89,8 @@ def _audit_job(ledger: Ledger, job: SchedulerJob, now: datetime.datetime, found:
     key = ndb.Key(AuditMark, mark_id(job))
     mark = key.get()
     window = Slot(job, now).window_closes - now
-    checked_until = mark.checked_until if mark else now
+    # A first pass judges the slots from when the job's are expected (their windows close a window later).
+    checked_until = mark.checked_until if mark else (job.expected_from + window if job.expected_from else now)
     # The slots whose window closed in [checked_until, now): scheduled a window earlier.
     slots = slots_between([job], checked_until - window, now - window, MAX_SLOTS)
     through = now if len(slots) < MAX_SLOTS else slots[-1].schedule_time + window + MICROSECOND

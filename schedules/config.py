@@ -28,7 +28,14 @@ from croniter import croniter
 from croniter.croniter import CroniterBadDateError
 
 from dedup.errors import InvalidRunRequest
-from dedup.keys import PROJECT_ID, SCHEDULER_JOB_ID, format_utc, scheduled_run_key
+from dedup.keys import (
+    PROJECT_ID,
+    SCHEDULER_JOB_ID,
+    check_schedule_time,
+    format_utc,
+    parse_rfc3339,
+    scheduled_run_key,
+)
 from jobs.base import MAX_BODY_BYTES, MAX_SECONDS
 from jobs.config import REQUEST_TIMEOUT_SECONDS, JobSpec, load_strict_yaml
 
@@ -55,6 +62,7 @@ JOB_KEYS = frozenset(
         "scaling",
         "pass_scope",
         "description",
+        "start_at",
     }
 )
 RETRY_KEYS = frozenset({"retry_count", "max_retry_duration", "min_backoff", "max_backoff", "max_doublings"})
@@ -98,6 +106,16 @@ class RetryConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class EarlierSchedule:
+    """A schedule a Scheduler job had before its current one, and when it applied: [since, until)."""
+
+    schedule: str
+    time_zone: str
+    since: datetime.datetime
+    until: datetime.datetime
+
+
+@dataclasses.dataclass(frozen=True)
 class SchedulerJob:
     key: str  # the declaration in scheduler.yaml
     name: str  # the Cloud Scheduler job id
@@ -119,6 +137,14 @@ class SchedulerJob:
     # How long the app remembers a run of this job: its target's retention_seconds, bound
     # by load_app_schedules.  None (a file not bound to jobs.yaml): no horizon is known.
     retention_seconds: float | None = None
+    # From when slots are expected of the app: scheduler.yaml's start_at, else bound from the
+    # schedule history (schedules.history: when the app first knew the job).  None: unknown,
+    # every slot is expected.
+    start_at: datetime.datetime | None = None
+    expected_from: datetime.datetime | None = None
+    # When the current schedule took effect (first seen), and the schedules before it.
+    schedule_since: datetime.datetime | None = None
+    earlier: tuple[EarlierSchedule, ...] = ()
 
     @property
     def relative_url(self) -> str:
@@ -273,6 +299,7 @@ def _parse_job(key: str, settings: dict[Any, Any], problems: list[Problem]) -> S
             problem(text_field, "must be a string")
     if not isinstance(settings.get("pass_scope", True), bool):
         problem("pass_scope", "must be true or false")
+    start_at = _start_at(settings.get("start_at"), problem)
     if len(problems) > start or deadline is None or retry is None or first is None:
         return None
     job = SchedulerJob(
@@ -293,6 +320,7 @@ def _parse_job(key: str, settings: dict[Any, Any], problems: list[Problem]) -> S
         scaling=scaling,
         pass_scope=settings.get("pass_scope", True),
         description=settings.get("description"),
+        start_at=start_at,
     )
     refused = delivery_problem(job, first)
     if refused is not None:
@@ -388,6 +416,31 @@ def _duration(value: Any, field: str, problem: Callable[[str | None, str], None]
 
 
 # -- what breaks deduplication ---------------------------------------------------------
+
+
+def _start_at(value: Any, problem: Callable[[str | None, str], None]) -> datetime.datetime | None:
+    """start_at: an RFC 3339 instant (YAML may give it as a timestamp) from which slots are expected."""
+    if value is None:
+        return None
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            problem("start_at", "needs a UTC offset (e.g. 2026-12-01T00:00:00Z): a bare time is no one instant")
+            return None
+        instant = value.astimezone(datetime.UTC)
+    elif isinstance(value, str):
+        try:
+            instant = parse_rfc3339(value, "start_at")
+        except InvalidRunRequest:
+            problem("start_at", f"{value!r} is not an RFC 3339 timestamp such as 2026-12-01T00:00:00Z")
+            return None
+    else:
+        problem("start_at", "must be an RFC 3339 timestamp such as 2026-12-01T00:00:00Z")
+        return None
+    try:
+        return check_schedule_time("start_at", instant)
+    except InvalidRunRequest as exc:
+        problem("start_at", exc.message)
+        return None
 
 
 def _known_time_zone(name: str) -> bool:

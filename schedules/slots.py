@@ -41,18 +41,22 @@ class ExecutionStatus(enum.StrEnum):
     # A run of another job holds the slot's key (a misrouted delivery): the slot's own job
     # never ran, and only an operator can sort it out.
     CONFLICT = "conflict"
+    # No record, and the slot is before its Scheduler job's slots are expected from (schedules.history): the
+    # app did not know the schedule then, so the slot was never expected of it.
+    UNTRACKED = "untracked"
 
 
 # What an operator may run again by hand (the dashboard's run, dedupctl backfill); an unknown
-# slot only when forced, since it may have run.
+# or untracked slot only when forced, since it may have run.
 RUNNABLE = (
     ExecutionStatus.MISSED,
     ExecutionStatus.FAILED,
     ExecutionStatus.RELEASED,
     ExecutionStatus.SKIPPED,
     ExecutionStatus.UNKNOWN,
+    ExecutionStatus.UNTRACKED,
 )
-NEEDS_FORCE = (ExecutionStatus.UNKNOWN,)
+NEEDS_FORCE = (ExecutionStatus.UNKNOWN, ExecutionStatus.UNTRACKED)
 
 
 def delivery_scope(job: SchedulerJob) -> tuple[str | None, str | None]:
@@ -105,13 +109,66 @@ class Slot:
         until = self.remembered_until
         return until is None or now < until
 
+    @property
+    def tracked(self) -> bool:
+        """Whether the slot is at or after the time its Scheduler job's slots are expected from."""
+        return self.job.expected_from is None or self.schedule_time >= self.job.expected_from
+
+
+EARLIEST = datetime.datetime.min.replace(tzinfo=UTC)
+LATEST = datetime.datetime.max.replace(tzinfo=UTC)
+
+
+def _segments(job: SchedulerJob) -> list[tuple[SchedulerJob, datetime.datetime, datetime.datetime]]:
+    """The job as each of its schedules had it, with the [from, to) that schedule applied.
+
+    The oldest known schedule also covers the time before it was first seen (slots there
+    are before the job's are expected: untracked), and the current one runs on from when it took effect.
+    """
+    if not job.earlier or job.schedule_since is None:
+        return [(job, EARLIEST, LATEST)]
+    segments = []
+    for index, old in enumerate(job.earlier):
+        as_then = dataclasses.replace(job, schedule=old.schedule, time_zone=old.time_zone)
+        segments.append((as_then, EARLIEST if index == 0 else old.since, old.until))
+    segments.append((job, job.schedule_since, LATEST))
+    return segments
+
+
+def schedule_at(job: SchedulerJob, instant: datetime.datetime) -> SchedulerJob:
+    """The job with the schedule it had at ``instant``."""
+    for as_then, start, end in _segments(job):
+        if start <= instant < end:
+            return as_then
+    return job
+
 
 def _times(job: SchedulerJob, since: datetime.datetime) -> Iterator[datetime.datetime]:
-    """The job's schedule times at or after ``since``, in UTC."""
+    """The schedule times of ``job``'s own schedule (not its history) at or after ``since``, in UTC."""
     start = (since - datetime.timedelta(microseconds=1)).astimezone(schedule_zone(job.time_zone))
     iterator = croniter(job.schedule, start)
     while True:
         yield iterator.get_next(datetime.datetime).astimezone(UTC)
+
+
+def _times_before(job: SchedulerJob, until: datetime.datetime) -> Iterator[datetime.datetime]:
+    """The schedule times of ``job``'s own schedule before ``until``, newest first, in UTC."""
+    iterator = croniter(job.schedule, until.astimezone(schedule_zone(job.time_zone)))
+    while True:
+        yield iterator.get_prev(datetime.datetime).astimezone(UTC)
+
+
+def _job_slots(job: SchedulerJob, since: datetime.datetime, until: datetime.datetime, limit: int) -> Iterator[Slot]:
+    """``job``'s slots in [since, until), oldest first, each of the schedule it had then."""
+    count = 0
+    for as_then, start, end in _segments(job):
+        if end <= since or start >= until:
+            continue
+        for instant in _times(as_then, max(since, start)):
+            if instant >= min(until, end) or count >= limit:
+                break
+            count += 1
+            yield Slot(as_then, instant)
 
 
 def slots_between(
@@ -120,10 +177,7 @@ def slots_between(
     """The slots in [since, until) of every job, oldest first, at most ``limit`` of them."""
     found: list[Slot] = []
     for job in jobs:
-        for count, instant in enumerate(_times(job, since)):
-            if instant >= until or count >= limit:
-                break
-            found.append(Slot(job, instant))
+        found += _job_slots(job, since, until, limit)
     found.sort(key=lambda slot: (slot.schedule_time, slot.job.name, slot.job.project, slot.job.location))
     return found[:limit]
 
@@ -131,25 +185,33 @@ def slots_between(
 def latest_slots(jobs: Iterable[SchedulerJob], now: datetime.datetime, count: int) -> list[Slot]:
     """The newest ``count`` slots at or before ``now`` of every job, oldest first."""
     found: list[Slot] = []
+    after_now = now + datetime.timedelta(microseconds=1)
     for job in jobs:
-        iterator = croniter(
-            job.schedule, (now + datetime.timedelta(microseconds=1)).astimezone(schedule_zone(job.time_zone))
-        )
-        found += [Slot(job, iterator.get_prev(datetime.datetime).astimezone(UTC)) for _ in range(count)]
+        taken = 0
+        for as_then, start, end in reversed(_segments(job)):
+            if start >= after_now or taken >= count:
+                continue
+            for instant in _times_before(as_then, min(after_now, end)):
+                if instant < start or taken >= count:
+                    break
+                taken += 1
+                found.append(Slot(as_then, instant))
     found.sort(key=lambda slot: (slot.schedule_time, slot.job.name, slot.job.project, slot.job.location))
     return found[-count:]
 
 
 def nearest_slots(job: SchedulerJob, instant: datetime.datetime) -> tuple[datetime.datetime, datetime.datetime]:
-    """The job's last schedule time before ``instant`` and its first one after it."""
-    zone_instant = instant.astimezone(schedule_zone(job.time_zone))
-    before = croniter(job.schedule, zone_instant).get_prev(datetime.datetime).astimezone(UTC)
-    after = croniter(job.schedule, zone_instant).get_next(datetime.datetime).astimezone(UTC)
+    """The job's last schedule time before ``instant`` and its first one after it (of the schedule it had then)."""
+    as_then = schedule_at(job, instant)
+    zone_instant = instant.astimezone(schedule_zone(as_then.time_zone))
+    before = croniter(as_then.schedule, zone_instant).get_prev(datetime.datetime).astimezone(UTC)
+    after = croniter(as_then.schedule, zone_instant).get_next(datetime.datetime).astimezone(UTC)
     return before, after
 
 
 def is_slot(job: SchedulerJob, instant: datetime.datetime) -> bool:
-    return next(_times(job, instant)) == instant
+    """Whether ``instant`` is a slot of the schedule ``job`` had at that instant."""
+    return next(_times(schedule_at(job, instant), instant)) == instant
 
 
 # How far ahead of this server's clock a slot's delivery may say it is due and still be the slot's.
@@ -197,11 +259,14 @@ def execution_status(slot: Slot, record: RunRecord | None, now: datetime.datetim
     A released run, or one whose lease ran out without finishing, becomes
     ``missed`` once no retry can come; so does an absent run, while the ledger
     would still hold its record (``unknown`` after that).  A record of another
-    job is a ``conflict``, never the slot's own outcome.
+    job is a ``conflict``, never the slot's own outcome.  No record before the
+    job's slots are expected from is ``untracked``: the app was not expecting the slot then.
     """
     window_open = now < slot.window_closes
     if record is not None and record.job_id != slot.job.target:
         return ExecutionStatus.CONFLICT
+    if record is None and not slot.tracked:
+        return ExecutionStatus.UNTRACKED
     if record is None:
         if slot.schedule_time > now:
             return ExecutionStatus.UPCOMING

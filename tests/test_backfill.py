@@ -15,7 +15,7 @@ import requests
 
 from dedup.keys import format_utc
 from dedupctl.client import Exit
-from tests.support.deliveries import scheduler_headers
+from tests.support.deliveries import a_day_ago, scheduler_headers
 from tests.support.live import serving
 
 pytestmark = pytest.mark.live
@@ -38,6 +38,7 @@ def scheduler_yaml(effects) -> str:
         project: acme-prod
         location: us-central1
         attempt_deadline: 15s
+        start_at: {a_day_ago()}
         body: '{json.dumps({"dir": str(effects)})}'
     """)
 

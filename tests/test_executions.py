@@ -38,6 +38,7 @@ SCHEDULES = """
 defaults:
   project: acme-prod
   location: us-central1
+  start_at: 2030-01-01T00:00:00Z  # expected from the clock's start (else from the first request)
   retry: {retry_count: 2, min_backoff: 30s, max_backoff: 60s}
 jobs:
   invoice-hourly:
@@ -375,8 +376,9 @@ def test_the_dashboard_shows_expected_slots_and_runs_a_missed_one(site, clock):
     card = page.text.split('data-job="invoice"', 1)[1].split('class="card job-card"', 1)[0]
     assert "Last expected execution:" in card and "2030-01-01T03:00:00.000000Z" in card
     assert 'class="badge completed">completed' in card.split("Last expected execution:", 1)[1][:200]
-    assert "23 missed of the last 24 expected" in card  # 24 slots from 03:30 a day back; 03:00 ran
-    assert page.text.count('class="gap missed"') >= 23  # the timeline rings each missed slot
+    # Expected from 00:00 (start_at): 00:00 to 03:00; 03:00 ran. The day before is untracked, uncounted.
+    assert "3 missed of the last 4 expected" in card
+    assert page.text.count('<circle class="gap missed"') == 4  # each missed slot ringed: these, report's 00:30
     slot_forms = [f for key, f in page.forms.items() if isinstance(key, int) and "/executions/" in f.action]
     form = slot_forms[0]  # the newest slot to run first
     assert form.action == "/admin/jobs/invoice/executions/2030-01-01T02:00:00.000000Z/run"

@@ -34,6 +34,7 @@ SCHEDULES = """
 defaults:
   project: acme-prod
   location: us-central1
+  start_at: 2030-01-01T00:00:00Z  # expected from the clock's start (else from the first request)
 jobs:
   tick-every-minute:
     target: tick

@@ -26,6 +26,7 @@ from openapi_core.contrib.requests import RequestsOpenAPIRequest, RequestsOpenAP
 
 from dedup.keys import format_utc
 from devtools.gunicorn import GunicornServer
+from tests.support.deliveries import a_day_ago
 from tests.support.live import serving
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +55,8 @@ def scheduler_yaml(effects: Path) -> str:
         project: acme-prod
         location: us-central1
         attempt_deadline: 15s
-        retry: {retry_count: 0}"""
+        retry: {retry_count: 0}
+        start_at: """ + a_day_ago()
     return textwrap.dedent(f"""
     jobs:
       effect-every-minute:

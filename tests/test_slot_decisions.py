@@ -47,6 +47,7 @@ SCHEDULES = """
 defaults:
   project: acme-prod
   location: us-central1
+  start_at: 2030-01-01T00:00:00Z  # expected from the clock's start (else from the first request)
   retry: {retry_count: 2, min_backoff: 30s, max_backoff: 60s}
 jobs:
   invoice-hourly:

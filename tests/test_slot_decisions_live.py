@@ -25,7 +25,7 @@ from dedup.keys import format_utc
 from dedup.ledger import Ledger, RunDescription, RunPolicy
 from dedupctl.client import Exit
 from models.audit import AuditMark
-from tests.support.deliveries import scheduler_headers
+from tests.support.deliveries import a_day_ago, scheduler_headers
 from tests.support.live import serving
 from tests.support.proxies import FaultProxy
 
@@ -52,6 +52,7 @@ def scheduler_yaml(body: dict) -> str:
         location: us-central1
         attempt_deadline: 15s
         retry: {{retry_count: 0}}
+        start_at: {a_day_ago()}
         body: '{json.dumps(body)}'
     """)
 

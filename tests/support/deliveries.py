@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+
 JOBS = """
 jobs:
   invoice:
@@ -33,3 +35,10 @@ def scheduler_headers(scheduler_job_name="nightly-invoice", schedule_time=T0, **
 
 def deliver(client, job="invoice", status="*", body=b"", **headers):
     return client.post(f"/jobs/{job}", body, headers=scheduler_headers(**headers), status=status)
+
+
+def a_day_ago() -> str:
+    """A ``start_at`` for live tests' Scheduler jobs: their slots expected for the day before the test,
+    as of a deployment that has run that long (else the app expects them from its first request)."""
+    instant = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=1)
+    return instant.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,128 @@
+"""A Scheduler job's schedule history: when its slots are expected from, and when each change took effect.
+
+The app expects a slot of a Scheduler job only from when it first knew the job's
+schedule: first seen in scheduler.yaml (the first process to load it records the
+time), or the job's explicit ``start_at``.  A slot before that time was never
+expected of this app, so it is ``untracked``, never ``missed``: a fresh deploy pages
+no one for the day before it.  A changed schedule takes effect from when the change
+was first seen; slots of the old schedule before then keep their old meaning.
+
+Recording is one batched lookup per process, and one batched write when something is
+new, outside any transaction: two processes starting together write the same version
+within moments of each other, and the earlier ``since`` of two equal neighbours is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from google.cloud import ndb
+
+from dedup.clock import Clock
+from dedup.keys import format_utc, parse_rfc3339
+from models.schedule_history import ScheduleHistory
+from schedules.config import EarlierSchedule, SchedulerJob
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleVersion:
+    """A schedule a Scheduler job had from ``since`` (when the app first saw it) on."""
+
+    schedule: str
+    time_zone: str
+    since: datetime.datetime
+
+    def document(self) -> dict[str, str]:
+        return {"schedule": self.schedule, "time_zone": self.time_zone, "since": format_utc(self.since)}
+
+    @classmethod
+    def from_document(cls, document: dict[str, Any]) -> ScheduleVersion:
+        return cls(document["schedule"], document["time_zone"], parse_rfc3339(document["since"], "since"))
+
+    def same_schedule(self, job: SchedulerJob) -> bool:
+        return (self.schedule, self.time_zone) == (job.schedule, job.time_zone)
+
+
+def history_id(job: SchedulerJob) -> str:
+    """One history per Scheduler job: its id in its project and location."""
+    return f"{job.project}/{job.location}/{job.name}"
+
+
+def seen(versions: Sequence[ScheduleVersion], job: SchedulerJob, now: datetime.datetime) -> list[ScheduleVersion]:
+    """The versions once ``job``'s schedule is seen at ``now``: unchanged unless it is new."""
+    merged: list[ScheduleVersion] = []
+    for version in sorted(versions, key=lambda v: v.since):
+        if merged and merged[-1].schedule == version.schedule and merged[-1].time_zone == version.time_zone:
+            continue  # two processes recorded one change: the first sighting counts
+        merged.append(version)
+    if not merged or not merged[-1].same_schedule(job):
+        merged.append(ScheduleVersion(job.schedule, job.time_zone, now))
+    return merged
+
+
+def tracked(job: SchedulerJob, versions: Sequence[ScheduleVersion]) -> SchedulerJob:
+    """``job`` bound to its history: when its slots are expected from, when its schedule took effect,
+    and the schedules before."""
+    earlier = tuple(
+        EarlierSchedule(old.schedule, old.time_zone, old.since, new.since)
+        for old, new in zip(versions, versions[1:], strict=False)
+    )
+    first_seen = versions[0].since
+    return dataclasses.replace(
+        job,
+        expected_from=job.start_at or first_seen,
+        schedule_since=versions[-1].since if earlier else None,
+        earlier=earlier,
+    )
+
+
+def record_schedules(jobs: Sequence[SchedulerJob], now: datetime.datetime) -> tuple[SchedulerJob, ...]:
+    """Record any schedule not seen before, and return the jobs bound to their histories.
+
+    Needs an NDB context.  One batched lookup; one batched write when something is new.
+    """
+    if not jobs:
+        return ()
+    keys = [ndb.Key(ScheduleHistory, history_id(job)) for job in jobs]
+    stored = ndb.get_multi(keys)
+    changed = []
+    bound = []
+    for job, key, entity in zip(jobs, keys, stored, strict=True):
+        before = [ScheduleVersion.from_document(v) for v in entity.versions] if entity else []
+        versions = seen(before, job, now)
+        if versions != before:
+            changed.append(ScheduleHistory(key=key, versions=[v.document() for v in versions]))
+        bound.append(tracked(job, versions))
+    if changed:
+        ndb.put_multi(changed)
+    return tuple(bound)
+
+
+class TrackedSchedules:
+    """scheduler.yaml's jobs bound to their histories, recorded once per process.
+
+    The first request that needs the schedules (a delivery, a listing, a page, an audit pass)
+    records them; building the app needs no Datastore.  If Datastore cannot be reached then,
+    ``get`` raises, that request fails as any request does while Datastore is down, and the
+    next one records them.
+    """
+
+    def __init__(self, declared: tuple[SchedulerJob, ...], clock: Clock) -> None:
+        self.declared = declared
+        self._clock = clock
+        self._tracked: tuple[SchedulerJob, ...] | None = None if declared else ()
+        self._lock = threading.Lock()
+
+    def get(self) -> tuple[SchedulerJob, ...]:
+        """The jobs bound to their histories (needs an NDB context the first time)."""
+        tracked_jobs = self._tracked
+        if tracked_jobs is not None:
+            return tracked_jobs
+        with self._lock:
+            if self._tracked is None:
+                self._tracked = record_schedules(self.declared, self._clock.now())
+            return self._tracked
