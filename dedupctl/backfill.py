@@ -23,8 +23,9 @@ from dedupctl.output import err, out, say
 
 # schedules.slots.RUNNABLE and NEEDS_FORCE, spelled out: the client carries none of the app
 # (tests/test_dedupctl.py holds the two equal).
-REOPENABLE = ("missed", "failed", "released", "skipped")
-DEFAULT_ONLY = ",".join(REOPENABLE)
+REOPENABLE = ("missed", "paused", "failed", "released", "skipped")
+# An operator paused those slots on purpose: a backfill runs them only when asked (--only paused).
+DEFAULT_ONLY = ",".join(status for status in REOPENABLE if status != "paused")
 # Past the job's retention the ledger may have forgotten a run, and before a job's slots are expected
 # (untracked) the app was not expecting it: only --only unknown (or untracked) --force runs one.
 FORCED = ("unknown", "untracked")
@@ -36,6 +37,7 @@ LEFT_ALONE = {
     "upcoming": "still to come",
     "unknown": "older than the job's retention, so it may have run (--only unknown --force runs it anyway)",
     "conflict": "another job's run holds its key: fix the routing (docs/schedules.md), then run it",
+    "paused": "its Scheduler job was paused then (--only paused runs it)",
     "untracked": "before the app first knew the schedule, so it may have run (--only untracked --force runs it)",
 }
 

@@ -21,6 +21,7 @@ from handlers.state import AppState, current_principal
 from jobs.config import jobs_file_path, load_jobs
 from schedules.config import load_app_schedules, scheduler_file_path
 from schedules.history import TrackedSchedules
+from schedules.scheduler_api import SchedulerApi
 
 
 def create_app(
@@ -48,6 +49,7 @@ def create_app(
         problem_pages,
         problems,
         runs_api,
+        schedule_actions,
         scheduler,
         tasks,
         tracing,
@@ -75,6 +77,7 @@ def create_app(
         ledger=ledger,
         wait_slots=wait_slots,
         tracked_schedules=TrackedSchedules(schedules, clock),
+        scheduler_api=SchedulerApi.from_environ(os.environ),
     )
     errors.register(app)
     tracing.install_tracing(app)  # first: every later step, and every log line, is inside the request's span
@@ -104,6 +107,7 @@ def create_app(
     app.register_blueprint(scheduler.blueprint)
     app.register_blueprint(runs_api.blueprint)
     app.register_blueprint(executions.blueprint)
+    app.register_blueprint(schedule_actions.blueprint)
     app.register_blueprint(tasks.blueprint)
     app.register_blueprint(admin.blueprint)
     app.register_blueprint(admin.home)

@@ -24,6 +24,7 @@ from handlers.client_tokens import new_form_token
 from handlers.run_documents import duration_seconds, is_stuck, may_retry, run_document
 from handlers.state import app_state, may
 from models import RunRecord, RunSource, RunStatus
+from schedules.pauses import with_pauses
 from schedules.slots import RUNNABLE, ExecutionStatus, execution_document, latest_slots
 
 blueprint = Blueprint("admin", __name__, url_prefix="/admin", template_folder="templates")
@@ -176,7 +177,7 @@ def row(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
 def expected_executions(job_id: str, now: datetime.datetime) -> list[dict[str, Any]]:
     """The job's newest CARD_SLOTS expected executions (of the last day), with their status."""
     state = app_state()
-    scheduler_jobs = [job for job in state.schedules if job.target == job_id]
+    scheduler_jobs = with_pauses([job for job in state.schedules if job.target == job_id])
     if not scheduler_jobs:
         return []
     day_ago = now - datetime.timedelta(hours=24)

@@ -144,6 +144,14 @@ PROBLEM_TYPES: tuple[ProblemType, ...] = (
         "schedule time, so it may have completed. Send force=true to run it anyway.",
     ),
     ProblemType(
+        "CloudSchedulerError",
+        502,
+        "Cloud Scheduler did not do its part",
+        True,
+        "The app recorded the pause or resume, but Cloud Scheduler's job was not paused or resumed "
+        "(`detail` says why and gives the gcloud command). Send the same request again, or run the command.",
+    ),
+    ProblemType(
         "SlotNotDue",
         422,
         "The slot has not come",

@@ -8,7 +8,7 @@ from flask import Blueprint, request
 from werkzeug.exceptions import NotFound
 
 from dedup.errors import InvalidRunRequest
-from dedup.keys import scheduled_run_key
+from dedup.keys import format_utc, scheduled_run_key
 from handlers.access import Role, requires
 from handlers.logs import note_run
 from handlers.problems import problem
@@ -16,6 +16,8 @@ from handlers.responses import outcome_response
 from handlers.state import app_state, current_principal
 from handlers.use_cases import delivered_key, late_delivery, run_scheduled
 from models import RunSource
+from schedules.pauses import pause_at, pauses_of
+from schedules.slots import declared_job
 
 blueprint = Blueprint("scheduler", __name__)
 log = logging.getLogger(__name__)
@@ -48,4 +50,19 @@ def deliver(job_id: str):
     body = request.get_data(cache=False)
     skip_reason = late_delivery(job, key, now)
     outcome = run_scheduled(state, current_principal(), job_id, job, key, body, skip_reason=skip_reason)
-    return outcome_response(outcome)
+    response = outcome_response(outcome)
+    declared = declared_job(state.schedules, key.scheduler_job_name, key.project, key.location)
+    # After the run, off its path: a delivery during a pause (a tick racing it, a Force run) runs
+    # as usual, and says so.  A Force run is asked for now; a slot's delivery belongs to its time.
+    pause = pause_at(pauses_of(declared), now if force_run else key.schedule_time) if declared else None
+    if pause is not None:
+        response.headers["X-Dedup-Schedule-Paused"] = format_utc(pause.since)
+        log.info(
+            "%s delivered while %s is paused (since %s, by %s): run as usual",
+            "a Force run" if force_run else f"the slot {key.schedule_time_text}",
+            key.scheduler_job_name,
+            format_utc(pause.since),
+            pause.paused_by,
+            extra={"scheduler_job": key.scheduler_job_name, "schedule_paused": format_utc(pause.since)},
+        )
+    return response

@@ -19,6 +19,7 @@ from handlers.access import Principal, Role
 from jobs.config import JobSpec
 from schedules.config import SchedulerJob
 from schedules.history import TrackedSchedules
+from schedules.scheduler_api import SchedulerApi
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +32,9 @@ class AppState:
     wait_slots: WaitSlots  # the bound on this process's requests waiting at once (Prefer: wait)
     # scheduler.yaml's jobs, validated against ``jobs``, bound to their histories on first use.
     tracked_schedules: TrackedSchedules = dataclasses.field(default_factory=lambda: TrackedSchedules((), SystemClock()))
+
+    # Cloud Scheduler's own pause and resume (DEDUP_SCHEDULER_API_BASE).
+    scheduler_api: SchedulerApi = dataclasses.field(default_factory=SchedulerApi)
 
     @property
     def schedules(self) -> tuple[SchedulerJob, ...]:

@@ -10,6 +10,7 @@ from handlers.access import Role, requires
 from handlers.cross_site import changes_state
 from handlers.state import app_state
 from schedules.audit import audit
+from schedules.pauses import with_pauses
 
 blueprint = Blueprint("tasks", __name__, url_prefix="/tasks")
 
@@ -42,7 +43,7 @@ def cleanup_expired_runs():
 def audit_missed_executions():
     """cron.yaml's missed-execution alert: each slot that became missed since the last pass, logged once."""
     state = app_state()
-    found = audit(state.ledger, state.schedules)
+    found = audit(state.ledger, tuple(with_pauses(state.schedules)))  # a paused slot is not missed
     return jsonify(
         {
             "missed": [slot.document() for slot in found.missed],

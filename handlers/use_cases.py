@@ -29,6 +29,7 @@ from jobs.base import RunContext
 from jobs.config import JobSpec
 from models import RunSource
 from schedules.config import SchedulerJob
+from schedules.pauses import Pause, change_pause, current, paused, resumed, with_pauses
 from schedules.slots import (
     CLOCK_SKEW_SECONDS,
     NEEDS_FORCE,
@@ -214,15 +215,77 @@ class SlotRunRefused:
     details: dict[str, Any]
 
 
+NO_SCHEDULE = "no schedule is loaded: the app reads DEDUP_SCHEDULER_FILE, else the scheduler.yaml beside the jobs file"
+
+
 def schedules_of(state: AppState, job_id: str) -> list[SchedulerJob]:
-    """The Scheduler jobs that target ``job_id``; 404 when the job is unknown or no schedule is loaded."""
+    """The Scheduler jobs that target ``job_id``, with their pauses; 404 when the job is unknown or no
+    schedule is loaded."""
     if job_id not in state.jobs:
         raise NotFound(f"no job {job_id!r} is declared in the jobs file")
     if not state.schedules:
-        raise NotFound(
-            "no schedule is loaded: the app reads DEDUP_SCHEDULER_FILE, else the scheduler.yaml beside the jobs file"
-        )
-    return [job for job in state.schedules if job.target == job_id]
+        raise NotFound(NO_SCHEDULE)
+    return with_pauses([job for job in state.schedules if job.target == job_id])
+
+
+def scheduler_job_named(state: AppState, name: str, project: str | None, location: str | None) -> SchedulerJob | str:
+    """The declared Scheduler job ``name`` (in ``project`` and ``location`` when several share it): 404
+    when there is none, a 400 message when the choice is ambiguous."""
+    if not state.schedules:
+        raise NotFound(NO_SCHEDULE)
+    found = [
+        job
+        for job in state.schedules
+        if job.name == name and project in (None, job.project) and location in (None, job.location)
+    ]
+    if not found:
+        raise NotFound(f"no Scheduler job {name!r} is declared in scheduler.yaml")
+    if len(found) > 1:
+        places = ", ".join(sorted(f"{job.project}/{job.location}" for job in found))
+        return f"Scheduler job {name!r} is declared in several places ({places}): choose with project and location"
+    return found[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class PauseChange:
+    """What a pause or resume did: the job's pause after it, whether it changed, and Cloud Scheduler's part."""
+
+    job: SchedulerJob
+    pause: Pause | None  # the lasting pause; None once resumed
+    changed: bool
+    scheduler_problem: str | None  # why Cloud Scheduler's job was not paused or resumed, with the command
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "scheduler_job": self.job.name,
+            "project": self.job.project,
+            "location": self.job.location,
+            "paused": self.pause is not None,
+            "pause": self.pause.document() if self.pause else None,
+            "changed": self.changed,
+        }
+
+
+def set_schedule_paused(
+    state: AppState, principal: Principal, job: SchedulerJob, pause: bool, note: str | None = None
+) -> PauseChange:
+    """Pause (or resume) ``job`` in the app's record, then in Cloud Scheduler.
+
+    The record comes first: a pause Scheduler missed still keeps its slots from being
+    called missed (and a delivery during it runs, saying so); a resume Scheduler missed
+    lets the audit report the slots it then misses.  Both are idempotent, so a request
+    sent again after a lost answer or a Scheduler failure only does what is left.
+    """
+    now = state.clock.now()
+    seen: list[list[Pause]] = []
+
+    def change(pauses: list[Pause]) -> list[Pause]:
+        seen.append(pauses)
+        return paused(pauses, now, principal.name, note) if pause else resumed(pauses, now, principal.name)
+
+    after = change_pause(job, change)
+    problem = state.scheduler_api.set_paused(job, pause)
+    return PauseChange(job, current(after), after != seen[-1], problem)
 
 
 def find_slot(

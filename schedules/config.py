@@ -145,6 +145,8 @@ class SchedulerJob:
     # When the current schedule took effect (first seen), and the schedules before it.
     schedule_since: datetime.datetime | None = None
     earlier: tuple[EarlierSchedule, ...] = ()
+    # The intervals the job was paused (schedules.pauses.Pause), bound when read; () unread or none.
+    pauses: tuple[Any, ...] = ()
 
     @property
     def relative_url(self) -> str:

@@ -41,6 +41,9 @@ class ExecutionStatus(enum.StrEnum):
     # A run of another job holds the slot's key (a misrouted delivery): the slot's own job
     # never ran, and only an operator can sort it out.
     CONFLICT = "conflict"
+    # No run, or none that can still finish, and the slot lies in an interval its Scheduler job was
+    # paused (schedules.pauses): nothing was to be delivered, so it is not missed.
+    PAUSED = "paused"
     # No record, and the slot is before its Scheduler job's slots are expected from (schedules.history): the
     # app did not know the schedule then, so the slot was never expected of it.
     UNTRACKED = "untracked"
@@ -50,6 +53,7 @@ class ExecutionStatus(enum.StrEnum):
 # or untracked slot only when forced, since it may have run.
 RUNNABLE = (
     ExecutionStatus.MISSED,
+    ExecutionStatus.PAUSED,
     ExecutionStatus.FAILED,
     ExecutionStatus.RELEASED,
     ExecutionStatus.SKIPPED,
@@ -108,6 +112,14 @@ class Slot:
     def is_remembered(self, now: datetime.datetime) -> bool:
         until = self.remembered_until
         return until is None or now < until
+
+    @property
+    def pause(self) -> Any:
+        """The interval its Scheduler job was paused that the slot lies in (a schedules.pauses.Pause), or None."""
+        for interval in self.job.pauses:
+            if interval.covers(self.schedule_time):
+                return interval
+        return None
 
     @property
     def tracked(self) -> bool:
@@ -261,7 +273,15 @@ def execution_status(slot: Slot, record: RunRecord | None, now: datetime.datetim
     would still hold its record (``unknown`` after that).  A record of another
     job is a ``conflict``, never the slot's own outcome.  No record before the
     job's slots are expected from is ``untracked``: the app was not expecting the slot then.
+    A slot that would be ``missed`` or ``due`` inside a pause interval is ``paused``.
     """
+    status = _status(slot, record, now)
+    if status in (ExecutionStatus.MISSED, ExecutionStatus.DUE) and slot.pause is not None:
+        return ExecutionStatus.PAUSED  # nothing was to be delivered: not missed, not waited for
+    return status
+
+
+def _status(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> ExecutionStatus:
     window_open = now < slot.window_closes
     if record is not None and record.job_id != slot.job.target:
         return ExecutionStatus.CONFLICT
@@ -306,4 +326,6 @@ def execution_document(slot: Slot, record: RunRecord | None, now: datetime.datet
             document["recorded_job_id"] = record.job_id
         if record.status == ExecutionStatus.SKIPPED:
             document["reason"] = (record.error or {}).get("message")
+    if slot.pause is not None:
+        document["pause"] = slot.pause.document()  # delivered anyway (a Force run, a racing tick) or not
     return document

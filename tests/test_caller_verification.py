@@ -295,6 +295,9 @@ def test_every_route_declares_the_role_it_needs(appengine_app):
         "dashboard_actions.retry_run": "operate",
         "executions.list_executions": "view",
         "executions.run_slot": "operate",
+        "schedule_actions.list_scheduler_jobs": "view",
+        "schedule_actions.pause_scheduler_job": "operate",
+        "schedule_actions.resume_scheduler_job": "operate",
         "dashboard_actions.run_slot": "operate",
         "problem_pages.problem_type_page": "view",
     }

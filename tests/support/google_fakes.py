@@ -59,6 +59,8 @@ class GoogleFakes:
         self.executions: list[dict] = []
         self.run_operations: list[dict] = []
         self.builds: list[dict] = []
+        # Cloud Scheduler jobs' states by resource name; a job not listed is ENABLED.
+        self.scheduler_states: dict[str, str] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         # The API servers' clock: the tests' manual clock, so start times and
@@ -91,6 +93,7 @@ class GoogleFakes:
             self.executions.clear()
             self.run_operations.clear()
             self.builds.clear()
+            self.scheduler_states.clear()
 
     def fail(self, path_part: str, **fault) -> None:
         with self._lock:
@@ -178,6 +181,20 @@ class GoogleFakes:
             )
         return 404, b"not found", flavor
 
+    def _scheduler(self, call: Call, name: str, action: str | None):
+        """Cloud Scheduler's jobs.get, jobs.pause and jobs.resume: a job must be ENABLED to pause, PAUSED to resume."""
+        with self._lock:
+            state = self.scheduler_states.get(name, "ENABLED")
+            if action is None and call.method == "GET":
+                return 200, {"name": name, "state": state}, {}
+            if call.method != "POST" or action is None:
+                return _error(404, "NOT_FOUND", f"no such method {call.method} {call.path}")
+            wanted, needed = ("PAUSED", "ENABLED") if action == "pause" else ("ENABLED", "PAUSED")
+            if state != needed:
+                return _error(400, "FAILED_PRECONDITION", f"Job must be {needed} to {action}; it is {state}.")
+            self.scheduler_states[name] = wanted
+            return 200, {"name": name, "state": wanted}, {}
+
     def _api(self, call: Call):
         now = self.clock.now().isoformat().replace("+00:00", "Z")
         number = next(self._ids)
@@ -203,6 +220,11 @@ class GoogleFakes:
                 if e["name"].startswith(workflow[1] + "/") and e["labels"].get(match[1]) == match[2]
             ]
             return 200, ({"executions": found} if found else {}), {}
+        scheduler = re.fullmatch(
+            r"/v1/(projects/[^/]+/locations/[^/]+/jobs/[A-Za-z0-9_-]+)(?::(pause|resume))?", call.path
+        )
+        if scheduler:
+            return self._scheduler(call, scheduler[1], scheduler[2])
         run = re.fullmatch(r"/v2/(projects/([^/]+)/locations/([^/]+)/jobs/([^/]+)):run", call.path)
         if run and call.method == "POST":
             operation = {

@@ -10,6 +10,7 @@ PATH_VALUES = {
     "run_id": "0" * 64,
     "schedule_time": "2030-01-01T00:00:00Z",
     "slug": "run-in-progress",
+    "name": "nightly-invoice",  # a Scheduler job (/api/v1/scheduler-jobs/<name>)
 }
 
 

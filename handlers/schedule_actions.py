@@ -1,0 +1,107 @@
+"""``/api/v1/scheduler-jobs``: the declared Scheduler jobs, and pausing and resuming them.
+
+Pausing is an operator's action, so a paused job's slots are ``paused``, never ``missed``
+(schedules/pauses.py).  Each pause and resume is recorded by the app and done in Cloud
+Scheduler too (use_cases.set_schedule_paused).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Blueprint, jsonify, request
+
+from handlers.access import Role, requires
+from handlers.cross_site import json_body
+from handlers.problems import problem
+from handlers.state import app_state, current_principal
+from handlers.strict_json import InvalidJson, json_payload
+from handlers.use_cases import PauseChange, scheduler_job_named, set_schedule_paused
+from schedules.pauses import PauseRefused, check_note, current, with_pauses
+
+log = logging.getLogger(__name__)
+
+blueprint = Blueprint("schedule_actions", __name__, url_prefix="/api/v1")
+INVALID = "InvalidParameterException"
+
+
+@blueprint.get("/scheduler-jobs", provide_automatic_options=False)
+@requires(Role.VIEW)
+def list_scheduler_jobs():
+    """Every declared Scheduler job: its target, schedule, when its slots are expected from, its pause."""
+    jobs = with_pauses(app_state().schedules)
+    listed = []
+    for job in jobs:
+        lasting = current(job.pauses)
+        listed.append(
+            {
+                "scheduler_job": job.name,
+                "project": job.project,
+                "location": job.location,
+                "target": job.target,
+                "schedule": job.schedule,
+                "time_zone": job.time_zone,
+                "expected_from": job.expected_from.isoformat().replace("+00:00", "Z") if job.expected_from else None,
+                "paused": lasting is not None,
+                "pause": lasting.document() if lasting else None,
+            }
+        )
+    return jsonify({"scheduler_jobs": listed})
+
+
+def _note() -> str | None:
+    payload = json_payload()
+    if payload is None:
+        return None
+    if not isinstance(payload, dict) or set(payload) - {"note"}:
+        raise PauseRefused(INVALID, 'the request body must be a JSON object with at most a "note"')
+    return check_note(payload.get("note"))
+
+
+def _answer(change: PauseChange, action: str):
+    document: dict[str, Any] = change.document()
+    log.info(
+        "Scheduler job %s %s by %s%s",
+        change.job.name,
+        action if change.changed else f"was {action} already",
+        current_principal().name,
+        f": {change.scheduler_problem}" if change.scheduler_problem else "",
+        extra={"scheduler_job": change.job.name, "outcome": action},
+    )
+    if change.scheduler_problem:
+        return problem(502, "CloudSchedulerError", change.scheduler_problem, **document)
+    return jsonify(document)
+
+
+def _change(name: str, pause: bool):
+    try:
+        note = _note() if pause else None
+        if not pause and json_payload() not in (None, {}):
+            raise PauseRefused(INVALID, "resume takes no body")
+    except InvalidJson as exc:
+        return problem(400, INVALID, exc.message)
+    except PauseRefused as refused:
+        return problem(400, refused.error, refused.message)
+    state = app_state()
+    job = scheduler_job_named(state, name, request.args.get("project"), request.args.get("location"))
+    if isinstance(job, str):
+        return problem(400, INVALID, job)
+    change = set_schedule_paused(state, current_principal(), job, pause, note)
+    return _answer(change, "paused" if pause else "resumed")
+
+
+@blueprint.post("/scheduler-jobs/<name>/pause", provide_automatic_options=False)
+@json_body
+@requires(Role.OPERATE)
+def pause_scheduler_job(name: str):
+    """Pause the Scheduler job (body: optional ``{"note"}``): its slots from now are ``paused``."""
+    return _change(name, pause=True)
+
+
+@blueprint.post("/scheduler-jobs/<name>/resume", provide_automatic_options=False)
+@json_body
+@requires(Role.OPERATE)
+def resume_scheduler_job(name: str):
+    """Resume the Scheduler job: its slots from now are expected again."""
+    return _change(name, pause=False)

@@ -1,0 +1,22 @@
+"""The intervals a Scheduler job was paused (schedules/pauses.py).
+
+Kept apart from the run records: no claim reads it, so a pause can never stop a
+delivery from running.
+"""
+
+from __future__ import annotations
+
+from google.cloud import ndb
+
+
+class SchedulePauses(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has no types: ndb.Model is Any
+    """One Scheduler job's pause intervals, oldest first (``schedules.pauses.Pause.document``)."""
+
+    _use_cache = False
+    _use_global_cache = False
+
+    pauses = ndb.JsonProperty(required=True)
+
+    @classmethod
+    def _get_kind(cls) -> str:
+        return "DedupSchedulePauses"

@@ -1,0 +1,155 @@
+"""Pause and resume: the intervals a Scheduler job was paused, who paused it, and why.
+
+Pausing is the first thing an operator does in an incident, and a paused Cloud Scheduler
+job delivers nothing: without this, every slot of the pause would be ``missed`` and the
+audit would page for each.  A slot inside a pause interval is ``paused`` instead.  A
+delivery of such a slot (a tick racing the pause, a Force run) runs as usual and says so;
+deliveries of slots before the pause are unaffected.
+
+The intervals are the app's own record (``DedupSchedulePauses``, one entity per Scheduler
+job, changed in a transaction); the Cloud Scheduler job is paused and resumed beside it
+(schedules/scheduler_api.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from google.cloud import ndb
+
+from dedup.keys import format_utc, parse_rfc3339
+from dedup.transactions import run_transaction
+from models.schedule_pause import SchedulePauses
+from schedules.config import SchedulerJob
+from schedules.history import history_id
+
+MAX_NOTE_CHARACTERS = 500
+MAX_PAUSES_KEPT = 200  # the newest intervals of a job; older ones are before any retention
+PAUSE_PATIENCE_SECONDS = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class Pause:
+    """One interval a Scheduler job was paused: [since, until), ``until`` None while it lasts."""
+
+    since: datetime.datetime
+    paused_by: str
+    note: str | None = None
+    until: datetime.datetime | None = None
+    resumed_by: str | None = None
+
+    def covers(self, instant: datetime.datetime) -> bool:
+        return self.since <= instant and (self.until is None or instant < self.until)
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "since": format_utc(self.since),
+            "paused_by": self.paused_by,
+            "note": self.note,
+            "until": format_utc(self.until) if self.until else None,
+            "resumed_by": self.resumed_by,
+        }
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any]) -> Pause:
+        until = document.get("until")
+        return cls(
+            since=parse_rfc3339(document["since"], "since"),
+            paused_by=document["paused_by"],
+            note=document.get("note"),
+            until=parse_rfc3339(until, "until") if until else None,
+            resumed_by=document.get("resumed_by"),
+        )
+
+
+class PauseRefused(ValueError):
+    """A pause or resume that cannot be done as asked (a note that cannot be kept)."""
+
+    def __init__(self, error: str, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+        self.message = message
+
+
+def check_note(note: Any) -> str | None:
+    if note is None or note == "":
+        return None
+    if not isinstance(note, str):
+        raise PauseRefused("InvalidParameterException", "note must be a string")
+    if len(note) > MAX_NOTE_CHARACTERS:
+        raise PauseRefused("InvalidParameterException", f"note is longer than {MAX_NOTE_CHARACTERS} characters")
+    if any(ord(ch) < 0x20 and ch not in "\t" for ch in note) or "\x7f" in note:
+        raise PauseRefused("InvalidParameterException", "note contains control characters")
+    return note
+
+
+def current(pauses: Sequence[Pause]) -> Pause | None:
+    """The pause that lasts, if the job is paused."""
+    return pauses[-1] if pauses and pauses[-1].until is None else None
+
+
+def pause_at(pauses: Sequence[Pause], instant: datetime.datetime) -> Pause | None:
+    """The pause interval ``instant`` lies in, if any."""
+    for interval in pauses:
+        if interval.covers(instant):
+            return interval
+    return None
+
+
+def paused(pauses: Sequence[Pause], now: datetime.datetime, by: str, note: str | None) -> list[Pause]:
+    """The intervals with a pause from ``now``; unchanged if the job is paused already.
+
+    Pausing twice is one pause, so a request sent again after a lost answer changes nothing."""
+    if current(pauses) is not None:
+        return list(pauses)
+    return [*pauses, Pause(now, by, note)][-MAX_PAUSES_KEPT:]
+
+
+def resumed(pauses: Sequence[Pause], now: datetime.datetime, by: str) -> list[Pause]:
+    """The intervals with the lasting pause ended at ``now``; unchanged if the job is not paused."""
+    lasting = current(pauses)
+    if lasting is None:
+        return list(pauses)
+    return [*pauses[:-1], dataclasses.replace(lasting, until=max(now, lasting.since), resumed_by=by)]
+
+
+def _key(job: SchedulerJob) -> ndb.Key:
+    return ndb.Key(SchedulePauses, history_id(job))
+
+
+def _read(entity: Any) -> list[Pause]:
+    return [Pause.from_document(d) for d in entity.pauses] if entity else []
+
+
+def load_pauses(jobs: Sequence[SchedulerJob]) -> dict[str, list[Pause]]:
+    """Every job's pause intervals, by history id: one batched lookup (needs an NDB context)."""
+    if not jobs:
+        return {}
+    entities = ndb.get_multi([_key(job) for job in jobs])
+    return {history_id(job): _read(entity) for job, entity in zip(jobs, entities, strict=True)}
+
+
+def pauses_of(job: SchedulerJob) -> list[Pause]:
+    """One job's pause intervals: one lookup (needs an NDB context)."""
+    return _read(_key(job).get())
+
+
+def with_pauses(jobs: Sequence[SchedulerJob]) -> list[SchedulerJob]:
+    """The jobs bound to their pause intervals, read now."""
+    loaded = load_pauses(jobs)
+    return [dataclasses.replace(job, pauses=tuple(loaded[history_id(job)])) for job in jobs]
+
+
+def change_pause(job: SchedulerJob, change: Callable[[list[Pause]], list[Pause]]) -> list[Pause]:
+    """Apply ``change(pauses) -> pauses`` to the job's intervals in one transaction."""
+    key = _key(job)
+
+    def apply() -> list[Pause]:
+        updated = change(_read(key.get()))
+        SchedulePauses(key=key, pauses=[p.document() for p in updated]).put()
+        return updated
+
+    return run_transaction(apply, PAUSE_PATIENCE_SECONDS)
