@@ -1,4 +1,4 @@
-"""dedupctl's command line (Click, as ``python -m deploy``): run, runs list, runs show, backfill, conformance.
+"""dedupctl's command line (Click, as ``python -m deploy``): run, runs, backfill, pause, resume, conformance.
 
 ``main`` is the console script ``dedupctl`` and ``python -m dedupctl``; its
 return value is the exit code (``client.Exit``).  A bad argument is exit 2,
@@ -266,6 +266,66 @@ def backfill_command(url: str, headers: dict[str, str], **options: Any) -> int:
 
 
 CONFORMANCE_FAILED = 1  # a rule failed (Click's own usage errors stay 2)
+
+
+@cli.command(
+    "pause",
+    help=(
+        "Pause Scheduler job NAME, in the app and in Cloud Scheduler: its slots from now are paused, "
+        "never missed. Sent again (a lost answer, Cloud Scheduler failing), it finishes the work."
+    ),
+)
+@click.argument("name")
+@click.option("--note", help="Why (shown with the pause; at most 500 characters).")
+@click.option("--project", help="The Scheduler job's project, when several of NAME are declared.")
+@click.option("--location", help="The Scheduler job's location, when several of NAME are declared.")
+@_with_credentials
+def pause_command(url: str, headers: dict[str, str], name: str, note: str | None, **place: str | None) -> int:
+    return _set_paused(url, headers, name, "pause", {"note": note} if note else {}, place)
+
+
+@cli.command(
+    "resume",
+    help="Resume Scheduler job NAME, in the app and in Cloud Scheduler: its slots from now are expected again.",
+)
+@click.argument("name")
+@click.option("--project", help="The Scheduler job's project, when several of NAME are declared.")
+@click.option("--location", help="The Scheduler job's location, when several of NAME are declared.")
+@_with_credentials
+def resume_command(url: str, headers: dict[str, str], name: str, **place: str | None) -> int:
+    return _set_paused(url, headers, name, "resume", {}, place)
+
+
+def _set_paused(
+    url: str, headers: dict[str, str], name: str, action: str, body: dict[str, str], place: dict[str, str | None]
+) -> int:
+    """POST .../scheduler-jobs/NAME/pause|resume, retried as a run is: both are idempotent."""
+    target = f"{url.rstrip('/')}/api/v1/scheduler-jobs/{urllib.parse.quote(name, safe='')}/{action}"
+    query = {key: value for key, value in place.items() if value}
+    request_headers = {**headers, "Content-Type": "application/json"}
+    session = requests.Session()
+
+    def send(timeout: float) -> requests.Response:
+        return session.post(
+            target, params=query, data=json.dumps(body), headers=request_headers, timeout=timeout, allow_redirects=False
+        )
+
+    def on_retry(attempt: int, why: str, delay: float) -> None:
+        say(f"attempt {attempt}: {why}; the same request again in {delay:.1f} s")
+
+    try:
+        outcome = run_with_retries(
+            send,
+            RetryPolicy(),
+            on_retry=on_retry,
+            is_answer=lambda answer: isinstance(answer, dict) and "paused" in answer and "scheduler_job" in answer,
+        )
+    except requests.RequestException as exc:
+        say(f"{target}: {exc}")
+        return Exit.REFUSED
+    if outcome.body is not None:
+        out(json.dumps(outcome.body) if not isinstance(outcome.body, str) else outcome.body)
+    return outcome.exit
 
 
 def _json_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:

@@ -66,11 +66,14 @@ def run_with_retries(
     monotonic: Callable[[], float] = time.monotonic,
     rng: random.Random | None = None,
     on_retry: Callable[[int, str, float], None] = lambda attempt, why, delay: None,
+    is_answer: Callable[[Any], bool] = lambda body: isinstance(body, Mapping) and "run_id" in body,
 ) -> Outcome:
     """Send the same request (``send(timeout)``) until its answer settles the run, or give up.
 
     A 409 (the run is in progress) waits within the deadline without using up an
     attempt: a long run is waited for, not abandoned after ``max_attempts`` polls.
+    ``is_answer`` tells the app's own 2xx answer (a run's, by default) from anything else
+    a 2xx might carry, such as a sign-in page.
     """
     if policy.max_attempts < 1 or policy.deadline_seconds <= 0:
         raise ValueError("max_attempts must be at least 1 and the deadline positive")
@@ -89,7 +92,7 @@ def run_with_retries(
             delay = _backoff(policy, attempts, rng)
         else:
             status, body = response.status_code, _json_or_text(response)
-            settled = _settled(status, body)
+            settled = _settled(status, body, is_answer)
             if settled is not None:
                 return Outcome(settled, status, body, sends)
             if status == 409:
@@ -108,11 +111,11 @@ def run_with_retries(
         sleep(delay)
 
 
-def _settled(status: int, body: Any) -> Exit | None:
+def _settled(status: int, body: Any, is_answer: Callable[[Any], bool]) -> Exit | None:
     """The exit an answer settles on, or None when the same request should be sent again."""
     if status in (200, 201):
-        # Only the app's own answer about a run counts: a sign-in page is not a run.
-        return Exit.OK if isinstance(body, Mapping) and "run_id" in body else Exit.REFUSED
+        # Only the app's own answer counts: a sign-in page is not a run.
+        return Exit.OK if is_answer(body) else Exit.REFUSED
     if status == 422:
         error = body.get("error") if isinstance(body, Mapping) else None
         if error == "ConflictException":
