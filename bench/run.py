@@ -197,7 +197,9 @@ def measure_rows(emulator, datastore_host: str, requests_: int, first_minute: in
     app = create_app(jobs_file=jobs_path, ndb_client=client)
     http = werkzeug.test.Client(app)
     state = app.extensions["dedup"]
-    base = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(minutes=first_minute)
+    # In the past (the app's clock is the real one): a schedule time ahead of the clock is a
+    # Force run, keyed apart from its slot (schedules.slots.force_run_reason).
+    base = datetime.datetime(2025, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(minutes=first_minute)
 
     def at(index: int) -> datetime.datetime:
         return base + datetime.timedelta(minutes=index)

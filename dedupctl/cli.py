@@ -289,11 +289,18 @@ def pause_command(url: str, headers: dict[str, str], name: str, note: str | None
     help="Resume Scheduler job NAME, in the app and in Cloud Scheduler: its slots from now are expected again.",
 )
 @click.argument("name")
+@click.option(
+    "--catch-up",
+    type=click.Choice(["none", "latest", "all"]),
+    default="none",
+    show_default=True,
+    help="Run the pause's slots that never ran: none, the latest, or all (within the job's catchup_window).",
+)
 @click.option("--project", help="The Scheduler job's project, when several of NAME are declared.")
 @click.option("--location", help="The Scheduler job's location, when several of NAME are declared.")
 @_with_credentials
-def resume_command(url: str, headers: dict[str, str], name: str, **place: str | None) -> int:
-    return _set_paused(url, headers, name, "resume", {}, place)
+def resume_command(url: str, headers: dict[str, str], name: str, catch_up: str, **place: str | None) -> int:
+    return _set_paused(url, headers, name, "resume", {"catch_up": catch_up}, place)
 
 
 def _set_paused(

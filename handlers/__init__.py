@@ -14,6 +14,9 @@ from google.cloud import ndb
 from dedup.clock import Clock, SystemClock
 from dedup.finished_cache import FinishedRuns
 from dedup.ledger import Ledger
+from dispatch import Dispatcher
+from dispatch.cloud_tasks import CloudTasksDispatcher
+from dispatch.in_process import InProcessDispatcher
 from handlers.access import role_of
 from handlers.auth import Admission, AuthSettings, CallerGate
 from handlers.idempotent import install_guard
@@ -31,6 +34,7 @@ def create_app(
     auth: AuthSettings | None = None,
     max_waiters: int | None = None,
     scheduler_file: str | None = None,
+    dispatcher: Dispatcher | None = None,
 ) -> Flask:
     """Build the app; a bad jobs file or setting raises here, before serving.
 
@@ -38,6 +42,8 @@ def create_app(
     (``Prefer: wait``); default DEDUP_MAX_WAITERS, else DEFAULT_MAX_WAITERS.
     ``scheduler_file``: the Scheduler jobs that target the app (default
     DEDUP_SCHEDULER_FILE, else the scheduler.yaml beside the jobs file; absent: none).
+    ``dispatcher``: where work is dispatched (default: the Cloud Tasks queue DEDUP_TASKS_QUEUE
+    names, else this process's threads, as under ``make run``).
     """
     from dedup.runner import WaitSlots
     from handlers import (
@@ -78,7 +84,11 @@ def create_app(
         wait_slots=wait_slots,
         tracked_schedules=TrackedSchedules(schedules, clock),
         scheduler_api=SchedulerApi.from_environ(os.environ),
+        dispatcher=dispatcher or CloudTasksDispatcher.from_environ(os.environ) or InProcessDispatcher(),
     )
+    in_process = app.extensions["dedup"].dispatcher
+    if isinstance(in_process, InProcessDispatcher):
+        in_process.app = app
     errors.register(app)
     tracing.install_tracing(app)  # first: every later step, and every log line, is inside the request's span
     logs.install_request_logging(app)

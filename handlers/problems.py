@@ -152,6 +152,14 @@ PROBLEM_TYPES: tuple[ProblemType, ...] = (
         "(`detail` says why and gives the gcloud command). Send the same request again, or run the command.",
     ),
     ProblemType(
+        "DispatchFailed",
+        502,
+        "The queue did not take the work",
+        True,
+        "The change was recorded, but the queue (Cloud Tasks) did not take the work it asks for. "
+        "Send the same request again: work it took already is refused by the queue, not done twice.",
+    ),
+    ProblemType(
         "SlotNotDue",
         422,
         "The slot has not come",

@@ -12,12 +12,21 @@ from typing import Any
 
 from flask import Blueprint, jsonify, request
 
+from dispatch import DispatchError
 from handlers.access import Role, requires
 from handlers.cross_site import json_body
 from handlers.problems import problem
 from handlers.state import app_state, current_principal
 from handlers.strict_json import InvalidJson, json_payload
-from handlers.use_cases import PauseChange, scheduler_job_named, set_schedule_paused
+from handlers.use_cases import (
+    CATCH_UP,
+    CaughtUp,
+    PauseChange,
+    catch_up,
+    last_pause,
+    scheduler_job_named,
+    set_schedule_paused,
+)
 from schedules.pauses import PauseRefused, check_note, current, with_pauses
 
 log = logging.getLogger(__name__)
@@ -59,8 +68,10 @@ def _note() -> str | None:
     return check_note(payload.get("note"))
 
 
-def _answer(change: PauseChange, action: str):
+def _answer(change: PauseChange, action: str, caught_up: list[CaughtUp] | None = None):
     document: dict[str, Any] = change.document()
+    if caught_up is not None:
+        document["caught_up"] = [slot.document() for slot in caught_up]
     log.info(
         "Scheduler job %s %s by %s%s",
         change.job.name,
@@ -74,11 +85,22 @@ def _answer(change: PauseChange, action: str):
     return jsonify(document)
 
 
+def _catch_up_mode() -> str:
+    payload = json_payload()
+    if payload is None:
+        return "none"
+    if not isinstance(payload, dict) or set(payload) - {"catch_up"}:
+        raise PauseRefused(INVALID, 'the request body must be a JSON object with at most "catch_up"')
+    mode = payload.get("catch_up", "none")
+    if mode not in CATCH_UP:
+        raise PauseRefused(INVALID, f"catch_up must be one of {', '.join(CATCH_UP)}")
+    return str(mode)
+
+
 def _change(name: str, pause: bool):
     try:
         note = _note() if pause else None
-        if not pause and json_payload() not in (None, {}):
-            raise PauseRefused(INVALID, "resume takes no body")
+        mode = "none" if pause else _catch_up_mode()
     except InvalidJson as exc:
         return problem(400, INVALID, exc.message)
     except PauseRefused as refused:
@@ -88,7 +110,16 @@ def _change(name: str, pause: bool):
     if isinstance(job, str):
         return problem(400, INVALID, job)
     change = set_schedule_paused(state, current_principal(), job, pause, note)
-    return _answer(change, "paused" if pause else "resumed")
+    if pause:
+        return _answer(change, "paused")
+    # The pause just ended (or an earlier one, for a resume sent again): its slots, as asked.
+    [bound] = with_pauses([job])
+    interval = last_pause(bound)
+    try:
+        caught_up = catch_up(state, current_principal(), bound, interval, mode) if interval else []
+    except DispatchError as exc:
+        return problem(502, "DispatchFailed", str(exc), **change.document())
+    return _answer(change, "resumed", caught_up)
 
 
 @blueprint.post("/scheduler-jobs/<name>/pause", provide_automatic_options=False)
@@ -103,5 +134,6 @@ def pause_scheduler_job(name: str):
 @json_body
 @requires(Role.OPERATE)
 def resume_scheduler_job(name: str):
-    """Resume the Scheduler job: its slots from now are expected again."""
+    """Resume the Scheduler job (body: optional ``{"catch_up": "none" | "latest" | "all"}``): its slots
+    from now are expected again, and the pause's slots that never ran are dispatched as asked."""
     return _change(name, pause=False)

@@ -15,6 +15,8 @@ from flask import current_app, g
 from dedup.clock import Clock, SystemClock
 from dedup.ledger import Ledger
 from dedup.runner import WaitSlots
+from dispatch import Dispatcher
+from dispatch.in_process import InProcessDispatcher
 from handlers.access import Principal, Role
 from jobs.config import JobSpec
 from schedules.config import SchedulerJob
@@ -35,6 +37,9 @@ class AppState:
 
     # Cloud Scheduler's own pause and resume (DEDUP_SCHEDULER_API_BASE).
     scheduler_api: SchedulerApi = dataclasses.field(default_factory=SchedulerApi)
+
+    # Where work is dispatched to be done in a request of its own (dispatch: Cloud Tasks, or in-process).
+    dispatcher: Dispatcher = dataclasses.field(default_factory=InProcessDispatcher)
 
     @property
     def schedules(self) -> tuple[SchedulerJob, ...]:

@@ -5,10 +5,17 @@ from __future__ import annotations
 import time
 
 from flask import Blueprint, jsonify
+from werkzeug.exceptions import NotFound
 
-from handlers.access import Role, requires
-from handlers.cross_site import changes_state
+from dedup.errors import InvalidRunRequest
+from dedup.keys import check_schedule_time, parse_rfc3339
+from handlers.access import Principal, Role, requires
+from handlers.cross_site import changes_state, json_body
+from handlers.problems import problem
+from handlers.responses import outcome_response
 from handlers.state import app_state
+from handlers.strict_json import InvalidJson, json_payload
+from handlers.use_cases import SlotRunRefused, SlotRunRequest, find_slot, run_slot_now, schedules_of
 from schedules.audit import audit
 from schedules.pauses import with_pauses
 
@@ -52,3 +59,56 @@ def audit_missed_executions():
             "scheduler_jobs": len(state.schedules),
         }
     )
+
+
+# What a dispatched task may cure by being delivered again: an attempt holds the run, or it
+# was released.  Every other answer settles the task (2xx), or Cloud Tasks would retry it.
+TASK_RETRIES = (409, 500)
+SLOT_RUN_FIELDS = {"job_id", "schedule_time", "scheduler_job", "project", "location", "attempt", "requested_by"}
+
+
+@blueprint.post("/run-slot", provide_automatic_options=False)
+@json_body
+@requires(Role.DELIVER)
+def run_dispatched_slot():
+    """A dispatched run of a slot (use_cases.slot_run_work), under the slot's own key.
+
+    Cloud Tasks retries any answer but 2xx, so a settled outcome (completed, failed, a
+    duplicate, a refusal) is 200 with the answer inside, and only what a retry may cure
+    (409 in progress, 500 released) is answered as itself.
+    """
+    try:
+        ask = json_payload()
+    except InvalidJson as exc:
+        return problem(400, "InvalidParameterException", exc.message)
+    if not isinstance(ask, dict) or set(ask) != SLOT_RUN_FIELDS or not isinstance(ask["attempt"], int):
+        return problem(400, "InvalidParameterException", f"the body must hold {', '.join(sorted(SLOT_RUN_FIELDS))}")
+    state = app_state()
+    try:
+        instant = check_schedule_time("schedule_time", parse_rfc3339(str(ask["schedule_time"]), "schedule_time"))
+        slot = find_slot(
+            str(ask["job_id"]),
+            schedules_of(state, str(ask["job_id"])),
+            instant,
+            str(ask["scheduler_job"]),
+            str(ask["project"]),
+            str(ask["location"]),
+        )
+    except (InvalidRunRequest, NotFound) as exc:
+        return settled(400 if isinstance(exc, InvalidRunRequest) else 404, {"detail": str(exc)})
+    if isinstance(slot, str):
+        return settled(400, {"detail": slot})
+    # The run records who asked for the catch-up; the queue only carried it.
+    asked_by = Principal(name=str(ask["requested_by"]), granted=frozenset())
+    outcome = run_slot_now(state, asked_by, str(ask["job_id"]), slot, SlotRunRequest(ask["attempt"]))
+    if isinstance(outcome, SlotRunRefused):
+        return settled(outcome.http_status, {"error": outcome.error, "detail": outcome.message})
+    response = outcome_response(outcome)
+    if response.status_code in TASK_RETRIES or response.status_code < 300:
+        return response
+    return settled(response.status_code, response.get_json(silent=True))
+
+
+def settled(status: int, answer: object):
+    """200 for a task whose answer a retry cannot change, with the answer it got."""
+    return jsonify({"settled": True, "status": status, "answer": answer})

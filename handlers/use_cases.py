@@ -21,6 +21,7 @@ from dedup.keys import ScheduledRunKey, format_utc, scheduled_run_key
 from dedup.ledger import REOPENED, RunDescription, RunPolicy
 from dedup.outcomes import Attempt, RunOutcome
 from dedup.runner import Waiting, run_once
+from dispatch import Dispatched, Work, task_id
 from handlers.access import Principal
 from handlers.logs import note_run
 from handlers.responses import note_outcome
@@ -41,6 +42,7 @@ from schedules.slots import (
     is_slot,
     nearest_slots,
     schedule_at,
+    slots_between,
 )
 
 
@@ -264,6 +266,69 @@ class PauseChange:
             "pause": self.pause.document() if self.pause else None,
             "changed": self.changed,
         }
+
+
+CATCH_UP = ("none", "latest", "all")
+SLOT_RUN_TASK = "/tasks/run-slot"  # the endpoint a dispatched run of a slot calls (handlers/tasks.py)
+
+
+@dataclasses.dataclass(frozen=True)
+class CaughtUp:
+    """A slot a catch-up dispatched: its time, its run id, and the task (``already``: dispatched before)."""
+
+    slot: Slot
+    dispatched: Dispatched
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "schedule_time": format_utc(self.slot.schedule_time),
+            "run_id": self.slot.run_id,
+            "task_id": self.dispatched.task_id,
+            "already_dispatched": self.dispatched.already,
+        }
+
+
+def slot_run_work(job_id: str, slot: Slot, seen_attempt: int, requested_by: str) -> Work:
+    """A run of ``slot`` dispatched to be done later, under the slot's own key (run_slot_now).
+
+    The task id is the run id and the attempt seen: the queue refuses the same catch-up twice,
+    and a slot reopened after a later failure is new work."""
+    body = {
+        "job_id": job_id,
+        "schedule_time": format_utc(slot.schedule_time),
+        "scheduler_job": slot.job.name,
+        "project": slot.job.project,
+        "location": slot.job.location,
+        "attempt": seen_attempt,
+        "requested_by": requested_by,
+    }
+    return Work(task_id("slot-run", slot.run_id, str(seen_attempt)), SLOT_RUN_TASK, body)
+
+
+def catch_up(state: AppState, principal: Principal, job: SchedulerJob, interval: Pause, mode: str) -> list[CaughtUp]:
+    """Dispatch the slots of a pause ``interval`` that never ran: none, the latest, or all of them,
+    as far back as the job's catchup_window.  Each runs under its own key, so a late Scheduler
+    retry of a caught-up slot is the same run; the queue refuses the same catch-up twice."""
+    if mode == "none":
+        return []
+    now = state.clock.now()
+    since = max(interval.since, now - datetime.timedelta(seconds=job.catchup_window))
+    until = min(interval.until or now, now)
+    slots = slots_between([job], since, until)
+    records = state.ledger.lookup_many([slot.run_id for slot in slots])
+    waiting = [s for s in slots if execution_status(s, records.get(s.run_id), now) == ExecutionStatus.PAUSED]
+    chosen = waiting[-1:] if mode == "latest" else waiting
+    caught_up = []
+    for slot in chosen:
+        record = records.get(slot.run_id)
+        work = slot_run_work(job.target, slot, record.attempt if record else 0, principal.name)
+        caught_up.append(CaughtUp(slot, state.dispatcher.dispatch(work)))
+    return caught_up
+
+
+def last_pause(job: SchedulerJob) -> Pause | None:
+    """The job's most recent pause interval, lasting or ended."""
+    return job.pauses[-1] if job.pauses else None
 
 
 def set_schedule_paused(

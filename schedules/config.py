@@ -63,6 +63,7 @@ JOB_KEYS = frozenset(
         "pass_scope",
         "description",
         "start_at",
+        "catchup_window",
     }
 )
 RETRY_KEYS = frozenset({"retry_count", "max_retry_duration", "min_backoff", "max_backoff", "max_doublings"})
@@ -75,6 +76,8 @@ _RESERVED_HEADER = re.compile(r"(?i)(x-google-|x-appengine-|x-cloudscheduler)")
 # Scheduler starts an execution's first attempt a little after its schedule time; a slot
 # is not missed while a first attempt could still be on its way.
 DELIVERY_GRACE_SECONDS = 120
+DEFAULT_CATCHUP_WINDOW = 86400  # a day: what a resume's catch-up reaches back by default
+MAX_CATCHUP_WINDOW = 366 * 86400
 # How often cron.yaml runs /tasks/audit (tests/test_deployment_files.py holds the two equal).
 AUDIT_INTERVAL_SECONDS = 15 * 60
 # The project the shipped scheduler.yaml names until someone fills in theirs: project ids have
@@ -145,6 +148,8 @@ class SchedulerJob:
     # When the current schedule took effect (first seen), and the schedules before it.
     schedule_since: datetime.datetime | None = None
     earlier: tuple[EarlierSchedule, ...] = ()
+    # How far back a catch-up (resume with catch_up) reaches: older slots stay as they are.
+    catchup_window: float = 86400
     # The intervals the job was paused (schedules.pauses.Pause), bound when read; () unread or none.
     pauses: tuple[Any, ...] = ()
 
@@ -302,7 +307,11 @@ def _parse_job(key: str, settings: dict[Any, Any], problems: list[Problem]) -> S
     if not isinstance(settings.get("pass_scope", True), bool):
         problem("pass_scope", "must be true or false")
     start_at = _start_at(settings.get("start_at"), problem)
-    if len(problems) > start or deadline is None or retry is None or first is None:
+    catchup_window = _duration(settings.get("catchup_window", DEFAULT_CATCHUP_WINDOW), "catchup_window", problem)
+    if catchup_window is not None and not 0 < catchup_window <= MAX_CATCHUP_WINDOW:
+        problem("catchup_window", f"{catchup_window:g}s: from 1s to {MAX_CATCHUP_WINDOW // 86400} days")
+        catchup_window = None
+    if len(problems) > start or deadline is None or retry is None or first is None or catchup_window is None:
         return None
     job = SchedulerJob(
         key=key,
@@ -323,6 +332,7 @@ def _parse_job(key: str, settings: dict[Any, Any], problems: list[Problem]) -> S
         pass_scope=settings.get("pass_scope", True),
         description=settings.get("description"),
         start_at=start_at,
+        catchup_window=catchup_window,
     )
     refused = delivery_problem(job, first)
     if refused is not None:

@@ -57,6 +57,24 @@ def google_fakes(emulator, tmp_path_factory):
     fakes.close()
 
 
+@pytest.fixture(scope="session")
+def _cloud_tasks_fake():
+    from tests.support.cloud_tasks_fake import CloudTasksFake
+
+    fake = CloudTasksFake()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def cloud_tasks(_cloud_tasks_fake, google, monkeypatch):
+    """The Cloud Tasks stand-in, empty, named by DEDUP_TASKS_QUEUE and DEDUP_TASKS_API_BASE for apps built now."""
+    _cloud_tasks_fake.reset()
+    monkeypatch.setenv("DEDUP_TASKS_QUEUE", "projects/acme-prod/locations/us-central1/queues/dedup-dispatch")
+    monkeypatch.setenv("DEDUP_TASKS_API_BASE", _cloud_tasks_fake.url)
+    return _cloud_tasks_fake
+
+
 @pytest.fixture
 def google(google_fakes, datastore, clock):
     google_fakes.reset()

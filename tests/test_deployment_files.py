@@ -78,8 +78,17 @@ def test_the_app_deploys_as_its_own_service_and_its_cron_entries_go_there():
 
 # What App Engine needs: the app's packages, its entry point, the two files it reads at
 # start-up, what pip installs, and the App Engine configs.
-APP_PACKAGES = ("dedup", "handlers", "jobs", "models", "schedules")
-APP_FILES = ("main.py", "jobs.yaml", "scheduler.yaml", "requirements.txt", "app.yaml", "cron.yaml", "index.yaml")
+APP_PACKAGES = ("dedup", "dispatch", "handlers", "jobs", "models", "schedules")
+APP_FILES = (
+    "main.py",
+    "jobs.yaml",
+    "scheduler.yaml",
+    "requirements.txt",
+    "app.yaml",
+    "cron.yaml",
+    "index.yaml",
+    "queue.yaml",
+)
 # What a working tree holds besides the sources after make run, make test, make devserver
 # and make bench: none of it may be uploaded.
 JUNK = (
@@ -179,3 +188,16 @@ def test_gcloud_uploads_the_app_and_nothing_else(tmp_path):
     ours = [path for path in started.stdout.split() if not path.startswith(sys.base_prefix + os.sep)]
     ours = [path for path in ours if "site-packages" not in path]
     assert ours and all(path.startswith(str(upload)) for path in ours), ours
+
+
+def test_the_queue_the_app_dispatches_to_calls_this_apps_service():
+    """queue.yaml's queue is the one app.yaml names, and its tasks go to app.yaml's service."""
+    import yaml
+
+    with open(os.path.join(ROOT, "queue.yaml"), encoding="utf-8") as handle:
+        [queue] = yaml.safe_load(handle)["queue"]
+    with open(os.path.join(ROOT, "app.yaml"), encoding="utf-8") as handle:
+        app = yaml.safe_load(handle)
+    assert queue["target"] == app["service"]
+    assert app["env_variables"]["DEDUP_TASKS_QUEUE"] == queue["name"]
+    assert queue["retry_parameters"]["task_retry_limit"] > 0

@@ -85,8 +85,10 @@ def test_pause_with_its_answer_lost_and_scheduler_failing_once_is_one_pause(prox
     [pause] = intervals(server)
     assert pause["note"] == "incident 4711" and pause["until"] is None
 
-    resumed = dedupctl("resume", "invoice-hourly", "--url", server.url, "--no-auth")
-    assert resumed.returncode == Exit.OK and json.loads(resumed.stdout)["paused"] is False
+    resumed = dedupctl("resume", "invoice-hourly", "--catch-up", "latest", "--url", server.url, "--no-auth")
+    assert resumed.returncode == Exit.OK, resumed.stderr
+    assert json.loads(resumed.stdout)["paused"] is False
+    assert json.loads(resumed.stdout)["caught_up"] == []  # the pause lasted no slot
     assert google.scheduler_states[JOB_PATH] == "ENABLED" and intervals(server) == [None]
 
 

@@ -1,0 +1,52 @@
+"""Work dispatched, not done inside the request that asks for it.
+
+Catching up on a paused Scheduler job's slots (and, later, the dashboard's actions) must
+not run jobs inside one request: a cron request has a deadline, and a browser would wait
+for every job.  Each piece of ``Work`` is a request to one of this app's own endpoints,
+made later by a queue, under a task id derived from the run it is for: a queue refuses an
+id it has seen, and a task delivered twice still reaches the ledger under the run's key,
+so it is one run either way.
+
+``Dispatcher`` is the one interface; ``dispatch.cloud_tasks`` is production's (Cloud Tasks,
+App Engine targets), ``dispatch.in_process`` is ``make run``'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any, Protocol
+
+MAX_TASK_ID = 500  # Cloud Tasks: letters, digits, hyphens and underscores, at most 500
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """A request this app makes of itself: POST ``relative_uri`` with the JSON ``body``."""
+
+    task_id: str
+    relative_uri: str
+    body: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Dispatched:
+    """What the queue said: taken now, or taken before under the same task id (``already``)."""
+
+    task_id: str
+    already: bool = False
+
+
+class DispatchError(RuntimeError):
+    """The queue could not take the work; nothing was dispatched (the same call may be made again)."""
+
+
+class Dispatcher(Protocol):
+    def dispatch(self, work: Work) -> Dispatched: ...
+
+
+def task_id(kind: str, *parts: str) -> str:
+    """A task id for ``kind`` of work on ``parts`` (a run id, an attempt): hashed, as Cloud Tasks advises
+    (sequential names are slow), so the same work always gets the same id."""
+    digest = hashlib.sha256("\x1f".join((kind, *parts)).encode("utf-8")).hexdigest()
+    return f"{kind}-{digest[:48]}"

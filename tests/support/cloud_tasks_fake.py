@@ -1,0 +1,154 @@
+"""A local stand-in for Cloud Tasks (v2 REST): tasks.create with App Engine requests, and delivery.
+
+It speaks the API's shapes (``POST /v2/{queue}/tasks`` with ``{"task": {...}}``; a task id
+it has seen is 409 ALREADY_EXISTS, as a queue refuses a name within its dedup window) and
+delivers each task to the app as App Engine would: a POST of its relative URI and body with
+``X-AppEngine-QueueName``, ``-TaskName``, ``-TaskRetryCount`` and ``-TaskExecutionCount``,
+again after any answer but 2xx.  ``deliver`` is given the app to call (a webtest app or a
+base URL), so tests choose when tasks run.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import http.server
+import json
+import re
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import requests
+
+from tests.support import POLL_SECONDS
+
+TASK_PATH = re.compile(r"/v2/(projects/[^/]+/locations/[^/]+/queues/[^/]+)/tasks")
+
+
+@dataclasses.dataclass
+class FakeTask:
+    name: str
+    relative_uri: str
+    body: bytes
+    headers: dict[str, str]
+    service: str | None
+    answers: list[int] = dataclasses.field(default_factory=list)
+
+    @property
+    def task_id(self) -> str:
+        return self.name.rsplit("/", 1)[1]
+
+    @property
+    def queue(self) -> str:
+        return self.name.split("/tasks/")[0].rsplit("/", 1)[1]
+
+
+class CloudTasksFake:
+    def __init__(self) -> None:
+        self.tasks: list[FakeTask] = []  # every task created, in order
+        self.refused: list[str] = []  # task ids created again (ALREADY_EXISTS)
+        self.fail_next: list[int] = []  # statuses to answer the next creates with (503, ...)
+        self._lock = threading.Lock()
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                status, payload = fake._create(self.path.split("?")[0], raw)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": POLL_SECONDS}, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.tasks.clear()
+            self.refused.clear()
+            self.fail_next.clear()
+
+    def _create(self, path: str, raw: bytes) -> tuple[int, dict[str, Any]]:
+        match = TASK_PATH.fullmatch(path)
+        if match is None:
+            return 404, _error(404, "NOT_FOUND", f"no such method {path}")
+        try:
+            task = json.loads(raw)["task"]
+            request = task["appEngineHttpRequest"]
+            name = task["name"]
+        except (ValueError, KeyError, TypeError):
+            return 400, _error(400, "INVALID_ARGUMENT", "a task needs a name and an appEngineHttpRequest")
+        if not name.startswith(match[1] + "/tasks/") or not re.fullmatch(r"[A-Za-z0-9_-]{1,500}", name.rsplit("/")[-1]):
+            return 400, _error(400, "INVALID_ARGUMENT", f"bad task name {name!r}")
+        if request.get("httpMethod") not in ("POST", 1):
+            return 400, _error(400, "INVALID_ARGUMENT", "this stand-in takes POST tasks only")
+        with self._lock:
+            if self.fail_next:
+                status = self.fail_next.pop(0)
+                return status, _error(status, "UNAVAILABLE", "the queue is unavailable")
+            if any(existing.name == name for existing in self.tasks):
+                self.refused.append(name.rsplit("/", 1)[1])
+                return 409, _error(
+                    409,
+                    "ALREADY_EXISTS",
+                    "The task cannot be created because a task with this name existed too recently.",
+                )
+            self.tasks.append(
+                FakeTask(
+                    name=name,
+                    relative_uri=request["relativeUri"],
+                    body=base64.b64decode(request.get("body", "")),
+                    headers=dict(request.get("headers", {})),
+                    service=(request.get("appEngineRouting") or {}).get("service") or None,
+                )
+            )
+        return 200, task
+
+    def deliver(self, post: Callable[[FakeTask, dict[str, str]], int], times: int = 1, max_attempts: int = 5) -> None:
+        """Deliver every task ``times`` times (a double delivery: 2), each until a 2xx or ``max_attempts``."""
+        for task in list(self.tasks):
+            for _ in range(times):
+                for retry in range(max_attempts):
+                    headers = {
+                        **task.headers,
+                        "X-AppEngine-QueueName": task.queue,
+                        "X-AppEngine-TaskName": task.task_id,
+                        "X-AppEngine-TaskRetryCount": str(retry),
+                        "X-AppEngine-TaskExecutionCount": str(len(task.answers)),
+                    }
+                    status = post(task, headers)
+                    task.answers.append(status)
+                    if 200 <= status < 300:
+                        break
+
+
+def to_webtest(app: Any) -> Callable[[FakeTask, dict[str, str]], int]:
+    """Deliver into a webtest app."""
+    return lambda task, headers: app.post(task.relative_uri, task.body, headers=headers, expect_errors=True).status_int
+
+
+def to_url(base_url: str) -> Callable[[FakeTask, dict[str, str]], int]:
+    """Deliver to a running app."""
+    return lambda task, headers: (
+        requests.post(base_url + task.relative_uri, task.body, headers=headers, timeout=60).status_code
+    )
+
+
+def _error(code: int, status: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "status": status, "message": message}}

@@ -1,0 +1,169 @@
+"""Issue 24 §§1-2: resume with catch-up, dispatched through Cloud Tasks (the local stand-in).
+
+The slots of a pause that never ran are dispatched as tasks named from their run ids,
+each run under the slot's own key: a task delivered twice, a resume sent again and a late
+Scheduler retry of a caught-up slot are all the same run.
+
+The clock starts at 2030-01-01T00:00Z; ``invoice-hourly`` runs at every full hour.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import textwrap
+
+import pytest
+import webtest
+
+from dedup.keys import format_utc
+from handlers import create_app
+from tests import job_targets
+from tests.support.cloud_tasks_fake import to_webtest
+from tests.support.deliveries import JOBS, scheduler_headers
+
+SCHEDULES = """
+defaults:
+  project: acme-prod
+  location: us-central1
+  start_at: 2030-01-01T00:00:00Z
+  retry: {retry_count: 2, min_backoff: 30s, max_backoff: 60s}
+jobs:
+  invoice-hourly:
+    target: invoice
+    schedule: "0 * * * *"
+    attempt_deadline: 60s
+%s"""
+T0 = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
+
+
+@pytest.fixture
+def make_site(cloud_tasks, ndb_client, tmp_path, clock, monkeypatch, google):
+    monkeypatch.setenv("DEDUP_SCHEDULER_API_BASE", google.url)
+
+    def build(extra: str = "") -> webtest.TestApp:
+        (tmp_path / "scheduler.yaml").write_text(textwrap.dedent(SCHEDULES % extra))
+        (tmp_path / "jobs.yaml").write_text(textwrap.dedent(JOBS))
+        return webtest.TestApp(create_app(jobs_file=str(tmp_path / "jobs.yaml"), clock=clock, ndb_client=ndb_client))
+
+    return build
+
+
+def at(hour: float) -> str:
+    return format_utc(T0 + datetime.timedelta(hours=hour))
+
+
+def paused_from_half_past_midnight_to(site, clock, hours: float) -> None:
+    clock.advance(1800)
+    site.post_json("/api/v1/scheduler-jobs/invoice-hourly/pause", {"note": "incident"})
+    clock.advance(hours * 3600 - 1800)
+
+
+def resume(site, mode: str | None, status: int = 200):
+    body = {} if mode is None else {"catch_up": mode}
+    return site.post_json("/api/v1/scheduler-jobs/invoice-hourly/resume", body, status=status)
+
+
+def statuses(site, since: float, until: float) -> dict[str, str]:
+    page = site.get("/api/v1/jobs/invoice/executions", params={"since": at(since), "until": at(until)}).json
+    return {e["schedule_time"]: e["status"] for e in page["executions"]}
+
+
+def test_catch_up_all_runs_each_paused_slot_once_however_often_it_is_delivered(make_site, clock, cloud_tasks):
+    site = make_site()
+    paused_from_half_past_midnight_to(site, clock, 5.5)  # 05:30: 01:00 to 05:00 never delivered
+    answer = resume(site, "all").json
+    assert [c["schedule_time"] for c in answer["caught_up"]] == [at(h) for h in range(1, 6)]
+    assert not any(c["already_dispatched"] for c in answer["caught_up"])
+    assert [t.task_id for t in cloud_tasks.tasks] == [c["task_id"] for c in answer["caught_up"]]
+    assert all(t.relative_uri == "/tasks/run-slot" and t.queue == "dedup-dispatch" for t in cloud_tasks.tasks)
+    assert json.loads(cloud_tasks.tasks[0].body)["requested_by"] == "local"  # who asked, carried by the task
+    assert job_targets.EFFECTS == []  # dispatched, not run inside the request
+
+    cloud_tasks.deliver(to_webtest(site), times=2)  # Cloud Tasks delivers each twice
+    assert sorted(e["schedule_time"] for e in job_targets.EFFECTS) == [
+        T0 + datetime.timedelta(hours=h) for h in range(1, 6)
+    ]
+    assert all(answers == [200, 200] for answers in (t.answers for t in cloud_tasks.tasks))
+    assert statuses(site, 0, 6) == {at(0): "missed", **{at(h): "completed" for h in range(1, 6)}}
+
+    late = site.post(
+        "/jobs/invoice?project=acme-prod&location=us-central1",
+        b"",
+        headers=scheduler_headers(scheduler_job_name="invoice-hourly", schedule_time=at(3)),
+        status=200,
+    ).json
+    assert late["duplicate"] is True and len(job_targets.EFFECTS) == 5  # Scheduler's own retry: the same run
+
+    again = resume(site, "all").json  # the resume sent again (a lost answer)
+    assert again["changed"] is False and again["caught_up"] == []  # every paused slot has run
+    record = site.get(f"/api/v1/runs/{answer['caught_up'][0]['run_id']}").json
+    assert record["requested_by"] == "local" and record["source"] == "scheduler"
+
+
+def test_a_resume_sent_again_before_the_tasks_ran_is_refused_by_the_queue(make_site, clock, cloud_tasks):
+    site = make_site()
+    paused_from_half_past_midnight_to(site, clock, 3.5)
+    first = resume(site, "all").json
+    again = resume(site, "all").json
+    assert [c["already_dispatched"] for c in again["caught_up"]] == [True, True, True]
+    assert len(cloud_tasks.tasks) == 3 and len(cloud_tasks.refused) == 3
+    assert [c["task_id"] for c in again["caught_up"]] == [c["task_id"] for c in first["caught_up"]]
+
+
+@pytest.mark.parametrize("mode, expected", [("latest", [5]), ("none", []), (None, [])])
+def test_catch_up_latest_takes_the_newest_slot_and_none_takes_nothing(make_site, clock, cloud_tasks, mode, expected):
+    site = make_site()
+    paused_from_half_past_midnight_to(site, clock, 5.5)
+    answer = resume(site, mode).json
+    assert [c["schedule_time"] for c in answer["caught_up"]] == [at(h) for h in expected]
+    assert len(cloud_tasks.tasks) == len(expected)
+    cloud_tasks.deliver(to_webtest(site))
+    listed = statuses(site, 1, 5.5)
+    assert listed == {at(h): "completed" if h in expected else "paused" for h in range(1, 6)}
+
+
+def test_the_catchup_window_bounds_how_far_back_it_reaches(make_site, clock, cloud_tasks):
+    site = make_site("    catchup_window: 2h\n")
+    paused_from_half_past_midnight_to(site, clock, 5.5)
+    answer = resume(site, "all").json
+    assert [c["schedule_time"] for c in answer["caught_up"]] == [at(4), at(5)]  # from 03:30 on
+
+
+def test_a_queue_that_fails_is_502_and_the_same_resume_dispatches_the_rest(make_site, clock, cloud_tasks):
+    site = make_site()
+    paused_from_half_past_midnight_to(site, clock, 2.5)
+    cloud_tasks.fail_next = [503]
+    failed = resume(site, "all", status=502).json
+    assert failed["error"] == "DispatchFailed" and failed["retryable"] is True and failed["paused"] is False
+    answer = resume(site, "all").json
+    assert [c["schedule_time"] for c in answer["caught_up"]] == [at(1), at(2)] and len(cloud_tasks.tasks) == 2
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [({"catch_up": "some"}, "catch_up must be one of"), ({"catchup": "all"}, "at most"), ([], "at most")],
+)
+def test_a_bad_catch_up_is_400_and_resumes_nothing(make_site, clock, cloud_tasks, body, words):
+    site = make_site()
+    paused_from_half_past_midnight_to(site, clock, 2.5)
+    refused = site.post_json("/api/v1/scheduler-jobs/invoice-hourly/resume", body, status=400).json
+    assert words in refused["detail"]
+    assert site.get("/api/v1/scheduler-jobs").json["scheduler_jobs"][0]["paused"] is True and not cloud_tasks.tasks
+
+
+def test_a_dispatched_slot_run_with_a_bad_body_settles_as_400(make_site, cloud_tasks):
+    site = make_site()
+    refused = site.post_json("/tasks/run-slot", {"job_id": "invoice"}, status=400).json
+    assert refused["error"] == "InvalidParameterException"
+    not_a_slot = {
+        "job_id": "invoice",
+        "schedule_time": "2030-01-01T00:30:00Z",
+        "scheduler_job": "invoice-hourly",
+        "project": "acme-prod",
+        "location": "us-central1",
+        "attempt": 0,
+        "requested_by": "local",
+    }
+    settled = site.post_json("/tasks/run-slot", not_a_slot, status=200).json  # a retry cannot cure it
+    assert settled["settled"] is True and settled["status"] == 404 and job_targets.EFFECTS == []
