@@ -15,8 +15,15 @@ from handlers.problems import problem
 from handlers.responses import outcome_response
 from handlers.state import app_state
 from handlers.strict_json import InvalidJson, json_payload
-from handlers.use_cases import SlotRunRefused, SlotRunRequest, find_slot, run_slot_now, schedules_of
-from schedules.audit import audit
+from handlers.use_cases import (
+    SlotRunRefused,
+    SlotRunRequest,
+    find_slot,
+    misfire_catch_up,
+    run_slot_now,
+    schedules_of,
+)
+from schedules.audit import ReportedSlot, audit
 from schedules.pauses import with_pauses
 
 blueprint = Blueprint("tasks", __name__, url_prefix="/tasks")
@@ -50,10 +57,11 @@ def cleanup_expired_runs():
 def audit_missed_executions():
     """cron.yaml's missed-execution alert: each slot that became missed since the last pass, logged once."""
     state = app_state()
-    found = audit(state.ledger, tuple(with_pauses(state.schedules)))  # a paused slot is not missed
+    found = audit(state.ledger, tuple(with_pauses(state.schedules)), misfire_catch_up(state))  # paused: not missed
     return jsonify(
         {
             "missed": [slot.document() for slot in found.missed],
+            "caught_up": [ReportedSlot(slot).document() for slot in found.caught_up],
             "conflicts": [slot.document() for slot in found.conflicts],
             "unverified": found.unverified,
             "scheduler_jobs": len(state.schedules),

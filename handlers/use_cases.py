@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from werkzeug.exceptions import NotFound
@@ -21,7 +23,7 @@ from dedup.keys import ScheduledRunKey, format_utc, scheduled_run_key
 from dedup.ledger import REOPENED, RunDescription, RunPolicy
 from dedup.outcomes import Attempt, RunOutcome
 from dedup.runner import Waiting, run_once
-from dispatch import Dispatched, Work, task_id
+from dispatch import Dispatched, DispatchError, Work, task_id
 from handlers.access import Principal
 from handlers.logs import note_run
 from handlers.responses import note_outcome
@@ -44,6 +46,8 @@ from schedules.slots import (
     schedule_at,
     slots_between,
 )
+
+log = logging.getLogger(__name__)
 
 
 def run_scheduled(
@@ -324,6 +328,25 @@ def catch_up(state: AppState, principal: Principal, job: SchedulerJob, interval:
         work = slot_run_work(job.target, slot, record.attempt if record else 0, principal.name)
         caught_up.append(CaughtUp(slot, state.dispatcher.dispatch(work)))
     return caught_up
+
+
+MISFIRE_PRINCIPAL = "misfire-policy"  # requested_by of a run the audit's misfire policy dispatched
+
+
+def misfire_catch_up(state: AppState) -> Callable[[Slot], bool]:
+    """The audit's catch-up (schedules.audit.CatchUp): dispatch a missed slot to run under its key."""
+
+    def dispatch_slot(slot: Slot) -> bool:
+        record = state.ledger.lookup(slot.run_id)
+        work = slot_run_work(slot.job.target, slot, record.attempt if record else 0, MISFIRE_PRINCIPAL)
+        try:
+            state.dispatcher.dispatch(work)
+        except DispatchError:
+            log.warning("the misfire policy could not dispatch %s: reported as missed", slot.run_id, exc_info=True)
+            return False
+        return True
+
+    return dispatch_slot
 
 
 def last_pause(job: SchedulerJob) -> Pause | None:

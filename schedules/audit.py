@@ -17,6 +17,7 @@ import dataclasses
 import datetime
 import logging
 import uuid
+from collections.abc import Callable
 
 from google.cloud import ndb
 
@@ -60,6 +61,7 @@ class AuditPass:
     """What one pass found: the slots it reports, and how many it could not check (``unknown``)."""
 
     reported: list[ReportedSlot] = dataclasses.field(default_factory=list)
+    caught_up: list[Slot] = dataclasses.field(default_factory=list)  # missed, and run by the misfire policy
     unverified: int = 0
 
     @property
@@ -75,17 +77,33 @@ def mark_id(job: SchedulerJob) -> str:
     return f"{job.project}/{job.location}/{job.name}"
 
 
-def audit(ledger: Ledger, jobs: tuple[SchedulerJob, ...]) -> AuditPass:
+# Runs a missed slot the job's misfire policy names (dispatched, under the slot's key): True when
+# the work was taken, False when it could not be (then the slot is reported missed as usual).
+CatchUp = Callable[[Slot], bool]
+
+
+def misfire_choice(job: SchedulerJob, missed: list[Slot], now: datetime.datetime) -> list[Slot]:
+    """The missed slots the job's misfire policy runs: none, the latest, or all, within its catchup_window."""
+    if job.misfire == "none":
+        return []
+    reachable = [s for s in missed if s.schedule_time >= now - datetime.timedelta(seconds=job.catchup_window)]
+    return reachable[-1:] if job.misfire == "run_latest" else reachable
+
+
+def audit(ledger: Ledger, jobs: tuple[SchedulerJob, ...], catch_up: CatchUp | None = None) -> AuditPass:
     """One pass over every Scheduler job: the slots it reports (each logged once at ERROR), and
-    how many it could not check."""
+    how many it could not check.  With ``catch_up``, the missed slots a job's misfire policy
+    names are run instead of reported (one WARNING line each, ``outcome: caught_up``)."""
     now = ledger.clock.now()
     found = AuditPass()
     for job in jobs:
-        _audit_job(ledger, job, now, found)
+        _audit_job(ledger, job, now, found, catch_up)
     return found
 
 
-def _audit_job(ledger: Ledger, job: SchedulerJob, now: datetime.datetime, found: AuditPass) -> None:
+def _audit_job(
+    ledger: Ledger, job: SchedulerJob, now: datetime.datetime, found: AuditPass, catch_up: CatchUp | None
+) -> None:
     key = ndb.Key(AuditMark, mark_id(job))
     mark = key.get()
     window = Slot(job, now).window_closes - now
@@ -121,6 +139,18 @@ def _audit_job(ledger: Ledger, job: SchedulerJob, now: datetime.datetime, found:
 
     if not run_transaction(advance, AUDIT_PATIENCE_SECONDS):
         return
+    # After the mark landed, so only the pass that reports a slot runs it: once each.
+    chosen = misfire_choice(job, [f.slot for f in reported if f.status == ExecutionStatus.MISSED], now)
+    caught_up = [slot for slot in chosen if catch_up is not None and catch_up(slot)]
+    for slot in caught_up:
+        log.warning(
+            "execution of %s at %s was missed and is run now, as its misfire policy (%s) says",
+            slot.job.name,
+            format_utc(slot.schedule_time),
+            job.misfire,
+            extra={**ReportedSlot(slot).document(), "outcome": "caught_up"},
+        )
+    reported = [finding for finding in reported if finding.slot not in caught_up]
     for finding in reported:
         slot = finding.slot
         if finding.status == ExecutionStatus.MISSED:
@@ -149,4 +179,5 @@ def _audit_job(ledger: Ledger, job: SchedulerJob, now: datetime.datetime, found:
             extra={"scheduler_job": job.name, "outcome": "unverified", "slots": len(unknown)},
         )
     found.reported += reported
+    found.caught_up += caught_up
     found.unverified += len(unknown)

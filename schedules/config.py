@@ -64,6 +64,7 @@ JOB_KEYS = frozenset(
         "description",
         "start_at",
         "catchup_window",
+        "misfire",
     }
 )
 RETRY_KEYS = frozenset({"retry_count", "max_retry_duration", "min_backoff", "max_backoff", "max_doublings"})
@@ -76,6 +77,7 @@ _RESERVED_HEADER = re.compile(r"(?i)(x-google-|x-appengine-|x-cloudscheduler)")
 # Scheduler starts an execution's first attempt a little after its schedule time; a slot
 # is not missed while a first attempt could still be on its way.
 DELIVERY_GRACE_SECONDS = 120
+MISFIRE_POLICIES = ("none", "run_latest", "run_all")
 DEFAULT_CATCHUP_WINDOW = 86400  # a day: what a resume's catch-up reaches back by default
 MAX_CATCHUP_WINDOW = 366 * 86400
 # How often cron.yaml runs /tasks/audit (tests/test_deployment_files.py holds the two equal).
@@ -150,6 +152,9 @@ class SchedulerJob:
     earlier: tuple[EarlierSchedule, ...] = ()
     # How far back a catch-up (resume with catch_up) reaches: older slots stay as they are.
     catchup_window: float = 86400
+    # What the audit does with the missed slots it finds (none: report them; run_latest, run_all:
+    # dispatch them to run, within catchup_window).
+    misfire: str = "none"
     # The intervals the job was paused (schedules.pauses.Pause), bound when read; () unread or none.
     pauses: tuple[Any, ...] = ()
 
@@ -307,6 +312,9 @@ def _parse_job(key: str, settings: dict[Any, Any], problems: list[Problem]) -> S
     if not isinstance(settings.get("pass_scope", True), bool):
         problem("pass_scope", "must be true or false")
     start_at = _start_at(settings.get("start_at"), problem)
+    misfire = settings.get("misfire", "none")
+    if misfire not in MISFIRE_POLICIES:
+        problem("misfire", f"{misfire!r}: one of {', '.join(MISFIRE_POLICIES)} (what the audit runs of missed slots)")
     catchup_window = _duration(settings.get("catchup_window", DEFAULT_CATCHUP_WINDOW), "catchup_window", problem)
     if catchup_window is not None and not 0 < catchup_window <= MAX_CATCHUP_WINDOW:
         problem("catchup_window", f"{catchup_window:g}s: from 1s to {MAX_CATCHUP_WINDOW // 86400} days")
@@ -333,6 +341,7 @@ def _parse_job(key: str, settings: dict[Any, Any], problems: list[Problem]) -> S
         description=settings.get("description"),
         start_at=start_at,
         catchup_window=catchup_window,
+        misfire=misfire,
     )
     refused = delivery_problem(job, first)
     if refused is not None:

@@ -1,0 +1,109 @@
+"""Issue 24 §5: automatic catch-up, the misfire policy.
+
+When the audit finds missed slots of a job with ``misfire: run_latest`` or ``run_all``, it
+dispatches the ones the policy names (within ``catchup_window``), once each, instead of
+reporting them; the rest stay missed and alert as before.
+
+The clock starts at 2030-01-01T00:00Z; ``invoice-hourly`` runs at every full hour and is
+never delivered here.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import textwrap
+
+import pytest
+import webtest
+
+from dedup.keys import format_utc
+from handlers import create_app
+from tests import job_targets
+from tests.support.cloud_tasks_fake import to_webtest
+from tests.support.deliveries import JOBS
+
+SCHEDULES = """
+defaults:
+  project: acme-prod
+  location: us-central1
+  start_at: 2030-01-01T00:00:00Z
+  retry: {retry_count: 2, min_backoff: 30s, max_backoff: 60s}
+jobs:
+  invoice-hourly:
+    target: invoice
+    schedule: "0 * * * *"
+    attempt_deadline: 60s
+%s"""
+T0 = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
+CRON = {"X-Appengine-Cron": "true"}
+
+
+@pytest.fixture
+def make_site(cloud_tasks, ndb_client, tmp_path, clock):
+    def build(extra: str) -> webtest.TestApp:
+        (tmp_path / "scheduler.yaml").write_text(textwrap.dedent(SCHEDULES % extra))
+        (tmp_path / "jobs.yaml").write_text(textwrap.dedent(JOBS))
+        return webtest.TestApp(create_app(jobs_file=str(tmp_path / "jobs.yaml"), clock=clock, ndb_client=ndb_client))
+
+    return build
+
+
+def at(hour: float) -> str:
+    return format_utc(T0 + datetime.timedelta(hours=hour))
+
+
+def audit(site, caplog) -> tuple[dict, list[logging.LogRecord]]:
+    caplog.clear()
+    answer = site.get("/tasks/audit", headers=CRON).json
+    return answer, [r for r in caplog.records if r.name == "dedup.audit"]
+
+
+@pytest.mark.parametrize(
+    "policy, caught, reported",
+    [
+        ("misfire: run_all", [0, 1, 2, 3, 4], []),
+        ("misfire: run_latest", [4], [0, 1, 2, 3]),
+        ("misfire: run_all\n    catchup_window: 2h", [4], [0, 1, 2, 3]),  # from 03:03 on
+        ("misfire: none", [], [0, 1, 2, 3, 4]),
+    ],
+)
+def test_the_audit_runs_what_the_policy_names_and_reports_the_rest(
+    make_site, clock, cloud_tasks, caplog, policy, caught, reported
+):
+    site = make_site(f"    {policy}\n")
+    caplog.set_level(logging.WARNING, logger="dedup.audit")
+    clock.advance(5 * 3600 + 180)  # 05:03: 00:00 to 04:00 missed (05:00's window is still open)
+    answer, lines = audit(site, caplog)
+    assert [s["schedule_time"] for s in answer["caught_up"]] == [at(h) for h in caught]
+    assert [s["schedule_time"] for s in answer["missed"]] == [at(h) for h in reported]
+    assert sorted(r.schedule_time for r in lines if r.levelname == "ERROR") == [at(h) for h in reported]
+    assert sorted(r.schedule_time for r in lines if getattr(r, "outcome", None) == "caught_up") == [
+        at(h) for h in caught
+    ]
+    assert job_targets.EFFECTS == [] and len(cloud_tasks.tasks) == len(caught)  # dispatched, not run here
+    cloud_tasks.deliver(to_webtest(site), times=2)
+    assert sorted(e["schedule_time"] for e in job_targets.EFFECTS) == [T0 + datetime.timedelta(hours=h) for h in caught]
+    again, _ = audit(site, caplog)  # the next pass: nothing twice
+    assert again["caught_up"] == [] and again["missed"] == [] and len(cloud_tasks.tasks) == len(caught)
+
+
+def test_a_slot_the_queue_would_not_take_is_reported_missed(make_site, clock, cloud_tasks, caplog):
+    site = make_site("    misfire: run_latest\n")
+    caplog.set_level(logging.WARNING, logger="dedup.audit")
+    clock.advance(2 * 3600 + 180)
+    cloud_tasks.fail_next = [503]
+    answer, lines = audit(site, caplog)
+    assert answer["caught_up"] == [] and [s["schedule_time"] for s in answer["missed"]] == [at(0), at(1)]
+    assert sorted(r.schedule_time for r in lines if r.levelname == "ERROR") == [at(0), at(1)]
+
+
+def test_a_bad_misfire_policy_is_refused_by_name():
+    import yaml
+
+    from schedules.config import ScheduleFileError, parse_scheduler_document
+
+    with pytest.raises(ScheduleFileError) as refused:
+        parse_scheduler_document(yaml.safe_load(textwrap.dedent(SCHEDULES % "    misfire: run_some\n")))
+    [problem] = refused.value.problems
+    assert problem.field == "misfire" and "run_latest" in str(problem)
