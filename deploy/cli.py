@@ -19,7 +19,7 @@ import click
 
 from dedup.keys import PROJECT_ID
 from deploy import bootstrap as project_setup
-from deploy.scheduler_config import gcloud_commands, shell_line, update_warnings
+from deploy.scheduler_config import gcloud_commands, pause_commands, shell_line, update_warnings
 from jobs.config import JobSpec, jobs_file_path, load_jobs
 from jobs.errors import JobsConfigError
 from models import RunRecord
@@ -103,8 +103,9 @@ def validate(file: str) -> None:
     click.echo(f"{file}: {len(jobs)} job(s) valid")
 
 
-def _existing_jobs(project: str, location: str) -> dict[str, str]:
-    """The Scheduler jobs of one project and location: name -> App Engine HTTP method ("" for other targets)."""
+def _existing_jobs(project: str, location: str) -> dict[str, tuple[str, str]]:
+    """The Scheduler jobs of one project and location: name -> (App Engine HTTP method, "" for other
+    targets; state: ENABLED, PAUSED, ...)."""
     if shutil.which("gcloud") is None:
         raise click.ClickException("gcloud is not on PATH; install the Google Cloud CLI, or pass --assume-new")
     command = [
@@ -114,7 +115,7 @@ def _existing_jobs(project: str, location: str) -> dict[str, str]:
         "list",
         f"--project={project}",
         f"--location={location}",
-        "--format=value(name,appEngineHttpTarget.httpMethod)",
+        "--format=value(name,appEngineHttpTarget.httpMethod,state)",
     ]
     completed = subprocess.run(command, capture_output=True, text=True, check=False)
     if completed.returncode != 0:
@@ -122,21 +123,22 @@ def _existing_jobs(project: str, location: str) -> dict[str, str]:
     jobs = {}
     for line in completed.stdout.splitlines():
         if line.strip():
-            name, _, method = line.strip().partition("\t")
-            jobs[name.rsplit("/", 1)[-1]] = method.strip().upper()
+            name, _, rest = line.strip().partition("\t")
+            method, _, state = rest.partition("\t")
+            jobs[name.rsplit("/", 1)[-1]] = (method.strip().upper(), state.strip().upper() or "ENABLED")
     return jobs
 
 
 def _plan(file: str, assume_new: bool) -> list[list[str]]:
     jobs = _validated(file)
-    existing: dict[tuple[str, str], dict[str, str]] = {}
+    existing: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
     commands = []
     for job in jobs:
         scope = (job.project, job.location)
         if scope not in existing:
             existing[scope] = {} if assume_new else _existing_jobs(*scope)
         exists = job.name in existing[scope]
-        live_method = existing[scope].get(job.name)
+        live_method, live_state = existing[scope].get(job.name, (None, "ENABLED"))
         if exists and live_method != job.method:
             # gcloud's update leaves the HTTP method (and the target type) as they
             # are, whatever it is told: the job must be made again.
@@ -161,6 +163,11 @@ def _plan(file: str, assume_new: bool) -> list[list[str]]:
         commands += gcloud_commands(job, exists=exists)
         for warning in update_warnings(job) if exists else []:
             click.echo(f"warning: {warning}", err=True)
+        commands += pause_commands(job, live_state if exists else "ENABLED")
+        if job.paused is None and exists and live_state == "PAUSED":
+            click.echo(
+                f"note: {job.name} is paused in Cloud Scheduler and left so (paused: false resumes it)", err=True
+            )
     return commands
 
 

@@ -85,6 +85,21 @@ def gcloud_commands(job: SchedulerJob, exists: bool) -> list[list[str]]:
     return commands
 
 
+def pause_commands(job: SchedulerJob, live_state: str) -> list[list[str]]:
+    """Pause or resume the job when scheduler.yaml says ``paused`` and Scheduler's state differs.
+
+    Unsaid (no ``paused:``), the state is left as it is: an operator's pause during an
+    incident is not undone by an unrelated deploy.  The app records the file's pause when a
+    version that reads it first starts (schedules.history).
+    """
+    target = [job.name, f"--project={job.project}", f"--location={job.location}"]
+    if job.paused is True and live_state != "PAUSED":
+        return [["gcloud", "scheduler", "jobs", "pause", *target]]
+    if job.paused is False and live_state == "PAUSED":
+        return [["gcloud", "scheduler", "jobs", "resume", *target]]
+    return []
+
+
 def update_warnings(job: SchedulerJob) -> list[str]:
     """What an update cannot undo: gcloud has no --clear-version or --clear-description."""
     return [

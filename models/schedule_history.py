@@ -16,6 +16,8 @@ class ScheduleHistory(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has 
     _use_global_cache = False
 
     versions = ndb.JsonProperty(required=True)
+    # scheduler.yaml's paused as last applied to the job's pauses (None: never said).
+    file_paused = ndb.BooleanProperty(indexed=False)
 
     @classmethod
     def _get_kind(cls) -> str:

@@ -25,7 +25,7 @@ from dedup.keys import format_utc
 from dedup.ledger import Ledger
 from dedup.transactions import run_transaction
 from models.audit import AuditMark
-from schedules.config import SchedulerJob
+from schedules.config import SchedulerJob, history_id
 from schedules.slots import MAX_SLOTS, ExecutionStatus, Slot, execution_status, slots_between
 
 log = logging.getLogger("dedup.audit")
@@ -73,10 +73,6 @@ class AuditPass:
         return [found for found in self.reported if found.status == ExecutionStatus.CONFLICT]
 
 
-def mark_id(job: SchedulerJob) -> str:
-    return f"{job.project}/{job.location}/{job.name}"
-
-
 # Runs a missed slot the job's misfire policy names (dispatched, under the slot's key): True when
 # the work was taken, False when it could not be (then the slot is reported missed as usual).
 CatchUp = Callable[[Slot], bool]
@@ -104,7 +100,7 @@ def audit(ledger: Ledger, jobs: tuple[SchedulerJob, ...], catch_up: CatchUp | No
 def _audit_job(
     ledger: Ledger, job: SchedulerJob, now: datetime.datetime, found: AuditPass, catch_up: CatchUp | None
 ) -> None:
-    key = ndb.Key(AuditMark, mark_id(job))
+    key = ndb.Key(AuditMark, history_id(job))
     mark = key.get()
     window = Slot(job, now).window_closes - now
     # A first pass judges the slots from when the job's are expected (their windows close a window later).

@@ -65,6 +65,8 @@ JOB_KEYS = frozenset(
         "start_at",
         "catchup_window",
         "misfire",
+        "paused",
+        "note",
     }
 )
 RETRY_KEYS = frozenset({"retry_count", "max_retry_duration", "min_backoff", "max_backoff", "max_doublings"})
@@ -155,6 +157,9 @@ class SchedulerJob:
     # What the audit does with the missed slots it finds (none: report them; run_latest, run_all:
     # dispatch them to run, within catchup_window).
     misfire: str = "none"
+    # scheduler.yaml's paused (None: unsaid, the state is left as it is) and why.
+    paused: bool | None = None
+    note: str | None = None
     # The intervals the job was paused (schedules.pauses.Pause), bound when read; () unread or none.
     pauses: tuple[Any, ...] = ()
 
@@ -164,6 +169,11 @@ class SchedulerJob:
         if self.pass_scope:
             path += "?" + urllib.parse.urlencode({"project": self.project, "location": self.location})
         return path
+
+
+def history_id(job: SchedulerJob) -> str:
+    """The Scheduler job's id in its project and location: what its history, pauses and audit mark are kept under."""
+    return f"{job.project}/{job.location}/{job.name}"
 
 
 class ScheduleFileError(ValueError):
@@ -312,6 +322,14 @@ def _parse_job(key: str, settings: dict[Any, Any], problems: list[Problem]) -> S
     if not isinstance(settings.get("pass_scope", True), bool):
         problem("pass_scope", "must be true or false")
     start_at = _start_at(settings.get("start_at"), problem)
+    paused = settings.get("paused")
+    if paused is not None and not isinstance(paused, bool):
+        problem("paused", "must be true or false")
+    note = settings.get("note")
+    if note is not None and (not isinstance(note, str) or paused is not True):
+        problem("note", "is a string saying why the job is paused, beside paused: true")
+    elif isinstance(note, str) and (len(note) > 500 or any(ord(ch) < 0x20 for ch in note)):
+        problem("note", "at most 500 characters, on one line")
     misfire = settings.get("misfire", "none")
     if misfire not in MISFIRE_POLICIES:
         problem("misfire", f"{misfire!r}: one of {', '.join(MISFIRE_POLICIES)} (what the audit runs of missed slots)")
@@ -342,6 +360,8 @@ def _parse_job(key: str, settings: dict[Any, Any], problems: list[Problem]) -> S
         start_at=start_at,
         catchup_window=catchup_window,
         misfire=misfire,
+        paused=paused,
+        note=note,
     )
     refused = delivery_problem(job, first)
     if refused is not None:

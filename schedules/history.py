@@ -25,7 +25,8 @@ from google.cloud import ndb
 from dedup.clock import Clock
 from dedup.keys import format_utc, parse_rfc3339
 from models.schedule_history import ScheduleHistory
-from schedules.config import EarlierSchedule, SchedulerJob
+from schedules.config import EarlierSchedule, SchedulerJob, history_id
+from schedules.pauses import FILE_PRINCIPAL, change_pause, paused, resumed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,11 +46,6 @@ class ScheduleVersion:
 
     def same_schedule(self, job: SchedulerJob) -> bool:
         return (self.schedule, self.time_zone) == (job.schedule, job.time_zone)
-
-
-def history_id(job: SchedulerJob) -> str:
-    """One history per Scheduler job: its id in its project and location."""
-    return f"{job.project}/{job.location}/{job.name}"
 
 
 def seen(versions: Sequence[ScheduleVersion], job: SchedulerJob, now: datetime.datetime) -> list[ScheduleVersion]:
@@ -94,12 +90,26 @@ def record_schedules(jobs: Sequence[SchedulerJob], now: datetime.datetime) -> tu
     for job, key, entity in zip(jobs, keys, stored, strict=True):
         before = [ScheduleVersion.from_document(v) for v in entity.versions] if entity else []
         versions = seen(before, job, now)
-        if versions != before:
-            changed.append(ScheduleHistory(key=key, versions=[v.document() for v in versions]))
+        file_paused = entity.file_paused if entity else None
+        if job.paused is not None and job.paused != file_paused:
+            apply_file_pause(job, now)  # before the flag is stored: a failure here is tried again
+            file_paused = job.paused
+        if versions != before or file_paused != (entity.file_paused if entity else None):
+            changed.append(ScheduleHistory(key=key, versions=[v.document() for v in versions], file_paused=file_paused))
         bound.append(tracked(job, versions))
     if changed:
         ndb.put_multi(changed)
     return tuple(bound)
+
+
+def apply_file_pause(job: SchedulerJob, now: datetime.datetime) -> None:
+    """scheduler.yaml's ``paused: true`` (or ``false``), applied when a version that says so first runs.
+
+    Idempotent: a job paused already stays paused with its first note."""
+    if job.paused:
+        change_pause(job, lambda pauses: paused(pauses, now, FILE_PRINCIPAL, job.note))
+    else:
+        change_pause(job, lambda pauses: resumed(pauses, now, FILE_PRINCIPAL))
 
 
 class TrackedSchedules:

@@ -23,12 +23,12 @@ from google.cloud import ndb
 from dedup.keys import format_utc, parse_rfc3339
 from dedup.transactions import run_transaction
 from models.schedule_pause import SchedulePauses
-from schedules.config import SchedulerJob
-from schedules.history import history_id
+from schedules.config import SchedulerJob, history_id
 
 MAX_NOTE_CHARACTERS = 500
 MAX_PAUSES_KEPT = 200  # the newest intervals of a job; older ones are before any retention
 PAUSE_PATIENCE_SECONDS = 10
+FILE_PRINCIPAL = "scheduler.yaml"  # who paused a job the file says is paused
 
 
 @dataclasses.dataclass(frozen=True)

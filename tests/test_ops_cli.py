@@ -273,11 +273,12 @@ def fake_gcloud(tmp_path):
     script.write_text(
         textwrap.dedent(f"""\
         #!{sys.executable} -IS
-        import sys
+        import os, sys
         with open({str(log)!r}, "a") as handle:
             handle.write("\\x1f".join(sys.argv[1:]) + "\\n")
         if sys.argv[1:4] == ["scheduler", "jobs", "list"]:
-            print("projects/acme-prod/locations/us-central1/jobs/nightly\tPOST")
+            state = os.environ.get("FAKE_NIGHTLY_STATE", "ENABLED")
+            print("projects/acme-prod/locations/us-central1/jobs/nightly\tPOST\t" + state)
         if sys.argv[1:4] == ["app", "firewall-rules", "list"]:
             print("1000\tALLOW\t0.1.0.2/32\tCloud Scheduler App Engine jobs, Cloud Tasks and cron")
             print("1002\tDENY\t192.0.2.7\tblock a scraper")
@@ -491,3 +492,47 @@ def test_alerts_prints_the_metrics_and_two_policies_and_applies_them(cli, fake_g
     written = json.loads((tmp_path / "dedup-missed-alert-policy.json").read_text())
     assert "conditionMatchedLog" in written["conditions"][0]
     assert json.loads((tmp_path / "dedup-alert-policy.json").read_text())["combiner"] == "OR"
+
+
+@pytest.mark.parametrize(
+    "paused, live, action",
+    [
+        ("true", "ENABLED", "pause"),
+        ("true", "PAUSED", None),
+        ("false", "PAUSED", "resume"),
+        ("false", "ENABLED", None),
+        (None, "PAUSED", None),  # unsaid: an operator's pause is not undone by a deploy
+    ],
+)
+def test_plan_pauses_and_resumes_only_what_the_file_says(cli, fake_gcloud, monkeypatch, paused, live, action):
+    monkeypatch.setenv("PATH", fake_gcloud[0]["PATH"])
+    monkeypatch.setenv("FAKE_NIGHTLY_STATE", live)
+    note = '"incident 4711"' if paused == "true" else None
+    planned = cli("scheduler", "plan", schedule=job(paused=paused, note=note))
+    assert planned.exit_code == 0, planned.output
+    lines = [line for line in planned.output.splitlines() if line.startswith("gcloud scheduler jobs")]
+    verbs = [line.split()[3] for line in lines]
+    assert verbs == ["update"] + ([action] if action else [])
+    if action:
+        assert lines[-1] == f"gcloud scheduler jobs {action} nightly --project=acme-prod --location=us-central1"
+    assert ("left so" in planned.output) is (paused is None)
+
+
+def test_a_new_paused_job_is_created_then_paused(cli):
+    planned = cli("scheduler", "plan", "--assume-new", schedule=job(paused="true"))
+    verbs = [line.split()[3] for line in planned.output.splitlines() if line.startswith("gcloud scheduler jobs")]
+    assert planned.exit_code == 0 and verbs == ["create", "pause"]
+
+
+@pytest.mark.parametrize(
+    "settings, words",
+    [
+        ({"paused": "yes please"}, "must be true or false"),
+        ({"note": '"why"'}, "beside paused: true"),
+        ({"paused": "true", "note": "5"}, "beside paused: true"),
+        ({"paused": "true", "note": '"' + "x" * 501 + '"'}, "at most 500"),
+    ],
+)
+def test_a_bad_paused_or_note_is_refused_by_name(cli, settings, words):
+    result = cli("scheduler", "validate", schedule=job(**settings))
+    assert result.exit_code == 1 and words in result.output

@@ -186,3 +186,35 @@ def test_bodies_that_are_not_json_or_go_to_resume_are_refused(site):
 
 def test_an_unknown_scheduler_job_is_404(site):
     assert "no Scheduler job 'nightly'" in pause(site, name="nightly", status=404).json["detail"]
+
+
+def versioned_site(ndb_client, tmp_path, clock, extra: str) -> webtest.TestApp:
+    """A version of the app whose scheduler.yaml adds ``extra`` to the job (a deploy)."""
+    folder = tmp_path / f"v{len(list(tmp_path.glob('v*')))}"
+    folder.mkdir()
+    (folder / "scheduler.yaml").write_text(textwrap.dedent(SCHEDULES) + extra)
+    (folder / "jobs.yaml").write_text(textwrap.dedent(JOBS))
+    site = webtest.TestApp(create_app(jobs_file=str(folder / "jobs.yaml"), clock=clock, ndb_client=ndb_client))
+    site.get("/api/v1/scheduler-jobs")  # its first request records what the file says
+    return site
+
+
+def test_scheduler_yaml_pauses_when_a_version_that_says_so_first_runs(google, ndb_client, tmp_path, clock, monkeypatch):
+    monkeypatch.setenv("DEDUP_SCHEDULER_API_BASE", google.url)
+    clock.advance(1800)
+    paused = versioned_site(ndb_client, tmp_path, clock, '    paused: true\n    note: "migrating the CRM"\n')
+    [job] = paused.get("/api/v1/scheduler-jobs").json["scheduler_jobs"]
+    assert job["pause"]["paused_by"] == "scheduler.yaml" and job["pause"]["note"] == "migrating the CRM"
+    assert not google.calls or all("invoice-hourly" not in c.path for c in google.calls)  # deploy's part, not the app's
+    clock.advance(3600)
+    assert statuses(paused, 1, 1.1) == {at(1): "paused"}
+    unsaid = versioned_site(ndb_client, tmp_path, clock, "")  # a later deploy that says nothing
+    assert unsaid.get("/api/v1/scheduler-jobs").json["scheduler_jobs"][0]["paused"] is True
+    clock.advance(3600)
+    resumed = versioned_site(ndb_client, tmp_path, clock, "    paused: false\n")
+    [job] = resumed.get("/api/v1/scheduler-jobs").json["scheduler_jobs"]
+    assert job["paused"] is False
+    # An operator pauses in an incident; another process of the same version starts: not undone.
+    resumed.post_json("/api/v1/scheduler-jobs/invoice-hourly/pause", {"note": "incident"})
+    again = versioned_site(ndb_client, tmp_path, clock, "    paused: false\n")
+    assert again.get("/api/v1/scheduler-jobs").json["scheduler_jobs"][0]["pause"]["note"] == "incident"
