@@ -38,6 +38,8 @@ LEFT_ALONE = {
     "unknown": "older than the job's retention, so it may have run (--only unknown --force runs it anyway)",
     "conflict": "another job's run holds its key: fix the routing (docs/schedules.md), then run it",
     "paused": "its Scheduler job was paused then (--only paused runs it)",
+    "late": "completed, after its deadline",
+    "overdue": "not completed by its deadline, and still to finish: Scheduler may deliver it",
     "untracked": "before the app first knew the schedule, so it may have run (--only untracked --force runs it)",
 }
 

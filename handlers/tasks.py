@@ -18,6 +18,7 @@ from handlers.strict_json import InvalidJson, json_payload
 from handlers.use_cases import (
     SlotRunRefused,
     SlotRunRequest,
+    failure_streak_pause,
     find_slot,
     misfire_catch_up,
     run_slot_now,
@@ -57,11 +58,13 @@ def cleanup_expired_runs():
 def audit_missed_executions():
     """cron.yaml's missed-execution alert: each slot that became missed since the last pass, logged once."""
     state = app_state()
-    found = audit(state.ledger, tuple(with_pauses(state.schedules)), misfire_catch_up(state))  # paused: not missed
+    jobs = tuple(with_pauses(state.schedules))  # a paused slot is not missed
+    found = audit(state.ledger, jobs, misfire_catch_up(state), failure_streak_pause(state))
     return jsonify(
         {
             "missed": [slot.document() for slot in found.missed],
             "caught_up": [ReportedSlot(slot).document() for slot in found.caught_up],
+            "breaches": found.breaches,
             "conflicts": [slot.document() for slot in found.conflicts],
             "unverified": found.unverified,
             "scheduler_jobs": len(state.schedules),

@@ -349,6 +349,22 @@ def misfire_catch_up(state: AppState) -> Callable[[Slot], bool]:
     return dispatch_slot
 
 
+FAILURE_STREAK_PRINCIPAL = "failure-streak"  # who paused a job its pause_after_consecutive_failures paused
+
+
+def failure_streak_pause(state: AppState) -> Callable[[SchedulerJob, str], bool]:
+    """The audit's pause (schedules.audit.Pause): the job paused in the app and in Cloud Scheduler."""
+
+    def pause(job: SchedulerJob, note: str) -> bool:
+        who = Principal(name=FAILURE_STREAK_PRINCIPAL, granted=frozenset())
+        change = set_schedule_paused(state, who, job, True, note)
+        if change.scheduler_problem:
+            log.error("%s: %s", job.name, change.scheduler_problem, extra={"scheduler_job": job.name})
+        return change.pause is not None
+
+    return pause
+
+
 def last_pause(job: SchedulerJob) -> Pause | None:
     """The job's most recent pause interval, lasting or ended."""
     return job.pauses[-1] if job.pauses else None

@@ -24,6 +24,8 @@ class AuditMark(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has no typ
     # The pass whose mark this one replaced: a pass whose commit answer was lost, and whose mark
     # another pass has already moved on from, still knows its commit landed.
     previous_pass_id = ndb.TextProperty()
+    # Failed executions in a row up to checked_until (a completed one ends the streak).
+    failure_streak = ndb.IntegerProperty(indexed=False, default=0)
 
     @classmethod
     def _get_kind(cls) -> str:

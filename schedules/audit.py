@@ -18,6 +18,7 @@ import datetime
 import logging
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from google.cloud import ndb
 
@@ -62,6 +63,7 @@ class AuditPass:
 
     reported: list[ReportedSlot] = dataclasses.field(default_factory=list)
     caught_up: list[Slot] = dataclasses.field(default_factory=list)  # missed, and run by the misfire policy
+    breaches: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # late, overdue, slow, failing
     unverified: int = 0
 
     @property
@@ -76,6 +78,8 @@ class AuditPass:
 # Runs a missed slot the job's misfire policy names (dispatched, under the slot's key): True when
 # the work was taken, False when it could not be (then the slot is reported missed as usual).
 CatchUp = Callable[[Slot], bool]
+# Pauses a Scheduler job, with a note saying why (a failure streak); True when it was paused.
+Pause = Callable[[SchedulerJob, str], bool]
 
 
 def misfire_choice(job: SchedulerJob, missed: list[Slot], now: datetime.datetime) -> list[Slot]:
@@ -86,19 +90,54 @@ def misfire_choice(job: SchedulerJob, missed: list[Slot], now: datetime.datetime
     return reachable[-1:] if job.misfire == "run_latest" else reachable
 
 
-def audit(ledger: Ledger, jobs: tuple[SchedulerJob, ...], catch_up: CatchUp | None = None) -> AuditPass:
+def audit(
+    ledger: Ledger, jobs: tuple[SchedulerJob, ...], catch_up: CatchUp | None = None, pause: Pause | None = None
+) -> AuditPass:
     """One pass over every Scheduler job: the slots it reports (each logged once at ERROR), and
     how many it could not check.  With ``catch_up``, the missed slots a job's misfire policy
-    names are run instead of reported (one WARNING line each, ``outcome: caught_up``)."""
+    names are run instead of reported (one WARNING line each, ``outcome: caught_up``).  Each breach
+    of a job's finish_within, max_runtime and failure streaks is logged once at ERROR (``late``,
+    ``overdue``, ``slow``, ``failing``); with ``pause``, a job failing pause_after_consecutive_failures
+    times in a row is paused."""
     now = ledger.clock.now()
     found = AuditPass()
     for job in jobs:
-        _audit_job(ledger, job, now, found, catch_up)
+        _audit_job(ledger, job, now, found, catch_up, pause)
     return found
 
 
+def _move_mark(key: ndb.Key, mark: AuditMark | None, through: datetime.datetime, **fields: Any) -> bool:
+    """Move the mark to ``through`` in a transaction that lands only if no other pass moved it since
+    it was read as ``mark``; True when this pass's move landed (its answer lost or not)."""
+    # Unique to this pass: another pass that computed the same mark must not take its commit for ours.
+    pass_id = uuid.uuid4().hex
+    seen = (mark.checked_until, mark.pass_id) if mark else None
+
+    def advance() -> bool:
+        current = key.get()
+        if current is not None and pass_id in (current.pass_id, current.previous_pass_id):
+            return True  # this pass's own commit (perhaps moved on from), landed although its answer was lost
+        if ((current.checked_until, current.pass_id) if current else None) != seen:
+            return False  # another pass got here first: it reports these slots
+        AuditMark(
+            key=key,
+            checked_until=through,
+            pass_id=pass_id,
+            previous_pass_id=current.pass_id if current else None,
+            **fields,
+        ).put()
+        return True
+
+    return bool(run_transaction(advance, AUDIT_PATIENCE_SECONDS))
+
+
 def _audit_job(
-    ledger: Ledger, job: SchedulerJob, now: datetime.datetime, found: AuditPass, catch_up: CatchUp | None
+    ledger: Ledger,
+    job: SchedulerJob,
+    now: datetime.datetime,
+    found: AuditPass,
+    catch_up: CatchUp | None,
+    pause: Pause | None,
 ) -> None:
     key = ndb.Key(AuditMark, history_id(job))
     mark = key.get()
@@ -118,22 +157,14 @@ def _audit_job(
     checked = [(s, status) for s, status in zip(slots, statuses, strict=True) if s.schedule_time + window < through]
     reported = [ReportedSlot(s, status) for s, status in checked if status in REPORTED]
     unknown = [s for s, status in checked if status == ExecutionStatus.UNKNOWN]
-    # Unique to this pass: another pass that computed the same mark must not take its commit for ours.
-    pass_id = uuid.uuid4().hex
-    seen = (mark.checked_until, mark.pass_id) if mark else None
-
-    def advance() -> bool:
-        current = key.get()
-        if current is not None and pass_id in (current.pass_id, current.previous_pass_id):
-            return True  # this pass's own commit (perhaps moved on from), landed although its answer was lost
-        if ((current.checked_until, current.pass_id) if current else None) != seen:
-            return False  # another pass got here first: it reports these slots
-        AuditMark(
-            key=key, checked_until=through, pass_id=pass_id, previous_pass_id=current.pass_id if current else None
-        ).put()
-        return True
-
-    if not run_transaction(advance, AUDIT_PATIENCE_SECONDS):
+    streak = mark.failure_streak if mark else 0
+    before_streak = streak
+    for _, status in checked:
+        if status == ExecutionStatus.FAILED:
+            streak += 1
+        elif status == ExecutionStatus.COMPLETED:
+            streak = 0
+    if not _move_mark(key, mark, through, failure_streak=streak):
         return
     # After the mark landed, so only the pass that reports a slot runs it: once each.
     chosen = misfire_choice(job, [f.slot for f in reported if f.status == ExecutionStatus.MISSED], now)
@@ -177,3 +208,102 @@ def _audit_job(
     found.reported += reported
     found.caught_up += caught_up
     found.unverified += len(unknown)
+    _failure_streak(job, before_streak, streak, found, pause)
+    _deadline_passes(ledger, job, now, found)
+
+
+def _failure_streak(job: SchedulerJob, before: int, after: int, found: AuditPass, pause: Pause | None) -> None:
+    """One ERROR line when the streak reaches alert_after_consecutive_failures, and a pause at
+    pause_after_consecutive_failures (Temporal's pause on failure, Airflow's max failed runs)."""
+    base = {"job_id": job.target, "scheduler_job": job.name, "failures_in_a_row": after}
+    alert_at = job.alert_after_consecutive_failures
+    if alert_at is not None and before < alert_at <= after:
+        log.error("%s has failed %d times in a row", job.name, after, extra={**base, "outcome": "failing"})
+        found.breaches.append({**base, "outcome": "failing"})
+    pause_at = job.pause_after_consecutive_failures
+    if pause_at is not None and before < pause_at <= after:
+        note = f"paused by the audit: {after} failed executions in a row (pause_after_consecutive_failures)"
+        paused = pause is not None and pause(job, note)
+        log.error(
+            "%s has failed %d times in a row: %s",
+            job.name,
+            after,
+            "paused" if paused else "it could not be paused",
+            extra={**base, "outcome": "failing", "paused": paused},
+        )
+        found.breaches.append({**base, "outcome": "failing", "paused": paused})
+
+
+# The deadline rules: the AuditMark each keeps (beside the missed-execution mark), the job's
+# setting, and the breach each judges a slot by once its time has passed.
+DEADLINE_RULES = ("finish_within", "max_runtime")
+
+
+def _deadline_passes(ledger: Ledger, job: SchedulerJob, now: datetime.datetime, found: AuditPass) -> None:
+    for rule in DEADLINE_RULES:
+        seconds = getattr(job, rule)
+        if seconds is not None:
+            _deadline_pass(ledger, job, now, found, rule, datetime.timedelta(seconds=seconds))
+
+
+def _deadline_pass(
+    ledger: Ledger,
+    job: SchedulerJob,
+    now: datetime.datetime,
+    found: AuditPass,
+    rule: str,
+    offset: datetime.timedelta,
+) -> None:
+    """Judge once each slot whose ``rule`` deadline (its time plus ``offset``) passed since the last pass."""
+    key = ndb.Key(AuditMark, f"{history_id(job)}#{rule}")
+    mark = key.get()
+    checked_until = mark.checked_until if mark else ((job.expected_from or now) + offset)
+    slots = slots_between([job], checked_until - offset, now - offset, MAX_SLOTS)
+    through = now if len(slots) < MAX_SLOTS else slots[-1].schedule_time + offset + MICROSECOND
+    records = ledger.lookup_many([slot.run_id for slot in slots])
+    judged = [(s, _breach(rule, s, records.get(s.run_id), now, offset)) for s in slots]
+    breaches = [(s, breach) for s, breach in judged if breach is not None and s.schedule_time + offset < through]
+    if not _move_mark(key, mark, through):
+        return
+    for slot, breach in breaches:
+        document = {**ReportedSlot(slot).document(), "status": breach, "outcome": breach, "rule": rule}
+        log.error(
+            "execution of %s at %s is %s: %s",
+            slot.job.name,
+            format_utc(slot.schedule_time),
+            breach,
+            _BREACH_WORDS[breach].format(seconds=offset.total_seconds()),
+            extra=document,
+        )
+        found.breaches.append(document)
+
+
+_BREACH_WORDS = {
+    "late": "it completed more than {seconds:g}s after its schedule time (finish_within)",
+    "overdue": "it had not completed {seconds:g}s after its schedule time (finish_within)",
+    "slow": "its run took longer than {seconds:g}s (max_runtime)",
+}
+# Statuses that say more than a deadline would: never judged by one.
+_NOT_JUDGED = (
+    ExecutionStatus.PAUSED,
+    ExecutionStatus.UNTRACKED,
+    ExecutionStatus.UNKNOWN,
+    ExecutionStatus.CONFLICT,
+    ExecutionStatus.SKIPPED,
+)
+
+
+def _breach(rule: str, slot: Slot, record: Any, now: datetime.datetime, offset: datetime.timedelta) -> str | None:
+    status = execution_status(slot, record, now)
+    if status in _NOT_JUDGED:
+        return None
+    if rule == "finish_within":
+        if record is None or record.status != ExecutionStatus.COMPLETED:
+            return "overdue" if status not in (ExecutionStatus.FAILED,) else None  # a failure alerts as one
+        finished = record.finished or now
+        return "late" if finished > slot.schedule_time + offset else None
+    # max_runtime: a run that took, or has been taking, longer than allowed.
+    if record is None or record.started is None:
+        return None
+    ended = record.finished if record.status != ExecutionStatus.IN_PROGRESS and record.finished else now
+    return "slow" if ended - record.started > offset else None

@@ -67,6 +67,10 @@ JOB_KEYS = frozenset(
         "misfire",
         "paused",
         "note",
+        "finish_within",
+        "max_runtime",
+        "alert_after_consecutive_failures",
+        "pause_after_consecutive_failures",
     }
 )
 RETRY_KEYS = frozenset({"retry_count", "max_retry_duration", "min_backoff", "max_backoff", "max_doublings"})
@@ -80,6 +84,8 @@ _RESERVED_HEADER = re.compile(r"(?i)(x-google-|x-appengine-|x-cloudscheduler)")
 # is not missed while a first attempt could still be on its way.
 DELIVERY_GRACE_SECONDS = 120
 MISFIRE_POLICIES = ("none", "run_latest", "run_all")
+# The outcomes of the audit's deadline and failure-streak lines (python -m deploy alerts alerts on them).
+BREACH_OUTCOMES = ("late", "overdue", "slow", "failing")
 DEFAULT_CATCHUP_WINDOW = 86400  # a day: what a resume's catch-up reaches back by default
 MAX_CATCHUP_WINDOW = 366 * 86400
 # How often cron.yaml runs /tasks/audit (tests/test_deployment_files.py holds the two equal).
@@ -157,6 +163,13 @@ class SchedulerJob:
     # What the audit does with the missed slots it finds (none: report them; run_latest, run_all:
     # dispatch them to run, within catchup_window).
     misfire: str = "none"
+    # Deadlines the audit alerts on (seconds after the slot's time): completed by finish_within;
+    # running no longer than max_runtime (apart from the lease machinery's max_run_seconds).
+    finish_within: float | None = None
+    max_runtime: float | None = None
+    # Failed executions in a row after which the audit alerts, and pauses the job.
+    alert_after_consecutive_failures: int | None = None
+    pause_after_consecutive_failures: int | None = None
     # scheduler.yaml's paused (None: unsaid, the state is left as it is) and why.
     paused: bool | None = None
     note: str | None = None
@@ -322,6 +335,23 @@ def _parse_job(key: str, settings: dict[Any, Any], problems: list[Problem]) -> S
     if not isinstance(settings.get("pass_scope", True), bool):
         problem("pass_scope", "must be true or false")
     start_at = _start_at(settings.get("start_at"), problem)
+    finish_within = max_runtime = None
+    for field in ("finish_within", "max_runtime"):
+        if settings.get(field) is not None:
+            seconds = _duration(settings[field], field, problem)
+            if seconds is not None and not 0 < seconds <= MAX_CATCHUP_WINDOW:
+                problem(field, f"{seconds:g}s: from 1s to {MAX_CATCHUP_WINDOW // 86400} days")
+            elif field == "finish_within":
+                finish_within = seconds
+            else:
+                max_runtime = seconds
+    streaks: dict[str, int | None] = {}
+    for field in ("alert_after_consecutive_failures", "pause_after_consecutive_failures"):
+        value = settings.get(field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000):
+            problem(field, "must be a whole number of failed executions in a row, 1 to 1000")
+            value = None
+        streaks[field] = value
     paused = settings.get("paused")
     if paused is not None and not isinstance(paused, bool):
         problem("paused", "must be true or false")
@@ -362,6 +392,10 @@ def _parse_job(key: str, settings: dict[Any, Any], problems: list[Problem]) -> S
         misfire=misfire,
         paused=paused,
         note=note,
+        finish_within=finish_within,
+        max_runtime=max_runtime,
+        alert_after_consecutive_failures=streaks["alert_after_consecutive_failures"],
+        pause_after_consecutive_failures=streaks["pause_after_consecutive_failures"],
     )
     refused = delivery_problem(job, first)
     if refused is not None:

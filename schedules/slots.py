@@ -44,6 +44,10 @@ class ExecutionStatus(enum.StrEnum):
     # No run, or none that can still finish, and the slot lies in an interval its Scheduler job was
     # paused (schedules.pauses): nothing was to be delivered, so it is not missed.
     PAUSED = "paused"
+    # The job's finish_within passed: ``late`` completed after it, ``overdue`` has not completed
+    # (listed so; the run's own status stays what it is).
+    LATE = "late"
+    OVERDUE = "overdue"
     # No record, and the slot is before its Scheduler job's slots are expected from (schedules.history): the
     # app did not know the schedule then, so the slot was never expected of it.
     UNTRACKED = "untracked"
@@ -112,6 +116,13 @@ class Slot:
     def is_remembered(self, now: datetime.datetime) -> bool:
         until = self.remembered_until
         return until is None or now < until
+
+    @property
+    def deadline(self) -> datetime.datetime | None:
+        """When the job's finish_within says the slot must have completed (None: no deadline)."""
+        if self.job.finish_within is None:
+            return None
+        return self.schedule_time + datetime.timedelta(seconds=self.job.finish_within)
 
     @property
     def pause(self) -> Any:
@@ -300,6 +311,32 @@ def _status(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> Exe
     return ExecutionStatus(record.status)  # completed, failed, in_progress or skipped
 
 
+# What a deadline can be broken by: a run that is still to finish.
+UNFINISHED = (ExecutionStatus.IN_PROGRESS, ExecutionStatus.DUE, ExecutionStatus.RELEASED)
+
+
+def timeliness(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> ExecutionStatus | None:
+    """``late`` or ``overdue`` when the slot broke its job's finish_within, else None.
+
+    ``late``: completed after the deadline.  ``overdue``: the deadline passed while the run
+    was still to finish (in progress, due, released).  A slot that is missed, failed,
+    skipped, paused or untracked says that instead."""
+    deadline = slot.deadline
+    if deadline is None:
+        return None
+    status = execution_status(slot, record, now)
+    if status == ExecutionStatus.COMPLETED and record is not None and record.finished and record.finished > deadline:
+        return ExecutionStatus.LATE
+    if status in UNFINISHED and now > deadline:
+        return ExecutionStatus.OVERDUE
+    return None
+
+
+def shown_status(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> ExecutionStatus:
+    """The status the listing shows: the execution status, or its deadline's breach."""
+    return timeliness(slot, record, now) or execution_status(slot, record, now)
+
+
 def execution_document(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> dict[str, Any]:
     """One entry of the executions listing."""
     document: dict[str, Any] = {
@@ -308,7 +345,7 @@ def execution_document(slot: Slot, record: RunRecord | None, now: datetime.datet
         "project": slot.job.project,
         "location": slot.job.location,
         "run_id": slot.run_id,
-        "status": execution_status(slot, record, now),
+        "status": shown_status(slot, record, now),
         "retry_window_closes": format_utc(slot.window_closes),
         "remembered_until": format_utc(slot.remembered_until) if slot.remembered_until else None,
     }
@@ -326,6 +363,8 @@ def execution_document(slot: Slot, record: RunRecord | None, now: datetime.datet
             document["recorded_job_id"] = record.job_id
         if record.status == ExecutionStatus.SKIPPED:
             document["reason"] = (record.error or {}).get("message")
+    if slot.deadline is not None:
+        document["deadline"] = format_utc(slot.deadline)
     if slot.pause is not None:
         document["pause"] = slot.pause.document()  # delivered anyway (a Force run, a racing tick) or not
     return document

@@ -479,6 +479,8 @@ def test_alerts_prints_the_metrics_and_two_policies_and_applies_them(cli, fake_g
         'jsonPayload.outcome="job_mismatch" AND jsonPayload.logger="dedup.audit"'
         in (condition["conditionMatchedLog"]["filter"])
     )
+    for breach in ("late", "overdue", "slow", "failing"):  # the audit's deadline and streak lines too
+        assert f'jsonPayload.outcome="{breach}"' in condition["conditionMatchedLog"]["filter"]
     assert set(condition["conditionMatchedLog"]["labelExtractors"]) == {"scheduler_job", "schedule_time", "outcome"}
     assert missed["alertStrategy"]["notificationRateLimit"]["period"]  # required of log-match policies
     assert [c["conditionThreshold"]["filter"].split('"')[1] for c in failed["conditions"]] == [
