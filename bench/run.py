@@ -23,6 +23,7 @@ import time
 import werkzeug.test
 from flask import Flask
 
+from bench.fleet import FLEETS, measure_fleet, render_fleet
 from devtools.emulator import DatastoreEmulator
 from devtools.rpc_counter import counting_client
 
@@ -132,6 +133,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=64, help="concurrent duplicates of one execution")
     parser.add_argument("--throughput-requests", type=int, default=400, help="distinct runs per throughput row")
     parser.add_argument(
+        "--fleet",
+        type=int,
+        nargs="*",
+        default=list(FLEETS),
+        help="Scheduler job counts the fleet rows measure (start-up, one audit pass)",
+    )
+    parser.add_argument(
         "--rtt-ms",
         type=float,
         default=0,
@@ -143,8 +151,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if not math.isfinite(args.rtt_ms) or args.rtt_ms < 0:
         parser.error("--rtt-ms must be a finite number of milliseconds, 0 or more")
+    if any(count < 1 for count in args.fleet):
+        parser.error("--fleet takes Scheduler job counts of 1 or more")
     args.output = None if args.no_write else RESULTS_FILE if args.record else LAST_RUN_FILE
     return args
+
+
+def measure_fleet_on(emulator: DatastoreEmulator, datastore_host: str, counts: list[int]) -> list[dict]:
+    """bench/fleet.py's rows, with an NDB client of the emulator at ``datastore_host``."""
+    from google.cloud import ndb
+
+    os.environ["DATASTORE_EMULATOR_HOST"] = datastore_host
+    try:
+        return measure_fleet(ndb.Client(project=emulator.project), counts)
+    finally:
+        os.environ["DATASTORE_EMULATOR_HOST"] = emulator.host
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,16 +180,21 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update(emulator.env)
         os.environ.setdefault("DEDUP_AUTH", "none")  # measure the ledger, not token checks
         rows = measure_rows(emulator, emulator.host, args.requests)
-        delayed = None
+        fleet = measure_fleet_on(emulator, emulator.host, args.fleet)
+        delayed = delayed_fleet = None
         if args.rtt_ms:
             host, port = emulator.host.rsplit(":", 1)
             with DelayingProxy(host, int(port), args.rtt_ms / 2) as proxy:
                 delayed = measure_rows(emulator, proxy.host, args.requests, first_minute=100_000)
+                emulator.reset()  # the fleet's marks and records: the delayed pass starts fresh
+                delayed_fleet = measure_fleet_on(emulator, proxy.host, args.fleet)
             os.environ["DATASTORE_EMULATOR_HOST"] = emulator.host
         live = measure_live(emulator, args.concurrency, args.throughput_requests)
 
-    report = render(rows, args.requests, delayed, args.rtt_ms) + render_live(
-        live, args.concurrency, args.throughput_requests
+    report = (
+        render(rows, args.requests, delayed, args.rtt_ms)
+        + render_live(live, args.concurrency, args.throughput_requests)
+        + render_fleet(fleet, delayed_fleet, args.rtt_ms)
     )
     print(report)
     if args.output:

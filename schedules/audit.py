@@ -13,6 +13,7 @@ it lands: two passes at once report a slot once.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import datetime
 import logging
@@ -100,10 +101,55 @@ def audit(
     ``overdue``, ``slow``, ``failing``); with ``pause``, a job failing pause_after_consecutive_failures
     times in a row is paused."""
     now = ledger.clock.now()
+    # The reads, batched: every job's mark in one lookup, every slot's record in another (NDB
+    # splits batches over Datastore's limit).  Then each job's transaction and lines, on a few
+    # threads with contexts of their own: a fleet's pass is bound by round trips, not CPU.
+    keys = [ndb.Key(AuditMark, history_id(job)) for job in jobs]
+    marks = ndb.get_multi(keys) if keys else []
+    plans = [_slots_to_judge(job, mark, now) for job, mark in zip(jobs, marks, strict=True)]
+    records = ledger.lookup_many([slot.run_id for slots, _ in plans for slot in slots])
+    client = ndb.get_context().client
+    results = [AuditPass() for _ in jobs]
+
+    def judge(index: int, context: bool = True) -> None:
+        job, (slots, through) = jobs[index], plans[index]
+        arguments = (catch_up, pause, keys[index], marks[index], slots, through, records)
+        if not context:  # on the caller's thread, in its context
+            _audit_job(ledger, job, now, results[index], *arguments)
+            return
+        with client.context():
+            _audit_job(ledger, job, now, results[index], *arguments)
+
+    if len(jobs) <= 1:
+        for index in range(len(jobs)):
+            judge(index, context=False)
+    else:
+        with concurrent.futures.ThreadPoolExecutor(min(AUDIT_THREADS, len(jobs))) as pool:
+            for done in [pool.submit(judge, index) for index in range(len(jobs))]:
+                done.result()
     found = AuditPass()
-    for job in jobs:
-        _audit_job(ledger, job, now, found, catch_up, pause)
+    for result in results:  # in the jobs' order, whichever finished first
+        found.reported += result.reported
+        found.caught_up += result.caught_up
+        found.breaches += result.breaches
+        found.unverified += result.unverified
     return found
+
+
+AUDIT_THREADS = 8
+
+
+def _slots_to_judge(
+    job: SchedulerJob, mark: AuditMark | None, now: datetime.datetime
+) -> tuple[list[Slot], datetime.datetime]:
+    """The slots whose retry window closed since the mark, and how far this pass may move it."""
+    window = Slot(job, now).window_closes - now
+    # A first pass judges the slots from when the job's are expected (their windows close a window later).
+    checked_until = mark.checked_until if mark else (job.expected_from + window if job.expected_from else now)
+    # The slots whose window closed in [checked_until, now): scheduled a window earlier.
+    slots = slots_between([job], checked_until - window, now - window, MAX_SLOTS)
+    through = now if len(slots) < MAX_SLOTS else slots[-1].schedule_time + window + MICROSECOND
+    return slots, through
 
 
 def _move_mark(key: ndb.Key, mark: AuditMark | None, through: datetime.datetime, **fields: Any) -> bool:
@@ -138,16 +184,13 @@ def _audit_job(
     found: AuditPass,
     catch_up: CatchUp | None,
     pause: Pause | None,
+    key: ndb.Key,
+    mark: AuditMark | None,
+    slots: list[Slot],
+    through: datetime.datetime,
+    records: dict[str, Any],
 ) -> None:
-    key = ndb.Key(AuditMark, history_id(job))
-    mark = key.get()
     window = Slot(job, now).window_closes - now
-    # A first pass judges the slots from when the job's are expected (their windows close a window later).
-    checked_until = mark.checked_until if mark else (job.expected_from + window if job.expected_from else now)
-    # The slots whose window closed in [checked_until, now): scheduled a window earlier.
-    slots = slots_between([job], checked_until - window, now - window, MAX_SLOTS)
-    through = now if len(slots) < MAX_SLOTS else slots[-1].schedule_time + window + MICROSECOND
-    records = ledger.lookup_many([slot.run_id for slot in slots])
     statuses = [execution_status(s, records.get(s.run_id), now) for s in slots]
     # A run still holding a live lease past its window (a long lease, a heartbeat) may yet be
     # missed: stop the mark before it, and report only what lies before it.

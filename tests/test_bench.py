@@ -20,7 +20,7 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DEDUP_", "DATASTORE_"))}
     completed = subprocess.run(
         [sys.executable, "-m", "bench.run", "--requests", "10", "--no-write", "--concurrency", "4",
-         "--throughput-requests", "16", "--rtt-ms", "10"],
+         "--throughput-requests", "16", "--rtt-ms", "10", "--fleet", "5", "20"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-2000:]
@@ -43,12 +43,16 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
     billed_row = r"^\| (fresh run|completed duplicate, another instance) \| [^|]+ \| [^|]+ \| [\d.]+ "
     billed = dict(re.findall(billed_row + r"\| ([\d.]+ \| [\d.]+) \|", report, re.M))
     assert billed == {"fresh run": "3 | 2", "completed duplicate, another instance": "1 | 0"}
+    # The fleet rows (issue 24 §7): start-up and one audit pass per size, on loopback and delayed.
+    fleet = report.split("## At fleet size")[1]
+    sizes = re.findall(r"^\| ([\d,]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", fleet, re.M)
+    assert [size for size, *_ in sizes] == ["5", "20"]
 
 
 @pytest.mark.parametrize(
     "args",
     [("--requests", "0"), ("--requests", "-1"), ("--concurrency", "0"), ("--throughput-requests", "0"),
-     ("--rtt-ms", "-5"), ("--rtt-ms", "nan"), ("--rtt-ms", "inf"), ("--requests", "many")],
+     ("--rtt-ms", "-5"), ("--rtt-ms", "nan"), ("--rtt-ms", "inf"), ("--requests", "many"), ("--fleet", "0")],
 )  # fmt: skip
 def test_bad_arguments_are_refused_before_anything_runs(args, capsys):
     from bench import run
