@@ -201,10 +201,11 @@ def _audit_job(
     reported = [ReportedSlot(s, status) for s, status in checked if status in REPORTED]
     unknown = [s for s, status in checked if status == ExecutionStatus.UNKNOWN]
     streak = mark.failure_streak if mark else 0
-    before_streak = streak
+    reached = []  # each streak length this pass reached, in order: a streak can rise and end in one pass
     for _, status in checked:
         if status == ExecutionStatus.FAILED:
             streak += 1
+            reached.append(streak)
         elif status == ExecutionStatus.COMPLETED:
             streak = 0
     if not _move_mark(key, mark, through, failure_streak=streak):
@@ -251,26 +252,27 @@ def _audit_job(
     found.reported += reported
     found.caught_up += caught_up
     found.unverified += len(unknown)
-    _failure_streak(job, before_streak, streak, found, pause)
+    _failure_streak(job, reached, found, pause)
     _deadline_passes(ledger, job, now, found)
 
 
-def _failure_streak(job: SchedulerJob, before: int, after: int, found: AuditPass, pause: Pause | None) -> None:
+def _failure_streak(job: SchedulerJob, reached: list[int], found: AuditPass, pause: Pause | None) -> None:
     """One ERROR line when the streak reaches alert_after_consecutive_failures, and a pause at
     pause_after_consecutive_failures (Temporal's pause on failure, Airflow's max failed runs)."""
-    base = {"job_id": job.target, "scheduler_job": job.name, "failures_in_a_row": after}
     alert_at = job.alert_after_consecutive_failures
-    if alert_at is not None and before < alert_at <= after:
-        log.error("%s has failed %d times in a row", job.name, after, extra={**base, "outcome": "failing"})
+    if alert_at is not None and alert_at in reached:
+        base = {"job_id": job.target, "scheduler_job": job.name, "failures_in_a_row": alert_at}
+        log.error("%s has failed %d times in a row", job.name, alert_at, extra={**base, "outcome": "failing"})
         found.breaches.append({**base, "outcome": "failing"})
     pause_at = job.pause_after_consecutive_failures
-    if pause_at is not None and before < pause_at <= after:
-        note = f"paused by the audit: {after} failed executions in a row (pause_after_consecutive_failures)"
+    if pause_at is not None and pause_at in reached:
+        base = {"job_id": job.target, "scheduler_job": job.name, "failures_in_a_row": pause_at}
+        note = f"paused by the audit: {pause_at} failed executions in a row (pause_after_consecutive_failures)"
         paused = pause is not None and pause(job, note)
         log.error(
             "%s has failed %d times in a row: %s",
             job.name,
-            after,
+            pause_at,
             "paused" if paused else "it could not be paused",
             extra={**base, "outcome": "failing", "paused": paused},
         )
@@ -338,7 +340,7 @@ _NOT_JUDGED = (
 
 def _breach(rule: str, slot: Slot, record: Any, now: datetime.datetime, offset: datetime.timedelta) -> str | None:
     status = execution_status(slot, record, now)
-    if status in _NOT_JUDGED:
+    if status in _NOT_JUDGED or slot.pause is not None:
         return None
     if rule == "finish_within":
         if record is None or record.status != ExecutionStatus.COMPLETED:

@@ -320,10 +320,11 @@ def timeliness(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> 
 
     ``late``: completed after the deadline.  ``overdue``: the deadline passed while the run
     was still to finish (in progress, due, released).  A slot that is missed, failed,
-    skipped, paused or untracked says that instead."""
+    skipped, paused or untracked says that instead, and one inside a pause interval (caught
+    up later, perhaps) is never late."""
     deadline = slot.deadline
-    if deadline is None:
-        return None
+    if deadline is None or slot.pause is not None:
+        return None  # a slot of a pause is run when the operator says: never late for it
     status = execution_status(slot, record, now)
     if status == ExecutionStatus.COMPLETED and record is not None and record.finished and record.finished > deadline:
         return ExecutionStatus.LATE
