@@ -24,7 +24,7 @@ from handlers.client_tokens import new_form_token
 from handlers.run_documents import duration_seconds, is_stuck, may_retry, run_document
 from handlers.state import app_state, may
 from models import RunRecord, RunSource, RunStatus
-from schedules.pauses import with_pauses
+from schedules.pauses import current, with_pauses
 from schedules.slots import RUNNABLE, ExecutionStatus, execution_document, latest_slots
 
 blueprint = Blueprint("admin", __name__, url_prefix="/admin", template_folder="templates")
@@ -73,6 +73,7 @@ def dashboard():
             state.ledger.find_runs(RunFilter(job_id=job_id, status=RunStatus.IN_PROGRESS), RUNS_PER_JOB)[0],
             now,
             expected[job_id],
+            scheduler_jobs_of(job_id),
         )
         for job_id in sorted(state.jobs)
         if not chosen["job"] or job_id == chosen["job"]
@@ -174,6 +175,22 @@ def row(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
     }
 
 
+def scheduler_jobs_of(job_id: str) -> list[dict[str, Any]]:
+    """The Scheduler jobs that target ``job_id``, with the pause each is in (the card's Pause and Resume)."""
+    listed = []
+    for job in with_pauses([job for job in app_state().schedules if job.target == job_id]):
+        lasting = current(job.pauses)
+        listed.append(
+            {
+                "name": job.name,
+                "project": job.project,
+                "location": job.location,
+                "pause": lasting.document() if lasting else None,
+            }
+        )
+    return listed
+
+
 def expected_executions(job_id: str, now: datetime.datetime) -> list[dict[str, Any]]:
     """The job's newest CARD_SLOTS expected executions (of the last day), with their status."""
     state = app_state()
@@ -195,6 +212,7 @@ def job_summary(
     unfinished: list[RunRecord],
     now: datetime.datetime,
     expected: Sequence[dict[str, Any]] = (),
+    scheduler_jobs: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     finished = [r for r in runs if r.status != RunStatus.IN_PROGRESS]
     completed = [r for r in finished if r.status == RunStatus.COMPLETED]
@@ -215,6 +233,7 @@ def job_summary(
         "missed": sum(e["status"] == ExecutionStatus.MISSED for e in expected),
         "conflicts": sum(e["status"] == ExecutionStatus.CONFLICT for e in expected),
         "expected_count": sum(e["status"] != UNTRACKED for e in expected),
+        "scheduler_jobs": list(scheduler_jobs),
     }
 
 

@@ -1,4 +1,5 @@
-"""The dashboard's actions: **Run now** on a job and **Retry** on a failed manual run.
+"""The dashboard's actions: **Run now** on a job, **Retry** on a failed manual run, **run** on a slot,
+and **Pause** and **Resume** on a Scheduler job.
 
 Plain server-rendered forms (no script, no build step).  Run now carries a
 client token made when the page was rendered, Retry the failed run's own
@@ -34,6 +35,7 @@ from dedup.outcomes import (
     Skipped,
     Stale,
 )
+from dispatch import DispatchError
 from handlers.access import Role, requires
 from handlers.client_tokens import client_token_problem, retry_token
 from handlers.idempotent import Fingerprint, GuardRejected
@@ -42,16 +44,22 @@ from handlers.run_documents import may_retry
 from handlers.state import app_state, current_principal
 from handlers.strict_json import InvalidJson, strict_json
 from handlers.use_cases import (
+    CATCH_UP,
     InvalidSlotRun,
     ManualRunRequest,
     SlotRunRefused,
     SlotRunRequest,
+    catch_up,
     find_slot,
+    last_pause,
     run_manually,
     run_slot_now,
+    scheduler_job_named,
     schedules_of,
+    set_schedule_paused,
 )
 from models import RunSource
+from schedules.pauses import PauseRefused, check_note, with_pauses
 
 blueprint = Blueprint("dashboard_actions", __name__, url_prefix="/admin", template_folder="templates")
 
@@ -241,3 +249,50 @@ def slot_answer(outcome: RunOutcome | SlotRunRefused) -> Response | tuple[str, i
             return redirect(url_for("admin.run_page", run_id=outcome.run_id), code=303)
         case _ as unreachable:
             assert_never(unreachable)
+
+
+PAUSE_FIELDS = frozenset({"note", "project", "location"})
+RESUME_FIELDS = frozenset({"catch_up", "project", "location"})
+
+
+@blueprint.post("/scheduler-jobs/<name>/pause", provide_automatic_options=False)
+@requires(Role.OPERATE)
+def pause_scheduler_job(name: str) -> Response | tuple[str, int]:
+    """The card's Pause: idempotent (pausing a paused job changes nothing), so no form token."""
+    return _set_paused(name, PAUSE_FIELDS, pause=True)
+
+
+@blueprint.post("/scheduler-jobs/<name>/resume", provide_automatic_options=False)
+@requires(Role.OPERATE)
+def resume_scheduler_job(name: str) -> Response | tuple[str, int]:
+    """The card's Resume, with the catch-up chosen: idempotent, its tasks named by their runs."""
+    return _set_paused(name, RESUME_FIELDS, pause=False)
+
+
+def _set_paused(name: str, allowed: frozenset[str], pause: bool) -> Response | tuple[str, int]:
+    try:
+        fields = form_fields(allowed)
+        note = check_note(fields.get("note")) if pause else None
+    except FormProblem as problem:
+        return problem_page(problem.status, problem.message)
+    except PauseRefused as refused:
+        return problem_page(400, refused.message)
+    mode = fields.get("catch_up", "none")
+    if mode not in CATCH_UP:
+        return problem_page(400, f"catch up must be one of {', '.join(CATCH_UP)}")
+    state = app_state()
+    job = scheduler_job_named(state, name, fields.get("project") or None, fields.get("location") or None)
+    if isinstance(job, str):
+        return problem_page(400, job)
+    change = set_schedule_paused(state, current_principal(), job, pause, note)
+    if not pause:
+        [bound] = with_pauses([job])
+        interval = last_pause(bound)
+        try:
+            if interval is not None:
+                catch_up(state, current_principal(), bound, interval, mode)
+        except DispatchError as exc:
+            return problem_page(502, f"resumed, but the catch-up was not dispatched ({exc}); send the form again")
+    if change.scheduler_problem:
+        return problem_page(502, f"recorded in the app; {change.scheduler_problem}. Send the form again")
+    return redirect(url_for("admin.dashboard", job=job.target), code=303)

@@ -300,6 +300,8 @@ def test_every_route_declares_the_role_it_needs(appengine_app):
         "schedule_actions.pause_scheduler_job": "operate",
         "schedule_actions.resume_scheduler_job": "operate",
         "dashboard_actions.run_slot": "operate",
+        "dashboard_actions.pause_scheduler_job": "operate",
+        "dashboard_actions.resume_scheduler_job": "operate",
         "problem_pages.problem_type_page": "view",
     }
 

@@ -1,0 +1,71 @@
+"""Issue 24 §2: operators pause and resume a Scheduler job from its job card (no script, forms only)."""
+
+from __future__ import annotations
+
+import datetime
+import textwrap
+
+import pytest
+import webtest
+
+from dedup.keys import format_utc
+from handlers import create_app
+from tests import job_targets
+from tests.support.cloud_tasks_fake import to_webtest
+from tests.support.deliveries import JOBS
+
+SCHEDULES = """
+defaults: {project: acme-prod, location: us-central1, start_at: 2030-01-01T00:00:00Z, attempt_deadline: 60s}
+jobs:
+  invoice-hourly: {target: invoice, schedule: "0 * * * *", retry: {retry_count: 1, min_backoff: 1m}}
+"""
+T0 = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
+SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin"}
+
+
+@pytest.fixture
+def site(cloud_tasks, google, ndb_client, tmp_path, clock, monkeypatch):
+    monkeypatch.setenv("DEDUP_SCHEDULER_API_BASE", google.url)
+    (tmp_path / "scheduler.yaml").write_text(textwrap.dedent(SCHEDULES))
+    (tmp_path / "jobs.yaml").write_text(textwrap.dedent(JOBS))
+    return webtest.TestApp(create_app(jobs_file=str(tmp_path / "jobs.yaml"), clock=clock, ndb_client=ndb_client))
+
+
+def card(site) -> webtest.TestResponse:
+    return site.get("/admin/", params={"job": "invoice"})
+
+
+def test_pause_then_resume_with_catch_up_from_the_card(site, clock, cloud_tasks, google):
+    clock.advance(1800)
+    page = card(site)
+    assert 'data-scheduler-job="invoice-hourly"' in page.text and "enabled" in page.text
+    form = next(f for f in page.forms.values() if "/scheduler-jobs/invoice-hourly/pause" in f.action)
+    form["note"] = "incident 4711"
+    paused = form.submit(headers=SAME_ORIGIN, status=303)
+    again = form.submit(headers=SAME_ORIGIN, status=303)  # a double click: one pause
+    assert paused.headers["Location"] == again.headers["Location"]
+    page = card(site)
+    assert "since " + format_utc(T0 + datetime.timedelta(minutes=30)) in page.text and "(incident 4711)" in page.text
+    assert google.scheduler_states["projects/acme-prod/locations/us-central1/jobs/invoice-hourly"] == "PAUSED"
+    clock.advance(3 * 3600)  # 03:30: 01:00 to 03:00 paused
+    form = next(f for f in card(site).forms.values() if "/scheduler-jobs/invoice-hourly/resume" in f.action)
+    form["catch_up"] = "all"
+    form.submit(headers=SAME_ORIGIN, status=303)
+    assert len(cloud_tasks.tasks) == 3
+    cloud_tasks.deliver(to_webtest(site))
+    assert len(job_targets.EFFECTS) == 3 and "enabled" in card(site).text
+
+
+def test_a_bad_or_cross_site_form_is_refused_and_pauses_nothing(site):
+    refused = site.post(
+        "/admin/scheduler-jobs/invoice-hourly/resume", {"catch_up": "some"}, headers=SAME_ORIGIN, status=400
+    )
+    assert "catch up must be one of" in refused.text
+    long = site.post("/admin/scheduler-jobs/invoice-hourly/pause", {"note": "x" * 501}, headers=SAME_ORIGIN, status=400)
+    assert "longer than 500" in long.text
+    site.post("/admin/scheduler-jobs/nightly/pause", {"note": ""}, headers=SAME_ORIGIN, status=404)
+    cross = site.post(
+        "/admin/scheduler-jobs/invoice-hourly/pause", {}, headers={"Sec-Fetch-Site": "cross-site"}, status=403
+    )
+    assert cross.status_int == 403
+    assert "enabled" in card(site).text
