@@ -17,22 +17,24 @@ from deploy.scheduler_config import app_service, shell_line
 
 # The APIs a first deploy and the ops commands use: App Engine and the Cloud Build its
 # deploys run on; Datastore for the ledger and Firestore's API, which creates the database
-# and its TTL policy (`deploy ttl`); Cloud Scheduler; IAP for people (`deploy iap`); Logging
-# and Monitoring for the missed-execution alert (`deploy alerts`).  Job kinds that start
-# Google executions need their own (docs/jobs.md).
+# and its TTL policy (`deploy ttl`); Cloud Scheduler; Cloud Tasks for dispatched work
+# (catch-up); IAP for people (`deploy iap`); Logging and Monitoring for the missed-execution
+# alert (`deploy alerts`).  Job kinds that start Google executions need their own (docs/jobs.md).
 APIS = (
     "appengine.googleapis.com",
     "cloudbuild.googleapis.com",
     "datastore.googleapis.com",
     "firestore.googleapis.com",
     "cloudscheduler.googleapis.com",
+    "cloudtasks.googleapis.com",
     "iap.googleapis.com",
     "logging.googleapis.com",
     "monitoring.googleapis.com",
 )
 SERVICE_ACCOUNT_NAME = "dedup-app"
-# The app's account needs the ledger only (docs/deploying.md, "Least privilege").
-SERVICE_ACCOUNT_ROLES = ("roles/datastore.user",)
+# The app's account needs the ledger, to enqueue its dispatched work, and to pause and resume
+# its Scheduler jobs (docs/deploying.md, "Least privilege").
+SERVICE_ACCOUNT_ROLES = ("roles/datastore.user", "roles/cloudtasks.enqueuer", "roles/cloudscheduler.admin")
 DEFAULT_SERVICE_YAML = os.path.join(os.path.dirname(os.path.abspath(__file__)), "default_service", "app.yaml")
 # Two App Engine regions are named without their Cloud region's digit.
 _APP_ENGINE_REGIONS = {"us-central1": "us-central", "europe-west1": "europe-west"}
@@ -169,6 +171,8 @@ def next_steps(project: str) -> list[str]:
         "# cron.yaml replaces the app's whole cron list: deploy it as it is only where the app has no",
         "# cron entries of its own; else merge them first (docs/deploying.md, Beside an existing app).",
         shell_line(["gcloud", "app", "deploy", "cron.yaml", f"--project={project}"]),
+        "# queue.yaml likewise replaces the app's whole queue list (its dedup-dispatch queue: catch-up).",
+        shell_line(["gcloud", "app", "deploy", "queue.yaml", f"--project={project}"]),
         "python -m deploy scheduler apply",
     ]
     return [step if step.startswith("#") else f"#   {step}" for step in steps]

@@ -21,15 +21,17 @@ FRESH: dict = {}  # no app, no database, no account; the App Engine and Firestor
 SA = "dedup-app@acme-prod.iam.gserviceaccount.com"
 CREATE = [
     "gcloud services enable appengine.googleapis.com cloudbuild.googleapis.com datastore.googleapis.com "
-    "firestore.googleapis.com cloudscheduler.googleapis.com iap.googleapis.com logging.googleapis.com "
-    "monitoring.googleapis.com --project=acme-prod",
+    "firestore.googleapis.com cloudscheduler.googleapis.com cloudtasks.googleapis.com iap.googleapis.com "
+    "logging.googleapis.com monitoring.googleapis.com --project=acme-prod",
     "gcloud app create --region=us-central --project=acme-prod",
     "gcloud firestore databases create '--database=(default)' --location=us-central1 --type=datastore-mode "
     "--project=acme-prod",
     "gcloud iam service-accounts create dedup-app '--display-name=Exactly-once target for Cloud Scheduler jobs' "
     "--project=acme-prod",
-    f"gcloud projects add-iam-policy-binding acme-prod --member=serviceAccount:{SA} --role=roles/datastore.user "
-    "--condition=None",
+    *(
+        f"gcloud projects add-iam-policy-binding acme-prod --member=serviceAccount:{SA} --role={role} --condition=None"
+        for role in ("roles/datastore.user", "roles/cloudtasks.enqueuer", "roles/cloudscheduler.admin")
+    ),
     "gcloud app deploy deploy/default_service/app.yaml --project=acme-prod --quiet",
 ]
 
@@ -112,14 +114,14 @@ def test_a_project_with_an_app_keeps_it_its_default_service_and_its_database(pro
     calls = project({"app": "us-central", "database": "DATASTORE_MODE", "services": ["default", "api"], "account": SA})
     planned = bootstrap("--region=us-central1", "--apply")
     assert planned.exit_code == 0, planned.output
-    assert commands(planned.output) == [CREATE[0], CREATE[4]]  # the APIs and the role: both idempotent
+    assert commands(planned.output) == [CREATE[0], *CREATE[4:7]]  # the APIs and the roles: all idempotent
     assert not [c for c in calls() if c[1] in ("create", "deploy") or c[2:3] == ["create"]]
 
 
 def test_an_app_without_a_default_service_gets_the_stand_in_only(project):
     project({"app": "us-central", "database": "DATASTORE_MODE", "services": [], "account": SA})
     planned = bootstrap("--region=us-central1")
-    assert commands(planned.output) == [CREATE[0], CREATE[4], CREATE[5]]
+    assert commands(planned.output) == [CREATE[0], *CREATE[4:7], CREATE[7]]
 
 
 @pytest.mark.parametrize(
