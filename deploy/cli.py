@@ -164,8 +164,14 @@ def _plan(file: str, assume_new: bool) -> list[list[str]]:
         commands += gcloud_commands(job, exists=exists)
         for warning in update_warnings(job) if exists else []:
             click.echo(f"warning: {warning}", err=True)
-        commands += pause_commands(job, live_state if exists else "ENABLED")
-        if job.paused is None and exists and live_state == "PAUSED":
+        commands += pause_commands(job, live_state, created=not exists)
+        if exists and job.paused is not None and (live_state == "PAUSED") != job.paused:
+            click.echo(
+                f"note: {job.name} is {live_state.lower()} in Cloud Scheduler; the app makes it "
+                f"{'paused' if job.paused else 'enabled'} when the version that changes paused: first runs",
+                err=True,
+            )
+        elif exists and job.paused is None and live_state == "PAUSED":
             click.echo(
                 f"note: {job.name} is paused in Cloud Scheduler and left so (paused: false resumes it)", err=True
             )

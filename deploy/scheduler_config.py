@@ -85,18 +85,17 @@ def gcloud_commands(job: SchedulerJob, exists: bool) -> list[list[str]]:
     return commands
 
 
-def pause_commands(job: SchedulerJob, live_state: str) -> list[list[str]]:
-    """Pause or resume the job when scheduler.yaml says ``paused`` and Scheduler's state differs.
+def pause_commands(job: SchedulerJob, live_state: str, created: bool) -> list[list[str]]:
+    """Pause a job the plan creates (or makes again) paused: ``paused: true``, or paused before and
+    not ``paused: false``.
 
-    Unsaid (no ``paused:``), the state is left as it is: an operator's pause during an
-    incident is not undone by an unrelated deploy.  The app records the file's pause when a
-    version that reads it first starts (schedules.history).
+    An existing job's pause is the app's to change (schedules.history: the app applies the
+    file's ``paused`` when a version that changes it first runs, in its record and in Cloud
+    Scheduler), so the file and an operator's pause or resume never fight over it.
     """
     target = [job.name, f"--project={job.project}", f"--location={job.location}"]
-    if job.paused is True and live_state != "PAUSED":
+    if created and (job.paused is True or (live_state == "PAUSED" and job.paused is not False)):
         return [["gcloud", "scheduler", "jobs", "pause", *target]]
-    if job.paused is False and live_state == "PAUSED":
-        return [["gcloud", "scheduler", "jobs", "resume", *target]]
     return []
 
 

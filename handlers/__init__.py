@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -22,7 +23,7 @@ from handlers.auth import Admission, AuthSettings, CallerGate
 from handlers.idempotent import install_guard
 from handlers.state import AppState, current_principal
 from jobs.config import jobs_file_path, load_jobs
-from schedules.config import load_app_schedules, scheduler_file_path
+from schedules.config import SchedulerJob, load_app_schedules, scheduler_file_path
 from schedules.history import TrackedSchedules
 from schedules.scheduler_api import SchedulerApi
 
@@ -77,18 +78,31 @@ def create_app(
     ledger = Ledger(clock, FinishedRuns(max_entries=finished_cache_entries_from_environ(os.environ)))
     # Guarded keys are per principal: one caller never gets another's stored answer.
     install_guard(app, ledger, wait_slots, caller=lambda: current_principal().name)
+    scheduler_api = SchedulerApi.from_environ(os.environ)
+
+    def file_pause(job: SchedulerJob, pause: bool) -> None:
+        """scheduler.yaml's paused, changed by this version: Cloud Scheduler made to match."""
+        problem = scheduler_api.set_paused(job, pause)
+        if problem:
+            logging.getLogger(__name__).error("%s (scheduler.yaml's paused: %s)", problem, pause)
+
     app.extensions["dedup"] = AppState(
         jobs=jobs,
         clock=clock,
         ledger=ledger,
         wait_slots=wait_slots,
-        tracked_schedules=TrackedSchedules(schedules, clock),
-        scheduler_api=SchedulerApi.from_environ(os.environ),
+        tracked_schedules=TrackedSchedules(schedules, clock, file_pause),
+        scheduler_api=scheduler_api,
         dispatcher=dispatcher or CloudTasksDispatcher.from_environ(os.environ) or InProcessDispatcher(),
     )
     in_process = app.extensions["dedup"].dispatcher
     if isinstance(in_process, InProcessDispatcher):
         in_process.app = app
+        if os.environ.get("GAE_ENV") == "standard":
+            logging.getLogger(__name__).warning(
+                "DEDUP_TASKS_QUEUE is unset: catch-up work runs on this instance's threads, where App Engine "
+                "may stop it; set it to queue.yaml's queue (docs/schedules.md, Dispatched work)"
+            )
     errors.register(app)
     tracing.install_tracing(app)  # first: every later step, and every log line, is inside the request's span
     logs.install_request_logging(app)

@@ -46,10 +46,12 @@ def deliver(job_id: str):
     key, force_run = delivered_key(state, job_id, key, now)
     note_run(job_id=job_id, source=RunSource.FORCE_RUN if force_run else RunSource.SCHEDULER, run_id=key.run_id)
     if force_run:
-        log.info("a Force run of %s: %s; run under a key of its own", key.scheduler_job_name, force_run)
+        log.info("a Force run of %s: %s", key.scheduler_job_name, force_run)
     body = request.get_data(cache=False)
-    skip_reason = late_delivery(job, key, now)
-    outcome = run_scheduled(state, current_principal(), job_id, job, key, body, skip_reason=skip_reason)
+    skip_reason = late_delivery(job, key, now, force_run=bool(force_run))
+    outcome = run_scheduled(
+        state, current_principal(), job_id, job, key, body, skip_reason=skip_reason, force_run=bool(force_run)
+    )
     response = outcome_response(outcome)
     declared = declared_job(state.schedules, key.scheduler_job_name, key.project, key.location)
     # After the run, off its path: a delivery during a pause (a tick racing it, a Force run) runs

@@ -23,20 +23,21 @@ from dedup.keys import ScheduledRunKey, format_utc, scheduled_run_key
 from dedup.ledger import REOPENED, RunDescription, RunPolicy
 from dedup.outcomes import Attempt, RunOutcome
 from dedup.runner import Waiting, run_once
-from dispatch import Dispatched, DispatchError, Work, task_id
+from dispatch import Dispatched, Work, task_id
 from handlers.access import Principal
 from handlers.logs import note_run
 from handlers.responses import note_outcome
 from handlers.state import AppState
 from jobs.base import RunContext
 from jobs.config import JobSpec
-from models import RunSource
+from models import RunSource, RunStatus
 from schedules.config import SchedulerJob
-from schedules.pauses import Pause, change_pause, current, paused, resumed, with_pauses
+from schedules.pauses import Pause, change_pause, current, paused, pauses_of, resumed, with_pauses
 from schedules.slots import (
     CLOCK_SKEW_SECONDS,
     NEEDS_FORCE,
     ExecutionStatus,
+    ForceRun,
     Slot,
     delivery_scope,
     execution_status,
@@ -60,10 +61,11 @@ def run_scheduled(
     *,
     skip_reason: str | None = None,
     reopen_attempt: int | None = None,
+    force_run: bool = False,
 ) -> RunOutcome:
     """Run a scheduled execution once under its key, for ``principal``: a delivery's path, and an
-    operator's run of a slot."""
-    source = RunSource.FORCE_RUN if key.force_run else RunSource.SCHEDULER
+    operator's run of a slot.  ``force_run``: recorded as a Force run (its key may be its own)."""
+    source = RunSource.FORCE_RUN if force_run or key.force_run else RunSource.SCHEDULER
     description = RunDescription(
         source=source,
         job_id=job_id,
@@ -99,18 +101,27 @@ def delivered_key(
 ) -> tuple[ScheduledRunKey, str | None]:
     """The key a delivery runs under, and why it is a Force run (None for a slot's delivery).
 
-    A Force run is keyed apart (``ScheduledRunKey.as_force_run``), so it never takes a
-    slot that has not come, and the slot's own delivery still runs the slot.
+    A Force run carrying a slot still to come is keyed apart (``ScheduledRunKey.as_force_run``),
+    so it never takes that slot, and the slot's own delivery still runs the slot.  Its
+    retries keep its schedule time and may come within the clock skew of it: a delivery
+    that early finds the Force run's record unfinished and is its retry (Scheduler never
+    has two executions of a job outstanding).  Only such early deliveries pay that lookup.
     """
-    reason = force_run_reason(key, job_id, state.schedules, now)
-    return (key.as_force_run(), reason) if reason else (key, None)
+    found = force_run_reason(key, job_id, state.schedules, now)
+    if found is None and key.schedule_time > now:
+        record = state.ledger.lookup(key.as_force_run().run_id)
+        if record is not None and record.status != RunStatus.COMPLETED:
+            found = ForceRun("a retry of the Force run that carried this slot's time", own_key=True)
+    if found is None:
+        return key, None
+    return (key.as_force_run() if found.own_key else key), found.reason
 
 
-def late_delivery(job: JobSpec, key: ScheduledRunKey, now: datetime.datetime) -> str | None:
+def late_delivery(job: JobSpec, key: ScheduledRunKey, now: datetime.datetime, force_run: bool = False) -> str | None:
     """Why this delivery is too late to run (its job's max_delay_seconds), or None.
 
     A Force run is asked for now, whatever time it carries: never late."""
-    if job.max_delay_seconds is None or key.force_run:
+    if job.max_delay_seconds is None or force_run or key.force_run:
         return None
     delay = (now - key.schedule_time).total_seconds()
     if delay <= job.max_delay_seconds:
@@ -337,11 +348,12 @@ def misfire_catch_up(state: AppState) -> Callable[[Slot], bool]:
     """The audit's catch-up (schedules.audit.CatchUp): dispatch a missed slot to run under its key."""
 
     def dispatch_slot(slot: Slot) -> bool:
-        record = state.ledger.lookup(slot.run_id)
-        work = slot_run_work(slot.job.target, slot, record.attempt if record else 0, MISFIRE_PRINCIPAL)
+        # Never raises: the audit's mark has moved, and its lines must still be written.
         try:
+            record = state.ledger.lookup(slot.run_id)
+            work = slot_run_work(slot.job.target, slot, record.attempt if record else 0, MISFIRE_PRINCIPAL)
             state.dispatcher.dispatch(work)
-        except DispatchError:
+        except Exception:
             log.warning("the misfire policy could not dispatch %s: reported as missed", slot.run_id, exc_info=True)
             return False
         return True
@@ -357,7 +369,11 @@ def failure_streak_pause(state: AppState) -> Callable[[SchedulerJob, str], bool]
 
     def pause(job: SchedulerJob, note: str) -> bool:
         who = Principal(name=FAILURE_STREAK_PRINCIPAL, granted=frozenset())
-        change = set_schedule_paused(state, who, job, True, note)
+        try:  # never raises: the audit's mark has moved, and its lines must still be written
+            change = set_schedule_paused(state, who, job, True, note)
+        except Exception:
+            log.exception("%s could not be paused after its failure streak", job.name)
+            return False
         if change.scheduler_problem:
             log.error("%s: %s", job.name, change.scheduler_problem, extra={"scheduler_job": job.name})
         return change.pause is not None
@@ -389,6 +405,12 @@ def set_schedule_paused(
 
     after = change_pause(job, change)
     problem = state.scheduler_api.set_paused(job, pause)
+    # A pause and a resume at once (two clicks, two operators) may reach Scheduler in the other
+    # order than the record: make Scheduler match the record as it stands now.
+    standing = current(pauses_of(job))
+    if (standing is not None) != pause:
+        problem = state.scheduler_api.set_paused(job, standing is not None)
+        after = [standing] if standing else []
     return PauseChange(job, current(after), after != seen[-1], problem)
 
 

@@ -27,7 +27,7 @@ from dedup.keys import format_utc
 from dedup.ledger import Ledger
 from dedup.transactions import run_transaction
 from models.audit import AuditMark
-from schedules.config import SchedulerJob, history_id
+from schedules.config import AUDIT_INTERVAL_SECONDS, SchedulerJob, history_id
 from schedules.slots import MAX_SLOTS, ExecutionStatus, Slot, execution_status, slots_between
 
 log = logging.getLogger("dedup.audit")
@@ -208,6 +208,8 @@ def _audit_job(
             reached.append(streak)
         elif status == ExecutionStatus.COMPLETED:
             streak = 0
+    if job.pause_after_consecutive_failures in reached:
+        streak = 0  # the audit pauses the job: after a resume, its failures count afresh
     if not _move_mark(key, mark, through, failure_streak=streak):
         return
     # After the mark landed, so only the pass that reports a slot runs it: once each.
@@ -302,7 +304,10 @@ def _deadline_pass(
     """Judge once each slot whose ``rule`` deadline (its time plus ``offset``) passed since the last pass."""
     key = ndb.Key(AuditMark, f"{history_id(job)}#{rule}")
     mark = key.get()
-    checked_until = mark.checked_until if mark else ((job.expected_from or now) + offset)
+    # A first pass looks back two audit intervals at most: a rule added to a job that ran for
+    # months pages for no old slot, and one added with the deploy misses no breach since.
+    lookback = now - datetime.timedelta(seconds=2 * AUDIT_INTERVAL_SECONDS)
+    checked_until = mark.checked_until if mark else max(lookback, job.expected_from or lookback)
     slots = slots_between([job], checked_until - offset, now - offset, MAX_SLOTS)
     through = now if len(slots) < MAX_SLOTS else slots[-1].schedule_time + offset + MICROSECOND
     records = ledger.lookup_many([slot.run_id for slot in slots])
@@ -330,6 +335,7 @@ _BREACH_WORDS = {
 }
 # Statuses that say more than a deadline would: never judged by one.
 _NOT_JUDGED = (
+    ExecutionStatus.MISSED,  # reported as missed: not overdue as well
     ExecutionStatus.PAUSED,
     ExecutionStatus.UNTRACKED,
     ExecutionStatus.UNKNOWN,

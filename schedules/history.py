@@ -17,16 +17,18 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from google.cloud import ndb
 
 from dedup.clock import Clock
 from dedup.keys import format_utc, parse_rfc3339
+from models.audit import AuditMark
 from models.schedule_history import ScheduleHistory
 from schedules.config import EarlierSchedule, SchedulerJob, history_id
 from schedules.pauses import FILE_PRINCIPAL, change_pause, paused, resumed
+from schedules.slots import Slot
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +78,12 @@ def tracked(job: SchedulerJob, versions: Sequence[ScheduleVersion]) -> Scheduler
     )
 
 
-def record_schedules(jobs: Sequence[SchedulerJob], now: datetime.datetime) -> tuple[SchedulerJob, ...]:
+FilePause = Callable[[SchedulerJob, bool], None]  # makes Cloud Scheduler match the file's paused
+
+
+def record_schedules(
+    jobs: Sequence[SchedulerJob], now: datetime.datetime, on_file_pause: FilePause | None = None
+) -> tuple[SchedulerJob, ...]:
     """Record any schedule not seen before, and return the jobs bound to their histories.
 
     Needs an NDB context.  One batched lookup; one batched write when something is new.
@@ -84,15 +91,19 @@ def record_schedules(jobs: Sequence[SchedulerJob], now: datetime.datetime) -> tu
     if not jobs:
         return ()
     keys = [ndb.Key(ScheduleHistory, history_id(job)) for job in jobs]
-    stored = ndb.get_multi(keys)
+    marks = [ndb.Key(AuditMark, history_id(job)) for job in jobs]
+    fetched = ndb.get_multi(keys + marks)  # one batch
+    stored, audited = fetched[: len(keys)], fetched[len(keys) :]
     changed = []
     bound = []
-    for job, key, entity in zip(jobs, keys, stored, strict=True):
+    for job, key, entity, mark in zip(jobs, keys, stored, audited, strict=True):
         before = [ScheduleVersion.from_document(v) for v in entity.versions] if entity else []
-        versions = seen(before, job, now)
+        versions = seen(before, job, now if before or mark is None else known_since(job, mark, now))
         file_paused = entity.file_paused if entity else None
         if job.paused is not None and job.paused != file_paused:
             apply_file_pause(job, now)  # before the flag is stored: a failure here is tried again
+            if on_file_pause is not None:
+                on_file_pause(job, job.paused)
             file_paused = job.paused
         if versions != before or file_paused != (entity.file_paused if entity else None):
             changed.append(ScheduleHistory(key=key, versions=[v.document() for v in versions], file_paused=file_paused))
@@ -100,6 +111,14 @@ def record_schedules(jobs: Sequence[SchedulerJob], now: datetime.datetime) -> tu
     if changed:
         ndb.put_multi(changed)
     return tuple(bound)
+
+
+def known_since(job: SchedulerJob, mark: AuditMark, now: datetime.datetime) -> datetime.datetime:
+    """When an app from before schedule histories already expected the job's slots: the audit had
+    judged them up to its mark, so the slots whose windows close after it are expected still."""
+    window = Slot(job, now).window_closes - now
+    checked_until: datetime.datetime = mark.checked_until
+    return min(now, checked_until - window)
 
 
 def apply_file_pause(job: SchedulerJob, now: datetime.datetime) -> None:
@@ -121,9 +140,12 @@ class TrackedSchedules:
     next one records them.
     """
 
-    def __init__(self, declared: tuple[SchedulerJob, ...], clock: Clock) -> None:
+    def __init__(
+        self, declared: tuple[SchedulerJob, ...], clock: Clock, on_file_pause: FilePause | None = None
+    ) -> None:
         self.declared = declared
         self._clock = clock
+        self._on_file_pause = on_file_pause
         self._tracked: tuple[SchedulerJob, ...] | None = None if declared else ()
         self._lock = threading.Lock()
 
@@ -134,5 +156,5 @@ class TrackedSchedules:
             return tracked_jobs
         with self._lock:
             if self._tracked is None:
-                self._tracked = record_schedules(self.declared, self._clock.now())
+                self._tracked = record_schedules(self.declared, self._clock.now(), self._on_file_pause)
             return self._tracked

@@ -253,9 +253,20 @@ def declared_job(
     return None
 
 
+@dataclasses.dataclass(frozen=True)
+class ForceRun:
+    """Why a delivery is a Force run, and whether it needs a key of its own."""
+
+    reason: str
+    # Ahead of the clock: its time names a slot still to come, which it must not take.  Carrying
+    # its own execution time, it names no slot, so the key of that time is its own already (and
+    # every process computes the same one, whatever schedule history it holds).
+    own_key: bool
+
+
 def force_run_reason(
     key: ScheduledRunKey, job_id: str, jobs: Iterable[SchedulerJob], now: datetime.datetime
-) -> str | None:
+) -> ForceRun | None:
     """Why this delivery is a Force run rather than a slot's delivery, or None if it may be the slot's.
 
     Cloud Scheduler's Force run (console, ``gcloud scheduler jobs run``, ``jobs.run``) is
@@ -266,13 +277,14 @@ def force_run_reason(
     """
     ahead = (key.schedule_time - now).total_seconds()
     if ahead > CLOCK_SKEW_SECONDS:
-        return (
+        return ForceRun(
             f"its schedule time is {ahead:.0f}s ahead of this server's clock (more than the "
-            f"{CLOCK_SKEW_SECONDS}s skew allowed): no slot is delivered before its time"
+            f"{CLOCK_SKEW_SECONDS}s skew allowed): no slot is delivered before its time",
+            own_key=True,
         )
     declared = declared_job(jobs, key.scheduler_job_name, key.project, key.location)
     if declared is not None and declared.target == job_id and not is_slot(declared, key.schedule_time):
-        return f"its schedule time is no slot of {declared.name}'s schedule ({declared.schedule!r})"
+        return ForceRun(f"its schedule time is no slot of {declared.name}'s schedule ({declared.schedule!r})", False)
     return None
 
 

@@ -92,6 +92,7 @@ def hold_a_run(ndb_client, clock, hour: float) -> None:
 def test_finish_within_shows_late_and_overdue_and_the_audit_says_so_once(make_site, clock, ndb_client, caplog):
     site = make_site("    finish_within: 10m")
     caplog.set_level(logging.ERROR, logger="dedup.audit")
+    audit_errors(site, caplog)  # the first pass (cron runs it every 15 minutes): the marks start here
     clock.advance(10)
     deliver(site, 0)  # 00:00:10: on time
     clock.advance(3600 + 1200)  # 01:20:10: a retry, after the deadline
@@ -108,6 +109,7 @@ def test_finish_within_shows_late_and_overdue_and_the_audit_says_so_once(make_si
 def test_max_runtime_judges_a_run_that_took_too_long(make_site, clock, ndb_client, caplog):
     site = make_site("    max_runtime: 5m")
     caplog.set_level(logging.ERROR, logger="dedup.audit")
+    audit_errors(site, caplog)
     clock.advance(10)
     hold_a_run(ndb_client, clock, 0)  # still running at 00:05:10
     clock.advance(600)
@@ -170,3 +172,40 @@ def test_bad_deadline_settings_are_refused_by_name(rules, field):
     with pytest.raises(ScheduleFileError) as refused:
         parse_scheduler_document(yaml.safe_load(textwrap.dedent(SCHEDULES % rules)))
     assert [p.field for p in refused.value.problems] == [field]
+
+
+def test_a_rule_added_to_a_job_pages_for_no_old_slot(make_site, clock, caplog):
+    """Six late runs before finish_within was set: the first pass with it looks back two audit intervals only."""
+    caplog.set_level(logging.ERROR, logger="dedup.audit")
+    before = make_site("")
+    for hour in range(6):
+        clock.advance((T0 + datetime.timedelta(hours=hour, minutes=20) - clock.now()).total_seconds())
+        deliver(before, hour)  # each 20 minutes late
+    clock.advance(2700)  # 06:05: the last deadline passed (05:10) is more than two audit intervals back
+    assert audit_errors(make_site("    finish_within: 10m"), caplog) == []
+
+
+def test_a_missed_slot_is_reported_missed_and_not_overdue_as_well(make_site, clock, caplog):
+    """finish_within longer than the retry window: at the deadline the slot is missed already."""
+    site = make_site("    finish_within: 5h")
+    caplog.set_level(logging.ERROR, logger="dedup.audit")
+    audit_errors(site, caplog)
+    clock.advance(5 * 3600 + 600)  # 05:10: 00:00's deadline passed; it was never delivered
+    errors = audit_errors(site, caplog)
+    assert ("missed", at(0)) in errors and ("overdue", at(0)) not in errors
+
+
+def test_after_a_resume_the_streak_counts_afresh_and_pauses_again(make_site, clock, caplog):
+    site = make_site()
+    caplog.set_level(logging.ERROR, logger="dedup.audit")
+    job_targets.FAILURES["flaky"] = ["permanent"] * 6
+    paused_by_streak = []
+    for hour in range(6):
+        clock.advance((T0 + datetime.timedelta(hours=hour, seconds=10) - clock.now()).total_seconds())
+        deliver(site, hour, job="flaky", name="flaky-hourly", status=422)
+        clock.advance(3600 - 10)
+        answer = site.get("/tasks/audit", headers=CRON).json
+        paused_by_streak += [b["failures_in_a_row"] for b in answer["breaches"] if b.get("paused")]
+        if paused_by_streak and hour == 2:  # the operator resumes at once
+            site.post_json("/api/v1/scheduler-jobs/flaky-hourly/resume", {})
+    assert paused_by_streak == [3, 3]  # 00:00-02:00, then 03:00-05:00 after the resume

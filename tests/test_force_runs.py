@@ -26,7 +26,7 @@ JOBS = """
 jobs:
   tick:
     kind: python
-    target: tests.job_targets:record
+    target: tests.job_targets:scripted_failures
     lease_seconds: 60
     max_delay_seconds: 30
 """
@@ -109,8 +109,12 @@ def test_a_force_run_with_the_next_slots_time_runs_once_apart_and_the_slot_still
 
 
 def test_a_force_run_with_its_own_execution_time_runs_once_under_its_own_key(site, clock):
+    """Its time names no slot, so the key of that time is its own: the same in every process,
+    whatever schedule history each holds."""
     forced = deliver(site, 20.417).json  # its own time: no slot of a per-minute schedule
-    assert forced["duplicate"] is False and forced["run_id"] != slot_run_id(20.417)
+    assert forced["duplicate"] is False and forced["run_id"] == slot_run_id(20.417)
+    record = site.get(f"/api/v1/runs/{forced['run_id']}", status=200).json
+    assert record["source"] == "force_run"
     clock.advance(120)  # retried late: a Force run is asked for now, never skipped as late
     again = deliver(site, 20.417).json
     assert again["duplicate"] is True and again["run_id"] == forced["run_id"]
@@ -141,6 +145,26 @@ def test_only_a_time_beyond_the_clock_skew_makes_a_slots_time_a_force_run(site, 
     record = site.get(f"/api/v1/runs/{answer.json['run_id']}", status=200).json
     assert record["source"] == ("force_run" if force_run else "scheduler")
     assert record["status"] == ("skipped" if offset < -30 else "completed")
+
+
+def test_a_retry_of_a_force_run_within_the_skew_of_its_time_is_its_retry_not_the_slot(site, clock):
+    """Scheduler retries keep the schedule time: one arriving just before it finds the Force run unfinished."""
+    job_targets.FAILURES["tick"] = ["retryable"]
+    first = deliver(site, 60, status=500).json  # 00:00:20, carrying 00:01:00: released
+    clock.advance(35)  # 00:00:55: Scheduler's retry, 5 s before the time it carries
+    retried = deliver(site, 60).json
+    assert retried["run_id"] == first["run_id"] != slot_run_id(60) and retried["attempt"] == 2
+    clock.advance(5)  # 00:01:00: the slot's own delivery runs the slot
+    slot = deliver(site, 60).json
+    assert slot["run_id"] == slot_run_id(60) and slot["duplicate"] is False
+    assert [e["source"] for e in job_targets.EFFECTS] == ["force_run", "force_run", "scheduler"]
+
+
+def test_an_early_delivery_after_a_completed_force_run_is_the_slots(site, clock):
+    deliver(site, 60)  # 00:00:20: a Force run carrying 00:01:00, completed
+    clock.advance(35)  # 00:00:55: the slot's delivery, 5 s early (within the skew)
+    early = deliver(site, 60).json
+    assert early["run_id"] == slot_run_id(60) and early["duplicate"] is False
 
 
 def test_without_a_schedule_only_a_time_ahead_is_a_force_run(bare_site, clock):

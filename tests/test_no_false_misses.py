@@ -205,3 +205,21 @@ def test_a_bad_start_at_is_refused_by_name(value, words):
         parse_scheduler_document(yaml.safe_load(text))
     [problem] = refused.value.problems
     assert problem.field == "start_at" and words in str(problem)
+
+
+def test_an_upgrade_keeps_expecting_the_slots_the_audit_had_not_judged_yet(deploy, clock, datastore, ndb_client):
+    """An app from before schedule histories had audited up to its mark: a slot missed just before
+    the upgrade is missed, not untracked."""
+    from models.audit import AuditMark
+
+    with ndb_client.context():
+        AuditMark(
+            id="acme-prod/us-central1/invoice-hourly", checked_until=T0 + datetime.timedelta(minutes=10), pass_id="old"
+        ).put()
+    clock.advance(3600 + 1200)  # 01:20: 01:00 was never delivered; the upgrade lands now
+    site = deploy()
+    site.get("/api/v1/scheduler-jobs")
+    clock.advance(3600)
+    assert listing(site, 1, 1.1) == [(at(1), "missed")]
+    missed = [m["schedule_time"] for m in site.get("/tasks/audit", headers=CRON).json["missed"]]
+    assert at(1) in missed

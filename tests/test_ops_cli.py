@@ -497,27 +497,40 @@ def test_alerts_prints_the_metrics_and_two_policies_and_applies_them(cli, fake_g
 
 
 @pytest.mark.parametrize(
-    "paused, live, action",
+    "paused, live, note",
     [
-        ("true", "ENABLED", "pause"),
+        ("true", "ENABLED", "the app makes it paused"),
         ("true", "PAUSED", None),
-        ("false", "PAUSED", "resume"),
+        ("false", "PAUSED", "the app makes it enabled"),
         ("false", "ENABLED", None),
-        (None, "PAUSED", None),  # unsaid: an operator's pause is not undone by a deploy
+        (None, "PAUSED", "left so"),  # unsaid: an operator's pause is not undone by a deploy
     ],
 )
-def test_plan_pauses_and_resumes_only_what_the_file_says(cli, fake_gcloud, monkeypatch, paused, live, action):
+def test_plan_leaves_an_existing_jobs_pause_to_the_app(cli, fake_gcloud, monkeypatch, paused, live, note):
+    """The app applies the file's paused when the version that changes it first runs (in its
+    record and in Cloud Scheduler), so the file and an operator's action never fight over it."""
     monkeypatch.setenv("PATH", fake_gcloud[0]["PATH"])
     monkeypatch.setenv("FAKE_NIGHTLY_STATE", live)
-    note = '"incident 4711"' if paused == "true" else None
-    planned = cli("scheduler", "plan", schedule=job(paused=paused, note=note))
+    planned = cli("scheduler", "plan", schedule=job(paused=paused))
     assert planned.exit_code == 0, planned.output
-    lines = [line for line in planned.output.splitlines() if line.startswith("gcloud scheduler jobs")]
-    verbs = [line.split()[3] for line in lines]
-    assert verbs == ["update"] + ([action] if action else [])
-    if action:
-        assert lines[-1] == f"gcloud scheduler jobs {action} nightly --project=acme-prod --location=us-central1"
-    assert ("left so" in planned.output) is (paused is None)
+    verbs = [line.split()[3] for line in planned.output.splitlines() if line.startswith("gcloud scheduler jobs")]
+    assert verbs == ["update"]
+    notes = [line for line in planned.output.splitlines() if line.startswith("note:")]
+    assert (notes[0] if notes else None) is None if note is None else note in notes[0]
+
+
+def test_a_paused_job_made_again_stays_paused(cli, fake_gcloud, monkeypatch):
+    """A changed HTTP method deletes and creates the job: its pause is kept unless the file says paused: false."""
+    monkeypatch.setenv("PATH", fake_gcloud[0]["PATH"])
+    monkeypatch.setenv("FAKE_NIGHTLY_STATE", "PAUSED")
+    planned = cli("scheduler", "plan", schedule=job(method="GET"))
+    verbs = [line.split()[3] for line in planned.output.splitlines() if line.startswith("gcloud scheduler jobs")]
+    assert planned.exit_code == 0 and verbs == ["delete", "create", "pause"]
+    resumed = cli("scheduler", "plan", schedule=job(method="GET", paused="false"))
+    assert [line.split()[3] for line in resumed.output.splitlines() if line.startswith("gcloud scheduler")] == [
+        "delete",
+        "create",
+    ]
 
 
 def test_a_new_paused_job_is_created_then_paused(cli):

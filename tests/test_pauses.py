@@ -205,7 +205,7 @@ def test_scheduler_yaml_pauses_when_a_version_that_says_so_first_runs(google, nd
     paused = versioned_site(ndb_client, tmp_path, clock, '    paused: true\n    note: "migrating the CRM"\n')
     [job] = paused.get("/api/v1/scheduler-jobs").json["scheduler_jobs"]
     assert job["pause"]["paused_by"] == "scheduler.yaml" and job["pause"]["note"] == "migrating the CRM"
-    assert not google.calls or all("invoice-hourly" not in c.path for c in google.calls)  # deploy's part, not the app's
+    assert google.scheduler_states[JOB_PATH] == "PAUSED"  # the app made Cloud Scheduler match the file
     clock.advance(3600)
     assert statuses(paused, 1, 1.1) == {at(1): "paused"}
     unsaid = versioned_site(ndb_client, tmp_path, clock, "")  # a later deploy that says nothing
@@ -213,7 +213,7 @@ def test_scheduler_yaml_pauses_when_a_version_that_says_so_first_runs(google, nd
     clock.advance(3600)
     resumed = versioned_site(ndb_client, tmp_path, clock, "    paused: false\n")
     [job] = resumed.get("/api/v1/scheduler-jobs").json["scheduler_jobs"]
-    assert job["paused"] is False
+    assert job["paused"] is False and google.scheduler_states[JOB_PATH] == "ENABLED"
     # An operator pauses in an incident; another process of the same version starts: not undone.
     resumed.post_json("/api/v1/scheduler-jobs/invoice-hourly/pause", {"note": "incident"})
     again = versioned_site(ndb_client, tmp_path, clock, "    paused: false\n")
