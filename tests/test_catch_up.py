@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import datetime
 import json
-import textwrap
 
 import pytest
 import webtest
 
-from dedup.keys import format_utc
-from handlers import create_app
 from tests import job_targets
 from tests.support.cloud_tasks_fake import to_webtest
 from tests.support.deliveries import JOBS, scheduler_headers
+from tests.support.schedule_sites import T0, at, schedule_site
 
 SCHEDULES = """
 defaults:
@@ -34,7 +32,6 @@ jobs:
     schedule: "0 * * * *"
     attempt_deadline: 60s
 %s"""
-T0 = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
 
 
 @pytest.fixture
@@ -42,15 +39,9 @@ def make_site(cloud_tasks, ndb_client, tmp_path, clock, monkeypatch, google):
     monkeypatch.setenv("DEDUP_SCHEDULER_API_BASE", google.url)
 
     def build(extra: str = "") -> webtest.TestApp:
-        (tmp_path / "scheduler.yaml").write_text(textwrap.dedent(SCHEDULES % extra))
-        (tmp_path / "jobs.yaml").write_text(textwrap.dedent(JOBS))
-        return webtest.TestApp(create_app(jobs_file=str(tmp_path / "jobs.yaml"), clock=clock, ndb_client=ndb_client))
+        return schedule_site(tmp_path, JOBS, SCHEDULES % extra, clock, ndb_client)
 
     return build
-
-
-def at(hour: float) -> str:
-    return format_utc(T0 + datetime.timedelta(hours=hour))
 
 
 def paused_from_half_past_midnight_to(site, clock, hours: float) -> None:

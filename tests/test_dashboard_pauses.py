@@ -3,32 +3,28 @@
 from __future__ import annotations
 
 import datetime
-import textwrap
 
 import pytest
 import webtest
 
 from dedup.keys import format_utc
-from handlers import create_app
 from tests import job_targets
 from tests.support.cloud_tasks_fake import to_webtest
 from tests.support.deliveries import JOBS
+from tests.support.schedule_sites import T0, schedule_site
 
 SCHEDULES = """
 defaults: {project: acme-prod, location: us-central1, start_at: 2030-01-01T00:00:00Z, attempt_deadline: 60s}
 jobs:
   invoice-hourly: {target: invoice, schedule: "0 * * * *", retry: {retry_count: 1, min_backoff: 1m}}
 """
-T0 = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
 SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin"}
 
 
 @pytest.fixture
 def site(cloud_tasks, google, ndb_client, tmp_path, clock, monkeypatch):
     monkeypatch.setenv("DEDUP_SCHEDULER_API_BASE", google.url)
-    (tmp_path / "scheduler.yaml").write_text(textwrap.dedent(SCHEDULES))
-    (tmp_path / "jobs.yaml").write_text(textwrap.dedent(JOBS))
-    return webtest.TestApp(create_app(jobs_file=str(tmp_path / "jobs.yaml"), clock=clock, ndb_client=ndb_client))
+    return schedule_site(tmp_path, JOBS, SCHEDULES, clock, ndb_client)
 
 
 def card(site) -> webtest.TestResponse:

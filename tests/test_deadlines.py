@@ -17,11 +17,11 @@ import textwrap
 import pytest
 import webtest
 
-from dedup.keys import format_utc, scheduled_run_key
+from dedup.keys import scheduled_run_key
 from dedup.ledger import Ledger, RunDescription, RunPolicy
-from handlers import create_app
 from tests import job_targets
 from tests.support.deliveries import JOBS, scheduler_headers
+from tests.support.schedule_sites import CRON, T0, at, schedule_site
 
 SCHEDULES = """
 defaults:
@@ -42,8 +42,6 @@ jobs:
     alert_after_consecutive_failures: 2
     pause_after_consecutive_failures: 3
 """
-T0 = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
-CRON = {"X-Appengine-Cron": "true"}
 
 
 @pytest.fixture
@@ -51,15 +49,9 @@ def make_site(google, ndb_client, tmp_path, clock, monkeypatch):
     monkeypatch.setenv("DEDUP_SCHEDULER_API_BASE", google.url)
 
     def build(rules: str = "    finish_within: 10m\n    max_runtime: 5m") -> webtest.TestApp:
-        (tmp_path / "scheduler.yaml").write_text(textwrap.dedent(SCHEDULES % rules))
-        (tmp_path / "jobs.yaml").write_text(textwrap.dedent(JOBS))
-        return webtest.TestApp(create_app(jobs_file=str(tmp_path / "jobs.yaml"), clock=clock, ndb_client=ndb_client))
+        return schedule_site(tmp_path, JOBS, SCHEDULES % rules, clock, ndb_client)
 
     return build
-
-
-def at(hour: float) -> str:
-    return format_utc(T0 + datetime.timedelta(hours=hour))
 
 
 def deliver(site, hour: float, job: str = "invoice", name: str = "invoice-hourly", status="*"):

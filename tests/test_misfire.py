@@ -17,11 +17,10 @@ import textwrap
 import pytest
 import webtest
 
-from dedup.keys import format_utc
-from handlers import create_app
 from tests import job_targets
 from tests.support.cloud_tasks_fake import to_webtest
 from tests.support.deliveries import JOBS
+from tests.support.schedule_sites import CRON, T0, at, schedule_site
 
 SCHEDULES = """
 defaults:
@@ -35,22 +34,14 @@ jobs:
     schedule: "0 * * * *"
     attempt_deadline: 60s
 %s"""
-T0 = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
-CRON = {"X-Appengine-Cron": "true"}
 
 
 @pytest.fixture
 def make_site(cloud_tasks, ndb_client, tmp_path, clock):
     def build(extra: str) -> webtest.TestApp:
-        (tmp_path / "scheduler.yaml").write_text(textwrap.dedent(SCHEDULES % extra))
-        (tmp_path / "jobs.yaml").write_text(textwrap.dedent(JOBS))
-        return webtest.TestApp(create_app(jobs_file=str(tmp_path / "jobs.yaml"), clock=clock, ndb_client=ndb_client))
+        return schedule_site(tmp_path, JOBS, SCHEDULES % extra, clock, ndb_client)
 
     return build
-
-
-def at(hour: float) -> str:
-    return format_utc(T0 + datetime.timedelta(hours=hour))
 
 
 def audit(site, caplog) -> tuple[dict, list[logging.LogRecord]]:

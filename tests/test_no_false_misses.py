@@ -24,6 +24,7 @@ from schedules.history import ScheduleVersion, seen, tracked
 from schedules.slots import slots_between
 from tests import job_targets
 from tests.support.deliveries import JOBS, scheduler_headers
+from tests.support.schedule_sites import CRON, T0, at
 
 SCHEDULES = """
 defaults:
@@ -36,12 +37,6 @@ jobs:
     schedule: "%s"
     attempt_deadline: 60s
 %s"""
-T0 = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
-CRON = {"X-Appengine-Cron": "true"}
-
-
-def at(hour: float) -> str:
-    return format_utc(T0 + datetime.timedelta(hours=hour))
 
 
 @pytest.fixture

@@ -10,16 +10,15 @@ The clock starts at 2030-01-01T00:00Z; ``invoice-hourly`` runs at every full hou
 
 from __future__ import annotations
 
-import datetime
 import textwrap
 
 import pytest
 import webtest
 
-from dedup.keys import format_utc
 from handlers import create_app
 from tests import job_targets
 from tests.support.deliveries import JOBS, scheduler_headers
+from tests.support.schedule_sites import CRON, at, schedule_site
 
 SCHEDULES = """
 defaults:
@@ -33,21 +32,13 @@ jobs:
     schedule: "0 * * * *"
     attempt_deadline: 60s
 """
-T0 = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
-CRON = {"X-Appengine-Cron": "true"}
 JOB_PATH = "projects/acme-prod/locations/us-central1/jobs/invoice-hourly"
 
 
 @pytest.fixture
 def site(google, ndb_client, tmp_path, clock, monkeypatch):
     monkeypatch.setenv("DEDUP_SCHEDULER_API_BASE", google.url)
-    (tmp_path / "scheduler.yaml").write_text(textwrap.dedent(SCHEDULES))
-    (tmp_path / "jobs.yaml").write_text(textwrap.dedent(JOBS))
-    return webtest.TestApp(create_app(jobs_file=str(tmp_path / "jobs.yaml"), clock=clock, ndb_client=ndb_client))
-
-
-def at(hour: float) -> str:
-    return format_utc(T0 + datetime.timedelta(hours=hour))
+    return schedule_site(tmp_path, JOBS, SCHEDULES, clock, ndb_client)
 
 
 def listing(site, since: float, until: float) -> dict[str, dict]:

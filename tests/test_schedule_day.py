@@ -18,11 +18,11 @@ import textwrap
 
 import webtest
 
-from dedup.keys import format_utc
 from handlers import create_app
 from tests import job_targets
 from tests.support.cloud_tasks_fake import to_webtest
 from tests.support.deliveries import scheduler_headers
+from tests.support.schedule_sites import CRON, T0, at
 
 JOBS = """
 jobs:
@@ -44,12 +44,6 @@ jobs:
     finish_within: 10m
     alert_after_consecutive_failures: 2
 """
-T0 = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
-CRON = {"X-Appengine-Cron": "true"}
-
-
-def at(hour: float) -> str:
-    return format_utc(T0 + datetime.timedelta(hours=hour))
 
 
 def test_a_day_of_schedule_states(cloud_tasks, google, ndb_client, tmp_path, clock, monkeypatch, caplog):
