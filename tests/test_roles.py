@@ -295,3 +295,23 @@ def test_the_defaults_as_documented():
     assert policy.roles_of(person("carol@example.com", admitted=False)) == frozenset()
     internal = Principal("appengine:cron", "appengine", granted=frozenset({Role.DELIVER}))
     assert policy.roles_of(internal) == {Role.DELIVER}
+
+
+def test_a_viewer_sees_a_pause_but_no_pause_or_resume_form_and_cannot_post_one(
+    datastore, ndb_client, jobs_file, clock, iap, tmp_path
+):
+    """The job card's Pause and Resume are for operators, as Run now is."""
+    (tmp_path / "scheduler.yaml").write_text(
+        "jobs:\n  invoice-hourly: {target: invoice, schedule: '0 * * * *', project: acme-prod, "
+        "location: us-central1, attempt_deadline: 60s}\n"
+    )
+    site = app_with(iap_environ(iap), datastore, ndb_client, jobs_file, clock)
+    seen = site.get("/admin/", headers=as_person(iap, VIEWER), status=200).text
+    assert 'data-scheduler-job="invoice-hourly"' in seen and "pause-button" not in seen
+    assert "pause-button" in site.get("/admin/", headers=as_person(iap, OPERATOR), status=200).text
+    form = {"note": "mine", "project": "acme-prod", "location": "us-central1"}
+    headers = {**as_person(iap, VIEWER), "Sec-Fetch-Site": "same-origin"}
+    site.post("/admin/scheduler-jobs/invoice-hourly/pause", form, headers=headers, status=403)
+    assert (
+        site.get("/api/v1/scheduler-jobs", headers=as_person(iap, VIEWER)).json["scheduler_jobs"][0]["paused"] is False
+    )
