@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import textwrap
 
+import pytest
 import yaml
 
 from bench.fleet import scheduler_document
@@ -34,6 +35,7 @@ def test_the_ops_cli_finds_a_gap_the_start_up_check_leaves_to_it():
     assert dedup_problems(jobs, app_jobs, exhaustive=False) == []  # the app starts; the deploy refused it
 
 
+@pytest.mark.slow  # 200 Scheduler jobs through the audit: make test runs it, make check does not
 def test_a_fleet_of_distinct_schedules_is_audited_in_one_pass_each_slot_once(datastore, clock, tmp_path, ndb_client):
     """Every job of the fleet is judged in one pass, each slot once, across the audit's threads."""
     import webtest
