@@ -24,6 +24,7 @@ from handlers.client_tokens import new_form_token
 from handlers.run_documents import duration_seconds, is_stuck, may_retry, run_document
 from handlers.state import app_state, may
 from models import RunRecord, RunSource, RunStatus
+from schedules.config import SchedulerJob
 from schedules.pauses import current, with_pauses
 from schedules.slots import RUNNABLE, ExecutionStatus, execution_document, latest_slots
 
@@ -60,8 +61,11 @@ def dashboard():
     except ValueError as exc:
         abort(400, str(exc).replace("job_id", "job"))
     recent, _ = state.ledger.find_runs(run_filter, RECENT_RUNS)
+    # Every Scheduler job's pauses in one batched lookup, for every card's slots and its Pause form.
+    bound = with_pauses(state.schedules)
+    schedules_of_job = {job_id: [job for job in bound if job.target == job_id] for job_id in state.jobs}
     expected = {
-        job_id: expected_executions(job_id, now)
+        job_id: expected_executions(schedules_of_job[job_id], now)
         for job_id in sorted(state.jobs)
         if not chosen["job"] or job_id == chosen["job"]
     }
@@ -73,7 +77,7 @@ def dashboard():
             state.ledger.find_runs(RunFilter(job_id=job_id, status=RunStatus.IN_PROGRESS), RUNS_PER_JOB)[0],
             now,
             expected[job_id],
-            scheduler_jobs_of(job_id),
+            scheduler_jobs_of(schedules_of_job[job_id]),
         )
         for job_id in sorted(state.jobs)
         if not chosen["job"] or job_id == chosen["job"]
@@ -175,10 +179,10 @@ def row(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
     }
 
 
-def scheduler_jobs_of(job_id: str) -> list[dict[str, Any]]:
-    """The Scheduler jobs that target ``job_id``, with the pause each is in (the card's Pause and Resume)."""
+def scheduler_jobs_of(scheduler_jobs: Sequence[SchedulerJob]) -> list[dict[str, Any]]:
+    """A job's Scheduler jobs (bound to their pauses), with the pause each is in (the card's Pause and Resume)."""
     listed = []
-    for job in with_pauses([job for job in app_state().schedules if job.target == job_id]):
+    for job in scheduler_jobs:
         lasting = current(job.pauses)
         listed.append(
             {
@@ -191,10 +195,10 @@ def scheduler_jobs_of(job_id: str) -> list[dict[str, Any]]:
     return listed
 
 
-def expected_executions(job_id: str, now: datetime.datetime) -> list[dict[str, Any]]:
-    """The job's newest CARD_SLOTS expected executions (of the last day), with their status."""
+def expected_executions(scheduler_jobs: Sequence[SchedulerJob], now: datetime.datetime) -> list[dict[str, Any]]:
+    """The newest CARD_SLOTS expected executions (of the last day) of a job's Scheduler jobs (bound to
+    their pauses), with their status."""
     state = app_state()
-    scheduler_jobs = with_pauses([job for job in state.schedules if job.target == job_id])
     if not scheduler_jobs:
         return []
     day_ago = now - datetime.timedelta(hours=24)
