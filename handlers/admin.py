@@ -21,11 +21,11 @@ from dedup.keys import format_utc, is_run_id, parse_rfc3339
 from dedup.queries import RunFilter
 from handlers.access import Role, requires
 from handlers.client_tokens import new_form_token
-from handlers.run_documents import duration_seconds, is_stuck, may_retry, run_document
+from handlers.run_documents import duration_seconds, is_stuck, may_retry, run_document, scheduler_job_document
 from handlers.state import app_state, may
 from models import RunRecord, RunSource, RunStatus
 from schedules.config import SchedulerJob
-from schedules.pauses import current, with_pauses
+from schedules.pauses import with_pauses
 from schedules.slots import RUNNABLE, ExecutionStatus, execution_document, latest_slots
 
 blueprint = Blueprint("admin", __name__, url_prefix="/admin", template_folder="templates")
@@ -77,7 +77,7 @@ def dashboard():
             state.ledger.find_runs(RunFilter(job_id=job_id, status=RunStatus.IN_PROGRESS), RUNS_PER_JOB)[0],
             now,
             expected[job_id],
-            scheduler_jobs_of(schedules_of_job[job_id]),
+            [scheduler_job_document(job) for job in schedules_of_job[job_id]],
         )
         for job_id in sorted(state.jobs)
         if not chosen["job"] or job_id == chosen["job"]
@@ -177,22 +177,6 @@ def row(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
         "duration": duration_seconds(record),
         "lease_left": lease_left(record, now),
     }
-
-
-def scheduler_jobs_of(scheduler_jobs: Sequence[SchedulerJob]) -> list[dict[str, Any]]:
-    """A job's Scheduler jobs (bound to their pauses), with the pause each is in (the card's Pause and Resume)."""
-    listed = []
-    for job in scheduler_jobs:
-        lasting = current(job.pauses)
-        listed.append(
-            {
-                "name": job.name,
-                "project": job.project,
-                "location": job.location,
-                "pause": lasting.document() if lasting else None,
-            }
-        )
-    return listed
 
 
 def expected_executions(scheduler_jobs: Sequence[SchedulerJob], now: datetime.datetime) -> list[dict[str, Any]]:

@@ -11,6 +11,8 @@ from dedup.keys import format_utc
 from dedup.ledger import json_preview
 from handlers.replayed_response import StoredResponse
 from models import DELIVERED_SOURCES, RunRecord, RunSource, RunStatus
+from schedules.config import SchedulerJob
+from schedules.pauses import current
 
 
 def _time(value: datetime.datetime | None) -> str | None:
@@ -129,3 +131,19 @@ def duration_seconds(record: RunRecord) -> float | None:
 def may_retry(record: RunRecord, jobs: Mapping[str, Any]) -> bool:
     """A failed manual run of a job still declared can be run again, with its parameters, under a new token."""
     return record.source == RunSource.API and record.status == RunStatus.FAILED and record.job_id in jobs
+
+
+def scheduler_job_document(job: SchedulerJob) -> dict[str, Any]:
+    """A declared Scheduler job (bound to its pauses) as the API lists it and its job card shows it."""
+    lasting = current(job.pauses)
+    return {
+        "scheduler_job": job.name,
+        "project": job.project,
+        "location": job.location,
+        "target": job.target,
+        "schedule": job.schedule,
+        "time_zone": job.time_zone,
+        "expected_from": job.expected_from.isoformat().replace("+00:00", "Z") if job.expected_from else None,
+        "paused": lasting is not None,
+        "pause": lasting.document() if lasting else None,
+    }

@@ -16,6 +16,7 @@ from dispatch import DispatchError
 from handlers.access import Role, requires
 from handlers.cross_site import json_body
 from handlers.problems import problem
+from handlers.run_documents import scheduler_job_document
 from handlers.state import app_state, current_principal
 from handlers.strict_json import InvalidJson, json_payload
 from handlers.use_cases import (
@@ -27,7 +28,7 @@ from handlers.use_cases import (
     scheduler_job_named,
     set_schedule_paused,
 )
-from schedules.pauses import PauseRefused, check_note, current, with_pauses
+from schedules.pauses import PauseRefused, check_note, with_pauses
 
 log = logging.getLogger(__name__)
 
@@ -39,24 +40,7 @@ INVALID = "InvalidParameterException"
 @requires(Role.VIEW)
 def list_scheduler_jobs():
     """Every declared Scheduler job: its target, schedule, when its slots are expected from, its pause."""
-    jobs = with_pauses(app_state().schedules)
-    listed = []
-    for job in jobs:
-        lasting = current(job.pauses)
-        listed.append(
-            {
-                "scheduler_job": job.name,
-                "project": job.project,
-                "location": job.location,
-                "target": job.target,
-                "schedule": job.schedule,
-                "time_zone": job.time_zone,
-                "expected_from": job.expected_from.isoformat().replace("+00:00", "Z") if job.expected_from else None,
-                "paused": lasting is not None,
-                "pause": lasting.document() if lasting else None,
-            }
-        )
-    return jsonify({"scheduler_jobs": listed})
+    return jsonify({"scheduler_jobs": [scheduler_job_document(job) for job in with_pauses(app_state().schedules)]})
 
 
 def _note() -> str | None:
