@@ -33,6 +33,8 @@ EARLIEST_SCHEDULE_TIME = datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC)
 LATEST_SCHEDULE_TIME = datetime.datetime(2100, 1, 1, tzinfo=datetime.UTC)
 # A run id is SHA-256 in lower-case hex; nothing else is ever looked up.
 _RUN_ID = re.compile(r"[0-9a-f]{64}")
+# Anything but printable ASCII: a control character, DEL, or any non-ASCII one.
+_NOT_PRINTABLE_ASCII = re.compile(r"[^\x20-\x7e]")
 _KEY_VERSION = "scheduler-run/v1"
 # A Force run's key: its own, so it never takes the slot its schedule time names (docs/schedules.md).
 _FORCE_RUN_KEY_VERSION = "force-run/v1"
@@ -88,7 +90,7 @@ def format_utc(instant: datetime.datetime) -> str:
 def _checked_text(field: str, value: str) -> str:
     if len(value) > MAX_HEADER_LENGTH:
         raise InvalidRunRequest(field, f"{field} is longer than {MAX_HEADER_LENGTH} characters")
-    if any(ord(ch) < 0x20 or ord(ch) >= 0x7F for ch in value):
+    if _NOT_PRINTABLE_ASCII.search(value):
         raise InvalidRunRequest(field, f"{field} contains control or non-ASCII characters")
     return value
 

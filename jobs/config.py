@@ -11,7 +11,7 @@ import dataclasses
 import os
 import re
 from collections.abc import Hashable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -172,7 +172,15 @@ class DuplicateKeyError(yaml.YAMLError):
         self.key, self.line = key, line
 
 
-class _StrictLoader(yaml.SafeLoader):
+# libyaml's parser where PyYAML was built with it (its wheels are): the pure-Python one takes
+# about 10 ms a file, paid by every worker's start-up and every ops command.
+if TYPE_CHECKING or yaml.__with_libyaml__:
+    _SafeLoader = yaml.CSafeLoader
+else:  # pragma: no cover - a PyYAML built without libyaml
+    _SafeLoader = yaml.SafeLoader
+
+
+class _StrictLoader(_SafeLoader):
     """A safe loader that refuses duplicate keys (PyYAML keeps the last one silently)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
