@@ -12,9 +12,10 @@ from google.cloud import ndb
 from dedup.clock import ManualClock
 from devtools.emulator import DatastoreEmulator
 from tests import job_targets
-from tests.support import routing_cache
+from tests.support import routing_cache, sampling, template_cache
 
 routing_cache.install()
+template_cache.install()
 
 # Tests run outside App Engine: caller verification is chosen explicitly, and
 # the tests of the other modes pass their own settings.
@@ -25,14 +26,42 @@ os.environ.pop("GAE_ENV", None)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the cases a sample leaves out are exhaustive
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    sampling.mark_outside_samples(items)
+
+
+def _session_emulator() -> DatastoreEmulator:
+    # Every query in every test must be served by an index in index.yaml, as in production.
+    return DatastoreEmulator(project="dedup-test", require_indexes=os.path.join(ROOT, "index.yaml"), quick_jit=True)
+
+
+_spawned: list[DatastoreEmulator] = []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A process that runs tests starts its emulator's JVM now, to boot while tests are collected
+    (a second or two of each worker's start).  An xdist controller runs no tests; --collect-only none."""
+    config = session.config
+    controller = config.pluginmanager.hasplugin("dsession")  # xdist's scheduling side
+    if not controller and not config.option.collectonly:
+        _spawned.append(_session_emulator().spawn())
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    while _spawned:  # a session whose tests never needed it
+        _spawned.pop().stop()
+
+
 @pytest.fixture(scope="session")
 def emulator():
-    # Every query in every test must be served by an index in index.yaml, as in production.
-    with DatastoreEmulator(
-        project="dedup-test", require_indexes=os.path.join(ROOT, "index.yaml"), quick_jit=True
-    ) as running:
+    running = _spawned.pop() if _spawned else _session_emulator().spawn()
+    try:
+        running.wait_ready()
         os.environ.update(running.env)
         yield running
+    finally:
+        running.stop()
 
 
 @pytest.fixture

@@ -241,6 +241,7 @@ def test_app_engine_defaults_to_appengine_mode():
     assert AuthSettings.from_environ({"GAE_ENV": "standard"}).mode == "appengine"
 
 
+@pytest.mark.slow
 def test_the_app_refuses_none_on_app_engine_at_start_up():
     env = {**os.environ, "DEDUP_AUTH": "none", "GAE_ENV": "standard"}
     completed = subprocess.run(

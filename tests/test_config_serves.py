@@ -251,6 +251,7 @@ def test_a_schedule_that_never_fires_is_refused_by_name(schedule, files, clock, 
     assert exit_code == 1 and "job 'nightly' field 'schedule'" in output and "never fires" in output
 
 
+@pytest.mark.slow
 def test_a_body_the_app_would_refuse_as_too_large_is_refused_by_name(files, clock, ndb_client):
     from jobs.base import MAX_BODY_BYTES
 

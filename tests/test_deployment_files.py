@@ -130,6 +130,7 @@ def _source_tree(destination: Path) -> None:
             shutil.copyfile(source, destination / name)
 
 
+@pytest.mark.slow
 def test_gcloud_uploads_the_app_and_nothing_else(tmp_path):
     """`gcloud app deploy` uploads what `gcloud meta list-files-for-upload` lists (offline).
 

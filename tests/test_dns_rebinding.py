@@ -172,6 +172,7 @@ def local_app(request, datastore, ndb_client, jobs_file, clock, iap):
     return app_with(LOCAL_MODES[request.param](iap), datastore, ndb_client, jobs_file, clock)
 
 
+@pytest.mark.sample(2)
 def test_forged_markers_from_any_other_name_are_refused_on_every_route_and_nothing_is_written(local_app, ndb_client):
     for path, methods in every_route(local_app.app):
         for method in methods:
@@ -187,6 +188,7 @@ def test_forged_markers_from_any_other_name_are_refused_on_every_route_and_nothi
     assert nothing_written(ndb_client)
 
 
+@pytest.mark.sample(2)
 def test_a_delivery_from_a_loopback_name_is_still_served(local_app):
     for number, host in enumerate(LOOPBACK):
         headers = {**FORGED, **scheduler_headers(schedule_time=f"2025-10-17T23:{number:02}:00Z"), "Host": host}

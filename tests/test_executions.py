@@ -413,6 +413,7 @@ jobs:
 """
 
 
+@pytest.mark.slow
 def test_paging_never_splits_a_time_shared_by_several_scheduler_jobs(tmp_path, ndb_client, datastore, clock):
     (tmp_path / "scheduler.yaml").write_text(textwrap.dedent(SHARED))
     jobs = tmp_path / "jobs.yaml"

@@ -107,6 +107,7 @@ CASES = [
 ]
 
 
+@pytest.mark.sample(8)
 @pytest.mark.parametrize("build, message", [pytest.param(b, m, id=c) for c, b, m in CASES])
 def test_every_bad_assertion_is_401_and_writes_nothing(iap_app, iap, ndb_client, build, message):
     headers = {HEADER: build(iap)}

@@ -225,6 +225,7 @@ def test_missing_file_names_the_path(tmp_path):
     assert "absent.yaml" in str(caught.value)
 
 
+@pytest.mark.slow
 def test_a_bad_jobs_file_stops_the_app_at_start_up(tmp_path):
     bad = tmp_path / "jobs.yaml"
     bad.write_text("jobs:\n  report:\n    kind: python\n    target: tests.job_targets:record\n    lease_seconds: -1\n")

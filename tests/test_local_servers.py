@@ -66,6 +66,7 @@ def test_dev_appservers_virtualenv_is_the_one_of_app_yamls_service(tmp_path):
     assert venv.path == tmp_path / "state" / "venvs" / "dedup"
 
 
+@pytest.mark.slow
 def test_make_devserver_skips_the_package_index_only_once_its_virtualenv_is_complete(tmp_path):
     def index_skipped() -> bool:
         _, env = devserver.command(8080, DatastoreEmulator(), "examples/local-jobs.yaml", "a@example.com", tmp_path)

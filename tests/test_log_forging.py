@@ -123,6 +123,7 @@ PATHS = {
 }
 
 
+@pytest.mark.sample(9)
 @pytest.mark.parametrize("route", PATHS)
 @pytest.mark.parametrize("encoded, shown", [(e, s) for e, _, s in BREAKS], ids=BREAK_IDS)
 def test_a_path_cannot_forge_a_text_line(client, text_logs, route, encoded, shown):
@@ -132,6 +133,7 @@ def test_a_path_cannot_forge_a_text_line(client, text_logs, route, encoded, show
     assert PATHS[route].format(shown + ATTACK) + " 404" in text_logs.text  # escaped, still readable
 
 
+@pytest.mark.sample(4)
 @pytest.mark.parametrize("encoded, shown", [(e, s) for e, _, s in BREAKS], ids=BREAK_IDS)
 def test_an_unauthenticated_path_cannot_forge_a_text_line(
     datastore, ndb_client, jobs_file, clock, text_logs, encoded, shown
@@ -148,6 +150,7 @@ def test_an_unauthenticated_path_cannot_forge_a_text_line(
     assert f"/jobs/invoice{shown}{ATTACK} 401" in text_logs.text
 
 
+@pytest.mark.sample(4)
 @pytest.mark.parametrize("encoded, shown", [(e, s) for e, _, s in BREAKS], ids=BREAK_IDS)
 def test_a_path_stays_one_json_line_and_decodes_without_control_characters(client, json_logs, encoded, shown):
     """What Cloud Logging decodes (jsonPayload) is escaped as the text format is: a reader
@@ -172,6 +175,7 @@ def test_a_header_a_job_logs_cannot_forge_a_text_line(client, text_logs, decoded
     assert f"jobs.chatty: batch label nightly{shown}{ATTACK}" in text_logs.text
 
 
+@pytest.mark.sample(4)
 @pytest.mark.parametrize("decoded, shown", DECODED)
 def test_a_manual_run_parameter_a_job_logs_cannot_forge_a_text_line(client, text_logs, decoded, shown):
     body = {"clientToken": "t-1", "parameters": {"customer": "acme" + decoded + ATTACK}}
@@ -183,6 +187,7 @@ def test_a_manual_run_parameter_a_job_logs_cannot_forge_a_text_line(client, text
 # --- values dedup/ interpolates: exception messages, tracebacks -------------------------------
 
 
+@pytest.mark.sample(4)
 @pytest.mark.parametrize("decoded, shown", DECODED)
 def test_an_exception_message_dedup_logs_cannot_forge_a_text_line(client, text_logs, decoded, shown):
     body = {"customer": "acme" + decoded + ATTACK}
@@ -191,6 +196,7 @@ def test_an_exception_message_dedup_logs_cannot_forge_a_text_line(client, text_l
     assert f"failed permanently: customer acme{shown}{ATTACK} is unknown" in text_logs.text
 
 
+@pytest.mark.sample(6)
 @pytest.mark.parametrize("source", ["scheduler", "manual-run"])
 @pytest.mark.parametrize("decoded, shown", DECODED)
 def test_a_traceback_keeps_its_lines_behind_the_marker(client, text_logs, source, decoded, shown):
@@ -267,6 +273,7 @@ MALFORMED_TRACES = {
 }
 
 
+@pytest.mark.sample(6)
 @pytest.mark.parametrize("header", MALFORMED_TRACES.values(), ids=MALFORMED_TRACES.keys())
 def test_a_malformed_trace_header_is_ignored(client, json_logs, spans, header):
     """The request starts a trace of its own: nothing of the header becomes its lines' trace."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -17,6 +19,7 @@ def dry_run(*arguments: str) -> list[str]:
     return completed.stdout.splitlines()
 
 
+@pytest.mark.slow
 def test_the_first_install_says_what_it_installs_and_shows_pips_progress():
     commands = dry_run("-B", "venv")  # -B: as on a fresh clone
     install = next(i for i, line in enumerate(commands) if "pip install" in line)

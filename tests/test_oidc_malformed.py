@@ -224,6 +224,7 @@ CASES = [
 ]
 
 
+@pytest.mark.sample(12)
 @pytest.mark.parametrize("build, message", [pytest.param(b, m, id=c) for c, b, m in CASES])
 def test_malformed_credentials_are_401_never_500(oidc_app, ndb_client, issuer, caplog, build, message):
     authorization = build(issuer)

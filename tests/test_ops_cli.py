@@ -81,6 +81,7 @@ def ops(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_the_shipped_files_are_valid_once_their_placeholders_are_filled_in(tmp_path):
     jobs, schedule = filled_in(tmp_path)
     completed = ops("--jobs", str(jobs), "scheduler", "validate", str(schedule))
@@ -88,6 +89,7 @@ def test_the_shipped_files_are_valid_once_their_placeholders_are_filled_in(tmp_p
     assert "2 job(s) valid" in completed.stdout
 
 
+@pytest.mark.slow
 def test_the_shipped_files_do_not_validate_or_plan_until_filled_in(tmp_path):
     """As shipped, they would deploy a job calling crm.example.com, failing every hour."""
     for command in (["scheduler", "validate"], ["scheduler", "plan", "--assume-new"]):
@@ -121,6 +123,7 @@ def test_scheduler_jobs_go_to_app_yaml_s_service_unless_they_name_another(cli, f
     assert "--service=reports" in named.output and f"--service={service}" not in named.output
 
 
+@pytest.mark.slow
 def test_the_ops_commands_never_import_the_web_layer():
     code = (
         "import sys, deploy.cli\n"
