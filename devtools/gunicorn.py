@@ -24,7 +24,10 @@ class GunicornServer:
         app: str = "main:app",
         extra_env: dict | None = None,
         quiet: bool = False,
+        log_path: str | None = None,
     ) -> None:
+        """``log_path``: the app's output (its log lines) is appended there; else it is shown,
+        unless ``quiet``."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.emulator = emulator
@@ -35,9 +38,12 @@ class GunicornServer:
         self.app = app
         self.extra_env = extra_env or {}
         self.quiet = quiet
+        self.log_path = log_path
 
     def start(self, timeout: float = 60) -> GunicornServer:
         env = {**os.environ, **self.emulator.env, "DEDUP_JOBS_FILE": self.jobs_file, **self.extra_env}
+        env = {name: value for name, value in env.items() if value is not None}  # None in extra_env: unset
+        output = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL if self.quiet else None
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -59,13 +65,15 @@ class GunicornServer:
             cwd=ROOT,
             env=env,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL if self.quiet else None,
-            stderr=subprocess.DEVNULL if self.quiet else None,
+            stdout=output,
+            stderr=output,
         )
+        if self.log_path:
+            output.close()  # type: ignore[union-attr]  # the child holds its own descriptor
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"gunicorn exited with {self.process.returncode}")
+                raise RuntimeError(f"gunicorn exited with {self.process.returncode}{self._log_tail()}")
             try:
                 urllib.request.urlopen(f"{self.url}/jobs/-readiness-probe", timeout=2)
             except urllib.error.HTTPError:
@@ -73,6 +81,12 @@ class GunicornServer:
             except OSError:
                 time.sleep(0.2)
         raise RuntimeError("gunicorn did not start serving in time")
+
+    def _log_tail(self) -> str:
+        if not self.log_path:
+            return ""
+        with open(self.log_path, encoding="utf-8", errors="replace") as handle:
+            return f"; the end of {self.log_path}:\n" + "".join(handle.readlines()[-15:])
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:

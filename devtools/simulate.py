@@ -7,7 +7,9 @@ running, retries with Scheduler's backoff (minBackoff doubling maxDoublings
 times, then linear, capped at maxBackoff; retryCount; maxRetryDuration), 503
 retried outside the count; plus injected duplicate deliveries and lost
 acknowledgements, and Force runs of both kinds the docs describe (carrying the next slot's
-time, or the execution's own).  Each job's side effect is an HTTP call to a local sink that
+time, or the execution's own).  Then a day of schedule states (devtools/schedule_day.py:
+a fresh deploy, Force runs, a pause with catch-up through Cloud Tasks, a late run, a
+failure streak) on gunicorn, on a clock it steps.  Each job's side effect is an HTTP call to a local sink that
 counts calls by the run's key (so "exactly once" is counted where it
 matters, downstream) and is sometimes slow or failing.  The report is a
 table and an HTML chart (one cell per execution: green once, red otherwise).
@@ -16,12 +18,10 @@ table and an HTML chart (one cell per execution: green once, red otherwise).
 from __future__ import annotations
 
 import argparse
-import collections
 import concurrent.futures
 import dataclasses
 import datetime
 import html
-import http.server
 import os
 import random
 import sys
@@ -34,73 +34,13 @@ from collections.abc import Sequence
 import requests
 from croniter import croniter
 
+from devtools.effect_sink import EffectSink, Faults
 from jobs.config import DEFAULT_JOBS_FILE, load_jobs
 from schedules.config import SchedulerJob, load_scheduler_file, retry_intervals
 
 # Where each target's retention comes from: the jobs `make run` serves, the shipped ones with
 # local targets (jobs.yaml itself names a placeholder URL, refused until it is filled in).
 LOCAL_JOBS_FILE = os.path.join(os.path.dirname(DEFAULT_JOBS_FILE), "examples", "local-jobs.yaml")
-
-
-@dataclasses.dataclass
-class Faults:
-    duplicates: float = 0.3  # an extra concurrent delivery of an attempt
-    lost_acks: float = 0.1  # a 2xx that never reaches Scheduler
-    slow: float = 0.1  # the side effect outlasts the attempt deadline
-    transient: float = 0.1  # the side effect fails with a 503 (the job's retryable failure)
-    worker_kills: float = 0.05  # per execution: a gunicorn worker is SIGKILLed at a random moment
-    outages: float = 0.05  # per execution: never delivered (the job paused, the app down past the retries)
-
-
-class EffectSink:
-    """The downstream: applies a side effect per call, sometimes slowly, sometimes failing.
-
-    ``calls`` counts the calls that applied an effect, per Idempotency-Key.
-    ``effects`` counts what the downstream keeps when it deduplicates on that
-    key, as docs/jobs.md asks the most downstream service to: a second call
-    with a key happens only when an attempt died after the effect and before
-    it could record it (a killed worker), and the key absorbs it.
-    """
-
-    def __init__(self, faults: Faults, slow_seconds: float, rng: random.Random) -> None:
-        self.effects: collections.Counter[str] = collections.Counter()
-        self.calls: collections.Counter[str] = collections.Counter()
-        self.lock = threading.Lock()
-        sink = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                key = self.headers.get("Idempotency-Key", "")
-                with sink.lock:
-                    roll = rng.random()
-                if roll < faults.transient:
-                    status = 503  # nothing applied; the job's retryable failure
-                else:
-                    if roll < faults.transient + faults.slow:
-                        time.sleep(slow_seconds)
-                    with sink.lock:
-                        sink.calls[key] += 1
-                        sink.effects[key] = 1
-                    status = 200
-                body = b"{}"
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                try:
-                    self.wfile.write(body)
-                except OSError:
-                    pass
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/effect"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
 @dataclasses.dataclass
@@ -397,7 +337,11 @@ def report(plan: list[Execution], force_runs: Sequence[Execution] = ()) -> tuple
             f"{e.listed or '-':>9}  {' '.join(e.attempts)}"
         )
     for e in force_runs:
-        taken = "took the slot" if e.slot_taken else "slot untouched"
+        from schedules.slots import is_slot
+
+        taken = (
+            "no slot" if not is_slot(e.job, e.schedule_time) else "took the slot" if e.slot_taken else "slot untouched"
+        )
         rows.append(
             f"{f'Force run ({e.force_run}) ' + header_time(e.schedule_time):<44} {e.effects:>7} {e.calls:>5} "
             f"{taken:>9}  {' '.join(e.attempts)}"
@@ -472,6 +416,9 @@ def main() -> int:
 
         with ndb.Client(project=emulator.project).context():
             list_executions(simulation.plan, datetime.datetime.now(datetime.UTC), simulation.force_runs)
+        from devtools import schedule_day
+
+        day, _ = schedule_day.on_gunicorn(emulator)
     plan = simulation.plan
     os.unlink(jobs_file)
     table, page = report(plan, simulation.force_runs)
@@ -485,7 +432,17 @@ def main() -> int:
     print(f"executions listing: {len(disagree)} slot(s) disagree with what the simulation delivered")
     misplaced = misplaced_force_runs(simulation.force_runs)
     print(f"Force runs: {len(misplaced)} of {len(simulation.force_runs)} not once under their own key, or took a slot")
-    return 0 if not bad and not disagree and not misplaced else 1
+    print(
+        "\nA day of schedule states on gunicorn (devtools/schedule_day.py): a fresh deploy, a Force run of "
+        "each kind, a pause with catch-up through Cloud Tasks (each task delivered twice at once), a late run, "
+        "a failure streak"
+    )
+    print(schedule_day.report(day))
+    problems = schedule_day.disagreements(day)
+    print(f"schedule day: {len(problems)} disagreement(s) between the app and what the day did")
+    for problem in problems:
+        print(f"  {problem}")
+    return 0 if not bad and not disagree and not misplaced and not problems else 1
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ def datastore(emulator):
 @pytest.fixture(scope="session")
 def google_fakes(emulator, tmp_path_factory):
     """Fake Google APIs and metadata server; google-auth's ADC finds the latter as on App Engine."""
-    from tests.support.google_fakes import GoogleFakes
+    from devtools.google_fakes import GoogleFakes
 
     fakes = GoogleFakes()
     os.environ["GCE_METADATA_HOST"] = fakes.host
@@ -88,7 +88,7 @@ def google_fakes(emulator, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def _cloud_tasks_fake():
-    from tests.support.cloud_tasks_fake import CloudTasksFake
+    from devtools.cloud_tasks_fake import CloudTasksFake
 
     fake = CloudTasksFake()
     yield fake

@@ -15,8 +15,8 @@ import json
 import pytest
 import webtest
 
+from devtools.cloud_tasks_fake import to_webtest
 from tests import job_targets
-from tests.support.cloud_tasks_fake import to_webtest
 from tests.support.deliveries import JOBS, scheduler_headers
 from tests.support.schedule_sites import T0, at, schedule_site
 

@@ -8,8 +8,8 @@ import pytest
 import webtest
 
 from dedup.keys import format_utc
+from devtools.cloud_tasks_fake import to_webtest
 from tests import job_targets
-from tests.support.cloud_tasks_fake import to_webtest
 from tests.support.deliveries import JOBS
 from tests.support.schedule_sites import T0, schedule_site
 

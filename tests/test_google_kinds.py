@@ -1,7 +1,7 @@
 """Workflows, Cloud Run jobs and Cloud Build triggers: one downstream execution per run.
 
 Against local fakes of the APIs and of the metadata server (see
-tests/support/google_fakes.py); credentials come through google-auth's
+devtools/google_fakes.py); credentials come through google-auth's
 Application Default Credentials as on App Engine.
 """
 
@@ -16,9 +16,9 @@ import pytest
 from dedup.keys import ScheduledRunKey, parse_schedule_time
 from dedup.ledger import RunDescription
 from dedup.runner import RunningAttempt
+from devtools.google_fakes import SERVICE_ACCOUNT, TOKEN
 from jobs.base import RunContext
 from tests.support.deliveries import T0, scheduler_headers
-from tests.support.google_fakes import SERVICE_ACCOUNT, TOKEN
 
 WORKFLOW = "projects/acme-prod/locations/us-central1/workflows/nightly-etl"
 RUN_JOB = "projects/acme-prod/locations/us-central1/jobs/reindex"

@@ -17,8 +17,8 @@ import textwrap
 import pytest
 import webtest
 
+from devtools.cloud_tasks_fake import to_webtest
 from tests import job_targets
-from tests.support.cloud_tasks_fake import to_webtest
 from tests.support.deliveries import JOBS
 from tests.support.schedule_sites import CRON, T0, at, schedule_site
 

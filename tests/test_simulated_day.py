@@ -19,10 +19,10 @@ import textwrap
 
 import pytest
 
+from devtools import schedule_day
+from devtools.effect_sink import EffectSink, Faults
 from devtools.gunicorn import GunicornServer
 from devtools.simulate import (
-    EffectSink,
-    Faults,
     list_executions,
     misplaced_force_runs,
     report,
@@ -101,3 +101,34 @@ def test_a_simulated_day(datastore, ndb_client, tmp_path):
             r for r in RunRecord.query(RunRecord.status == RunStatus.IN_PROGRESS).fetch() if r.lease_expires <= now
         ]
     assert stuck == []
+
+
+def test_a_simulated_day_of_schedule_states_on_gunicorn(datastore):
+    """devtools/schedule_day.py as make simulate plays it: gunicorn's two workers on one stepped
+    clock, real HTTP, the Cloud Scheduler and Cloud Tasks stand-ins, and Cloud Tasks' two
+    deliveries of each caught-up slot sent at once."""
+    day, scheduler_states = schedule_day.on_gunicorn(datastore)
+    assert schedule_day.disagreements(day) == []
+    assert scheduler_states[schedule_day.JOB_PATH] == "ENABLED"  # paused at 04:30, resumed at 08:30
+
+
+def test_make_simulate_plays_both_parts_and_says_nothing_disagrees(tmp_path):
+    """The documented command, small: its own emulator, the deliveries on a compressed clock, then
+    the day of schedule states; exit 0 only when every check of both holds."""
+    import subprocess
+    import sys
+
+    report = tmp_path / "report.html"
+    completed = subprocess.run(
+        [sys.executable, "-m", "devtools.simulate", "--executions", "12", "--compress", "120", "--report", str(report)],
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    out = completed.stdout
+    assert "executions listing: 0 slot(s) disagree" in out and "Force runs: 0 of 2 not once" in out
+    assert "schedule day: 0 disagreement(s)" in out and "audit ERROR: late 2030-01-01T04:00:00.000000Z" in out
+    assert "2030-01-01T00:00:00.000000Z   untracked" in out and "missed" not in out.split("A day of schedule")[1]
+    assert report.read_text().startswith("<!doctype html>")

@@ -1,4 +1,5 @@
 """Helpers the tests share."""
 
-# How often a test server looks for shutdown: the default half second, per server and test, adds up.
-POLL_SECONDS = 0.02
+from devtools import POLL_SECONDS  # one figure for every local server
+
+__all__ = ["POLL_SECONDS"]

@@ -21,11 +21,12 @@ import re
 import threading
 import time
 import urllib.parse
+from typing import Any
 
 from requests.structures import CaseInsensitiveDict
 
 from dedup.clock import Clock, SystemClock
-from tests.support import POLL_SECONDS
+from devtools import POLL_SECONDS
 
 TOKEN = "fake-access-token"
 SERVICE_ACCOUNT = "dedup-app@fake-project.iam.gserviceaccount.com"
@@ -36,8 +37,8 @@ class Call:
     method: str
     path: str
     query: dict
-    body: object
-    headers: dict
+    body: Any  # the request's JSON, or None
+    headers: CaseInsensitiveDict[str]
 
 
 @dataclasses.dataclass

@@ -16,12 +16,13 @@ import http.server
 import json
 import re
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import requests
 
-from tests.support import POLL_SECONDS
+from devtools import POLL_SECONDS
 
 TASK_PATH = re.compile(r"/v2/(projects/[^/]+/locations/[^/]+/queues/[^/]+)/tasks")
 
@@ -120,22 +121,49 @@ class CloudTasksFake:
             )
         return 200, task
 
-    def deliver(self, post: Callable[[FakeTask, dict[str, str]], int], times: int = 1, max_attempts: int = 5) -> None:
-        """Deliver every task ``times`` times (a double delivery: 2), each until a 2xx or ``max_attempts``."""
-        for task in list(self.tasks):
-            for _ in range(times):
-                for retry in range(max_attempts):
-                    headers = {
-                        **task.headers,
-                        "X-AppEngine-QueueName": task.queue,
-                        "X-AppEngine-TaskName": task.task_id,
-                        "X-AppEngine-TaskRetryCount": str(retry),
-                        "X-AppEngine-TaskExecutionCount": str(len(task.answers)),
-                    }
-                    status = post(task, headers)
+    def deliver(
+        self,
+        post: Callable[[FakeTask, dict[str, str]], int],
+        times: int = 1,
+        max_attempts: int = 5,
+        at_once: bool = False,
+    ) -> None:
+        """Deliver every task ``times`` times (a double delivery: 2), each until a 2xx or ``max_attempts``.
+
+        ``at_once``: a task's deliveries are sent together, from threads of their own, as two
+        instances of the queue may; a delivery answered 409 (the other holds the run) is
+        retried after a backoff, as a queue retries any answer but 2xx."""
+        lock = threading.Lock()
+
+        def one(task: FakeTask) -> None:
+            for retry in range(max_attempts):
+                with lock:
+                    executions = len(task.answers)
+                headers = {
+                    **task.headers,
+                    "X-AppEngine-QueueName": task.queue,
+                    "X-AppEngine-TaskName": task.task_id,
+                    "X-AppEngine-TaskRetryCount": str(retry),
+                    "X-AppEngine-TaskExecutionCount": str(executions),
+                }
+                status = post(task, headers)
+                with lock:
                     task.answers.append(status)
-                    if 200 <= status < 300:
-                        break
+                if 200 <= status < 300:
+                    return
+                if at_once:
+                    time.sleep(0.1 * 2**retry)
+
+        for task in list(self.tasks):
+            if not at_once:
+                for _ in range(times):
+                    one(task)
+                continue
+            threads = [threading.Thread(target=one, args=(task,)) for _ in range(times)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
 
 
 def to_webtest(app: Any) -> Callable[[FakeTask, dict[str, str]], int]:
