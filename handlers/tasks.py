@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from flask import Blueprint, jsonify
 from werkzeug.exceptions import NotFound
@@ -16,15 +17,19 @@ from handlers.responses import outcome_response
 from handlers.state import app_state
 from handlers.strict_json import InvalidJson, json_payload
 from handlers.use_cases import (
+    AUDIT_SHARE_SIZE,
     SlotRunRefused,
     SlotRunRequest,
+    audit_share,
     failure_streak_pause,
     find_slot,
     misfire_catch_up,
     run_slot_now,
     schedules_of,
+    split_audit,
 )
 from schedules.audit import ReportedSlot, audit
+from schedules.config import SchedulerJob
 from schedules.pauses import with_pauses
 
 blueprint = Blueprint("tasks", __name__, url_prefix="/tasks")
@@ -56,20 +61,62 @@ def cleanup_expired_runs():
 @changes_state  # cron calls it with GET
 @requires(Role.DELIVER)
 def audit_missed_executions():
-    """cron.yaml's missed-execution alert: each slot that became missed since the last pass, logged once."""
+    """cron.yaml's missed-execution alert: each slot that became missed since the last pass, logged once.
+
+    A fleet larger than one request's share is split: the rest is dispatched in shares
+    (``/tasks/audit-share``), each named in ``shares``."""
     state = app_state()
-    jobs = tuple(with_pauses(state.schedules))  # a paused slot is not missed
-    found = audit(state.ledger, jobs, misfire_catch_up(state), failure_streak_pause(state))
+    mine, shares = split_audit(state, state.schedules)
     return jsonify(
         {
-            "missed": [slot.document() for slot in found.missed],
-            "caught_up": [ReportedSlot(slot).document() for slot in found.caught_up],
-            "breaches": found.breaches,
-            "conflicts": [slot.document() for slot in found.conflicts],
-            "unverified": found.unverified,
+            **_audited(mine),
             "scheduler_jobs": len(state.schedules),
+            "shares": [share.document() for share in shares],
         }
     )
+
+
+@blueprint.post("/audit-share", provide_automatic_options=False)
+@json_body
+@requires(Role.DELIVER)
+def audit_dispatched_share():
+    """A share of an audit pass (use_cases.split_audit): ``count`` Scheduler jobs from ``first``.
+
+    An exception is a 500, which Cloud Tasks retries; a share that names no declared job
+    (the file changed since) is settled, as a retry cannot change it."""
+    try:
+        ask = json_payload()
+    except InvalidJson as exc:
+        return problem(400, "InvalidParameterException", exc.message)
+    if (
+        not isinstance(ask, dict)
+        or set(ask) != {"first", "count"}
+        or not isinstance(ask["first"], str)
+        or type(ask["count"]) is not int
+        or not 1 <= ask["count"] <= AUDIT_SHARE_SIZE
+    ):
+        return problem(
+            400,
+            "InvalidParameterException",
+            f"the body must hold first (a Scheduler job's key) and count (1 to {AUDIT_SHARE_SIZE})",
+        )
+    jobs = audit_share(app_state().schedules, ask["first"], ask["count"])
+    if jobs is None:
+        return settled(404, {"detail": f"scheduler.yaml declares no Scheduler job {ask['first']!r}"})
+    return jsonify({**_audited(jobs), "scheduler_jobs": len(jobs)})
+
+
+def _audited(jobs: tuple[SchedulerJob, ...]) -> dict[str, Any]:
+    """One audit of ``jobs``, as the answer reports it."""
+    state = app_state()
+    found = audit(state.ledger, tuple(with_pauses(jobs)), misfire_catch_up(state), failure_streak_pause(state))
+    return {
+        "missed": [slot.document() for slot in found.missed],
+        "caught_up": [ReportedSlot(slot).document() for slot in found.caught_up],
+        "breaches": found.breaches,
+        "conflicts": [slot.document() for slot in found.conflicts],
+        "unverified": found.unverified,
+    }
 
 
 # What a dispatched task may cure by being delivered again: an attempt holds the run, or it
