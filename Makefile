@@ -6,7 +6,8 @@
 # make requirements - recompile requirements*.txt (pinned, hashed) from requirements*.in
 # make bench - RPCs, round trips, billed entities and latencies per outcome, on loopback and at RTT_MS (default 10),
 #              into bench/last-run.md; RECORD=1 writes bench/results.md, the figures the docs quote
-# make simulate - Cloud Scheduler's deliveries (retries, deadlines, duplicates, lost acks) on a compressed clock
+# make simulate - Cloud Scheduler's deliveries (retries, deadlines, duplicates, lost acks) on a compressed clock,
+#              then a day of schedule states (deploy, Force runs, pause and catch-up, late, streak) on gunicorn
 # App Engine runs this app on python313 (app.yaml), so the venv, the locks and every test use
 # Python 3.13: PYTHON if given, else the first python3.13 that runs: on PATH (a pyenv shim only
 # runs where pyenv selects that version), else pyenv's newest 3.13.
