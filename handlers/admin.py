@@ -41,6 +41,37 @@ CHART_WIDTH, CHART_LEFT, CHART_ROW = 960, 170, 30
 CARD_SLOTS = 48  # the expected executions a job card looks at (the newest of the last day)
 
 
+# A timeline mark's shape per status, so no status is told by colour alone (in a deuteranopia
+# simulation completed and failed look alike): an SVG path about 12 px across, around (0, 0).
+# A missed slot is a dashed ring.
+MARK_SHAPES: dict[str, str] = {
+    "completed": "M0,-6A6,6 0 1,1 0,6A6,6 0 1,1 0,-6Z",  # a disc
+    "failed": "M-6,-3.5L-3.5,-6L0,-2.5L3.5,-6L6,-3.5L2.5,0L6,3.5L3.5,6L0,2.5L-3.5,6L-6,3.5L-2.5,0Z",  # a cross
+    "in_progress": "M-5,-6L6,0L-5,6Z",  # a triangle, pointing on
+    "stuck": "M-5.5,-5.5H5.5V5.5H-5.5Z",  # a square
+    "released": "M0,-7L7,0L0,7L-7,0Z",  # a diamond
+    "skipped": "M-6,-2.5H6V2.5H-6Z",  # a bar
+}
+# Every status a badge or a mark shows, with what it means: the legend lists them all.
+LEGEND: tuple[tuple[str, str], ...] = (
+    ("completed", "ran, once"),
+    ("failed", "ran and failed for good"),
+    ("in_progress", "running, its lease still held"),
+    ("stuck", "its lease is over and it never finished"),
+    ("released", "failed in a way a retry may cure; the next delivery runs it again"),
+    ("skipped", "delivered later than its job allows: not run"),
+    ("missed", "an expected execution that never ran (a dashed ring)"),
+    ("due", "expected, its retry window still open"),
+    ("upcoming", "not yet due"),
+    ("late", "completed after its finish_within"),
+    ("overdue", "not completed, its finish_within passed"),
+    ("paused", "its Scheduler job was paused: nothing was to be delivered"),
+    ("unknown", "older than the job's retention: its record may have expired"),
+    ("untracked", "before the app knew the schedule: never expected of it"),
+    ("conflict", "another job's run holds the slot's key"),
+)
+
+
 def outcome_of(record: RunRecord, now: datetime.datetime) -> str:
     return "stuck" if is_stuck(record, now) else record.status
 
@@ -60,6 +91,8 @@ def dashboard():
         run_filter = RunFilter(job_id=chosen["job"], status=chosen["status"], source=chosen["source"])
     except ValueError as exc:
         abort(400, str(exc).replace("job_id", "job"))
+    if chosen["job"] and chosen["job"] not in state.jobs:
+        abort(404, f"jobs.yaml has no job {chosen['job']!r}: {', '.join(sorted(state.jobs))}")
     recent, _ = state.ledger.find_runs(run_filter, RECENT_RUNS)
     # Every Scheduler job's pauses in one batched lookup, for every card's slots and its Pause form.
     bound = with_pauses(state.schedules)
@@ -100,6 +133,8 @@ def dashboard():
         statuses=[s.value for s in RunStatus],
         can_operate=may(Role.OPERATE),
         new_form_token=new_form_token,
+        shapes=MARK_SHAPES,
+        legend=LEGEND,
     )
 
 

@@ -2,16 +2,21 @@
 
 ``handlers.problems`` builds them (RFC 9457); none is a 503, since for App Engine
 targets Cloud Scheduler retries 503 without counting it against retryCount.
+
+A browser asking for a page (``Accept`` prefers ``text/html`` to JSON) gets the same
+problem as an HTML page; every other client, Cloud Scheduler and scripts included, keeps
+the JSON.  Both carry ``Vary: Accept``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 
-from flask import Flask, Response
+from flask import Flask, Response, render_template, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
-from handlers.problems import problem
+from handlers.problems import MEDIA_TYPE, TYPE_PREFIX, problem
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +33,39 @@ def register(app: Flask) -> None:
             response.headers["Allow"] = ", ".join(sorted(allowed))
         return response
 
+    @app.after_request
+    def problem_page_for_browsers(response: Response) -> Response:
+        if response.mimetype != MEDIA_TYPE:
+            return response
+        response.vary.add("Accept")
+        if not prefers_html():
+            return response
+        document = json.loads(response.get_data())
+        page = Response(
+            render_template("problem_page.html", problem=document, type_page=document["type"].startswith(TYPE_PREFIX)),
+            status=response.status_code,
+            mimetype="text/html",
+        )
+        for name in ("WWW-Authenticate", "Allow", "Retry-After", "Vary"):
+            if name in response.headers:
+                page.headers[name] = response.headers[name]
+        return page
+
     @app.errorhandler(Exception)
     def unexpected_error(exc: Exception) -> Response:
         # Datastore unreachable, a bug: 500, never 503.  No job ran without
         # a committed claim, because claiming is the first write.
         log.exception("unhandled error: %r", exc)
         return problem(500, "InternalError", f"{type(exc).__name__}: the request failed; retry later")
+
+
+# What a client may be sent for an error, in the order a tie is broken: ``*/*`` gets JSON.
+OFFERED = (MEDIA_TYPE, "application/json", "text/html")
+
+
+def prefers_html() -> bool:
+    """Whether the request's Accept ranks an HTML page above the problem's JSON (a browser's does)."""
+    accepted = request.accept_mimetypes
+    if accepted.best_match(OFFERED) != "text/html":
+        return False
+    return accepted["text/html"] > max(accepted[MEDIA_TYPE], accepted["application/json"])

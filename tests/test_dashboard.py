@@ -19,6 +19,15 @@ from tests.support.downstream import Downstream, Reply
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+LAUNCH_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 ATTACK = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
 
 
@@ -99,27 +108,16 @@ def test_the_dashboard_in_a_browser(site, tmp_path):
     artifacts = os.path.join(ROOT, "test-artifacts")
     os.makedirs(artifacts, exist_ok=True)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-        )
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
         page = browser.new_page(viewport={"width": 1280, "height": 1100})
         page.goto(f"{site}/admin/")
         assert page.title() == "Dedup runs"
         # The chart draws: one mark per run, coloured by outcome.
-        marks = page.locator("svg#timeline circle.mark")
+        marks = page.locator("svg#timeline .mark")
         assert marks.count() == 7
-        assert page.locator("svg#timeline circle.mark.failed").count() == 1
-        assert page.locator("svg#timeline circle.mark.stuck").count() == 1
-        assert page.locator("svg#timeline circle.mark.in_progress").count() == 1
+        assert page.locator("svg#timeline .mark.failed").count() == 1
+        assert page.locator("svg#timeline .mark.stuck").count() == 1
+        assert page.locator("svg#timeline .mark.in_progress").count() == 1
         box = page.locator("svg#timeline").bounding_box()
         assert box["width"] > 500 and box["height"] > 60
         # Per job: success rate, running with lease time left, stuck.
@@ -148,3 +146,62 @@ def test_the_dashboard_in_a_browser(site, tmp_path):
         page.screenshot(path=os.path.join(artifacts, "run.png"), full_page=True)
         browser.close()
     assert os.path.getsize(os.path.join(artifacts, "dashboard.png")) > 10000
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it)")
+def test_on_a_phone_and_by_keyboard(site):
+    """Issue 25 §7: 390 px wide with no horizontal scroll and 44 px touch targets; a skip link and
+    landmarks; the keyboard reaches a job's actions before the timeline's links; no status told
+    by colour alone, and the legend covers every status the page shows."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        phone = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+        for path in ("/admin/", "/admin/?job=invoice", "/admin/?job=no-such-job"):
+            phone.goto(f"{site}{path}")
+            assert phone.evaluate("window.innerWidth") == 390, path  # laid out for the phone, not at 980 px
+            assert phone.evaluate("document.documentElement.scrollWidth") <= 390, path
+            small = phone.evaluate(
+                """() => [...document.querySelectorAll('button, select, input:not([type=hidden]), textarea')]
+                     .filter(e => e.offsetParent !== null && e.getBoundingClientRect().height < 44)
+                     .map(e => e.outerHTML.slice(0, 80))"""
+            )
+            assert small == [], (path, small)
+        phone.goto(f"{site}/admin/")
+        run_link = phone.locator("tr.run-row a").first
+        run_link.click()
+        phone.wait_for_selector("#attempts")
+        assert phone.evaluate("document.documentElement.scrollWidth") <= 390
+
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(f"{site}/admin/")
+        assert page.locator("main#main").count() == 1 and page.locator("header nav").count() == 1
+        page.keyboard.press("Tab")
+        assert page.evaluate("document.activeElement.className") == "skip"
+        order = []
+        for _ in range(60):
+            page.keyboard.press("Tab")
+            order.append(page.evaluate("(e => e.closest('svg') ? 'timeline' : e.tagName)(document.activeElement)"))
+        assert "BUTTON" in order and "timeline" in order and order.index("BUTTON") < order.index("timeline")
+        # Every mark has a shape of its status and a text alternative; no image role holds links.
+        marks = page.locator("svg#timeline a")
+        assert marks.count() > 0 and all(marks.nth(i).get_attribute("aria-label") for i in range(marks.count()))
+        assert page.locator("[role=img] a").count() == 0
+        shapes = page.evaluate(
+            "[...document.querySelectorAll('svg#timeline path.mark')].map(p => [p.classList[1], p.getAttribute('d')])"
+        )
+        by_status = {status: {d for s, d in shapes if s == status} for status, _ in shapes}
+        assert all(len(ds) == 1 for ds in by_status.values()) and len({min(ds) for ds in by_status.values()}) == len(
+            by_status
+        )  # one shape per status, and no two statuses share one
+        shown = set(
+            page.evaluate(
+                """[...document.querySelectorAll('main .badge, svg#timeline .mark')]
+                     .filter(e => !e.closest('#legend')).map(e => e.classList[e.classList.length - 1])"""
+            )
+        )
+        legend = set(page.evaluate("[...document.querySelectorAll('#legend li')].map(li => li.dataset.status)"))
+        assert shown and shown <= legend, shown - legend
+        browser.close()
