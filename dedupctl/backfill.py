@@ -33,6 +33,7 @@ FORCED = ("unknown", "untracked")
 LEFT_ALONE = {
     "completed": "completed already",
     "in_progress": "running now",
+    "stuck": "its lease ran out unfinished, inside its retry window: Scheduler's next delivery takes it over",
     "due": "still inside its retry window: Scheduler may deliver it",
     "upcoming": "still to come",
     "unknown": "older than the job's retention, so it may have run (--only unknown --force runs it anyway)",

@@ -21,12 +21,12 @@ from dedup.keys import format_utc, is_run_id, parse_rfc3339
 from dedup.queries import RunFilter
 from handlers.access import Role, requires
 from handlers.client_tokens import new_form_token
-from handlers.run_documents import duration_seconds, is_stuck, may_retry, run_document, scheduler_job_document
+from handlers.run_documents import duration_seconds, may_retry, run_document, scheduler_job_document
 from handlers.state import app_state, may
 from models import RunRecord, RunSource, RunStatus
 from schedules.config import SchedulerJob
 from schedules.pauses import with_pauses
-from schedules.slots import RUNNABLE, ExecutionStatus, execution_document, latest_slots
+from schedules.slots import RUNNABLE, ExecutionStatus, execution_document, latest_slots, run_status
 
 blueprint = Blueprint("admin", __name__, url_prefix="/admin", template_folder="templates")
 # ``/``: where a browser pointed at the app's address lands.
@@ -72,10 +72,6 @@ LEGEND: tuple[tuple[str, str], ...] = (
 )
 
 
-def outcome_of(record: RunRecord, now: datetime.datetime) -> str:
-    return "stuck" if is_stuck(record, now) else record.status
-
-
 @blueprint.get("/", provide_automatic_options=False)
 @requires(Role.VIEW)
 def dashboard():
@@ -111,6 +107,7 @@ def dashboard():
             now,
             expected[job_id],
             [scheduler_job_document(job) for job in schedules_of_job[job_id]],
+            bound,
         )
         for job_id in sorted(state.jobs)
         if not chosen["job"] or job_id == chosen["job"]
@@ -127,8 +124,8 @@ def dashboard():
         summaries=summaries,
         chosen=chosen,
         sources=[source.value for source in RunSource],
-        runs=[row(record, now) for record in recent],
-        chart=timeline(recent, now, gaps),
+        runs=[row(record, now, bound) for record in recent],
+        chart=timeline(recent, now, gaps, bound),
         job_ids=sorted(state.jobs),
         statuses=[s.value for s in RunStatus],
         can_operate=may(Role.OPERATE),
@@ -165,7 +162,7 @@ def run_page(run_id: str):
     return render_template(
         "admin/run.html",
         run=document,
-        outcome=outcome_of(record, now),
+        outcome=run_status(record, with_pauses(state.schedules), now),
         now=format_utc(now),
         lease_left=lease_left(record, now),
         stored=shown_json(stored, run_id),
@@ -201,12 +198,13 @@ def lease_left(record: RunRecord, now: datetime.datetime) -> int | None:
     return int((record.lease_expires - now).total_seconds())
 
 
-def row(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
+def row(record: RunRecord, now: datetime.datetime, jobs: Sequence[SchedulerJob]) -> dict[str, Any]:
+    """A run as the table and a card list it, with its one status (schedules.slots.run_status)."""
     return {
         "run_id": record.run_id,
         "job_id": record.job_id,
         "source": record.source,
-        "outcome": outcome_of(record, now),
+        "outcome": run_status(record, jobs, now),
         "attempt": record.attempt,
         "when": format_utc(record.schedule_time or record.created),
         "duration": duration_seconds(record),
@@ -227,6 +225,8 @@ def expected_executions(scheduler_jobs: Sequence[SchedulerJob], now: datetime.da
 
 
 UNTRACKED = ExecutionStatus.UNTRACKED
+# The statuses of a run that still holds its slot: running, stuck, or either past its finish_within.
+HELD = (ExecutionStatus.IN_PROGRESS, ExecutionStatus.OVERDUE, ExecutionStatus.STUCK)
 
 
 def job_summary(
@@ -236,8 +236,10 @@ def job_summary(
     now: datetime.datetime,
     expected: Sequence[dict[str, Any]] = (),
     scheduler_jobs: Sequence[dict[str, Any]] = (),
+    bound: Sequence[SchedulerJob] = (),
 ) -> dict[str, Any]:
     finished = [r for r in runs if r.status != RunStatus.IN_PROGRESS]
+    unfinished_rows = [row(r, now, bound) for r in unfinished]
     completed = [r for r in finished if r.status == RunStatus.COMPLETED]
     durations = [d for d in (duration_seconds(r) for r in finished) if d is not None]
     return {
@@ -245,9 +247,11 @@ def job_summary(
         "runs": len(runs),
         "success_rate": round(100 * len(completed) / len(finished)) if finished else None,
         "median_duration": round(statistics.median(durations), 2) if durations else None,
-        "running": [row(r, now) for r in unfinished if not is_stuck(r, now)],
-        "stuck": [row(r, now) for r in unfinished if is_stuck(r, now)],
-        "latest": [row(r, now) for r in runs[:5]],
+        # As every view says it: a stuck slot whose window has closed is missed, and listed so.
+        # (An overdue one is either, by its lease.)
+        "running": [r for r in unfinished_rows if r["outcome"] in HELD and r["lease_left"] is not None],
+        "stuck": [r for r in unfinished_rows if r["outcome"] in HELD[1:] and r["lease_left"] is None],
+        "latest": [row(r, now, bound) for r in runs[:5]],
         "scheduled": bool(expected),
         "last_expected": expected[-1] if expected else None,
         # Slots an operator may run by hand, newest first; not those before the job's slots are expected from,
@@ -260,13 +264,16 @@ def job_summary(
     }
 
 
-def timeline(runs: list[RunRecord], now: datetime.datetime, gaps: Sequence[Any] = ()) -> dict[str, Any]:
+def timeline(
+    runs: list[RunRecord], now: datetime.datetime, gaps: Sequence[Any] = (), jobs: Sequence[SchedulerJob] = ()
+) -> dict[str, Any]:
     """An SVG-ready chart: one row per job, one mark per run at its schedule (or start) time, and a
     hollow mark at each missed slot (``gaps``: (job_id, execution document))."""
     if not runs and not gaps:
         return {"rows": [], "marks": [], "gaps": [], "height": CHART_ROW, "width": CHART_WIDTH, "ticks": []}
     gap_times = [(job_id, parse_rfc3339(e["schedule_time"], "schedule_time")) for job_id, e in gaps]
-    jobs = sorted({r.job_id for r in runs} | {job_id for job_id, _ in gaps})
+    declared = jobs
+    rows = sorted({r.job_id for r in runs} | {job_id for job_id, _ in gaps})
     times = [(r.schedule_time or r.created) for r in runs]
     all_times = times + [when for _, when in gap_times]
     start, end = min(all_times), max(all_times)
@@ -276,18 +283,19 @@ def timeline(runs: list[RunRecord], now: datetime.datetime, gaps: Sequence[Any] 
     def x(instant: datetime.datetime) -> float:
         return round(CHART_LEFT + 10 + plot * (instant - start).total_seconds() / span, 1)
 
+    statuses = [run_status(r, declared, now) for r in runs]
     marks = [
         {
             "x": x(when),
-            "y": 20 + CHART_ROW * jobs.index(r.job_id),
-            "outcome": outcome_of(r, now),
+            "y": 20 + CHART_ROW * rows.index(r.job_id),
+            "outcome": status,
             "run_id": r.run_id,
-            "label": f"{r.job_id} {format_utc(when)} {outcome_of(r, now)} (attempt {r.attempt})",
+            "label": f"{r.job_id} {format_utc(when)} {status} (attempt {r.attempt})",
         }
-        for r, when in zip(runs, times, strict=True)
+        for r, when, status in zip(runs, times, statuses, strict=True)
     ]
     missed_marks = [
-        {"x": x(when), "y": 20 + CHART_ROW * jobs.index(job_id), "label": f"{job_id} {format_utc(when)} missed"}
+        {"x": x(when), "y": 20 + CHART_ROW * rows.index(job_id), "label": f"{job_id} {format_utc(when)} missed"}
         for job_id, when in gap_times
     ]
     ticks = [
@@ -295,10 +303,10 @@ def timeline(runs: list[RunRecord], now: datetime.datetime, gaps: Sequence[Any] 
         {"x": x(end), "label": format_utc(end)[:16].replace("T", " "), "anchor": "end"},
     ]
     return {
-        "rows": [{"job_id": job, "y": 20 + CHART_ROW * i} for i, job in enumerate(jobs)],
+        "rows": [{"job_id": job, "y": 20 + CHART_ROW * i} for i, job in enumerate(rows)],
         "marks": marks,
         "gaps": missed_marks,
-        "height": 40 + CHART_ROW * len(jobs),
+        "height": 40 + CHART_ROW * len(rows),
         "width": CHART_WIDTH,
         "ticks": ticks,
     }

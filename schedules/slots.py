@@ -17,7 +17,7 @@ from typing import Any
 from croniter import croniter
 
 from dedup.keys import ScheduledRunKey, format_utc, scheduled_run_key
-from models import RunRecord, RunStatus
+from models import RunRecord, RunSource, RunStatus
 from schedules.config import DELIVERY_GRACE_SECONDS, SchedulerJob, retry_window_seconds, schedule_zone
 
 # The most slots one answer lists (a job every minute: 16 hours of them).
@@ -51,6 +51,9 @@ class ExecutionStatus(enum.StrEnum):
     # No record, and the slot is before its Scheduler job's slots are expected from (schedules.history): the
     # app did not know the schedule then, so the slot was never expected of it.
     UNTRACKED = "untracked"
+    # A run holds the slot, its lease ran out and it never finished, and the retry window is
+    # still open: the next delivery takes it over.  Once the window closes it is ``missed``.
+    STUCK = "stuck"
 
 
 # What an operator may run again by hand (the dashboard's run, dedupctl backfill); an unknown
@@ -318,13 +321,14 @@ def _status(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> Exe
         return ExecutionStatus.MISSED if slot.is_remembered(now) else ExecutionStatus.UNKNOWN
     if record.status == RunStatus.RELEASED:
         return ExecutionStatus.RELEASED if window_open else ExecutionStatus.MISSED
-    if record.status == RunStatus.IN_PROGRESS and not record.lease_is_live(now) and not window_open:
-        return ExecutionStatus.MISSED  # stuck, and nothing will take it over
+    if record.status == RunStatus.IN_PROGRESS and not record.lease_is_live(now):
+        # Stuck: the next delivery takes it over while one can still come; after that, nothing will.
+        return ExecutionStatus.STUCK if window_open else ExecutionStatus.MISSED
     return ExecutionStatus(record.status)  # completed, failed, in_progress or skipped
 
 
 # What a deadline can be broken by: a run that is still to finish.
-UNFINISHED = (ExecutionStatus.IN_PROGRESS, ExecutionStatus.DUE, ExecutionStatus.RELEASED)
+UNFINISHED = (ExecutionStatus.IN_PROGRESS, ExecutionStatus.STUCK, ExecutionStatus.DUE, ExecutionStatus.RELEASED)
 
 
 def timeliness(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> ExecutionStatus | None:
@@ -348,6 +352,29 @@ def timeliness(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> 
 def shown_status(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> ExecutionStatus:
     """The status the listing shows: the execution status, or its deadline's breach."""
     return timeliness(slot, record, now) or execution_status(slot, record, now)
+
+
+def slot_of_run(record: RunRecord, jobs: Iterable[SchedulerJob]) -> Slot | None:
+    """The declared slot ``record`` is the run of (a scheduled delivery of a slot of ``jobs``,
+    bound to their pauses), or None: a manual run, a Force run, a delivery no declaration names."""
+    if record.source != RunSource.SCHEDULER or record.schedule_time is None or not record.scheduler_job_name:
+        return None
+    job = declared_job(jobs, record.scheduler_job_name, record.project, record.location)
+    if job is None or job.target != record.job_id or not is_slot(job, record.schedule_time):
+        return None
+    return Slot(job, record.schedule_time)
+
+
+def run_status(record: RunRecord, jobs: Iterable[SchedulerJob], now: datetime.datetime) -> str:
+    """The one status a run is shown with, wherever it is shown (the runs table, the timeline,
+    the run page, a job's card): its slot's, as the executions listing has it, when it is the
+    run of a declared slot; else its own, ``stuck`` where its lease ran out unfinished."""
+    slot = slot_of_run(record, jobs)
+    if slot is not None:
+        return shown_status(slot, record, now)
+    if record.status == RunStatus.IN_PROGRESS and not record.lease_is_live(now):
+        return ExecutionStatus.STUCK
+    return str(record.status)
 
 
 def execution_document(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> dict[str, Any]:

@@ -378,3 +378,10 @@ def test_backfill_runs_what_the_app_lets_an_operator_run():
     from schedules.slots import NEEDS_FORCE, RUNNABLE
 
     assert set(REOPENABLE + FORCED) == set(RUNNABLE) and set(FORCED) == set(NEEDS_FORCE)
+
+
+def test_backfill_says_why_it_leaves_each_other_status_alone():
+    from dedupctl.backfill import LEFT_ALONE, REOPENABLE
+    from schedules.slots import ExecutionStatus
+
+    assert set(ExecutionStatus) - set(REOPENABLE) <= set(LEFT_ALONE)

@@ -149,7 +149,7 @@ def test_a_stuck_run_is_missed_once_nothing_can_take_it_over(site, clock, tmp_pa
         Ledger(clock).claim_run(key.run_id, RunDescription("scheduler", "invoice"), RunPolicy(60, 604800))
     first_slot = {"since": "2030-01-01T00:00:00Z", "until": "2030-01-01T00:00:01Z"}
     clock.advance(120)  # the lease is over, but a retry can still take it over
-    assert executions(site, **first_slot)["executions"][0]["status"] == "in_progress"
+    assert executions(site, **first_slot)["executions"][0]["status"] == "stuck"
     clock.advance(window(tmp_path))
     assert executions(site, **first_slot)["executions"][0]["status"] == "missed"
 
