@@ -17,14 +17,16 @@ from typing import Any
 from flask import Blueprint, Response, abort, jsonify, render_template, request
 from markupsafe import Markup, escape
 
+from dedup.errors import InvalidRunRequest
 from dedup.keys import format_utc, is_run_id, parse_rfc3339
 from dedup.queries import RunFilter
 from handlers.access import Role, requires
 from handlers.client_tokens import new_form_token
 from handlers.run_documents import duration_seconds, may_retry, run_document, scheduler_job_document
 from handlers.state import app_state, may
+from handlers.use_cases import executions_between, schedules_of
 from models import RunRecord, RunSource, RunStatus
-from schedules.config import SchedulerJob
+from schedules.config import SchedulerJob, schedule_zone
 from schedules.pauses import with_pauses
 from schedules.slots import RUNNABLE, ExecutionStatus, execution_document, latest_slots, run_status
 
@@ -310,3 +312,100 @@ def timeline(
         "width": CHART_WIDTH,
         "ticks": ticks,
     }
+
+
+HISTORY_PAGE = 288  # a day of a 5-minute job, slot by slot; a day with more is shown by the hour
+DAYS = datetime.timedelta(days=1)
+
+
+@blueprint.get("/jobs/<job_id>/history", provide_automatic_options=False)
+@requires(Role.VIEW)
+def history(job_id: str):
+    """Every expected execution of a job on one day of its time zone (or one hour of it), with
+    what became of it, and its runs apart from the slots beside them; by the hour when a day
+    holds more than HISTORY_PAGE slots.  ``status`` keeps the slots in that status."""
+    state = app_state()
+    scheduler_jobs = schedules_of(state, job_id)  # 404: no such job, or no scheduler.yaml
+    zone_name = scheduler_jobs[0].time_zone if scheduler_jobs else "UTC"
+    zone = schedule_zone(zone_name)
+    now = state.clock.now()
+    try:
+        day = (
+            datetime.date.fromisoformat(request.args["day"]) if request.args.get("day") else now.astimezone(zone).date()
+        )
+    except ValueError:
+        abort(400, f"day {request.args['day']!r} is not a date such as 2030-01-01")
+    hour_text = request.args.get("hour")
+    if hour_text is not None and (not hour_text.isdigit() or int(hour_text) > 23):
+        abort(400, f"hour {hour_text!r} is not a whole number from 0 to 23")
+    status = request.args.get("status") or None
+    if status is not None and status not in set(ExecutionStatus):
+        abort(400, f"status {status!r} is none of {', '.join(ExecutionStatus)}")
+    start = datetime.datetime.combine(day, datetime.time(), zone)
+    if hour_text is not None:
+        start = datetime.datetime.combine(day, datetime.time(int(hour_text)), zone)
+    end = start + (datetime.timedelta(hours=1) if hour_text is not None else DAYS)
+    since, until = start.astimezone(datetime.UTC), end.astimezone(datetime.UTC)
+    if request.args.get("from"):  # the next page of an hour that holds more than one
+        try:
+            since = max(since, parse_rfc3339(request.args["from"], "from"))
+        except InvalidRunRequest as exc:
+            abort(400, exc.message)
+    page = executions_between(state, scheduler_jobs, job_id, since, until, HISTORY_PAGE)
+    hours = None
+    if page.next_since is not None and hour_text is None:  # more than a page: the day by the hour
+        hours = _by_hour(state, scheduler_jobs, job_id, since, until, zone)
+    rows = [
+        {**e, "local": _local(e["schedule_time"], zone)}
+        for e in page.executions
+        if status is None or e["status"] == status
+    ]
+    apart = [
+        {**row(record, now, scheduler_jobs), "local": _local(format_utc(record.created), zone)}
+        for record in page.unscheduled
+    ]
+    apart = [r for r in apart if status is None or r["outcome"] == status]
+    return render_template(
+        "admin/history.html",
+        job_id=job_id,
+        zone=zone_name,
+        day=day.isoformat(),
+        hour=int(hour_text) if hour_text is not None else None,
+        previous_day=(day - DAYS).isoformat(),
+        next_day=(day + DAYS).isoformat(),
+        status=status,
+        statuses=list(ExecutionStatus),
+        hours=hours,
+        next_page=format_utc(page.next_since) if page.next_since and hours is None else None,
+        rows=sorted(rows + apart, key=lambda r: r["local"]) if hours is None else [],
+        apart=len(apart),
+        scheduler_jobs=sorted({job.name for job in scheduler_jobs}),
+        shapes=MARK_SHAPES,
+        legend=LEGEND,
+    )
+
+
+def _local(utc_text: str, zone: Any) -> str:
+    """An instant in the job's time zone, to the second: what a person reads."""
+    return parse_rfc3339(utc_text, "time").astimezone(zone).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _by_hour(
+    state: Any,
+    scheduler_jobs: list[SchedulerJob],
+    job_id: str,
+    since: datetime.datetime,
+    until: datetime.datetime,
+    zone: Any,
+) -> list[dict[str, Any]]:
+    """The range's slots counted by hour of the job's time zone and by status (read a page at a time)."""
+    counts: dict[int, dict[str, int]] = {}
+    cursor: datetime.datetime | None = since
+    while cursor is not None:
+        page = executions_between(state, scheduler_jobs, job_id, cursor, until)
+        for e in page.executions:
+            hour = parse_rfc3339(e["schedule_time"], "time").astimezone(zone).hour
+            counts.setdefault(hour, {})
+            counts[hour][e["status"]] = counts[hour].get(e["status"], 0) + 1
+        cursor = page.next_since
+    return [{"hour": hour, "counts": dict(sorted(counts[hour].items()))} for hour in sorted(counts)]

@@ -16,63 +16,30 @@ from flask import Blueprint, jsonify, request
 
 from dedup.errors import InvalidRunRequest
 from dedup.keys import EARLIEST_SCHEDULE_TIME, check_schedule_time, format_utc, parse_rfc3339
-from dedup.queries import RunFilter
 from handlers.access import Role, requires
 from handlers.problems import problem
 from handlers.responses import outcome_response
 from handlers.run_documents import run_summaries
 from handlers.state import app_state, current_principal
-from handlers.use_cases import InvalidSlotRun, SlotRunRefused, SlotRunRequest, find_slot, run_slot_now, schedules_of
-from models import RunRecord, RunSource
-from schedules.config import SchedulerJob
-from schedules.slots import (
-    MAX_SLOTS,
-    declared_job,
-    execution_document,
-    is_slot,
-    slots_between,
+from handlers.use_cases import (
+    InvalidSlotRun,
+    SlotRunRefused,
+    SlotRunRequest,
+    executions_between,
+    find_slot,
+    run_slot_now,
+    schedules_of,
 )
 
 blueprint = Blueprint("executions", __name__, url_prefix="/api/v1")
 
 DEFAULT_RANGE = datetime.timedelta(hours=24)
-MAX_UNSCHEDULED = 100
-
-
-MAX_UNSCHEDULED_PAGES = 5  # the run pages read to find MAX_UNSCHEDULED runs that match no slot
 
 
 def _time_problem(name: str, exc: InvalidRunRequest) -> str:
     if "outside the accepted range" in exc.message:
         return exc.message
     return f"{name} must be an RFC 3339 timestamp such as 2026-11-29T00:00:00Z"
-
-
-def is_expected_run(record: RunRecord, scheduler_jobs: list[SchedulerJob]) -> bool:
-    """A Scheduler run of a declared Scheduler job of its own job, in its scope, at one of its slots.
-
-    A run of this job under another job's slot (a misrouted delivery) is unscheduled here:
-    the slot's own listing calls it a conflict, and it must not vanish from both.
-    """
-    if record.source != RunSource.SCHEDULER or record.schedule_time is None:
-        return False
-    job = declared_job(scheduler_jobs, record.scheduler_job_name, record.project, record.location)
-    return job is not None and job.target == record.job_id and is_slot(job, record.schedule_time)
-
-
-def unscheduled_runs(
-    job_id: str, scheduler_jobs: list[SchedulerJob], since: datetime.datetime, until: datetime.datetime
-) -> list[RunRecord]:
-    """Runs of the job created in [since, until) that match no slot: manual runs, undeclared Scheduler jobs."""
-    state = app_state()
-    found: list[RunRecord] = []
-    cursor = None
-    for _ in range(MAX_UNSCHEDULED_PAGES):
-        page, cursor = state.ledger.find_runs(RunFilter(job_id=job_id, since=since, until=until), 100, cursor)
-        found += [record for record in page if not is_expected_run(record, scheduler_jobs)]
-        if cursor is None or len(found) >= MAX_UNSCHEDULED:
-            break
-    return found[:MAX_UNSCHEDULED]
 
 
 @blueprint.get("/jobs/<job_id>/executions", provide_automatic_options=False)
@@ -93,26 +60,16 @@ def list_executions(job_id: str):
     since = bounds.get("since", max(until - DEFAULT_RANGE, EARLIEST_SCHEDULE_TIME))
     if since >= until:
         return problem(400, "InvalidParameterException", "since must be before until")
-    slots = slots_between(scheduler_jobs, since, until, MAX_SLOTS + 1)
-    next_since = None
-    if len(slots) > MAX_SLOTS:
-        # End the page before the time the cap cut into, so a time shared by several
-        # Scheduler jobs is never split over two pages (nor listed twice).
-        next_time = slots[MAX_SLOTS].schedule_time
-        kept = [slot for slot in slots[:MAX_SLOTS] if slot.schedule_time < next_time]
-        slots = kept or [slot for slot in slots if slot.schedule_time == next_time]
-        next_since = format_utc(next_time if kept else next_time + datetime.timedelta(microseconds=1))
-    records = state.ledger.lookup_many([slot.run_id for slot in slots])
-    unscheduled = unscheduled_runs(job_id, scheduler_jobs, since, until)
+    page = executions_between(state, scheduler_jobs, job_id, since, until)
     return jsonify(
         {
             "job_id": job_id,
             "since": format_utc(since),
             "until": format_utc(until),
             "scheduler_jobs": sorted({job.name for job in scheduler_jobs}),
-            "executions": [execution_document(slot, records.get(slot.run_id), now) for slot in slots],
-            "unscheduled": run_summaries(unscheduled, now),
-            "next_since": next_since,
+            "executions": page.executions,
+            "unscheduled": run_summaries(page.unscheduled, now),
+            "next_since": format_utc(page.next_since) if page.next_since else None,
         }
     )
 

@@ -22,6 +22,7 @@ from dedup.idempotency import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SE
 from dedup.keys import ScheduledRunKey, format_utc, scheduled_run_key
 from dedup.ledger import REOPENED, RunDescription, RunPolicy
 from dedup.outcomes import Attempt, RunOutcome
+from dedup.queries import RunFilter
 from dedup.runner import Waiting, run_once
 from dispatch import Dispatched, DispatchError, Work, task_id
 from handlers.access import Principal
@@ -30,21 +31,24 @@ from handlers.responses import note_outcome
 from handlers.state import AppState
 from jobs.base import RunContext
 from jobs.config import JobSpec
-from models import RunSource, RunStatus
+from models import RunRecord, RunSource, RunStatus
 from schedules.config import SchedulerJob
 from schedules.pauses import Pause, change_pause, current, paused, pauses_of, resumed, with_pauses
 from schedules.slots import (
     CLOCK_SKEW_SECONDS,
+    MAX_SLOTS,
     NEEDS_FORCE,
     ExecutionStatus,
     ForceRun,
     Slot,
     delivery_scope,
+    execution_document,
     execution_status,
     force_run_reason,
     is_slot,
     nearest_slots,
     schedule_at,
+    slot_of_run,
     slots_between,
 )
 
@@ -233,6 +237,56 @@ class SlotRunRefused:
 
 
 NO_SCHEDULE = "no schedule is loaded: the app reads DEDUP_SCHEDULER_FILE, else the scheduler.yaml beside the jobs file"
+
+
+MAX_UNSCHEDULED = 100
+MAX_UNSCHEDULED_PAGES = 5  # the run pages read to find MAX_UNSCHEDULED runs that match no slot
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutionsPage:
+    """The expected executions of a range, oldest first, each as the listing documents it; the runs
+    of the job created in the range that match no slot; and where the next page starts, if the
+    cap cut the range."""
+
+    executions: list[dict[str, Any]]
+    unscheduled: list[RunRecord]
+    next_since: datetime.datetime | None
+
+
+def executions_between(
+    state: AppState,
+    scheduler_jobs: list[SchedulerJob],
+    job_id: str,
+    since: datetime.datetime,
+    until: datetime.datetime,
+    limit: int = MAX_SLOTS,
+) -> ExecutionsPage:
+    """A page of the executions listing (the API's and the history page's): every slot in [since,
+    until) up to ``limit``, their records in one batched lookup, and the runs apart from them."""
+    now = state.clock.now()
+    slots = slots_between(scheduler_jobs, since, until, limit + 1)
+    next_since = None
+    if len(slots) > limit:
+        # End the page before the time the cap cut into, so a time shared by several
+        # Scheduler jobs is never split over two pages (nor listed twice).
+        next_time = slots[limit].schedule_time
+        kept = [slot for slot in slots[:limit] if slot.schedule_time < next_time]
+        slots = kept or [slot for slot in slots if slot.schedule_time == next_time]
+        next_since = next_time if kept else next_time + datetime.timedelta(microseconds=1)
+    records = state.ledger.lookup_many([slot.run_id for slot in slots])
+    unscheduled: list[RunRecord] = []
+    cursor = None
+    for _ in range(MAX_UNSCHEDULED_PAGES):
+        found, cursor = state.ledger.find_runs(RunFilter(job_id=job_id, since=since, until=until), 100, cursor)
+        unscheduled += [record for record in found if slot_of_run(record, scheduler_jobs) is None]
+        if cursor is None or len(unscheduled) >= MAX_UNSCHEDULED:
+            break
+    return ExecutionsPage(
+        [execution_document(slot, records.get(slot.run_id), now) for slot in slots],
+        unscheduled[:MAX_UNSCHEDULED],
+        next_since,
+    )
 
 
 def schedules_of(state: AppState, job_id: str) -> list[SchedulerJob]:

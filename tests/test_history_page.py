@@ -1,0 +1,131 @@
+"""Issue 25 §2: a job's history by day, in its time zone: every slot of the day, not a sample.
+
+A 5-minute job's day is listed slot by slot, each with the status the executions API gives
+it, and its runs apart from the slots beside the ones they were near.  A per-minute job's day
+is counted by the hour, and an hour drills into its slots.  Days go back and forth, a status
+filter keeps what it names, and bad parameters are 400.
+"""
+
+from __future__ import annotations
+
+import datetime
+import textwrap
+
+import pytest
+import webtest
+
+from handlers import create_app
+from tests.support.deliveries import scheduler_headers
+from tests.support.schedule_sites import T0, at
+
+JOBS = """
+jobs:
+  invoice:
+    kind: python
+    target: tests.job_targets:record
+    retention_seconds: 604800
+  pulse:
+    kind: python
+    target: tests.job_targets:record
+    retention_seconds: 604800
+"""
+SCHEDULES = """
+defaults: {project: acme-prod, location: us-central1, attempt_deadline: 60s, start_at: "2030-01-01T00:00:00Z"}
+jobs:
+  invoice-5min: {target: invoice, schedule: "*/5 * * * *", time_zone: Europe/Berlin}
+  pulse-minutely: {target: pulse, schedule: "* * * * *"}
+"""
+SCOPE = "?project=acme-prod&location=us-central1"
+
+
+@pytest.fixture
+def site(datastore, ndb_client, tmp_path, clock):
+    (tmp_path / "scheduler.yaml").write_text(textwrap.dedent(SCHEDULES))
+    (tmp_path / "jobs.yaml").write_text(textwrap.dedent(JOBS))
+    app = webtest.TestApp(create_app(jobs_file=str(tmp_path / "jobs.yaml"), clock=clock, ndb_client=ndb_client))
+    app.get("/api/v1/scheduler-jobs")
+    return app
+
+
+def deliver(site, name, job, hour):
+    headers = scheduler_headers(scheduler_job_name=name, schedule_time=at(hour))
+    return site.post(f"/jobs/{job}{SCOPE}", b"", headers=headers, status=200)
+
+
+def test_a_day_of_a_5_minute_job_lists_every_slot_as_the_api_says(site, clock):
+    # Berlin's 2030-01-01 runs from 2029-12-31T23:00Z; the app knew the job from T0 (00:00Z).
+    for minutes in range(0, 120, 5):  # 00:00Z to 01:55Z delivered on time, the rest not
+        clock.advance((T0 + datetime.timedelta(minutes=minutes, seconds=5) - clock.now()).total_seconds())
+        deliver(site, "invoice-5min", "invoice", minutes / 60)
+    manual = site.post_json("/api/v1/jobs/invoice/runs", {"clientToken": "by-hand"}).json["run_id"]
+    # 02:30Z: a manual run is kept an hour after it finishes (its token's lifetime), so look now.
+    clock.advance((T0 + datetime.timedelta(hours=2.5) - clock.now()).total_seconds())
+    page = site.get("/admin/jobs/invoice/history", params={"day": "2030-01-01"})
+    slots = page.html.select("tr.slot-row")
+    assert len(slots) == 288  # every slot of the day, none capped
+    listing = site.get(
+        "/api/v1/jobs/invoice/executions", params={"since": "2029-12-31T23:00:00Z", "until": "2030-01-01T23:00:00Z"}
+    ).json
+    assert [(tr["data-schedule-time"], tr["data-status"]) for tr in slots] == [
+        (e["schedule_time"], e["status"]) for e in listing["executions"]
+    ]
+    statuses = [tr["data-status"] for tr in slots]
+    assert statuses[:12] == ["untracked"] * 12  # 23:00Z to 23:55Z: before the app knew the schedule
+    assert statuses[12:36] == ["completed"] * 24 and statuses[-1] == "upcoming"
+    assert "missed" in statuses[36:] and set(statuses[36:]) <= {"missed", "due", "upcoming"}
+    assert slots[12].find("td").text == "2030-01-01 01:00:00"  # in Berlin's time
+    apart = page.html.select("tr.apart-row")
+    assert [a.find("a")["href"].rsplit("/", 1)[1] for a in apart] == [manual]
+    rows = page.html.select("#history tbody tr")
+    near = rows.index(apart[0])  # beside the slot it was near: made at 01:55:05Z, Berlin 02:55:05
+    assert rows[near - 1]["data-schedule-time"] == at(1 + 55 / 60) and rows[near]["data-source"] == "api"
+    missed = site.get("/admin/jobs/invoice/history", params={"day": "2030-01-01", "status": "missed"}).html
+    assert {tr["data-status"] for tr in missed.select("tr.slot-row")} == {"missed"}
+    assert len(missed.select("tr.slot-row")) == statuses.count("missed") and not missed.select("tr.apart-row")
+
+
+def test_a_per_minute_job_is_counted_by_the_hour_and_an_hour_drills_in(site, clock):
+    for minute in range(3):
+        clock.advance((T0 + datetime.timedelta(minutes=minute, seconds=5) - clock.now()).total_seconds())
+        deliver(site, "pulse-minutely", "pulse", minute / 60)
+    clock.advance((T0 + datetime.timedelta(days=2) - clock.now()).total_seconds())
+    page = site.get("/admin/jobs/pulse/history", params={"day": "2030-01-01"}).html
+    hours = page.select("tr.hour-row")
+    assert len(hours) == 24 and page.find(id="history") is None
+    counts = {
+        int(tr["data-hour"]): {c["data-status"]: int(c.text.split()[-1]) for c in tr.select(".count")} for tr in hours
+    }
+    assert counts[0] == {"completed": 3, "missed": 57} and all(counts[h] == {"missed": 60} for h in range(1, 24))
+    drilled = site.get(hours[0].find("a")["href"]).html
+    assert [tr["data-status"] for tr in drilled.select("tr.slot-row")] == ["completed"] * 3 + ["missed"] * 57
+
+
+def test_days_go_back_and_forth_and_the_default_is_today_in_the_jobs_zone(site, clock):
+    clock.advance(23.5 * 3600)  # 23:30Z: Berlin (UTC+1 in January) is already on 2030-01-02
+    page = site.get("/admin/jobs/invoice/history").html
+    assert page.find("h1").text.startswith("invoice: 2030-01-02")
+    assert "day=2030-01-01" in page.find(id="previous-day")["href"]
+    assert "day=2030-01-03" in page.find(id="next-day")["href"]
+    upcoming = {tr["data-status"] for tr in page.select("tr.slot-row")}
+    assert "upcoming" in upcoming  # the rest of Berlin's day is still to come
+
+
+@pytest.mark.parametrize(
+    "params, words",
+    [
+        ({"day": "yesterday"}, "is not a date"),
+        ({"day": "2030-02-30"}, "is not a date"),
+        ({"hour": "24"}, "0 to 23"),
+        ({"hour": "-1"}, "0 to 23"),
+        ({"status": "done"}, "is none of"),
+        ({"from": "soon"}, "RFC 3339"),
+    ],
+)
+def test_bad_parameters_are_400(site, params, words):
+    answer = site.get("/admin/jobs/invoice/history", params=params, status=400).json
+    assert words in answer["detail"]
+
+
+def test_an_unknown_job_is_404_and_the_card_links_its_history(site):
+    site.get("/admin/jobs/nope/history", status=404)
+    assert site.get("/admin/").html.select_one(".job-card[data-job='invoice'] a.history-link") is not None
