@@ -52,6 +52,7 @@ def create_app(
         dashboard_actions,
         errors,
         executions,
+        for_people,
         logs,
         problem_pages,
         problems,
@@ -104,6 +105,7 @@ def create_app(
                 "may stop it; set it to queue.yaml's queue (docs/schedules.md, Dispatched work)"
             )
     errors.register(app)
+    for_people.install(app)
     tracing.install_tracing(app)  # first: every later step, and every log line, is inside the request's span
     logs.install_request_logging(app)
 

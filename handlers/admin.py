@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import statistics
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,7 +30,14 @@ from handlers.use_cases import executions_between, schedules_of
 from models import RunRecord, RunSource, RunStatus
 from schedules.config import SchedulerJob, schedule_zone
 from schedules.pauses import with_pauses
-from schedules.slots import RUNNABLE, ExecutionStatus, execution_document, latest_slots, run_status
+from schedules.slots import (
+    RUNNABLE,
+    ExecutionStatus,
+    execution_document,
+    latest_slots,
+    run_status,
+    slot_of_run,
+)
 
 blueprint = Blueprint("admin", __name__, url_prefix="/admin", template_folder="templates")
 # ``/``: where a browser pointed at the app's address lands.
@@ -160,16 +169,41 @@ def run_page(run_id: str):
         abort(404, f"no run {run_id} (or it has expired)")
     now = state.clock.now()
     document = run_document(record, now)
-    stored = {key: document[key] for key in ("result", "error", "response") if key in document}
+    bound = with_pauses(state.schedules)
+    slot = slot_of_run(record, bound)
+    status = run_status(record, bound, now)
+    zone = schedule_zone(slot.job.time_zone) if slot else None
     return render_template(
         "admin/run.html",
         run=document,
-        outcome=run_status(record, with_pauses(state.schedules), now),
+        outcome=status,
         now=format_utc(now),
+        zone=slot.job.time_zone if slot else None,
+        zone_info=zone,
+        lateness=(record.started - record.schedule_time).total_seconds()
+        if record.started and record.schedule_time
+        else None,
         lease_left=lease_left(record, now),
-        stored=shown_json(stored, run_id),
+        # Result and error apart: a completed run's result; a failed or released run's error;
+        # a kept HTTP response (manual runs, guarded calls) as its own.
+        result=shown_json(document["result"], run_id) if "result" in document else None,
+        error=shown_json(document["error"], run_id) if "error" in document else None,
+        response=shown_json(document["response"], run_id) if "response" in document else None,
+        reason=document.get("reason"),
+        pause=slot.pause.document() if slot and slot.pause else None,
         parameters=shown_json(record.parameters, run_id) if record.parameters else None,
         may_retry=may(Role.OPERATE) and may_retry(record, state.jobs),
+        # A scheduled run that failed or was skipped may be run again under its slot's key.
+        run_again=slot if slot and may(Role.OPERATE) and status in RUNNABLE else None,
+        logs_url=logs_query_url(run_id, record.project or os.environ.get("GOOGLE_CLOUD_PROJECT")),
+    )
+
+
+def logs_query_url(run_id: str, project: str | None) -> str:
+    """Cloud Logging's Logs Explorer, querying this run's lines (every line of a run carries run_id)."""
+    query = urllib.parse.quote(f'jsonPayload.run_id="{run_id}"', safe="")
+    return f"https://console.cloud.google.com/logs/query;query={query}" + (
+        f"?project={urllib.parse.quote(project, safe='')}" if project else ""
     )
 
 

@@ -141,7 +141,7 @@ def test_the_dashboard_in_a_browser(site, tmp_path):
         page.locator("tr.run-row a").first.click()
         page.wait_for_selector("#attempts")
         assert page.locator("#attempts tbody tr").count() == 1
-        assert "<script>window.pwned = 1</script>" in page.locator("#stored").inner_text()  # shown as text
+        assert "<script>window.pwned = 1</script>" in page.locator("#error").inner_text()  # shown as text
         assert page.evaluate("window.pwned") is None
         page.screenshot(path=os.path.join(artifacts, "run.png"), full_page=True)
         browser.close()

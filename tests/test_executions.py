@@ -374,8 +374,8 @@ def test_the_dashboard_shows_expected_slots_and_runs_a_missed_one(site, clock):
     deliver_slot(site, 3, status=200)
     page = site.get("/admin/")
     card = page.text.split('data-job="invoice"', 1)[1].split('class="card job-card"', 1)[0]
-    assert "Last expected execution:" in card and "2030-01-01T03:00:00.000000Z" in card
-    assert 'class="badge completed">completed' in card.split("Last expected execution:", 1)[1][:200]
+    assert "Last expected execution:" in card and "2030-01-01 03:00:00 UTC" in card
+    assert 'class="badge completed">completed' in card.split("Last expected execution:", 1)[1][:400]
     # Expected from 00:00 (start_at): 00:00 to 03:00; 03:00 ran. The day before is untracked, uncounted.
     assert "3 missed of the last 4 expected" in card
     assert page.text.count('<circle class="gap missed"') == 4  # each missed slot ringed: these, report's 00:30
@@ -462,4 +462,4 @@ def test_the_card_of_a_minutely_job_shows_its_newest_slot(tmp_path, ndb_client, 
     site = webtest.TestApp(create_app(jobs_file=str(jobs), clock=clock, ndb_client=ndb_client))
     clock.advance(3600 + 30)  # 01:00:30
     card = site.get("/admin/").text.split('data-job="invoice"', 1)[1].split('class="card job-card"', 1)[0]
-    assert "Last expected execution:\n      2030-01-01T01:00:00.000000Z" in card
+    assert 'Last expected execution:\n      <time datetime="2030-01-01T01:00:00Z"' in card

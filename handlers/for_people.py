@@ -1,0 +1,77 @@
+"""How the pages write times, durations and ids for a person (issue 25 §6).
+
+Every time is absolute, with its zone, and relative to the page's moment ("3 min ago");
+durations carry units; an id is shortened, with the whole of it a click away.  The pages
+get these as template globals (``install``); the API keeps RFC 3339 and seconds.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from flask import Flask
+from markupsafe import Markup, escape
+
+from handlers.state import app_state
+
+
+def span(seconds: float) -> str:
+    """A duration as a person reads it: 0.42 s, 12 s, 3 min 5 s, 2 h 4 min, 3 d 2 h."""
+    if seconds < 0:
+        return "-" + span(-seconds)
+    if seconds < 10:
+        return f"{seconds:.2g} s" if seconds < 1 else f"{seconds:.1f} s".replace(".0 s", " s")
+    whole = round(seconds)
+    for unit, size, smaller, smaller_size in (("d", 86400, "h", 3600), ("h", 3600, "min", 60), ("min", 60, "s", 1)):
+        if whole >= size:
+            first, rest = divmod(whole, size)
+            rest //= smaller_size
+            return f"{first} {unit}" + (f" {rest} {smaller}" if rest else "")
+    return f"{whole} s"
+
+
+def ago(instant: datetime.datetime, now: datetime.datetime) -> str:
+    """``instant`` relative to ``now``: "3 min ago", "in 2 h", "now"."""
+    delta = (now - instant).total_seconds()
+    if abs(delta) < 1:
+        return "now"
+    return f"{span(abs(delta))} ago" if delta > 0 else f"in {span(-delta)}"
+
+
+def when(value: str | datetime.datetime | None, zone: Any = None) -> Markup:
+    """A time for a page: absolute to the second with its zone (UTC, or ``zone``), then relative to
+    the page's moment; the machine's RFC 3339 form in ``datetime`` and the tooltip."""
+    if value is None or value == "":
+        return Markup("–")
+    if isinstance(value, str):
+        from dedup.keys import parse_rfc3339
+
+        value = parse_rfc3339(value, "time")
+    shown = value.astimezone(zone) if zone is not None else value.astimezone(datetime.UTC)
+    label = shown.strftime("%Y-%m-%d %H:%M:%S ") + (shown.tzname() or "UTC")
+    exact = value.astimezone(datetime.UTC).isoformat().replace("+00:00", "Z")
+    relative = ago(value, app_state().clock.now())
+    return Markup(
+        f'<time datetime="{escape(exact)}" title="{escape(exact)}">{escape(label)}</time> '
+        f'<span class="ago">({escape(relative)})</span>'
+    )
+
+
+def duration(seconds: float | None) -> str:
+    return "–" if seconds is None else span(seconds)
+
+
+def short_id(value: str, href: str, length: int = 12) -> Markup:
+    """A link to ``href`` showing the first ``length`` characters of an id (the whole in its
+    tooltip), and beside it a button that copies the whole (with JavaScript; without it the
+    whole id is on the run's own page)."""
+    whole = escape(value)
+    return Markup(
+        f'<a href="{escape(href)}" title="{whole}"><code>{escape(value[:length])}…</code></a>'
+        f'<button type="button" class="copy" data-copy="{whole}" aria-label="copy the whole id" hidden>copy</button>'
+    )
+
+
+def install(app: Flask) -> None:
+    app.jinja_env.globals.update(when=when, duration=duration, short_id=short_id)

@@ -1,0 +1,121 @@
+"""Issue 25 §4: the run page says what a person needs of one run.
+
+Its slot's time in its job's zone and how late it started, its duration with units, each
+attempt, result and error apart, why it was skipped or delivered during a pause, a link to
+its log lines, and the actions that apply: a failed scheduled run offers "run this slot
+again", which, sent twice, runs once.
+"""
+
+from __future__ import annotations
+
+import datetime
+import textwrap
+
+import pytest
+import webtest
+
+from handlers import create_app
+from tests import job_targets
+from tests.support.callers import OFF_GAE
+from tests.support.deliveries import scheduler_headers
+from tests.support.schedule_sites import T0, at
+
+JOBS = """
+jobs:
+  invoice:
+    kind: python
+    target: tests.job_targets:scripted_failures
+    lease_seconds: 60
+    retention_seconds: 604800
+    max_delay_seconds: 600
+"""
+SCHEDULES = """
+defaults:
+  project: acme-prod
+  location: us-central1
+  attempt_deadline: 60s
+  retry: {retry_count: 1, min_backoff: 1m, max_retry_duration: 2h}
+  start_at: "2030-01-01T00:00:00Z"
+jobs:
+  invoice-hourly: {target: invoice, schedule: "0 * * * *", time_zone: Europe/Berlin}
+"""
+SCOPE = "?project=acme-prod&location=us-central1"
+OPERATOR = {"X-Appengine-User-Is-Admin": "1", "X-Appengine-User-Email": "carol@example.com"}
+VIEWER = {"X-Appengine-User-Is-Admin": "1", "X-Appengine-User-Email": "bob@example.com"}
+
+
+@pytest.fixture
+def site(google, ndb_client, tmp_path, clock, monkeypatch):
+    from handlers.auth import AuthSettings
+
+    monkeypatch.setenv("DEDUP_SCHEDULER_API_BASE", google.url)
+    (tmp_path / "scheduler.yaml").write_text(textwrap.dedent(SCHEDULES))
+    (tmp_path / "jobs.yaml").write_text(textwrap.dedent(JOBS))
+    auth = AuthSettings.from_environ(
+        {
+            **OFF_GAE,
+            "DEDUP_AUTH": "appengine",
+            "DEDUP_OPERATORS": "carol@example.com",
+            "DEDUP_VIEWERS": "bob@example.com",
+        }
+    )
+    app = webtest.TestApp(
+        create_app(jobs_file=str(tmp_path / "jobs.yaml"), clock=clock, ndb_client=ndb_client, auth=auth)
+    )
+    app.get("/api/v1/scheduler-jobs", headers=OPERATOR)
+    return app
+
+
+def deliver(site, clock, hour, late_by=10):
+    clock.advance((T0 + datetime.timedelta(hours=hour, seconds=late_by) - clock.now()).total_seconds())
+    # Cloud Scheduler's App Engine target: the source address App Engine gives it, 0.1.0.2.
+    marker = {"X-Appengine-User-Ip": "0.1.0.2"}
+    headers = scheduler_headers(scheduler_job_name="invoice-hourly", schedule_time=at(hour), **marker)
+    return site.post(f"/jobs/invoice{SCOPE}", b"", headers=headers, expect_errors=True)
+
+
+def test_a_failed_scheduled_run_says_when_how_late_and_why_and_runs_again_once(site, clock):
+    job_targets.FAILURES["invoice"] = ["permanent"]
+    run_id = deliver(site, clock, 1, late_by=42).json["run_id"]
+    page = site.get(f"/admin/runs/{run_id}", headers=OPERATOR).html
+    assert page.find(id="outcome").text == "failed"
+    assert page.find(id="schedule-time").find("time").text == "2030-01-01 02:00:00 CET"  # Berlin's time
+    assert page.find(id="lateness").text == "42 s after its schedule time"
+    assert page.find(id="duration").text.endswith(" s")
+    assert "REJECTED" in page.find(id="error").text and page.find(id="result") is None
+    assert (
+        f"run_id%3D%22{run_id}%22" in page.find(id="logs")["href"]
+        and "project=acme-prod" in page.find(id="logs")["href"]
+    )
+    form = page.find(id="run-again")
+    fields = {i["name"]: i["value"] for i in form.find_all("input")}
+    for _ in range(2):  # a double click, a resent form: one run
+        answer = site.post(form["action"], fields, headers=OPERATOR, status=303)
+        assert answer.headers["Location"].endswith(f"/admin/runs/{run_id}")
+    again = site.get(f"/admin/runs/{run_id}", headers=OPERATOR).html
+    assert again.find(id="outcome").text == "completed" and again.find(id="run-again") is None
+    assert [len(again.select("#attempts tbody tr"))] == [2]
+    assert site.get(f"/admin/runs/{run_id}", headers=VIEWER).html.find(id="run-again") is None
+
+
+def test_a_completed_run_shows_its_result_and_no_error(site, clock):
+    run_id = deliver(site, clock, 2).json["run_id"]
+    page = site.get(f"/admin/runs/{run_id}", headers=OPERATOR).html
+    assert '"ok": true' in page.find(id="result").text and page.find(id="error") is None
+    assert page.find(id="run-again") is None  # completed: nothing to run again
+
+
+def test_a_skipped_run_says_why(site, clock):
+    run_id = deliver(site, clock, 3, late_by=3600).json["run_id"]  # later than max_delay_seconds
+    page = site.get(f"/admin/runs/{run_id}", headers=OPERATOR).html
+    assert page.find(id="outcome").text == "skipped" and "later than" in page.find(id="reason").text
+
+
+def test_a_run_delivered_during_a_pause_says_so_and_who_paused(site, clock):
+    clock.advance((T0 + datetime.timedelta(hours=3.5) - clock.now()).total_seconds())
+    site.post_json(
+        "/api/v1/scheduler-jobs/invoice-hourly/pause", {"note": "incident 4711"}, headers=OPERATOR, status=200
+    )
+    run_id = deliver(site, clock, 4).json["run_id"]
+    pause = site.get(f"/admin/runs/{run_id}", headers=OPERATOR).html.find(id="pause")
+    assert "incident 4711" in pause.text and "carol@example.com" in pause.text and "ran as usual" in pause.text
