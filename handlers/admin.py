@@ -24,6 +24,7 @@ from dedup.keys import format_utc, is_run_id, parse_rfc3339
 from dedup.queries import RunFilter
 from handlers.access import Role, requires
 from handlers.client_tokens import new_form_token
+from handlers.job_rows import job_rows
 from handlers.run_documents import duration_seconds, may_retry, run_document, scheduler_job_document
 from handlers.state import app_state, may
 from handlers.use_cases import executions_between, schedules_of
@@ -50,6 +51,7 @@ MAX_SHOWN_DOCUMENT_BYTES = 128 * 1024
 RUNS_PER_JOB = 50
 CHART_WIDTH, CHART_LEFT, CHART_ROW = 960, 170, 30
 CARD_SLOTS = 48  # the expected executions a job card looks at (the newest of the last day)
+CARD_RUNNING = 10  # the runs in progress a card names (it counts them all; every stuck one is named)
 
 
 # A timeline mark's shape per status, so no status is told by colour alone (in a deuteranopia
@@ -123,6 +125,7 @@ def dashboard():
         for job_id in sorted(state.jobs)
         if not chosen["job"] or job_id == chosen["job"]
     ]
+    rows = [row for row in job_rows(state.ledger, bound, now) if not chosen["job"] or row["job_id"] == chosen["job"]]
     gaps = [
         (job_id, e)
         for job_id, executions in expected.items()
@@ -133,6 +136,7 @@ def dashboard():
         "admin/dashboard.html",
         now=format_utc(now),
         summaries=summaries,
+        job_rows=rows,
         chosen=chosen,
         sources=[source.value for source in RunSource],
         runs=[row(record, now, bound) for record in recent],
@@ -285,7 +289,8 @@ def job_summary(
         "median_duration": round(statistics.median(durations), 2) if durations else None,
         # As every view says it: a stuck slot whose window has closed is missed, and listed so.
         # (An overdue one is either, by its lease.)
-        "running": [r for r in unfinished_rows if r["outcome"] in HELD and r["lease_left"] is not None],
+        "running": [r for r in unfinished_rows if r["outcome"] in HELD and r["lease_left"] is not None][:CARD_RUNNING],
+        "running_count": sum(1 for r in unfinished_rows if r["outcome"] in HELD and r["lease_left"] is not None),
         "stuck": [r for r in unfinished_rows if r["outcome"] in HELD[1:] and r["lease_left"] is None],
         "latest": [row(r, now, bound) for r in runs[:5]],
         "scheduled": bool(expected),

@@ -1,7 +1,8 @@
 """How the pages write times, durations and ids for a person (issue 25 §6).
 
 Every time is absolute, with its zone, and relative to the page's moment ("3 min ago");
-durations carry units; an id is shortened, with the whole of it a click away.  The pages
+durations carry units; an id is shortened, with the whole of it a click away (and a copy
+button on the run's own page).  The pages
 get these as template globals (``install``); the API keeps RFC 3339 and seconds.
 """
 
@@ -53,8 +54,7 @@ def when(value: str | datetime.datetime | None, zone: Any = None) -> Markup:
     exact = value.astimezone(datetime.UTC).isoformat().replace("+00:00", "Z")
     relative = ago(value, app_state().clock.now())
     return Markup(
-        f'<time datetime="{escape(exact)}" title="{escape(exact)}">{escape(label)}</time> '
-        f'<span class="ago">({escape(relative)})</span>'
+        f'<time datetime="{escape(exact)}">{escape(label)}</time> <span class="ago">({escape(relative)})</span>'
     )
 
 
@@ -63,15 +63,17 @@ def duration(seconds: float | None) -> str:
 
 
 def short_id(value: str, href: str, length: int = 12) -> Markup:
-    """A link to ``href`` showing the first ``length`` characters of an id (the whole in its
-    tooltip), and beside it a button that copies the whole (with JavaScript; without it the
-    whole id is on the run's own page)."""
+    """A link to ``href`` showing the first ``length`` characters of an id; the page it links to
+    shows the whole id, with a button that copies it (a tooltip per row would cost the listing
+    more than the page's size bound allows)."""
+    return Markup(f'<a href="{escape(href)}"><code>{escape(value[:length])}…</code></a>')
+
+
+def copy_button(value: str) -> Markup:
+    """A button that copies ``value`` (shown where JavaScript runs; the value is on the page anyway)."""
     whole = escape(value)
-    return Markup(
-        f'<a href="{escape(href)}" title="{whole}"><code>{escape(value[:length])}…</code></a>'
-        f'<button type="button" class="copy" data-copy="{whole}" aria-label="copy the whole id" hidden>copy</button>'
-    )
+    return Markup(f'<button type="button" class="copy" data-copy="{whole}" aria-label="copy it" hidden>copy</button>')
 
 
 def install(app: Flask) -> None:
-    app.jinja_env.globals.update(when=when, duration=duration, short_id=short_id)
+    app.jinja_env.globals.update(when=when, duration=duration, short_id=short_id, copy_button=copy_button)

@@ -187,10 +187,14 @@ def test_on_a_phone_and_by_keyboard(site):
         assert "BUTTON" in order and "timeline" in order and order.index("BUTTON") < order.index("timeline")
         # Every mark has a shape of its status and a text alternative; no image role holds links.
         marks = page.locator("svg#timeline a")
-        assert marks.count() > 0 and all(marks.nth(i).get_attribute("aria-label") for i in range(marks.count()))
+        names = page.evaluate(
+            "[...document.querySelectorAll('svg#timeline a')].map(a => a.querySelector('title').textContent)"
+        )
+        assert marks.count() == len(names) > 0 and all(names)
         assert page.locator("[role=img] a").count() == 0
         shapes = page.evaluate(
-            "[...document.querySelectorAll('svg#timeline path.mark')].map(p => [p.classList[1], p.getAttribute('d')])"
+            """[...document.querySelectorAll('svg#timeline use.mark')]
+                 .map(u => [u.classList[1], document.querySelector(u.getAttribute('href')).getAttribute('d')])"""
         )
         by_status = {status: {d for s, d in shapes if s == status} for status, _ in shapes}
         assert all(len(ds) == 1 for ds in by_status.values()) and len({min(ds) for ds in by_status.values()}) == len(

@@ -124,7 +124,7 @@ def test_every_view_says_the_same_status_of_every_run(google, ndb_client, tmp_pa
         said.setdefault(run_id, {})["runs table"] = tr["data-outcome"]
     for a in page.html.select("svg#timeline a"):
         run_id = a["href"].rsplit("/", 1)[1]
-        said.setdefault(run_id, {})["timeline"] = a.find("path")["class"][1]
+        said.setdefault(run_id, {})["timeline"] = a.find("use")["class"][1]
     for line in page.html.select(".job-card .held"):  # a card's running and stuck runs
         said.setdefault(line.find("a")["href"].rsplit("/", 1)[1], {})["job card"] = line["data-outcome"]
     for run_id, views in said.items():

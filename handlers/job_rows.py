@@ -1,0 +1,68 @@
+"""The dashboard's home rows: one per Scheduler job, as Cloud Scheduler's console shows them,
+plus what only this app knows (issue 25 §1).
+
+A row says the schedule and its time zone, the job's state (enabled, or paused with who and
+why), its last expected execution and that execution's status, its next one, what was missed,
+failed and late in the last 24 hours, and its failure streak.  Rows that need attention sort
+first.  A row costs no round trip of its own: the day's slots of every Scheduler job are
+looked up in one batch, and the streaks come from the audit's marks in another.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from typing import Any
+
+from google.cloud import ndb
+
+from dedup.keys import format_utc
+from dedup.ledger import Ledger
+from models.audit import AuditMark
+from schedules.config import SchedulerJob, history_id
+from schedules.slots import ExecutionStatus, execution_document, latest_slots, slots_between
+
+DAY = datetime.timedelta(hours=24)
+# What a row counts over its last 24 hours, and what makes it need attention.
+COUNTED = (ExecutionStatus.MISSED, ExecutionStatus.FAILED, ExecutionStatus.LATE, ExecutionStatus.STUCK)
+
+
+def job_rows(ledger: Ledger, jobs: Sequence[SchedulerJob], now: datetime.datetime) -> list[dict[str, Any]]:
+    """A row per Scheduler job (bound to its pauses), those that need attention first, then by name."""
+    day_slots = {id(job): slots_between([job], now - DAY, now) for job in jobs}
+    # A job whose slots are more than a day apart: its last one, in the same batch.
+    earlier = {id(job): latest_slots([job], now, 1) for job in jobs if not day_slots[id(job)]}
+    wanted = [slot for slots in (*day_slots.values(), *earlier.values()) for slot in slots]
+    records = ledger.lookup_many([slot.run_id for slot in wanted])
+    marks = ndb.get_multi([ndb.Key(AuditMark, history_id(job)) for job in jobs]) if jobs else []
+    rows = []
+    for job, mark in zip(jobs, marks, strict=True):
+        documents = [execution_document(slot, records.get(slot.run_id), now) for slot in day_slots[id(job)]]
+        counts = {status: sum(d["status"] == status for d in documents) for status in COUNTED}
+        upcoming = slots_between([job], now, now + datetime.timedelta(days=366), limit=1)
+        before = [execution_document(slot, records.get(slot.run_id), now) for slot in earlier.get(id(job), [])]
+        shown = documents or before
+        last = shown[-1] if shown else None
+        pause = job.pauses[-1] if job.pauses and job.pauses[-1].until is None else None
+        streak = mark.failure_streak if mark else 0
+        attention = bool(pause or streak or any(counts.values()))
+        rows.append(
+            {
+                "scheduler_job": job.name,
+                "job_id": job.target,
+                "project": job.project,
+                "location": job.location,
+                "schedule": job.schedule,
+                "time_zone": job.time_zone,
+                "pause": pause.document() if pause else None,
+                "last": last,
+                "next": format_utc(upcoming[0].schedule_time) if upcoming else None,
+                "counts": {str(status): n for status, n in counts.items()},
+                "expected": sum(
+                    d["status"] not in (ExecutionStatus.UNTRACKED, ExecutionStatus.UPCOMING) for d in documents
+                ),
+                "streak": streak,
+                "attention": attention,
+            }
+        )
+    return sorted(rows, key=lambda row: (not row["attention"], row["scheduler_job"]))
