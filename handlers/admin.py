@@ -200,7 +200,20 @@ def run_page(run_id: str):
         # A scheduled run that failed or was skipped may be run again under its slot's key.
         run_again=slot if slot and may(Role.OPERATE) and status in RUNNABLE else None,
         logs_url=logs_query_url(run_id, record.project or os.environ.get("GOOGLE_CLOUD_PROJECT")),
+        answer=ACTION_ANSWERS.get(request.args.get("answer", "")),
+        refresh=REFRESH_SECONDS if status in STILL_GOING else None,
     )
+
+
+# What the action that led here did (dashboard_actions.to_run_page), in words; any other value says nothing.
+ACTION_ANSWERS = {
+    "ran": "Done: this request ran it.",
+    "already": "Already ran: an earlier request ran it, so nothing ran again.",
+    "running": "Already running: an earlier request is running it. This page refreshes until it ends.",
+}
+# A run page refreshes itself while its run may still change on its own.
+STILL_GOING = (ExecutionStatus.IN_PROGRESS, ExecutionStatus.STUCK, ExecutionStatus.OVERDUE)
+REFRESH_SECONDS = 5
 
 
 def logs_query_url(run_id: str, project: str | None) -> str:

@@ -186,9 +186,17 @@ def answer(outcome: RunOutcome, job_id: str, ask: ManualRunRequest) -> Response 
             return problem_page(409, "the ledger was busy; send the form again (it is the same run)", resend=resend)
         case Finished() | Replayed() | InProgress() | Stale() | Skipped():
             # Finished, replayed, in progress (a double click), stale: the run's page tells the rest.
-            return redirect(url_for("admin.run_page", run_id=outcome.run_id), code=303)
+            return to_run_page(outcome)
         case _ as unreachable:
             assert_never(unreachable)
+
+
+def to_run_page(outcome: RunOutcome) -> Response:
+    """303 to the run's page, saying what this request did: ran it, found it done, or found it running."""
+    said = (
+        "ran" if isinstance(outcome, Finished) else "running" if isinstance(outcome, InProgress | Stale) else "already"
+    )
+    return redirect(url_for("admin.run_page", run_id=outcome.run_id, answer=said), code=303)
 
 
 def problem_page(status: int, message: str, **context: Any) -> tuple[str, int]:
@@ -246,7 +254,7 @@ def slot_answer(outcome: RunOutcome | SlotRunRefused) -> Response | tuple[str, i
             return problem_page(422, "this slot's record was written with other parameters", run_id=outcome.run_id)
         case Finished() | Replayed() | InProgress() | Released() | Skipped() | Stale():
             # Finished, replayed, in progress, released, skipped, stale: the run's page tells the rest.
-            return redirect(url_for("admin.run_page", run_id=outcome.run_id), code=303)
+            return to_run_page(outcome)
         case _ as unreachable:
             assert_never(unreachable)
 

@@ -89,10 +89,14 @@ def test_a_failed_scheduled_run_says_when_how_late_and_why_and_runs_again_once(s
     )
     form = page.find(id="run-again")
     fields = {i["name"]: i["value"] for i in form.find_all("input")}
+    said = []
     for _ in range(2):  # a double click, a resent form: one run
         answer = site.post(form["action"], fields, headers=OPERATOR, status=303)
-        assert answer.headers["Location"].endswith(f"/admin/runs/{run_id}")
+        assert answer.headers["Location"].split("?")[0].endswith(f"/admin/runs/{run_id}")
+        said.append(site.get(answer.headers["Location"], headers=OPERATOR).html.find(id="answer").text)
+    assert said == ["Done: this request ran it.", "Already ran: an earlier request ran it, so nothing ran again."]
     again = site.get(f"/admin/runs/{run_id}", headers=OPERATOR).html
+    assert again.find(id="answer") is None and again.find("meta", attrs={"http-equiv": "refresh"}) is None
     assert again.find(id="outcome").text == "completed" and again.find(id="run-again") is None
     assert [len(again.select("#attempts tbody tr"))] == [2]
     assert site.get(f"/admin/runs/{run_id}", headers=VIEWER).html.find(id="run-again") is None
@@ -119,3 +123,26 @@ def test_a_run_delivered_during_a_pause_says_so_and_who_paused(site, clock):
     run_id = deliver(site, clock, 4).json["run_id"]
     pause = site.get(f"/admin/runs/{run_id}", headers=OPERATOR).html.find(id="pause")
     assert "incident 4711" in pause.text and "carol@example.com" in pause.text and "ran as usual" in pause.text
+
+
+@pytest.mark.parametrize("answer", ["", "<script>", "ran ", "RAN", "done"])
+def test_only_the_known_answers_are_said(site, clock, answer):
+    run_id = deliver(site, clock, 2).json["run_id"]
+    page = site.get(f"/admin/runs/{run_id}", params={"answer": answer}, headers=OPERATOR)
+    assert page.html.find(id="answer") is None and "<script>" not in page.text.split("</style>")[1].split("<script>")[0]
+
+
+def test_a_run_still_going_refreshes_its_page_and_says_so(site, clock, ndb_client):
+    from dedup.keys import scheduled_run_key
+    from dedup.ledger import Ledger, RunDescription, RunPolicy
+
+    clock.advance(5 * 3600 + 10)
+    key = scheduled_run_key("invoice-hourly", at(5), query_project="acme-prod", query_location="us-central1")
+    description = RunDescription(
+        "scheduler", "invoice", "invoice-hourly", key.schedule_time, project="acme-prod", location="us-central1"
+    )
+    with ndb_client.context():
+        Ledger(clock).claim_run(key.run_id, description, RunPolicy(60, 604800))
+    page = site.get(f"/admin/runs/{key.run_id}", headers=OPERATOR).html
+    assert page.find(id="outcome").text == "in_progress"
+    assert page.find("meta", attrs={"http-equiv": "refresh"})["content"] == "5" and page.find(id="refreshing")
