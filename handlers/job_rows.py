@@ -23,13 +23,17 @@ from schedules.config import SchedulerJob, history_id
 from schedules.slots import ExecutionStatus, execution_document, latest_slots, slots_between
 
 DAY = datetime.timedelta(hours=24)
+# The slots a row reads: a 5-minute job's day.  A job with more slots a day (a per-minute job)
+# is counted over its newest ROW_SLOTS, and its row says over how long: a view's reads stay
+# bounded by what it shows until per-job summaries kept as runs finish replace the reads.
+ROW_SLOTS = 288
 # What a row counts over its last 24 hours, and what makes it need attention.
 COUNTED = (ExecutionStatus.MISSED, ExecutionStatus.FAILED, ExecutionStatus.LATE, ExecutionStatus.STUCK)
 
 
 def job_rows(ledger: Ledger, jobs: Sequence[SchedulerJob], now: datetime.datetime) -> list[dict[str, Any]]:
     """A row per Scheduler job (bound to its pauses), those that need attention first, then by name."""
-    day_slots = {id(job): slots_between([job], now - DAY, now) for job in jobs}
+    day_slots = {id(job): _newest_of_day(job, now) for job in jobs}
     # A job whose slots are more than a day apart: its last one, in the same batch.
     earlier = {id(job): latest_slots([job], now, 1) for job in jobs if not day_slots[id(job)]}
     wanted = [slot for slots in (*day_slots.values(), *earlier.values()) for slot in slots]
@@ -58,6 +62,8 @@ def job_rows(ledger: Ledger, jobs: Sequence[SchedulerJob], now: datetime.datetim
                 "last": last,
                 "next": format_utc(upcoming[0].schedule_time) if upcoming else None,
                 "counts": {str(status): n for status, n in counts.items()},
+                # Over how long the counts are: the whole day, or the newest ROW_SLOTS slots of it.
+                "counted_since": documents[0]["schedule_time"] if len(documents) >= ROW_SLOTS else None,
                 "expected": sum(
                     d["status"] not in (ExecutionStatus.UNTRACKED, ExecutionStatus.UPCOMING) for d in documents
                 ),
@@ -66,3 +72,9 @@ def job_rows(ledger: Ledger, jobs: Sequence[SchedulerJob], now: datetime.datetim
             }
         )
     return sorted(rows, key=lambda row: (not row["attention"], row["scheduler_job"]))
+
+
+def _newest_of_day(job: SchedulerJob, now: datetime.datetime) -> list[Any]:
+    """The job's slots of the last 24 hours, the newest ROW_SLOTS of them at most."""
+    newest = latest_slots([job], now - datetime.timedelta(microseconds=1), ROW_SLOTS)
+    return [slot for slot in newest if slot.schedule_time >= now - DAY]

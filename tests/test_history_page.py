@@ -52,6 +52,7 @@ def deliver(site, name, job, hour):
     return site.post(f"/jobs/{job}{SCOPE}", b"", headers=headers, status=200)
 
 
+@pytest.mark.slow  # a whole day of slots, each compared with the API: make test runs it
 def test_a_day_of_a_5_minute_job_lists_every_slot_as_the_api_says(site, clock):
     # Berlin's 2030-01-01 runs from 2029-12-31T23:00Z; the app knew the job from T0 (00:00Z).
     for minutes in range(0, 120, 5):  # 00:00Z to 01:55Z delivered on time, the rest not
@@ -84,6 +85,7 @@ def test_a_day_of_a_5_minute_job_lists_every_slot_as_the_api_says(site, clock):
     assert len(missed.select("tr.slot-row")) == statuses.count("missed") and not missed.select("tr.apart-row")
 
 
+@pytest.mark.slow  # 1,440 slots counted by the hour: make test runs it
 def test_a_per_minute_job_is_counted_by_the_hour_and_an_hour_drills_in(site, clock):
     for minute in range(3):
         clock.advance((T0 + datetime.timedelta(minutes=minute, seconds=5) - clock.now()).total_seconds())

@@ -95,3 +95,26 @@ def test_a_row_per_scheduler_job_says_its_day_and_those_needing_attention_come_f
     assert weekly.select_one(".last time")["datetime"] == "2030-01-07T06:00:00Z"  # a day and more ago
     assert weekly.select_one(".last .badge").text == "completed"
     assert weekly.select_one(".next time")["datetime"] == "2030-01-14T06:00:00Z"
+
+
+@pytest.mark.slow  # a day of a per-minute job's slots: make test runs it
+def test_a_per_minute_jobs_row_counts_its_newest_slots_and_says_since_when(datastore, ndb_client, tmp_path, clock):
+    """A row reads at most ROW_SLOTS slots: a per-minute job's row counts its newest 288 and says since when."""
+    from handlers.job_rows import ROW_SLOTS
+
+    (tmp_path / "scheduler.yaml").write_text(
+        textwrap.dedent("""
+        defaults: {project: acme-prod, location: us-central1, attempt_deadline: 60s, start_at: "2030-01-01T00:00:00Z"}
+        jobs:
+          pulse: {target: invoice, schedule: "* * * * *"}
+        """)
+    )
+    (tmp_path / "jobs.yaml").write_text(textwrap.dedent(JOBS))
+    site = webtest.TestApp(create_app(jobs_file=str(tmp_path / "jobs.yaml"), clock=clock, ndb_client=ndb_client))
+    clock.advance(86400)  # a day of slots, none delivered
+    row = site.get("/admin/").html.select_one("tr.job-row[data-scheduler-job='pulse']")
+    since = row.select_one(".day time")["datetime"]
+    assert since == (T0 + datetime.timedelta(days=1, minutes=-ROW_SLOTS)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    counts = {c["data-status"]: int(c.text.split()[-1]) for c in row.select(".count")}
+    assert row.select_one(".day").text.split("expected")[0].split(":")[-1].strip() == str(ROW_SLOTS)
+    assert 0 < counts["missed"] <= ROW_SLOTS
