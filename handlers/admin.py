@@ -16,8 +16,9 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
-from flask import Blueprint, Response, abort, jsonify, render_template, request
+from flask import Blueprint, Response, abort, jsonify, redirect, render_template, request, url_for
 from markupsafe import Markup, escape
+from werkzeug.wrappers import Response as WerkzeugResponse
 
 from dedup.errors import InvalidRunRequest
 from dedup.keys import format_utc, is_run_id, parse_rfc3339
@@ -461,3 +462,24 @@ def _by_hour(
             counts[hour][e["status"]] = counts[hour].get(e["status"], 0) + 1
         cursor = page.next_since
     return [{"hour": hour, "counts": dict(sorted(counts[hour].items()))} for hour in sorted(counts)]
+
+
+@blueprint.get("/search", provide_automatic_options=False)
+@requires(Role.VIEW)
+def search() -> WerkzeugResponse:
+    """A 303 to what ``q`` names: a run's page (a run id), or the history of a job named in
+    jobs.yaml or of a Scheduler job's target.  No Datastore read: a run id's page says if it is gone.
+    (A client token is kept unindexed, so it cannot be searched for.)"""
+    wanted = (request.args.get("q") or "").strip()
+    if not wanted:
+        abort(400, "search for a run id (64 hex digits), a job of jobs.yaml or a Scheduler job of scheduler.yaml")
+    state = app_state()
+    if is_run_id(wanted.lower()):
+        return redirect(url_for("admin.run_page", run_id=wanted.lower()), code=303)
+    if wanted in state.jobs:
+        return redirect(url_for("admin.history", job_id=wanted), code=303)
+    named = sorted({job.target for job in state.schedules if job.name == wanted})
+    if len(named) == 1:
+        return redirect(url_for("admin.history", job_id=named[0]), code=303)
+    shown = wanted if len(wanted) <= 100 else wanted[:100] + "…"
+    abort(404, f"no run id, job or Scheduler job is {shown!r}")

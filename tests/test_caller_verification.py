@@ -288,6 +288,7 @@ def test_every_route_declares_the_role_it_needs(appengine_app):
         "tasks.run_dispatched_slot": "deliver",
         "tasks.audit_dispatched_share": "deliver",
         "admin.history": "view",
+        "admin.search": "view",
         "runs_api.start_manual_run": "operate",
         "runs_api.list_runs": "view",
         "runs_api.get_run": "view",

@@ -131,3 +131,22 @@ def test_bad_parameters_are_400(site, params, words):
 def test_an_unknown_job_is_404_and_the_card_links_its_history(site):
     site.get("/admin/jobs/nope/history", status=404)
     assert site.get("/admin/").html.select_one(".job-card[data-job='invoice'] a.history-link") is not None
+
+
+@pytest.mark.parametrize(
+    "wanted, lands",
+    [
+        ("a" * 64, "/admin/runs/" + "a" * 64),  # a run id: its page (which says if it is gone)
+        ("A" * 64, "/admin/runs/" + "a" * 64),
+        ("invoice", "/admin/jobs/invoice/history"),  # a job of jobs.yaml
+        ("  pulse-minutely ", "/admin/jobs/pulse/history"),  # a Scheduler job: its target's history
+    ],
+)
+def test_search_goes_to_what_it_names(site, wanted, lands):
+    assert site.get("/admin/search", params={"q": wanted}, status=303).headers["Location"] == lands
+
+
+@pytest.mark.parametrize("wanted, status", [("", 400), ("   ", 400), ("nope", 404), ("x" * 5000, 404), ("a" * 63, 404)])
+def test_search_for_nothing_it_knows_says_so(site, wanted, status):
+    answer = site.get("/admin/search", params={"q": wanted}, status=status).json
+    assert answer["status"] == status and len(answer["detail"]) < 300
