@@ -21,7 +21,7 @@ from markupsafe import Markup, escape
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from dedup.errors import InvalidRunRequest
-from dedup.keys import format_utc, is_run_id, parse_rfc3339
+from dedup.keys import EARLIEST_SCHEDULE_TIME, LATEST_SCHEDULE_TIME, format_utc, is_run_id, parse_rfc3339
 from dedup.queries import RunFilter
 from handlers.access import Role, requires
 from handlers.client_tokens import new_form_token
@@ -57,7 +57,9 @@ CARD_RUNNING = 10  # the runs in progress a card names (it counts them all; ever
 
 # A timeline mark's shape per status, so no status is told by colour alone (in a deuteranopia
 # simulation completed and failed look alike): an SVG path about 12 px across, around (0, 0).
-# A missed slot is a dashed ring.
+# Every status the legend lists has one, because a run's mark says its slot's status (late,
+# overdue, missed, paused...), and a mark without a shape would be drawn as nothing.
+# Rings and frames are drawn with the even-odd rule (base.html), so they show as outlines.
 MARK_SHAPES: dict[str, str] = {
     "completed": "M0,-6A6,6 0 1,1 0,6A6,6 0 1,1 0,-6Z",  # a disc
     "failed": "M-6,-3.5L-3.5,-6L0,-2.5L3.5,-6L6,-3.5L2.5,0L6,3.5L3.5,6L0,2.5L-3.5,6L-6,3.5L-2.5,0Z",  # a cross
@@ -65,6 +67,16 @@ MARK_SHAPES: dict[str, str] = {
     "stuck": "M-5.5,-5.5H5.5V5.5H-5.5Z",  # a square
     "released": "M0,-7L7,0L0,7L-7,0Z",  # a diamond
     "skipped": "M-6,-2.5H6V2.5H-6Z",  # a bar
+    # a ring
+    "missed": "M0,-6.5A6.5,6.5 0 1,1 0,6.5A6.5,6.5 0 1,1 0,-6.5ZM0,-3.5A3.5,3.5 0 1,0 0,3.5A3.5,3.5 0 1,0 0,-3.5Z",
+    "due": "M0,-3A3,3 0 1,1 0,3A3,3 0 1,1 0,-3Z",  # a dot
+    "upcoming": "M0,-6A6,6 0 1,1 0,6A6,6 0 1,1 0,-6ZM0,-4.8A4.8,4.8 0 1,0 0,4.8A4.8,4.8 0 1,0 0,-4.8Z",  # a thin ring
+    "late": "M-3,-6H3L6,0L3,6H-3L-6,0Z",  # a hexagon
+    "overdue": "M0,-7L1.8,-2.3L6.7,-2.2L2.9,0.9L4.1,5.7L0,3L-4.1,5.7L-2.9,0.9L-6.7,-2.2L-1.8,-2.3Z",  # a star
+    "paused": "M-5,-6H-1.5V6H-5ZM1.5,-6H5V6H1.5Z",  # two bars, the pause sign
+    "unknown": "M-6,-6H6V6H-6ZM-3.5,-3.5V3.5H3.5V-3.5Z",  # a square frame
+    "untracked": "M-6,-1H6V1H-6Z",  # a thin line
+    "conflict": "M-6,-5H6L0,6Z",  # a triangle, pointing down
 }
 # Every status a badge or a mark shows, with what it means: the legend lists them all.
 LEGEND: tuple[tuple[str, str], ...] = (
@@ -74,7 +86,7 @@ LEGEND: tuple[tuple[str, str], ...] = (
     ("stuck", "its lease is over and it never finished"),
     ("released", "failed in a way a retry may cure; the next delivery runs it again"),
     ("skipped", "delivered later than its job allows: not run"),
-    ("missed", "an expected execution that never ran (a dashed ring)"),
+    ("missed", "an expected execution that never ran"),
     ("due", "expected, its retry window still open"),
     ("upcoming", "not yet due"),
     ("late", "completed after its finish_within"),
@@ -185,9 +197,9 @@ def run_page(run_id: str):
         now=format_utc(now),
         zone=slot.job.time_zone if slot else None,
         zone_info=zone,
-        lateness=(record.started - record.schedule_time).total_seconds()
-        if record.started and record.schedule_time
-        else None,
+        # The history page's day is the job's own: 00:30 in Berlin is the day before in UTC.
+        history_day=slot.schedule_time.astimezone(zone).date().isoformat() if slot and zone else None,
+        lateness=_lateness(record),
         lease_left=lease_left(record, now),
         # Result and error apart: a completed run's result; a failed or released run's error;
         # a kept HTTP response (manual runs, guarded calls) as its own.
@@ -202,18 +214,33 @@ def run_page(run_id: str):
         run_again=slot if slot and may(Role.OPERATE) and status in RUNNABLE else None,
         logs_url=logs_query_url(run_id, record.project or os.environ.get("GOOGLE_CLOUD_PROJECT")),
         answer=ACTION_ANSWERS.get(request.args.get("answer", "")),
-        refresh=REFRESH_SECONDS if status in STILL_GOING else None,
+        # Refreshed while someone holds the run: a stuck one (its lease over) changes only when a
+        # person or a delivery acts, so a refresh would poll forever.
+        refresh=REFRESH_SECONDS if record.status == RunStatus.IN_PROGRESS and record.lease_is_live(now) else None,
     )
+
+
+def _lateness(record: RunRecord) -> float | None:
+    """How long after its schedule time the run first started: its first attempt kept, not the
+    latest (a slot run again hours later was not that late)."""
+    if record.schedule_time is None:
+        return None
+    starts = [parse_rfc3339(a["started"], "started") for a in record.attempts or [] if a.get("started")]
+    first = min(starts, default=record.started)
+    return (first - record.schedule_time).total_seconds() if first else None
 
 
 # What the action that led here did (dashboard_actions.to_run_page), in words; any other value says nothing.
 ACTION_ANSWERS = {
-    "ran": "Done: this request ran it.",
+    "ran": "Done: this request ran it. Its outcome is below.",
+    "released": "This request ran it and it failed in a way a retry may cure: it is released, and the next "
+    "delivery or a retry runs it again.",
+    "taken_over": "This request ran it, but its lease ran out before it finished and another attempt took it over.",
     "already": "Already ran: an earlier request ran it, so nothing ran again.",
     "running": "Already running: an earlier request is running it. This page refreshes until it ends.",
+    "skipped": "Not run: the run is recorded as skipped, for the reason below.",
 }
-# A run page refreshes itself while its run may still change on its own.
-STILL_GOING = (ExecutionStatus.IN_PROGRESS, ExecutionStatus.STUCK, ExecutionStatus.OVERDUE)
+# How often a run page refreshes itself while its run is held.
 REFRESH_SECONDS = 5
 
 
@@ -388,8 +415,13 @@ def history(job_id: str):
         )
     except ValueError:
         abort(400, f"day {request.args['day']!r} is not a date such as 2030-01-01")
+    # The days a schedule time may fall on: none of the date arithmetic below can leave years 1 to 9999.
+    if not EARLIEST_SCHEDULE_TIME.date() <= day < LATEST_SCHEDULE_TIME.date():
+        abort(400, f"day {day.isoformat()} is outside the schedule times kept, 2000-01-01 up to 2100-01-01")
     hour_text = request.args.get("hour")
-    if hour_text is not None and (not hour_text.isdigit() or int(hour_text) > 23):
+    # ASCII digits only: str.isdigit() passes "²", which int() refuses, and 5,000 digits, which it cannot read.
+    whole_hour = hour_text is not None and len(hour_text) <= 2 and hour_text.isascii() and hour_text.isdigit()
+    if hour_text is not None and not (whole_hour and int(hour_text) <= 23):
         abort(400, f"hour {hour_text!r} is not a whole number from 0 to 23")
     status = request.args.get("status") or None
     if status is not None and status not in set(ExecutionStatus):
@@ -398,7 +430,9 @@ def history(job_id: str):
     if hour_text is not None:
         start = datetime.datetime.combine(day, datetime.time(int(hour_text)), zone)
     end = start + (datetime.timedelta(hours=1) if hour_text is not None else DAYS)
-    since, until = start.astimezone(datetime.UTC), end.astimezone(datetime.UTC)
+    # The first and last days kept, in a zone east or west of UTC, reach past the keyable range: cut there.
+    since = max(start.astimezone(datetime.UTC), EARLIEST_SCHEDULE_TIME)
+    until = min(end.astimezone(datetime.UTC), LATEST_SCHEDULE_TIME)
     if request.args.get("from"):  # the next page of an hour that holds more than one
         try:
             since = max(since, parse_rfc3339(request.args["from"], "from"))

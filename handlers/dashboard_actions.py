@@ -191,11 +191,14 @@ def answer(outcome: RunOutcome, job_id: str, ask: ManualRunRequest) -> Response 
             assert_never(unreachable)
 
 
-def to_run_page(outcome: RunOutcome) -> Response:
-    """303 to the run's page, saying what this request did: ran it, found it done, or found it running."""
-    said = (
-        "ran" if isinstance(outcome, Finished) else "running" if isinstance(outcome, InProgress | Stale) else "already"
-    )
+# What an action's outcome is called on the run page it answers with (admin.ACTION_ANSWERS says it in words).
+ANSWER_OF = {Finished: "ran", Released: "released", Stale: "taken_over", InProgress: "running", Replayed: "already"}
+
+
+def to_run_page(outcome: Finished | Replayed | InProgress | Released | Skipped | Stale) -> Response:
+    """303 to the run's page, saying what this request did: ran it (and how that ended), found it
+    done or running, or found it skipped."""
+    said = ANSWER_OF.get(type(outcome), "skipped")
     return redirect(url_for("admin.run_page", run_id=outcome.run_id, answer=said), code=303)
 
 

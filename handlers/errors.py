@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 from flask import Flask, Response, render_template, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
@@ -40,15 +41,19 @@ def register(app: Flask) -> None:
         response.vary.add("Accept")
         if not prefers_html():
             return response
-        document = json.loads(response.get_data())
+        document = own_problem(response)
+        if document is None:
+            return response
         page = Response(
             render_template("problem_page.html", problem=document, type_page=document["type"].startswith(TYPE_PREFIX)),
             status=response.status_code,
             mimetype="text/html",
         )
-        for name in ("WWW-Authenticate", "Allow", "Retry-After", "Vary"):
-            if name in response.headers:
-                page.headers[name] = response.headers[name]
+        # Every header but the body's own: a challenge, Allow, Retry-After, and what a guarded
+        # endpoint or a run says of itself (Idempotency-Key, Idempotent-Replayed, X-Dedup-Run-Id).
+        for name, value in response.headers.items():
+            if name.lower() not in ("content-type", "content-length"):
+                page.headers.add(name, value)
         return page
 
     @app.errorhandler(Exception)
@@ -57,6 +62,21 @@ def register(app: Flask) -> None:
         # a committed claim, because claiming is the first write.
         log.exception("unhandled error: %r", exc)
         return problem(500, "InternalError", f"{type(exc).__name__}: the request failed; retry later")
+
+
+def own_problem(response: Response) -> dict[str, Any] | None:
+    """The problem document a response carries, if it is one a page can say: a JSON object
+    with a string ``type``.  Anything else labelled problem+json (a guarded endpoint's stored
+    answer, a stream) goes out as it is."""
+    if response.is_streamed:
+        return None
+    try:
+        document = json.loads(response.get_data())
+    except ValueError:
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("type"), str):
+        return None
+    return document
 
 
 # What a client may be sent for an error, in the order a tie is broken: ``*/*`` gets JSON.

@@ -18,9 +18,13 @@ from handlers.state import app_state
 
 
 def span(seconds: float) -> str:
-    """A duration as a person reads it: 0.42 s, 12 s, 3 min 5 s, 2 h 4 min, 3 d 2 h."""
+    """A duration as a person reads it: 42 ms, 5.5 s, 12 s, 3 min 5 s, 2 h 4 min, 3 d 2 h."""
     if seconds < 0:
         return "-" + span(-seconds)
+    if 0 < seconds < 0.0005:
+        return "< 1 ms"
+    if 0 < seconds and (ms := int(seconds * 1000 + 0.5)) < 1000:  # half up, not to even
+        return f"{ms} ms"
     if seconds < 10:
         return f"{seconds:.2g} s" if seconds < 1 else f"{seconds:.1f} s".replace(".0 s", " s")
     whole = round(seconds)

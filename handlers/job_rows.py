@@ -28,12 +28,19 @@ DAY = datetime.timedelta(hours=24)
 # bounded by what it shows until per-job summaries kept as runs finish replace the reads.
 ROW_SLOTS = 288
 # What a row counts over its last 24 hours, and what makes it need attention.
-COUNTED = (ExecutionStatus.MISSED, ExecutionStatus.FAILED, ExecutionStatus.LATE, ExecutionStatus.STUCK)
+COUNTED = (
+    ExecutionStatus.MISSED,
+    ExecutionStatus.FAILED,
+    ExecutionStatus.LATE,
+    ExecutionStatus.OVERDUE,
+    ExecutionStatus.STUCK,
+)
 
 
 def job_rows(ledger: Ledger, jobs: Sequence[SchedulerJob], now: datetime.datetime) -> list[dict[str, Any]]:
     """A row per Scheduler job (bound to its pauses), those that need attention first, then by name."""
-    day_slots = {id(job): _newest_of_day(job, now) for job in jobs}
+    of_day = {id(job): _newest_of_day(job, now) for job in jobs}
+    day_slots = {key: slots for key, (slots, _) in of_day.items()}
     # A job whose slots are more than a day apart: its last one, in the same batch.
     earlier = {id(job): latest_slots([job], now, 1) for job in jobs if not day_slots[id(job)]}
     wanted = [slot for slots in (*day_slots.values(), *earlier.values()) for slot in slots]
@@ -63,7 +70,7 @@ def job_rows(ledger: Ledger, jobs: Sequence[SchedulerJob], now: datetime.datetim
                 "next": format_utc(upcoming[0].schedule_time) if upcoming else None,
                 "counts": {str(status): n for status, n in counts.items()},
                 # Over how long the counts are: the whole day, or the newest ROW_SLOTS slots of it.
-                "counted_since": documents[0]["schedule_time"] if len(documents) >= ROW_SLOTS else None,
+                "counted_since": documents[0]["schedule_time"] if of_day[id(job)][1] else None,
                 "expected": sum(
                     d["status"] not in (ExecutionStatus.UNTRACKED, ExecutionStatus.UPCOMING) for d in documents
                 ),
@@ -74,7 +81,9 @@ def job_rows(ledger: Ledger, jobs: Sequence[SchedulerJob], now: datetime.datetim
     return sorted(rows, key=lambda row: (not row["attention"], row["scheduler_job"]))
 
 
-def _newest_of_day(job: SchedulerJob, now: datetime.datetime) -> list[Any]:
-    """The job's slots of the last 24 hours, the newest ROW_SLOTS of them at most."""
-    newest = latest_slots([job], now - datetime.timedelta(microseconds=1), ROW_SLOTS)
-    return [slot for slot in newest if slot.schedule_time >= now - DAY]
+def _newest_of_day(job: SchedulerJob, now: datetime.datetime) -> tuple[list[Any], bool]:
+    """The job's slots of the last 24 hours, the newest ROW_SLOTS of them at most, and whether
+    the day held more (one slot more is computed, never looked up, to know)."""
+    newest = latest_slots([job], now - datetime.timedelta(microseconds=1), ROW_SLOTS + 1)
+    of_day = [slot for slot in newest if slot.schedule_time > now - DAY]
+    return of_day[-ROW_SLOTS:], len(of_day) > ROW_SLOTS

@@ -71,3 +71,45 @@ def test_a_refused_delivery_is_json_as_scheduler_asks(client, accept):
     headers = {"Accept": accept} if accept else {}
     answer = client.post("/jobs/invoice", headers=headers, status=400)  # no Scheduler headers
     assert answer.content_type == "application/problem+json"
+
+
+@pytest.fixture
+def app_with_views(datastore, ndb_client, jobs_file, clock):
+    """The app, plus two views that answer problem+json of their own making."""
+    import webtest
+    from flask import Response, request
+
+    from handlers import create_app
+    from handlers.problems import MEDIA_TYPE, problem
+
+    app = create_app(jobs_file=jobs_file(JOBS), clock=clock, ndb_client=ndb_client)
+
+    def kept_answer():  # a guarded endpoint's stored answer: problem+json, but not a problem of ours
+        body = request.args["body"]
+        return Response(body, status=422, mimetype=MEDIA_TYPE, headers={"Idempotent-Replayed": "true"})
+
+    def refused_run():
+        answer = problem(409, "RunInProgress", "another attempt holds the lease")
+        answer.headers.update({"Idempotency-Key": '"k-1"', "X-Dedup-Run-Id": "r" * 64, "Retry-After": "7"})
+        return answer
+
+    app.add_url_rule("/test/kept-answer", view_func=kept_answer)
+    app.add_url_rule("/test/refused-run", view_func=refused_run)
+    return webtest.TestApp(app)
+
+
+@pytest.mark.parametrize(
+    "body", ['["not", "a", "problem"]', '{"title": "no type"}', '{"type": 7}', "not json", '"a string"', "null", ""]
+)
+def test_a_views_own_problem_json_that_is_not_a_problem_document_goes_out_as_it_is(app_with_views, body):
+    answer = app_with_views.get("/test/kept-answer", params={"body": body}, headers={"Accept": BROWSER}, status=422)
+    assert answer.content_type == "application/problem+json" and answer.text == body
+    assert answer.headers["Idempotent-Replayed"] == "true"
+
+
+def test_a_problem_page_keeps_every_header_the_problem_had(app_with_views):
+    page = app_with_views.get("/test/refused-run", headers={"Accept": BROWSER}, status=409)
+    assert page.content_type == "text/html" and page.html.find(id="problem-detail").text.startswith("another")
+    assert page.headers["Idempotency-Key"] == '"k-1"' and page.headers["X-Dedup-Run-Id"] == "r" * 64
+    assert page.headers["Retry-After"] == "7" and "Accept" in page.headers["Vary"]
+    assert page.headers.getall("Content-Type") == ["text/html; charset=utf-8"]

@@ -119,6 +119,15 @@ def test_days_go_back_and_forth_and_the_default_is_today_in_the_jobs_zone(site, 
         ({"day": "2030-02-30"}, "is not a date"),
         ({"hour": "24"}, "0 to 23"),
         ({"hour": "-1"}, "0 to 23"),
+        ({"hour": "\u00b2"}, "0 to 23"),  # a superscript two: a digit to str.isdigit, not to int()
+        ({"hour": "\u0661"}, "0 to 23"),  # an Arabic-Indic one: int() reads it; no person types it
+        ({"hour": " 1"}, "0 to 23"),
+        ({"hour": "1.0"}, "0 to 23"),
+        ({"hour": "9" * 5000}, "0 to 23"),
+        ({"day": "9999-12-31"}, "outside the schedule times"),  # its next day would overflow
+        ({"day": "0001-01-01"}, "outside the schedule times"),  # its previous day would overflow
+        ({"day": "1999-12-31"}, "outside the schedule times"),
+        ({"day": "2100-01-01"}, "outside the schedule times"),
         ({"status": "done"}, "is none of"),
         ({"from": "soon"}, "RFC 3339"),
     ],
@@ -150,3 +159,9 @@ def test_search_goes_to_what_it_names(site, wanted, lands):
 def test_search_for_nothing_it_knows_says_so(site, wanted, status):
     answer = site.get("/admin/search", params={"q": wanted}, status=status).json
     assert answer["status"] == status and len(answer["detail"]) < 300
+
+
+@pytest.mark.parametrize("day", ["2000-01-01", "2099-12-31"])
+def test_the_first_and_last_days_kept_are_pages(site, day):
+    page = site.get("/admin/jobs/invoice/history", params={"day": day}).html
+    assert page.find("h1") is not None

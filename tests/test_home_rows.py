@@ -107,14 +107,20 @@ def test_a_per_minute_jobs_row_counts_its_newest_slots_and_says_since_when(datas
         defaults: {project: acme-prod, location: us-central1, attempt_deadline: 60s, start_at: "2030-01-01T00:00:00Z"}
         jobs:
           pulse: {target: invoice, schedule: "* * * * *"}
+          every-five: {target: invoice, schedule: "*/5 * * * *"}
         """)
     )
     (tmp_path / "jobs.yaml").write_text(textwrap.dedent(JOBS))
     site = webtest.TestApp(create_app(jobs_file=str(tmp_path / "jobs.yaml"), clock=clock, ndb_client=ndb_client))
-    clock.advance(86400)  # a day of slots, none delivered
-    row = site.get("/admin/").html.select_one("tr.job-row[data-scheduler-job='pulse']")
+    clock.advance(86400 + 30)  # a day of slots, none delivered; the newest is T0 plus a day
+    page = site.get("/admin/").html
+    row = page.select_one("tr.job-row[data-scheduler-job='pulse']")
     since = row.select_one(".day time")["datetime"]
-    assert since == (T0 + datetime.timedelta(days=1, minutes=-ROW_SLOTS)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert since == (T0 + datetime.timedelta(days=1, minutes=1 - ROW_SLOTS)).strftime("%Y-%m-%dT%H:%M:%SZ")
     counts = {c["data-status"]: int(c.text.split()[-1]) for c in row.select(".count")}
     assert row.select_one(".day").text.split("expected")[0].split(":")[-1].strip() == str(ROW_SLOTS)
     assert 0 < counts["missed"] <= ROW_SLOTS
+    # A 5-minute job's day is exactly ROW_SLOTS slots: all of it is counted, and no "since" is said.
+    five = page.select_one("tr.job-row[data-scheduler-job='every-five']")
+    assert five.select_one(".day time") is None
+    assert five.select_one(".day").text.split("expected")[0].strip() == str(ROW_SLOTS)

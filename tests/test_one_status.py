@@ -18,6 +18,8 @@ import webtest
 from dedup.keys import scheduled_run_key
 from dedup.ledger import Ledger, RunDescription, RunPolicy
 from handlers import create_app
+from handlers.admin import LEGEND, MARK_SHAPES
+from schedules.slots import ExecutionStatus
 from tests import job_targets
 from tests.support.deliveries import scheduler_headers
 from tests.support.schedule_sites import T0, at
@@ -122,9 +124,13 @@ def test_every_view_says_the_same_status_of_every_run(google, ndb_client, tmp_pa
     for tr in page.html.select("tr.run-row"):
         run_id = tr.find("a")["href"].rsplit("/", 1)[1]
         said.setdefault(run_id, {})["runs table"] = tr["data-outcome"]
+    drawn = {f"#{path['id']}" for path in page.html.select("svg#timeline defs path")}
     for a in page.html.select("svg#timeline a"):
         run_id = a["href"].rsplit("/", 1)[1]
         said.setdefault(run_id, {})["timeline"] = a.find("use")["class"][1]
+        assert a.find("use")["href"] in drawn, a  # a mark with no shape would be drawn as nothing
+    digest_row = page.html.select_one("tr.job-row[data-scheduler-job='digest-half-past']")
+    assert digest_row["data-attention"] == "yes" and digest_row.select_one(".count[data-status='overdue']")
     for line in page.html.select(".job-card .held"):  # a card's running and stuck runs
         said.setdefault(line.find("a")["href"].rsplit("/", 1)[1], {})["job card"] = line["data-outcome"]
     for run_id, views in said.items():
@@ -155,3 +161,11 @@ def test_every_view_says_the_same_status_of_every_run(google, ndb_client, tmp_pa
     # A card lists its running and stuck runs as the rest say: the overdue digest, 07:00, the manual run.
     cards = sorted(views["job card"] for views in said.values() if "job card" in views)
     assert cards == ["in_progress", "overdue", "stuck"]
+
+
+def test_every_status_has_a_shape_of_its_own():
+    """A run's mark says its slot's status, so every status can be a mark: each has a shape,
+    no two share one, and the legend lists exactly them."""
+    assert {str(status) for status in ExecutionStatus} <= set(MARK_SHAPES)
+    assert [status for status, _ in LEGEND] == list(MARK_SHAPES)
+    assert len(set(MARK_SHAPES.values())) == len(MARK_SHAPES)

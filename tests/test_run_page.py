@@ -15,6 +15,8 @@ import pytest
 import webtest
 
 from handlers import create_app
+from handlers.admin import ACTION_ANSWERS
+from handlers.dashboard_actions import ANSWER_OF
 from tests import job_targets
 from tests.support.callers import OFF_GAE
 from tests.support.deliveries import scheduler_headers
@@ -81,7 +83,7 @@ def test_a_failed_scheduled_run_says_when_how_late_and_why_and_runs_again_once(s
     assert page.find(id="outcome").text == "failed"
     assert page.find(id="schedule-time").find("time").text == "2030-01-01 02:00:00 CET"  # Berlin's time
     assert page.find(id="lateness").text == "42 s after its schedule time"
-    assert page.find(id="duration").text.endswith(" s")
+    assert page.find(id="duration").text.split()[-1] in ("ms", "s")
     assert "REJECTED" in page.find(id="error").text and page.find(id="result") is None
     assert (
         f"run_id%3D%22{run_id}%22" in page.find(id="logs")["href"]
@@ -89,15 +91,17 @@ def test_a_failed_scheduled_run_says_when_how_late_and_why_and_runs_again_once(s
     )
     form = page.find(id="run-again")
     fields = {i["name"]: i["value"] for i in form.find_all("input")}
+    clock.advance(600)  # the operator runs it again ten minutes on
     said = []
     for _ in range(2):  # a double click, a resent form: one run
         answer = site.post(form["action"], fields, headers=OPERATOR, status=303)
         assert answer.headers["Location"].split("?")[0].endswith(f"/admin/runs/{run_id}")
         said.append(site.get(answer.headers["Location"], headers=OPERATOR).html.find(id="answer").text)
-    assert said == ["Done: this request ran it.", "Already ran: an earlier request ran it, so nothing ran again."]
+    assert said == [ACTION_ANSWERS["ran"], ACTION_ANSWERS["already"]]
     again = site.get(f"/admin/runs/{run_id}", headers=OPERATOR).html
     assert again.find(id="answer") is None and again.find("meta", attrs={"http-equiv": "refresh"}) is None
     assert again.find(id="outcome").text == "completed" and again.find(id="run-again") is None
+    assert again.find(id="lateness").text == "42 s after its schedule time"  # its first attempt's start
     assert [len(again.select("#attempts tbody tr"))] == [2]
     assert site.get(f"/admin/runs/{run_id}", headers=VIEWER).html.find(id="run-again") is None
 
@@ -129,7 +133,24 @@ def test_a_run_delivered_during_a_pause_says_so_and_who_paused(site, clock):
 def test_only_the_known_answers_are_said(site, clock, answer):
     run_id = deliver(site, clock, 2).json["run_id"]
     page = site.get(f"/admin/runs/{run_id}", params={"answer": answer}, headers=OPERATOR)
-    assert page.html.find(id="answer") is None and "<script>" not in page.text.split("</style>")[1].split("<script>")[0]
+    main = page.html.find("main")
+    assert page.html.find(id="answer") is None
+    assert "<script>" not in str(main) and "<script>" not in main.text  # neither as markup nor as text
+
+
+def test_every_answer_an_action_gives_is_said_in_words():
+    assert {*ANSWER_OF.values(), "skipped"} == set(ACTION_ANSWERS)
+
+
+def test_running_a_slot_again_that_fails_retryably_says_it_was_released(site, clock):
+    job_targets.FAILURES["invoice"] = ["permanent", "retryable"]
+    run_id = deliver(site, clock, 1).json["run_id"]
+    form = site.get(f"/admin/runs/{run_id}", headers=OPERATOR).html.find(id="run-again")
+    fields = {i["name"]: i["value"] for i in form.find_all("input")}
+    answer = site.post(form["action"], fields, headers=OPERATOR, status=303)
+    assert answer.headers["Location"].endswith("answer=released")
+    page = site.get(answer.headers["Location"], headers=OPERATOR).html
+    assert page.find(id="answer").text == ACTION_ANSWERS["released"] and page.find(id="outcome").text == "released"
 
 
 def test_a_run_still_going_refreshes_its_page_and_says_so(site, clock, ndb_client):
@@ -145,4 +166,18 @@ def test_a_run_still_going_refreshes_its_page_and_says_so(site, clock, ndb_clien
         Ledger(clock).claim_run(key.run_id, description, RunPolicy(60, 604800))
     page = site.get(f"/admin/runs/{key.run_id}", headers=OPERATOR).html
     assert page.find(id="outcome").text == "in_progress"
-    assert page.find("meta", attrs={"http-equiv": "refresh"})["content"] == "5" and page.find(id="refreshing")
+    refresh = page.find("meta", attrs={"http-equiv": "refresh"})["content"]
+    assert refresh == f"5; url=/admin/runs/{key.run_id}" and page.find(id="refreshing")  # the answer is said once
+    clock.advance(61)  # the lease runs out unfinished: stuck, and nothing changes it but a person or a delivery
+    page = site.get(f"/admin/runs/{key.run_id}", params={"answer": "running"}, headers=OPERATOR).html
+    assert page.find(id="outcome").text == "stuck"
+    assert page.find("meta", attrs={"http-equiv": "refresh"}) is None and page.find(id="refreshing") is None
+
+
+def test_the_day_history_link_is_the_jobs_own_day(site, clock):
+    """23:00 UTC is midnight in Berlin: the run belongs to the next day of its job's history."""
+    run_id = deliver(site, clock, 23).json["run_id"]
+    link = site.get(f"/admin/runs/{run_id}", headers=OPERATOR).html.find(id="day-history")["href"]
+    assert link.endswith("/admin/jobs/invoice/history?day=2030-01-02")
+    day = site.get(link, headers=OPERATOR).html
+    assert any(a["href"].endswith(run_id) for a in day.select("main a[href*='/admin/runs/']"))
