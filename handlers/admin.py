@@ -467,6 +467,7 @@ def history(job_id: str):
         rows=sorted(rows + apart, key=lambda r: r["local"]) if hours is None else [],
         apart=len(apart),
         scheduler_jobs=sorted({job.name for job in scheduler_jobs}),
+        schedules=sorted({(job.name, job.schedule) for job in scheduler_jobs}),
         shapes=MARK_SHAPES,
         legend=LEGEND,
     )

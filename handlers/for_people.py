@@ -9,8 +9,10 @@ get these as template globals (``install``); the API keeps RFC 3339 and seconds.
 from __future__ import annotations
 
 import datetime
+import functools
 from typing import Any
 
+from cron_descriptor import ExpressionDescriptor, Options
 from flask import Flask
 from markupsafe import Markup, escape
 
@@ -79,5 +81,24 @@ def copy_button(value: str) -> Markup:
     return Markup(f'<button type="button" class="copy" data-copy="{whole}" aria-label="copy it" hidden>copy</button>')
 
 
+@functools.lru_cache(maxsize=1024)  # a page names the same few schedules on every row and every load
+def in_words(schedule: str) -> str:
+    """A cron schedule as Cloud Scheduler's console says it: "At 02:30, only on Monday".
+
+    In 24-hour time, as the page's times are.  The cron stays beside it: the words are an aid,
+    and a schedule the describer cannot read (croniter, which runs the schedules, read it at
+    start-up) is said as nothing rather than fail the page.
+    """
+    options = Options()
+    options.use_24hour_time_format = True
+    options.verbose = False
+    try:
+        return str(ExpressionDescriptor(schedule, options).get_description())
+    except Exception:  # cron_descriptor raises its own errors and, on odd input, Python's
+        return ""
+
+
 def install(app: Flask) -> None:
-    app.jinja_env.globals.update(when=when, duration=duration, short_id=short_id, copy_button=copy_button)
+    app.jinja_env.globals.update(
+        when=when, duration=duration, short_id=short_id, copy_button=copy_button, in_words=in_words
+    )

@@ -41,3 +41,26 @@ def test_a_time_is_said_relative_to_now_both_ways():
     assert ago(now - datetime.timedelta(minutes=3), now) == "3 min ago"
     assert ago(now + datetime.timedelta(hours=2), now) == "in 2 h"
     assert ago(now, now) == "now"
+
+
+@pytest.mark.parametrize(
+    "schedule, words",
+    [
+        ("*/5 * * * *", "Every 5 minutes"),
+        ("0 * * * *", "Every hour"),
+        ("30 2 * * *", "At 02:30"),  # 24-hour time, as the pages' times are
+        ("0 6 * * 1", "At 06:00, only on Monday"),
+        ("15 3 L * *", "At 03:15, on the last day of the month"),
+    ],
+)
+def test_a_schedule_is_said_in_words(schedule, words):
+    from handlers.for_people import in_words
+
+    assert in_words(schedule) == words
+
+
+@pytest.mark.parametrize("schedule", ["", "not cron", "* * *", "* * * * * * * *", "\x00"])
+def test_a_schedule_the_describer_cannot_read_is_said_as_nothing(schedule):
+    from handlers.for_people import in_words
+
+    assert in_words(schedule) == ""

@@ -165,3 +165,4 @@ def test_search_for_nothing_it_knows_says_so(site, wanted, status):
 def test_the_first_and_last_days_kept_are_pages(site, day):
     page = site.get("/admin/jobs/invoice/history", params={"day": day}).html
     assert page.find("h1") is not None
+    assert page.find(id="schedules").text == "invoice-5min: Every 5 minutes */5 * * * *"  # in words, then cron

@@ -81,6 +81,8 @@ def test_a_row_per_scheduler_job_says_its_day_and_those_needing_attention_come_f
 
     failing = rows["failing-hourly"]
     assert "Europe/Berlin" in failing.text and "20 * * * *" in failing.text
+    assert failing.select_one(".schedule-words").text.startswith("At 20 minutes past the hour")
+    assert rows["weekly-report"].select_one(".schedule-words").text.startswith("At 06:00, only on Monday")
     assert counts("failing-hourly") == {"failed": 2, "missed": 22}  # since Mon 12:00: two failed, then nothing
     assert failing.select_one(".streak").text == "2"
     paused = rows["paused-hourly"]
