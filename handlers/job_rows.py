@@ -5,7 +5,8 @@ A row says the schedule and its time zone, the job's state (enabled, or paused w
 why), its last expected execution and that execution's status, its next one, what was missed,
 failed and late in the last 24 hours, and its failure streak.  Rows that need attention sort
 first.  A row costs no round trip of its own: the day's slots of every Scheduler job are
-looked up in one batch, and the streaks come from the audit's marks in another.
+looked up in one batch, and the streaks (the audit's marks) and the duplicate deliveries
+absorbed (schedules.tallies) in another.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dedup.ledger import Ledger
 from models.audit import AuditMark
 from schedules.config import SchedulerJob, history_id
 from schedules.slots import ExecutionStatus, execution_document, latest_slots, slots_between
+from schedules.tallies import duplicates_in, hours_between, tally_keys
 
 DAY = datetime.timedelta(hours=24)
 # The slots a row reads: a 5-minute job's day.  A job with more slots a day (a per-minute job)
@@ -45,11 +47,21 @@ def job_rows(ledger: Ledger, jobs: Sequence[SchedulerJob], now: datetime.datetim
     earlier = {id(job): latest_slots([job], now, 1) for job in jobs if not day_slots[id(job)]}
     wanted = [slot for slots in (*day_slots.values(), *earlier.values()) for slot in slots]
     records = ledger.lookup_many([slot.run_id for slot in wanted])
-    marks = ndb.get_multi([ndb.Key(AuditMark, history_id(job)) for job in jobs]) if jobs else []
+    hours = {
+        id(job): hours_between(slots[0].schedule_time, slots[-1].schedule_time) if (slots := day_slots[id(job)]) else []
+        for job in jobs
+    }
+    # The audit's marks and the duplicate tallies of the slots' hours, in one batch.
+    mark_keys = [ndb.Key(AuditMark, history_id(job)) for job in jobs]
+    wanted_tallies = [key for job in jobs for key in tally_keys(history_id(job), hours[id(job)])]
+    found = ndb.get_multi(mark_keys + wanted_tallies) if jobs else []
+    marks = found[: len(mark_keys)]
+    tallies = dict(zip(wanted_tallies, found[len(mark_keys) :], strict=True))
     rows = []
     for job, mark in zip(jobs, marks, strict=True):
         documents = [execution_document(slot, records.get(slot.run_id), now) for slot in day_slots[id(job)]]
         counts = {status: sum(d["status"] == status for d in documents) for status in COUNTED}
+        ran_once = sum(d["status"] in (ExecutionStatus.COMPLETED, ExecutionStatus.LATE) for d in documents)
         upcoming = slots_between([job], now, now + datetime.timedelta(days=366), limit=1)
         before = [execution_document(slot, records.get(slot.run_id), now) for slot in earlier.get(id(job), [])]
         shown = documents or before
@@ -74,6 +86,8 @@ def job_rows(ledger: Ledger, jobs: Sequence[SchedulerJob], now: datetime.datetim
                 "expected": sum(
                     d["status"] not in (ExecutionStatus.UNTRACKED, ExecutionStatus.UPCOMING) for d in documents
                 ),
+                "ran_once": ran_once,
+                "duplicates": duplicates_in(tallies, history_id(job), hours[id(job)]),
                 "streak": streak,
                 "attention": attention,
             }

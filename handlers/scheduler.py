@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from flask import Blueprint, request
+from google.cloud import ndb
 from werkzeug.exceptions import NotFound
 
 from dedup.errors import InvalidRunRequest
 from dedup.keys import format_utc, scheduled_run_key
+from dedup.outcomes import InProgress, Replayed
 from handlers.access import Role, requires
 from handlers.logs import note_run
 from handlers.problems import problem
@@ -16,8 +19,10 @@ from handlers.responses import outcome_response
 from handlers.state import app_state, current_principal
 from handlers.use_cases import delivered_key, late_delivery, run_scheduled
 from models import RunSource
+from schedules.config import history_id
 from schedules.pauses import pause_at, pauses_of
 from schedules.slots import declared_job
+from schedules.tallies import tally_after_answer
 
 blueprint = Blueprint("scheduler", __name__)
 log = logging.getLogger(__name__)
@@ -54,6 +59,10 @@ def deliver(job_id: str):
     )
     response = outcome_response(outcome)
     declared = declared_job(state.schedules, key.scheduler_job_name, key.project, key.location)
+    if declared is not None and not force_run and isinstance(outcome, Replayed | InProgress):
+        # A duplicate, absorbed: counted once its answer has gone, never on its path.
+        count = functools.partial(tally_after_answer, ndb.get_context().client, history_id(declared), key.schedule_time)
+        response.call_on_close(count)
     # After the run, off its path: a delivery during a pause (a tick racing it, a Force run) runs
     # as usual, and says so.  A Force run is asked for now; a slot's delivery belongs to its time.
     pause = pause_at(pauses_of(declared), now if force_run else key.schedule_time) if declared else None

@@ -225,3 +225,22 @@ def test_the_run_api_takes_the_filter_values_seeing_runs_lists(make_client, name
     assert sorted(documented) == sorted(taken) == sorted(values), (
         f"docs/seeing-runs.md lists {name} {documented}; the API takes {taken}"
     )
+
+
+def test_the_deploy_guide_names_every_kind_the_app_stores():
+    """A shared project's operator reads docs/deploying.md to know which kinds are this app's."""
+    import importlib
+    import pkgutil
+
+    from google.cloud import ndb
+
+    import models
+
+    kinds = set()
+    for module in pkgutil.iter_modules(models.__path__):
+        for value in vars(importlib.import_module(f"models.{module.name}")).values():
+            if isinstance(value, type) and issubclass(value, ndb.Model) and value is not ndb.Model:
+                kinds.add(value._get_kind())
+    with open(os.path.join(ROOT, "docs", "deploying.md"), encoding="utf-8") as handle:
+        guide = " ".join(handle.read().split())
+    assert len(kinds) >= 6 and {kind for kind in kinds if f"`{kind}`" not in guide} == set()
