@@ -203,6 +203,9 @@ def command(
         # GAE_ENV=localdev is not App Engine: nothing strips client-sent markers, so the app says it
         # knows and serves loopback only.
         OFF_APP_ENGINE_SETTING: OFF_APP_ENGINE_VALUE,
+        # No Cloud Tasks here (app.yaml names production's queue): the dispatched work (the
+        # dashboard's runs, catch-up) is done on the app's own threads, as under make run.
+        "DEDUP_TASKS_QUEUE": "",
         # Bytecode written into the app directory would look like an edit to dev_appserver.
         "PYTHONDONTWRITEBYTECODE": "1",
     }

@@ -182,9 +182,14 @@ def index() -> Response:
 def run_page(run_id: str):
     state = app_state()
     record = state.ledger.lookup(run_id) if is_run_id(run_id) else None
+    queued = queued_attempt(request.args.get("queued"))
+    if record is None and queued is not None and is_run_id(run_id):
+        # An action queued it a moment ago (dashboard_actions.to_queued): it has no record until the task runs.
+        return render_template("admin/queued.html", run_id=run_id, refresh=REFRESH_SECONDS)
     if record is None:
         abort(404, f"no run {run_id} (or it has expired)")
     now = state.clock.now()
+    waiting = queued is not None and record.attempt <= queued  # the queued attempt has not started yet
     document = run_document(record, now)
     bound = with_pauses(state.schedules)
     slot = slot_of_run(record, bound)
@@ -213,10 +218,18 @@ def run_page(run_id: str):
         # A scheduled run that failed or was skipped may be run again under its slot's key.
         run_again=slot if slot and may(Role.OPERATE) and status in RUNNABLE else None,
         logs_url=logs_query_url(run_id, record.project or os.environ.get("GOOGLE_CLOUD_PROJECT")),
-        answer=ACTION_ANSWERS.get(request.args.get("answer", "")),
+        answer=ACTION_ANSWERS["queued"]
+        if waiting
+        else ACTION_ANSWERS["started"]
+        if queued is not None
+        else ACTION_ANSWERS.get(request.args.get("answer", "")),
+        # While a queued attempt has not started, the refresh keeps asking after it.
+        refresh_url=request.full_path if waiting else request.path,
         # Refreshed while someone holds the run: a stuck one (its lease over) changes only when a
         # person or a delivery acts, so a refresh would poll forever.
-        refresh=REFRESH_SECONDS if record.status == RunStatus.IN_PROGRESS and record.lease_is_live(now) else None,
+        refresh=REFRESH_SECONDS
+        if waiting or (record.status == RunStatus.IN_PROGRESS and record.lease_is_live(now))
+        else None,
     )
 
 
@@ -239,7 +252,18 @@ ACTION_ANSWERS = {
     "already": "Already ran: an earlier request ran it, so nothing ran again.",
     "running": "Already running: an earlier request is running it. This page refreshes until it ends.",
     "skipped": "Not run: the run is recorded as skipped, for the reason below.",
+    "queued": "Queued by this request: the task queue starts it in a moment. This page refreshes until it does.",
+    "started": "Started: this request queued it, and the task queue delivered it.",
 }
+
+
+def queued_attempt(text: str | None) -> int | None:
+    """``?queued=``: the attempt the run had when an action queued it (0: none); else None."""
+    if text is None or not (text.isascii() and text.isdigit() and len(text) <= 7):
+        return None
+    return int(text)
+
+
 # How often a run page refreshes itself while its run is held.
 REFRESH_SECONDS = 5
 

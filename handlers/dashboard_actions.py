@@ -21,7 +21,7 @@ from werkzeug.exceptions import NotFound
 from werkzeug.wrappers import Response
 
 from dedup.errors import InvalidRunRequest
-from dedup.keys import check_schedule_time, is_run_id, parse_rfc3339
+from dedup.keys import check_schedule_time, format_utc, is_run_id, parse_rfc3339
 from dedup.outcomes import (
     Conflict,
     Contended,
@@ -37,7 +37,7 @@ from dedup.outcomes import (
 )
 from dispatch import DispatchError
 from handlers.access import Role, requires
-from handlers.client_tokens import client_token_problem, retry_token
+from handlers.client_tokens import client_token_problem, new_form_token, retry_token
 from handlers.idempotent import Fingerprint, GuardRejected
 from handlers.logs import note_run
 from handlers.run_documents import may_retry
@@ -50,16 +50,23 @@ from handlers.use_cases import (
     SlotRunRefused,
     SlotRunRequest,
     catch_up,
+    check_slot_run,
     find_slot,
     last_pause,
+    manual_run_id,
+    manual_run_work,
     run_manually,
     run_slot_now,
     scheduler_job_named,
     schedules_of,
     set_schedule_paused,
+    slot_run_work,
+    starts_a_run,
 )
+from jobs.config import JobSpec
 from models import RunSource
 from schedules.pauses import PauseRefused, check_note, with_pauses
+from schedules.slots import NEEDS_FORCE, Slot, execution_status
 
 blueprint = Blueprint("dashboard_actions", __name__, url_prefix="/admin", template_folder="templates")
 
@@ -87,7 +94,58 @@ def run_now(job_id: str) -> Response | tuple[str, int]:
         ask = ManualRunRequest(form_token(fields), form_parameters(fields.get("parameters", "")))
     except FormProblem as problem:
         return problem_page(problem.status, problem.message)
-    return answer(run_manually(app_state(), current_principal(), job_id, job, ask), job_id, ask)
+    return dispatch_manual_run(job_id, job, ask)
+
+
+@blueprint.get("/jobs/<job_id>/run", provide_automatic_options=False)
+@requires(Role.OPERATE)
+def confirm_run_now(job_id: str) -> str | tuple[str, int]:
+    """Run now's confirmation: the job, what it calls, the parameters.
+
+    The form's token comes from the link (made when the dashboard was rendered), so going back
+    to this page and sending it again, even where the browser fetches the page anew, is the
+    same run; a link without one gets a fresh token."""
+    job = app_state().jobs.get(job_id)
+    if job is None:
+        return problem_page(404, f"no job {job_id!r} is declared in the jobs file")
+    token = request.args.get("token") or new_form_token()
+    if client_token_problem(token):
+        return problem_page(400, f"the link's {client_token_problem(token)}; reload the dashboard for a new one")
+    return render_template(
+        "admin/confirm.html",
+        title=f"Run {job_id} now?",
+        job_id=job_id,
+        calls=job.runner.calls(),
+        facts=["A manual run: no Scheduler slot is taken, and Cloud Scheduler's own deliveries still run."],
+        action=url_for("dashboard_actions.run_now", job_id=job_id),
+        hidden={"clientToken": token},
+        parameters="{}",
+        force=None,
+        button=f"Run {job_id} now",
+        back=url_for("admin.dashboard", job=job_id),
+    )
+
+
+def dispatch_manual_run(job_id: str, job: JobSpec, ask: ManualRunRequest) -> Response | tuple[str, int]:
+    """Queue the run and answer with its page at once; a run the record already answers (done,
+    running, another form's) is answered from it, and nothing is queued."""
+    state = app_state()
+    run_id = manual_run_id(state, job_id, job, ask.client_token)
+    record = state.ledger.lookup(run_id)
+    if not starts_a_run(record, state.clock.now()):
+        return answer(run_manually(state, current_principal(), job_id, job, ask), job_id, ask)
+    seen = record.attempt if record else 0
+    try:
+        state.dispatcher.dispatch(manual_run_work(state, job_id, job, ask, current_principal().name, seen))
+    except DispatchError as exc:
+        resend = {"job_id": job_id, "token": ask.client_token, "parameters": json.dumps(ask.parameters)}
+        return problem_page(502, f"the task queue did not take the run ({exc}); send the form again", resend=resend)
+    return to_queued(run_id, seen)
+
+
+def to_queued(run_id: str, seen_attempt: int) -> Response:
+    """303 to the run's page, which says it is queued until an attempt after ``seen_attempt`` starts."""
+    return redirect(url_for("admin.run_page", run_id=run_id, queued=seen_attempt), code=303)
 
 
 @blueprint.post("/runs/<run_id>/retry", provide_automatic_options=False)
@@ -109,7 +167,34 @@ def retry_run(run_id: str) -> Response | tuple[str, int]:
     except FormProblem as problem:
         return problem_page(problem.status, problem.message)
     ask = ManualRunRequest(retry_token(run_id), dict(record.parameters or {}))
-    return answer(run_manually(app_state(), current_principal(), record.job_id, job, ask), record.job_id, ask)
+    return dispatch_manual_run(record.job_id, job, ask)
+
+
+@blueprint.get("/runs/<run_id>/retry", provide_automatic_options=False)
+@requires(Role.OPERATE)
+def confirm_retry(run_id: str) -> str | tuple[str, int]:
+    """Retry's confirmation: the job, what it calls, and that the failed run's parameters are reused."""
+    state = app_state()
+    record = state.ledger.lookup(run_id) if is_run_id(run_id) else None
+    if record is None:
+        return problem_page(404, f"no run {run_id} (or it has expired)")
+    if not may_retry(record, state.jobs):
+        return problem_page(
+            409, f"only a failed manual run can be retried; this run is a {record.status} {record.source} run"
+        )
+    return render_template(
+        "admin/confirm.html",
+        title=f"Retry this failed run of {record.job_id}?",
+        job_id=record.job_id,
+        calls=state.jobs[record.job_id].runner.calls(),
+        facts=[f"A new run with the failed run's parameters: {json.dumps(record.parameters or {}, sort_keys=True)}"],
+        action=url_for("dashboard_actions.retry_run", run_id=run_id),
+        hidden={},
+        parameters=None,
+        force=None,
+        button="Retry it",
+        back=url_for("admin.run_page", run_id=run_id),
+    )
 
 
 def form_fields(allowed: frozenset[str]) -> dict[str, str]:
@@ -217,24 +302,74 @@ def run_slot(job_id: str, schedule_time: str) -> Response | tuple[str, int]:
     asks for ``force``, a box the operator ticks.
     """
     try:
-        fields = form_fields(SLOT_RUN_FIELDS)
-        instant = check_schedule_time("schedule_time", parse_rfc3339(schedule_time, "schedule_time"))
-        ask = SlotRunRequest.parse(fields.pop("attempt", None), fields.pop("force", None))
-        found = find_slot(job_id, schedules_of(app_state(), job_id), instant, **fields)
+        found, ask = asked_slot(job_id, schedule_time, form_fields(SLOT_RUN_FIELDS))
     except FormProblem as problem:
         return problem_page(problem.status, problem.message)
-    except InvalidRunRequest:
-        return problem_page(400, "the schedule time must be an RFC 3339 timestamp from 2000 up to 2100")
-    except InvalidSlotRun as refused:
-        return problem_page(400, refused.message)
-    except NotFound as missing:
-        return problem_page(404, missing.description)
-    if isinstance(found, str):
-        return problem_page(400, found)
-    return slot_answer(run_slot_now(app_state(), current_principal(), job_id, found, ask))
+    state = app_state()
+    refusal, record = check_slot_run(state, found, ask)
+    if refusal is not None or not starts_a_run(record, state.clock.now(), reopen_attempt=ask.seen_attempt):
+        # Refused, or answered by its record (done, running): nothing is queued.
+        return slot_answer(refusal or run_slot_now(state, current_principal(), job_id, found, ask))
+    seen = record.attempt if record else 0
+    try:
+        state.dispatcher.dispatch(slot_run_work(job_id, found, seen, current_principal().name, force=ask.force))
+    except DispatchError as exc:
+        return problem_page(502, f"the task queue did not take the run ({exc}); send the form again")
+    return to_queued(found.run_id, seen)
+
+
+@blueprint.get("/jobs/<job_id>/executions/<schedule_time>/run", provide_automatic_options=False)
+@requires(Role.OPERATE)
+def confirm_run_slot(job_id: str, schedule_time: str) -> str | tuple[str, int]:
+    """A slot run's confirmation: the job, what it calls, the slot and the attempt it replaces."""
+    try:
+        fields = {name: request.args[name] for name in SLOT_RUN_FIELDS - {"force"} if name in request.args}
+        found, ask = asked_slot(job_id, schedule_time, fields)
+    except FormProblem as problem:
+        return problem_page(problem.status, problem.message)
+    state = app_state()
+    status = execution_status(found, state.ledger.lookup(found.run_id), state.clock.now())
+    facts = [f"The slot of {found.job.name} at {format_utc(found.schedule_time)} ({status}), under its own key."]
+    if ask.seen_attempt:
+        facts.append(f"It replaces attempt {ask.seen_attempt}.")
+    return render_template(
+        "admin/confirm.html",
+        title=f"Run this slot of {job_id}?",
+        job_id=job_id,
+        calls=state.jobs[job_id].runner.calls(),
+        facts=facts,
+        action=url_for("dashboard_actions.run_slot", job_id=job_id, schedule_time=schedule_time),
+        hidden={
+            "scheduler_job": found.job.name,
+            "project": found.job.project,
+            "location": found.job.location,
+            "attempt": str(ask.seen_attempt or 0),
+        },
+        parameters=None,
+        force="its record has expired: it may have run; run anyway" if status in NEEDS_FORCE else None,
+        button="Run this slot",
+        back=url_for("admin.history", job_id=job_id),
+    )
 
 
 SLOT_RUN_FIELDS = frozenset({"scheduler_job", "project", "location", "attempt", "force"})
+
+
+def asked_slot(job_id: str, schedule_time: str, fields: dict[str, str]) -> tuple[Slot, SlotRunRequest]:
+    """The slot a slot run's form (or its confirmation's link) names, and what it asks; FormProblem if none."""
+    try:
+        instant = check_schedule_time("schedule_time", parse_rfc3339(schedule_time, "schedule_time"))
+        ask = SlotRunRequest.parse(fields.pop("attempt", None), fields.pop("force", None))
+        found = find_slot(job_id, schedules_of(app_state(), job_id), instant, **fields)
+    except InvalidRunRequest:
+        raise FormProblem(400, "the schedule time must be an RFC 3339 timestamp from 2000 up to 2100") from None
+    except InvalidSlotRun as refused:
+        raise FormProblem(400, refused.message) from None
+    except NotFound as missing:
+        raise FormProblem(404, str(missing.description)) from None
+    if isinstance(found, str):
+        raise FormProblem(400, found)
+    return found, ask
 
 
 def slot_answer(outcome: RunOutcome | SlotRunRefused) -> Response | tuple[str, int]:

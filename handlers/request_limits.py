@@ -14,7 +14,7 @@ import io
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from flask import Flask, request
+from flask import Flask, current_app, request
 from werkzeug import exceptions as http_errors
 from werkzeug.exceptions import BadRequest, MethodNotAllowed, RequestEntityTooLarge
 
@@ -98,9 +98,9 @@ def refuse_unservable_requests() -> None:
         raise (http_errors.NotImplemented if status == 501 else BadRequest)(message)
     if request.method == "HEAD":
         # Flask answers HEAD for GET routes by running the view; a HEAD must never do work.
-        rule = request.url_rule
-        methods = sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}) if rule else []
-        raise MethodNotAllowed(valid_methods=methods)
+        # Every method the path serves, over all its rules (a confirmation's GET beside its form's POST).
+        served = current_app.url_map.bind_to_environ(request.environ).allowed_methods()
+        raise MethodNotAllowed(valid_methods=sorted(set(served) - {"HEAD", "OPTIONS"}))
     limit = request.max_content_length
     if limit is not None and (request.content_length or 0) > limit:
         raise RequestEntityTooLarge(f"the request body is larger than {limit} bytes; nothing was run or written")

@@ -10,24 +10,31 @@ from werkzeug.exceptions import NotFound
 
 from dedup.errors import InvalidRunRequest
 from dedup.keys import check_schedule_time, parse_rfc3339
+from dedup.outcomes import RunOutcome
 from handlers.access import Principal, Role, requires
+from handlers.client_tokens import client_token_problem
 from handlers.cross_site import changes_state, json_body
+from handlers.idempotent import Fingerprint, GuardRejected
+from handlers.logs import note_run
 from handlers.problems import problem
 from handlers.responses import outcome_response
 from handlers.state import app_state
 from handlers.strict_json import InvalidJson, json_payload
 from handlers.use_cases import (
     AUDIT_SHARE_SIZE,
+    ManualRunRequest,
     SlotRunRefused,
     SlotRunRequest,
     audit_share,
     failure_streak_pause,
     find_slot,
     misfire_catch_up,
+    run_manually,
     run_slot_now,
     schedules_of,
     split_audit,
 )
+from models import RunSource
 from schedules.audit import ReportedSlot, audit
 from schedules.config import SchedulerJob
 from schedules.pauses import with_pauses
@@ -139,7 +146,12 @@ def run_dispatched_slot():
         ask = json_payload()
     except InvalidJson as exc:
         return problem(400, "InvalidParameterException", exc.message)
-    if not isinstance(ask, dict) or set(ask) != SLOT_RUN_FIELDS or not isinstance(ask["attempt"], int):
+    if (
+        not isinstance(ask, dict)
+        or set(ask) - {"force"} != SLOT_RUN_FIELDS
+        or not isinstance(ask["attempt"], int)
+        or ask.get("force", True) is not True  # present only as true (use_cases.slot_run_work)
+    ):
         return problem(400, "InvalidParameterException", f"the body must hold {', '.join(sorted(SLOT_RUN_FIELDS))}")
     state = app_state()
     try:
@@ -158,9 +170,57 @@ def run_dispatched_slot():
         return settled(400, {"detail": slot})
     # The run records who asked for the catch-up; the queue only carried it.
     asked_by = Principal(name=str(ask["requested_by"]), granted=frozenset())
-    outcome = run_slot_now(state, asked_by, str(ask["job_id"]), slot, SlotRunRequest(ask["attempt"]))
+    outcome = run_slot_now(state, asked_by, str(ask["job_id"]), slot, SlotRunRequest(ask["attempt"], "force" in ask))
     if isinstance(outcome, SlotRunRefused):
         return settled(outcome.http_status, {"error": outcome.error, "detail": outcome.message})
+    return task_answer(outcome)
+
+
+MANUAL_RUN_FIELDS = {"job_id", "client_token", "parameters", "requested_by"}
+
+
+@blueprint.post("/manual-run", provide_automatic_options=False)
+@json_body
+@requires(Role.DELIVER)
+def run_dispatched_manual_run():
+    """A dispatched manual run (use_cases.manual_run_work): the dashboard's Run now and Retry,
+    under the client token the form carried, for the operator who confirmed it.
+
+    Answered as ``/tasks/run-slot`` is: a settled outcome is 200 with the answer inside, and
+    only what a retry may cure (409 in progress, 500 released) is answered as itself.
+    """
+    try:
+        ask = json_payload()
+    except InvalidJson as exc:
+        return problem(400, "InvalidParameterException", exc.message)
+    if (
+        not isinstance(ask, dict)
+        or set(ask) != MANUAL_RUN_FIELDS
+        or not all(isinstance(ask[name], str) for name in ("job_id", "client_token", "requested_by"))
+        or not isinstance(ask["parameters"], dict)
+    ):
+        return problem(400, "InvalidParameterException", f"the body must hold {', '.join(sorted(MANUAL_RUN_FIELDS))}")
+    state = app_state()
+    job = state.jobs.get(ask["job_id"])
+    if job is None:
+        return settled(404, {"detail": f"no job {ask['job_id']!r} is declared in the jobs file"})
+    token_problem = client_token_problem(ask["client_token"])
+    if token_problem:
+        return settled(400, {"detail": token_problem})
+    note_run(job_id=ask["job_id"], source=RunSource.API)
+    # The run records who confirmed it; the queue only carried it.
+    asked_by = Principal(name=ask["requested_by"], granted=frozenset())
+    try:  # as bounded as the form's and the API's (the queue carries what the dashboard checked)
+        parameters = Fingerprint.of(lambda: ask["parameters"]).parameters()
+    except GuardRejected as exc:
+        return settled(400, {"detail": exc.message})
+    return task_answer(
+        run_manually(state, asked_by, ask["job_id"], job, ManualRunRequest(ask["client_token"], parameters))
+    )
+
+
+def task_answer(outcome: RunOutcome):
+    """A run's answer to the queue: as itself where a retry may cure it (or it succeeded), else settled."""
     response = outcome_response(outcome)
     if response.status_code in TASK_RETRIES or response.status_code < 300:
         return response

@@ -216,7 +216,7 @@ class SlotRunRequest:
     def parse(cls, attempt: str | None, force: str | None) -> SlotRunRequest:
         seen = None
         if attempt is not None:
-            if not attempt.isascii() or not attempt.isdigit() or int(attempt) > MAX_SEEN_ATTEMPT:
+            if not attempt.isascii() or not attempt.isdigit() or len(attempt) > 7 or int(attempt) > MAX_SEEN_ATTEMPT:
                 raise InvalidSlotRun(
                     f"attempt must be the slot's attempt number as listed (0 to {MAX_SEEN_ATTEMPT}; 0 for none)"
                 )
@@ -357,11 +357,12 @@ class CaughtUp:
         }
 
 
-def slot_run_work(job_id: str, slot: Slot, seen_attempt: int, requested_by: str) -> Work:
+def slot_run_work(job_id: str, slot: Slot, seen_attempt: int, requested_by: str, force: bool = False) -> Work:
     """A run of ``slot`` dispatched to be done later, under the slot's own key (run_slot_now).
 
     The task id is the run id and the attempt seen: the queue refuses the same catch-up twice,
-    and a slot reopened after a later failure is new work."""
+    and a slot reopened after a later failure is new work.  ``force``: an operator confirmed
+    running a slot whose record may have expired (it rides only when set)."""
     body = {
         "job_id": job_id,
         "schedule_time": format_utc(slot.schedule_time),
@@ -370,8 +371,47 @@ def slot_run_work(job_id: str, slot: Slot, seen_attempt: int, requested_by: str)
         "location": slot.job.location,
         "attempt": seen_attempt,
         "requested_by": requested_by,
+        **({"force": True} if force else {}),
     }
     return Work(task_id("slot-run", slot.run_id, str(seen_attempt)), SLOT_RUN_TASK, body)
+
+
+MANUAL_RUN_TASK = "/tasks/manual-run"  # the endpoint a dispatched manual run calls (handlers/tasks.py)
+
+
+def manual_run_id(state: AppState, job_id: str, job: JobSpec, client_token: str) -> str:
+    """The run id a manual run of ``job`` under ``client_token`` has: known before it starts."""
+    return IdempotencyGuard(state.ledger, MANUAL_RUN_NAMESPACE, manual_run_policy(job), RunSource.API).run_id(
+        client_token, scope=job_id
+    )
+
+
+def manual_run_work(
+    state: AppState, job_id: str, job: JobSpec, ask: ManualRunRequest, requested_by: str, seen_attempt: int = 0
+) -> Work:
+    """A manual run dispatched to be done later (run_manually, under its client token).  The task
+    id is its run id and the attempt seen (0: none), so the queue refuses the same request twice,
+    a task delivered twice is one run, and a released run sent again is new work."""
+    body = {
+        "job_id": job_id,
+        "client_token": ask.client_token,
+        "parameters": ask.parameters,
+        "requested_by": requested_by,
+    }
+    run_id = manual_run_id(state, job_id, job, ask.client_token)
+    return Work(task_id("manual-run", run_id, str(seen_attempt)), MANUAL_RUN_TASK, body)
+
+
+def starts_a_run(record: RunRecord | None, now: datetime.datetime, reopen_attempt: int | None = None) -> bool:
+    """Whether asking for this run would start an attempt (and so is dispatched to the queue):
+    no record, one released, one whose lease ran out, or one failed or skipped at
+    ``reopen_attempt`` (a slot's run replacing the attempt the operator saw).  Otherwise the
+    record answers at once (done, running, or already replaced): nothing is queued."""
+    if record is None or record.status == RunStatus.RELEASED:
+        return True
+    if record.status in REOPENED:
+        return reopen_attempt == record.attempt
+    return record.status == RunStatus.IN_PROGRESS and not record.lease_is_live(now)
 
 
 def catch_up(state: AppState, principal: Principal, job: SchedulerJob, interval: Pause, mode: str) -> list[CaughtUp]:
@@ -573,18 +613,33 @@ def find_slot(
 def run_slot_now(
     state: AppState, principal: Principal, job_id: str, slot: Slot, ask: SlotRunRequest
 ) -> RunOutcome | SlotRunRefused:
-    """Run ``slot`` under its Scheduler key as ``ask`` says: the API's and the dashboard's one path.
+    """Run ``slot`` under its Scheduler key as ``ask`` says: the API's and the dashboard's one path
+    (the dashboard's through a task: ``check_slot_run`` first, then ``slot_run_work``)."""
+    key = slot_key(slot)
+    note_run(job_id=job_id, source=RunSource.SCHEDULER, run_id=key.run_id)
+    refused, _ = check_slot_run(state, slot, ask)
+    if refused is not None:
+        return refused
+    body = (slot.job.body or "").encode("utf-8")  # what Scheduler sends for this job
+    return run_scheduled(state, principal, job_id, state.jobs[job_id], key, body, reopen_attempt=ask.seen_attempt)
+
+
+def slot_key(slot: Slot) -> ScheduledRunKey:
+    """The key Cloud Scheduler's delivery of ``slot`` carries."""
+    project, location = delivery_scope(slot.job)
+    return scheduled_run_key(
+        slot.job.name, format_utc(slot.schedule_time), query_project=project, query_location=location
+    )
+
+
+def check_slot_run(state: AppState, slot: Slot, ask: SlotRunRequest) -> tuple[SlotRunRefused | None, RunRecord | None]:
+    """Why ``slot`` may not be run as ``ask`` says (None: it may), and its record (one lookup).
 
     A slot that has not come is refused (422): taking it now would answer its
     own delivery as a duplicate.  Without the attempt the operator saw, a failed
     or skipped slot is not reopened (428, naming its attempt); a slot whose record
     the ledger may have forgotten (``unknown``) runs only when forced, since it may have run.
     """
-    project, location = delivery_scope(slot.job)
-    key = scheduled_run_key(
-        slot.job.name, format_utc(slot.schedule_time), query_project=project, query_location=location
-    )
-    note_run(job_id=job_id, source=RunSource.SCHEDULER, run_id=key.run_id)
     now = state.clock.now()
     if (slot.schedule_time - now).total_seconds() > CLOCK_SKEW_SECONDS:
         return SlotRunRefused(
@@ -594,8 +649,8 @@ def run_slot_now(
             "Cloud Scheduler delivers it then, and running it now would answer that delivery as a duplicate. "
             "To run the job now, start a manual run",
             {"execution_status": ExecutionStatus.UPCOMING},
-        )
-    record = state.ledger.lookup(key.run_id)
+        ), None
+    record = state.ledger.lookup(slot_key(slot).run_id)
     status = execution_status(slot, record, now)
     if status in NEEDS_FORCE and not ask.force:
         if status == ExecutionStatus.UNTRACKED:
@@ -618,7 +673,7 @@ def run_slot_now(
                 "execution_status": status,
                 "remembered_until": format_utc(slot.remembered_until) if slot.remembered_until else None,
             },
-        )
+        ), record
     if ask.seen_attempt is None and record is not None and record.status in REOPENED:
         return SlotRunRefused(
             428,
@@ -626,6 +681,5 @@ def run_slot_now(
             f"this slot {record.status} at attempt {record.attempt}; to run it again send attempt={record.attempt}, "
             "so that sending the same request again cannot run it a second time",
             {"execution_status": status, "attempt": record.attempt},
-        )
-    body = (slot.job.body or "").encode("utf-8")  # what Scheduler sends for this job
-    return run_scheduled(state, principal, job_id, state.jobs[job_id], key, body, reopen_attempt=ask.seen_attempt)
+        ), record
+    return None, record

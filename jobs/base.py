@@ -146,6 +146,11 @@ class JobKind(abc.ABC):
     def run(self, context: RunContext) -> Any:
         """Perform one attempt of the run."""
 
+    def calls(self) -> str:
+        """What a run calls downstream, in words, for the person about to start one (the
+        dashboard's confirmation step names it).  A kind of one's own may say more."""
+        return f"a {self.name} job"
+
 
 # Far beyond any sensible lease or retention, and far from datetime's limits.
 MAX_SECONDS = 10 * 365 * 24 * 3600

@@ -1,5 +1,9 @@
 """The dashboard's actions: Run now and Retry, for operators only, one run per rendered form.
 
+Each is confirmed on a page of its own (naming the job and what it calls downstream), then
+queued (the app's in-process queue here, Cloud Tasks in production): the answer is the run's
+page at once, saying it is queued, then started.
+
 Behind ``appengine,iap`` as shipped for people: the operator and the viewer are IAP
 identities (tests.support.callers).  The browser test (tests/test_dashboard.py)
 drives the same forms in chromium.
@@ -25,6 +29,7 @@ from tests.support.callers import (  # noqa: F401 - fixtures
     iap,
     iap_app,
     nothing_written,
+    settle,
 )
 from tests.support.manual_runs import start
 
@@ -40,10 +45,9 @@ def viewer(iap):
     return {**as_person(iap, VIEWER), **SAME_ORIGIN}
 
 
-def card_token(page, job_id: str) -> str:
-    """The client token of a job card's Run now form, as the page rendered it."""
-    card = page.text.split(f'data-job="{job_id}"', 1)[1].split('class="card job-card"', 1)[0]
-    return TOKEN.search(card).group(1)
+def confirm_token(app, headers, job_id: str) -> str:
+    """The client token of Run now's confirmation form, as the page rendered it."""
+    return TOKEN.search(app.get(f"/admin/jobs/{job_id}/run", headers=headers).text).group(1)
 
 
 def run_now(app, headers, job="invoice", status=303, **fields):
@@ -64,13 +68,26 @@ def records(ndb_client):
         return RunRecord.query().fetch()
 
 
-def test_operators_see_a_form_per_job_with_a_fresh_token_each_render(iap_app, iap):
-    first = iap_app.get("/admin/", headers=operator(iap))
-    second = iap_app.get("/admin/", headers=operator(iap))
-    assert first.text.count('class="run-now"') == len(iap_app.app.extensions["dedup"].jobs)
-    tokens = TOKEN.findall(first.text)
-    assert len(set(tokens)) == len(tokens)  # one per form
-    assert card_token(first, "invoice") != card_token(second, "invoice")
+def test_operators_confirm_each_run_on_a_page_naming_the_job_and_its_downstream(iap_app, iap):
+    page = iap_app.get("/admin/", headers=operator(iap))
+    links = page.html.select("a.run-now")
+    assert len(links) == len(iap_app.app.extensions["dedup"].jobs) and "clientToken" not in page.text
+    confirm = iap_app.get(links[0]["href"], headers=operator(iap)).html
+    job_id = links[0]["href"].split("/")[-2]
+    assert confirm.find(id="confirm-title").text == f"Run {job_id} now?"
+    calls = iap_app.app.extensions["dedup"].jobs[job_id].runner.calls()
+    assert confirm.find(id="calls").text == calls and confirm.find(id="cancel") is not None
+    # Each render of the dashboard links a form of its own; the confirmation keeps the link's
+    # token, so going back to it (a browser may fetch it anew) and sending it again is one run.
+    renders = [iap_app.get("/admin/", headers=operator(iap)).html.select_one("a.run-now")["href"] for _ in range(3)]
+    assert len(set(renders)) == 3
+    token = renders[0].split("token=")[1]
+    assert [TOKEN.search(iap_app.get(renders[0], headers=operator(iap)).text).group(1) for _ in range(2)] == [token] * 2
+    assert confirm_token(iap_app, operator(iap), "invoice") != confirm_token(iap_app, operator(iap), "invoice")
+    bad = iap_app.get("/admin/jobs/invoice/run", params={"token": "x" * 65}, headers=operator(iap), status=400)
+    assert "reload the dashboard" in bad.text
+    iap_app.get("/admin/jobs/invoice/run", headers=viewer(iap), status=403)  # viewers cannot start one
+    iap_app.get("/admin/jobs/nope/run", headers=operator(iap), status=404)
 
 
 def test_viewers_see_no_buttons(iap_app, iap, ndb_client):
@@ -78,15 +95,23 @@ def test_viewers_see_no_buttons(iap_app, iap, ndb_client):
     assert "Run now" not in page.text and "clientToken" not in page.text
 
 
-def test_run_now_runs_once_however_often_the_form_is_sent(iap_app, iap, ndb_client):
-    token = card_token(iap_app.get("/admin/", headers=operator(iap)), "values")
+def test_run_now_is_queued_and_runs_once_however_often_the_form_is_sent(iap_app, iap, ndb_client):
+    token = confirm_token(iap_app, operator(iap), "values")
     fields = {"clientToken": token, "parameters": '{"value": 7}'}
     first = run_now(iap_app, operator(iap), job="values", **fields)
-    again = run_now(iap_app, operator(iap), job="values", **fields)  # a double click, a refresh
-    assert path(first) == path(again) == f"/admin/runs/{run_id_of(first)}"
-    assert first.headers["Location"].endswith("?answer=ran") and again.headers["Location"].endswith("?answer=already")
+    assert first.headers["Location"].endswith("?queued=0")  # at once: the run's page, before the run
+    queued = iap_app.get(first.headers["Location"], headers=viewer(iap)).html
+    if queued.find(id="outcome").text == "queued":  # the queue may not have started it yet
+        assert "Queued by this request" in queued.find(id="answer").text
+        assert queued.find("meta", attrs={"http-equiv": "refresh"})["content"].endswith("?queued=0")
+    double_click = run_now(iap_app, operator(iap), job="values", **fields)
+    assert settle(iap_app) == [200]  # one task, however many forms were sent before it ran
+    again = run_now(iap_app, operator(iap), job="values", **fields)  # a refresh, after the run
+    assert path(first) == path(double_click) == path(again) == f"/admin/runs/{run_id_of(first)}"
+    assert again.headers["Location"].endswith("?answer=already")
     assert [e["parameters"] for e in job_targets.EFFECTS] == [{"value": 7}]
     page = iap_app.get(first.headers["Location"], headers=viewer(iap))
+    assert page.html.find(id="answer").text.startswith("Started")
     assert "completed" in page.text and "user:alice@example.com" in page.text
     document = iap_app.get(f"/api/v1/runs/{run_id_of(first)}", headers=viewer(iap)).json
     assert document["requested_by"] == "user:alice@example.com"
@@ -95,6 +120,7 @@ def test_run_now_runs_once_however_often_the_form_is_sent(iap_app, iap, ndb_clie
 
 def test_the_same_form_with_other_parameters_conflicts(iap_app, iap):
     run_now(iap_app, operator(iap), job="values", clientToken="form-1", parameters='{"value": 1}')
+    settle(iap_app)
     page = run_now(iap_app, operator(iap), job="values", status=422, clientToken="form-1", parameters='{"value": 2}')
     assert "already sent with other parameters" in page.text and 'id="existing-run"' in page.text
     assert len(job_targets.EFFECTS) == 1
@@ -193,7 +219,11 @@ def test_retry_runs_a_failed_manual_run_again_once(iap_app, iap):
     failed_id = failed.json["run_id"]
     pages = [iap_app.get(f"/admin/runs/{failed_id}", headers=operator(iap)) for _ in range(2)]
     assert all('id="retry"' in page.text for page in pages)
+    confirm = iap_app.get(pages[0].html.find(id="retry")["href"], headers=operator(iap)).html
+    assert confirm.find(id="confirm-title").text == "Retry this failed run of flaky?"
+    assert '{"invoice": 12}' in confirm.find(id="confirm-facts").text
     sent = [retry(iap_app, failed_id, operator(iap)) for _ in range(3)]
+    settle(iap_app)
     assert len({path(answer) for answer in sent}) == 1
     assert sent[0].headers["Location"] != f"/admin/runs/{failed_id}"
     assert [(e["client_token"], e["parameters"]) for e in job_targets.EFFECTS] == [
@@ -205,6 +235,7 @@ def test_retry_runs_a_failed_manual_run_again_once(iap_app, iap):
     assert document["status"] == "failed" and document["requested_by"] == "user:alice@example.com"
     # The retry failed too: retrying it is a decision of its own, made once.
     again = [retry(iap_app, retry_id, operator(iap)) for _ in range(2)]
+    settle(iap_app)
     assert run_id_of(again[0]) == run_id_of(again[1]) not in (failed_id, retry_id)
     assert len(job_targets.EFFECTS) == 3
     assert iap_app.get(f"/api/v1/runs/{run_id_of(again[0])}", headers=viewer(iap)).json["status"] == "completed"
@@ -227,15 +258,34 @@ def test_retry_is_offered_only_to_operators_on_failed_manual_runs(iap_app, iap):
     assert len(job_targets.EFFECTS) == 2
 
 
-def test_a_released_run_offers_the_same_form_again(iap_app, iap):
+def test_a_released_run_sent_again_is_queued_again(iap_app, iap):
+    """Cloud Tasks retries a task its run released (500); the same form sent again queues it too."""
     job_targets.FAILURES["flaky"] = ["retryable"]
-    page = run_now(iap_app, operator(iap), job="flaky", status=500, clientToken="form-r", parameters='{"n": 1}')
-    assert "retryable error and was released" in page.text
-    resend = page.forms["resend"]
-    assert resend["clientToken"].value == "form-r" and json.loads(resend["parameters"].value) == {"n": 1}
-    done = resend.submit(headers=operator(iap), status=303)
-    assert iap_app.get(f"/api/v1/runs/{run_id_of(done)}", headers=viewer(iap)).json["attempt"] == 2
+    first = run_now(iap_app, operator(iap), job="flaky", clientToken="form-r", parameters='{"n": 1}')
+    assert settle(iap_app) == [500]  # released: a queue retries it
+    page = iap_app.get(path(first), headers=viewer(iap)).html
+    assert page.find(id="outcome").text == "released"
+    again = run_now(iap_app, operator(iap), job="flaky", clientToken="form-r", parameters='{"n": 1}')
+    assert again.headers["Location"] == f"{path(first)}?queued=1"  # queued after attempt 1
+    assert settle(iap_app) == [500, 200]
+    assert iap_app.get(f"/api/v1/runs/{run_id_of(first)}", headers=viewer(iap)).json["attempt"] == 2
     assert [e["client_token"] for e in job_targets.EFFECTS] == ["form-r", "form-r"]
+
+
+def test_a_queue_that_refuses_the_run_says_so_and_offers_the_form_again(iap_app, iap, ndb_client):
+    from dispatch import DispatchError
+
+    class Refusing:
+        def dispatch(self, work):
+            raise DispatchError("the queue is paused")
+
+    import dataclasses
+
+    extensions = iap_app.app.extensions
+    extensions["dedup"] = dataclasses.replace(extensions["dedup"], dispatcher=Refusing())
+    page = run_now(iap_app, operator(iap), job="values", status=502, clientToken="form-q", parameters='{"value": 3}')
+    assert "the queue is paused" in page.text and page.forms["resend"]["clientToken"].value == "form-q"
+    assert nothing_written(ndb_client)
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -251,7 +301,7 @@ def served(iap_app):
 
 @pytest.mark.browser
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it)")
-def test_the_forms_in_a_browser(served, iap):
+def test_the_forms_in_a_browser(served, iap, iap_app):
     from playwright.sync_api import sync_playwright
 
     job_targets.FAILURES["flaky"] = ["permanent"]
@@ -261,37 +311,47 @@ def test_the_forms_in_a_browser(served, iap):
         as_operator = browser.new_context(extra_http_headers=as_person(iap, OPERATOR))
         page = as_operator.new_page()
         page.goto(f"{served}/admin/")
-        card = page.locator(".job-card[data-job='values']")
-        card.locator("textarea[name=parameters]").fill('{"value": "from the browser"}')
-        card.locator("button.run-now-button").click()
-        page.wait_for_url("**/admin/runs/**")
+        page.locator(".job-card[data-job='values'] a.run-now").click()
+        page.wait_for_selector("#confirm-title")  # the confirmation names the job and what it calls
+        assert page.locator("#calls").inner_text() == "the Python function tests.job_targets:echo_value"
+        page.locator("textarea[name=parameters]").fill('{"value": "from the browser"}')
+        page.locator("#confirm-button").click()
+        page.wait_for_url("**/admin/runs/**?queued=0")  # at once, before the run
         run_url = page.url
+        settle(iap_app)
+        page.reload()
         assert page.locator("#outcome").inner_text() == "completed"
+        assert page.locator("#answer").inner_text().startswith("Started")
         assert page.locator("#requested-by").inner_text() == "user:alice@example.com"
-        # Back to the form as it was rendered, and sent again: the same run, not a second one.
+        # Back to the confirmation as it was rendered, and sent again: the same run, not a second one.
         page.go_back()
-        page.locator(".job-card[data-job='values'] button.run-now-button").click()
+        page.locator("#confirm-button").click()
         page.wait_for_url(run_url.split("?")[0] + "?answer=already")
         assert page.locator("#answer").inner_text().startswith("Already ran")
         page.reload()  # a refresh of the run's page is a GET (POST-redirect-GET)
         assert [e["parameters"] for e in job_targets.EFFECTS] == [{"value": "from the browser"}]
         # A failed manual run, retried from its page.
-        page.goto(f"{served}/admin/")
-        page.locator(".job-card[data-job='flaky'] button.run-now-button").click()
+        page.goto(f"{served}/admin/jobs/flaky/run")
+        page.locator("#confirm-button").click()
         page.wait_for_url("**/admin/runs/**")
+        settle(iap_app)
+        page.reload()
         assert page.locator("#outcome").inner_text() == "failed"
         failed_url = page.url
-        page.locator("#retry-button").click()
-        page.wait_for_function(f"location.href !== {json.dumps(failed_url)}")
+        page.locator("#retry").click()
+        page.locator("#confirm-button").click()
+        page.wait_for_function(f"location.href !== {json.dumps(failed_url)} && location.href.includes('/admin/runs/')")
+        settle(iap_app)
+        page.reload()
         assert page.locator("#outcome").inner_text() == "completed"
         assert len(job_targets.EFFECTS) == 3
         # A viewer sees no buttons.
         as_viewer = browser.new_context(extra_http_headers=as_person(iap, VIEWER))
         viewer_page = as_viewer.new_page()
         viewer_page.goto(f"{served}/admin/")
-        assert viewer_page.locator("button.run-now-button").count() == 0
+        assert viewer_page.locator("a.run-now").count() == 0
         viewer_page.goto(run_url)
-        assert viewer_page.locator("#retry-button").count() == 0
+        assert viewer_page.locator("#retry").count() == 0
         browser.close()
 
 

@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import pytest
+import yaml
 
 from jobs.config import DEFAULT_JOBS_FILE, load_jobs, parse_jobs
 from jobs.errors import JobsConfigError
@@ -256,3 +257,27 @@ def test_defaults_follow_short_and_long_leases():
     """)
     assert jobs["quick"].runner.timeout_seconds == 10
     assert jobs["week-long"].policy.retention_seconds == 691200 + 86400
+
+
+def test_each_kind_says_what_a_run_calls_downstream():
+    """The dashboard's confirmation names it; an http job's query and credentials stay off the page."""
+    from tests.test_google_kinds import RUN_JOB, TRIGGER, WORKFLOW, jobs_yaml
+
+    extra = {
+        "hook": {"kind": "http", "url": "https://ops:s3cret@hooks.acme-ops.com:8443/nightly?token=abc"},
+        "plain": {"kind": "http", "url": "https://hooks.acme-ops.com", "method": "PUT"},
+        "digest": {"kind": "python", "target": "tests.job_targets:record"},
+    }
+    document = yaml.safe_load(textwrap.dedent(jobs_yaml("http://127.0.0.1:9")))
+    document["jobs"].update(extra)
+    jobs = parse_jobs(yaml.safe_dump(document))
+    calls = {job_id: job.runner.calls() for job_id, job in jobs.items()}
+    assert calls == {
+        "etl": f"a new execution of the workflow {WORKFLOW}",
+        "reindex": f"an execution of the Cloud Run job {RUN_JOB}",
+        "release": f"a build of the Cloud Build trigger {TRIGGER}",
+        "hook": "POST https://hooks.acme-ops.com:8443/nightly (with its query)",
+        "plain": "PUT https://hooks.acme-ops.com/",
+        "digest": "the Python function tests.job_targets:record",
+    }
+    assert "s3cret" not in calls["hook"] and "abc" not in calls["hook"]

@@ -218,7 +218,7 @@ def test_two_credentials_naming_two_people_are_refused(datastore, ndb_client, jo
 
 def test_a_route_that_does_not_exist_is_404_for_any_verified_caller(iap_app, iap):
     iap_app.get("/admin/nope", headers=as_person(iap, VIEWER), status=404)
-    iap_app.get("/admin/jobs/invoice/run", headers=as_person(iap, OPERATOR), status=405)
+    iap_app.get("/admin/scheduler-jobs/nightly/pause", headers=as_person(iap, OPERATOR), status=405)
     iap_app.get("/admin/nope", status=401)  # but only for a verified one
 
 

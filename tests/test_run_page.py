@@ -18,7 +18,7 @@ from handlers import create_app
 from handlers.admin import ACTION_ANSWERS
 from handlers.dashboard_actions import ANSWER_OF
 from tests import job_targets
-from tests.support.callers import OFF_GAE
+from tests.support.callers import OFF_GAE, settle, slot_confirmation
 from tests.support.deliveries import scheduler_headers
 from tests.support.schedule_sites import T0, at
 
@@ -89,15 +89,20 @@ def test_a_failed_scheduled_run_says_when_how_late_and_why_and_runs_again_once(s
         f"run_id%3D%22{run_id}%22" in page.find(id="logs")["href"]
         and "project=acme-prod" in page.find(id="logs")["href"]
     )
-    form = page.find(id="run-again")
-    fields = {i["name"]: i["value"] for i in form.find_all("input")}
+    confirm = site.get(page.find(id="run-again")["href"], headers=OPERATOR)
+    assert confirm.html.find(id="confirm-title").text == "Run this slot of invoice?"
+    assert "It replaces attempt 1." in confirm.html.find(id="confirm-facts").text
+    form = confirm.forms["confirm"]
     clock.advance(600)  # the operator runs it again ten minutes on
-    said = []
-    for _ in range(2):  # a double click, a resent form: one run
-        answer = site.post(form["action"], fields, headers=OPERATOR, status=303)
-        assert answer.headers["Location"].split("?")[0].endswith(f"/admin/runs/{run_id}")
-        said.append(site.get(answer.headers["Location"], headers=OPERATOR).html.find(id="answer").text)
-    assert said == [ACTION_ANSWERS["ran"], ACTION_ANSWERS["already"]]
+    answers = [form.submit(headers=OPERATOR, status=303) for _ in range(2)]  # a double click: one task
+    assert {a.headers["Location"] for a in answers} == {f"/admin/runs/{run_id}?queued=1"}
+    assert settle(site) == [200]
+    said = [site.get(a.headers["Location"], headers=OPERATOR).html.find(id="answer").text for a in answers]
+    assert said == [ACTION_ANSWERS["started"]] * 2
+    resent = form.submit(headers=OPERATOR, status=303)  # back, then resubmit, after the run
+    assert (
+        site.get(resent.headers["Location"], headers=OPERATOR).html.find(id="answer").text == ACTION_ANSWERS["already"]
+    )
     again = site.get(f"/admin/runs/{run_id}", headers=OPERATOR).html
     assert again.find(id="answer") is None and again.find("meta", attrs={"http-equiv": "refresh"}) is None
     assert again.find(id="outcome").text == "completed" and again.find(id="run-again") is None
@@ -139,18 +144,18 @@ def test_only_the_known_answers_are_said(site, clock, answer):
 
 
 def test_every_answer_an_action_gives_is_said_in_words():
-    assert {*ANSWER_OF.values(), "skipped"} == set(ACTION_ANSWERS)
+    assert {*ANSWER_OF.values(), "skipped", "queued", "started"} == set(ACTION_ANSWERS)
 
 
-def test_running_a_slot_again_that_fails_retryably_says_it_was_released(site, clock):
+def test_running_a_slot_again_that_fails_retryably_is_released_for_the_queue_to_retry(site, clock):
     job_targets.FAILURES["invoice"] = ["permanent", "retryable"]
     run_id = deliver(site, clock, 1).json["run_id"]
-    form = site.get(f"/admin/runs/{run_id}", headers=OPERATOR).html.find(id="run-again")
-    fields = {i["name"]: i["value"] for i in form.find_all("input")}
-    answer = site.post(form["action"], fields, headers=OPERATOR, status=303)
-    assert answer.headers["Location"].endswith("answer=released")
+    page = site.get(f"/admin/runs/{run_id}", headers=OPERATOR)
+    form = slot_confirmation(site, page, at(1), headers=OPERATOR)
+    answer = form.submit(headers=OPERATOR, status=303)
+    assert settle(site) == [500]  # released: the task is the queue's to retry
     page = site.get(answer.headers["Location"], headers=OPERATOR).html
-    assert page.find(id="answer").text == ACTION_ANSWERS["released"] and page.find(id="outcome").text == "released"
+    assert page.find(id="answer").text == ACTION_ANSWERS["started"] and page.find(id="outcome").text == "released"
 
 
 def test_a_run_still_going_refreshes_its_page_and_says_so(site, clock, ndb_client):

@@ -28,6 +28,7 @@ from handlers import create_app
 from handlers.state import app_state
 from schedules.slots import CLOCK_SKEW_SECONDS
 from tests import job_targets
+from tests.support.callers import settle, slot_confirmation
 from tests.support.deliveries import scheduler_headers
 
 RETENTION = 7200
@@ -181,12 +182,13 @@ def test_the_dashboard_asks_to_force_an_unknown_slot(site, clock, ndb_client):
     make_slot(site, clock, ndb_client, "completed")
     clock.advance(RETENTION + 60)  # 02:01: the 00:00 slot is a day-old card's unknown
     page = site.get("/admin/")
-    form = next(f for k, f in page.forms.items() if isinstance(k, int) and at(0) in urllib.parse.unquote(f.action))
+    form = slot_confirmation(site, page, at(0))
     assert form.fields["force"][0].attrs.get("required") is not None
     unticked = site.post(form.action, dict(form.submit_fields()), content_type=FORM, status=422)
     assert "may have completed" in unticked.text and effects() == 1
     form["force"] = True
-    assert form.submit(status=303) and effects() == 2
+    assert form.submit(status=303).headers["Location"].endswith("?queued=0")
+    assert settle(site) == [200] and effects() == 2  # the task carried the operator's force
 
 
 # -- §2: a reopen is one decision ---------------------------------------------------------------
@@ -238,12 +240,16 @@ def test_the_dashboard_form_posted_twice_reopens_once(site, clock):
     clock.advance(10)
     deliver(site, 0, status=422)
     page = site.get("/admin/")
-    form = next(f for k, f in page.forms.items() if isinstance(k, int) and at(0) in urllib.parse.unquote(f.action))
+    form = slot_confirmation(site, page, at(0))
     assert form["attempt"].value == "1"
     first = form.submit(status=303)
+    assert first.headers["Location"].endswith("?queued=1")  # queued to replace attempt 1
+    settle(site)
     resent = form.submit(status=303)  # the same form again: back, then resubmit
     assert first.headers["Location"].split("?")[0] == resent.headers["Location"].split("?")[0] and effects() == 2
     assert resent.headers["Location"].endswith("?answer=already")  # the second send says it ran nothing
+    page = site.get(first.headers["Location"]).html  # the page the first send went to: started, and how it ended
+    assert page.find(id="answer").text.startswith("Started") and page.find(id="outcome").text == "failed"
 
 
 # -- §3: a slot is done only by its own job's run --------------------------------------------

@@ -59,6 +59,9 @@ class CloudBuildTriggerJob(JobKind):
         self.api = api
         self._trigger_uuid: str | None = None
 
+    def calls(self) -> str:
+        return f"a build of the Cloud Build trigger {self.trigger}"
+
     @classmethod
     def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> CloudBuildTriggerJob:
         trigger, parts = resource_name(job_id, "trigger", options["trigger"], "triggers")

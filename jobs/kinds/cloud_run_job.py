@@ -40,6 +40,9 @@ class CloudRunJob(JobKind):
         self.container = container
         self.api = api
 
+    def calls(self) -> str:
+        return f"an execution of the Cloud Run job {self.job}"
+
     @classmethod
     def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> CloudRunJob:
         job, _ = resource_name(job_id, "job", options["job"], "jobs")

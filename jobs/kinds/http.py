@@ -54,6 +54,12 @@ class HttpJob(JobKind):
         self.timeout_seconds = timeout_seconds
         self.headers = headers
 
+    def calls(self) -> str:
+        # Without the query or any user:password: a token may ride in either, and the page is not the place.
+        parts = urllib.parse.urlsplit(self.url)
+        shown = f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}{parts.path or '/'}"
+        return f"{self.method} {shown}" + (" (with its query)" if parts.query else "")
+
     @classmethod
     def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> HttpJob:
         url = http_url(job_id, "url", options["url"])

@@ -21,6 +21,9 @@ class PythonJob(JobKind):
         self.target = target
         self.function = function
 
+    def calls(self) -> str:
+        return f"the Python function {self.target}"
+
     @classmethod
     def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> PythonJob:
         target = options["target"]

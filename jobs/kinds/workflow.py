@@ -41,6 +41,9 @@ class WorkflowJob(JobKind):
         self.argument = dict(argument)
         self.api = api
 
+    def calls(self) -> str:
+        return f"a new execution of the workflow {self.workflow}"
+
     @classmethod
     def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> WorkflowJob:
         workflow, _ = resource_name(job_id, "workflow", options["workflow"], "workflows")

@@ -88,6 +88,21 @@ def iap_app(datastore, ndb_client, jobs_file, clock, iap):
     return app_with(iap_environ(iap), datastore, ndb_client, jobs_file, clock)
 
 
+def settle(app) -> list[int]:
+    """Wait for the work the app dispatched (its in-process queue) to be done; what each task answered."""
+    return app.app.extensions["dedup"].dispatcher.wait(30)
+
+
 def nothing_written(ndb_client):
     with ndb_client.context():
         return RunRecord.query().fetch() == [] and job_targets.EFFECTS == []
+
+
+def slot_confirmation(app, page, schedule_time: str, headers=None):
+    """The confirmation form of the run link a dashboard page shows for the slot at ``schedule_time``."""
+    import urllib.parse
+
+    link = next(
+        a for a in page.html.select("a.run-slot, a#run-again") if schedule_time in urllib.parse.unquote(a["href"])
+    )
+    return app.get(link["href"], headers=headers or {}).forms["confirm"]

@@ -15,13 +15,14 @@ PATH_VALUES = {
 
 
 def every_route(app: Flask) -> list[tuple[str, list[str]]]:
-    """(path, methods served besides HEAD and OPTIONS) for every route but static files."""
-    found = []
+    """(path, methods served besides HEAD and OPTIONS) for every route but static files; a path
+    with several rules (a confirmation's GET beside its form's POST) is listed once, with all."""
+    found: dict[str, set[str]] = {}
     for rule in app.url_map.iter_rules():
         if rule.endpoint == "static":
             continue
         path = rule.rule
         for name in rule.arguments:
             path = path.replace(f"<{name}>", PATH_VALUES[name])
-        found.append((path, sorted(rule.methods - {"HEAD", "OPTIONS"})))
-    return found
+        found.setdefault(path, set()).update(rule.methods - {"HEAD", "OPTIONS"})
+    return [(path, sorted(methods)) for path, methods in found.items()]

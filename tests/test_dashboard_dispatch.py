@@ -1,0 +1,134 @@
+"""Issue 25 §5: the dashboard's runs go through Cloud Tasks and answer at once.
+
+Against the Cloud Tasks stand-in (devtools/cloud_tasks_fake.py, speaking the API's request
+and response shapes): Run now, Retry and a slot's run each create one named task and answer
+with a 303 to the run's page, which says "queued" until the queue delivers the task, then
+"started".  A task delivered twice (or two at once) is one run, and a form sent twice before
+the task ran is one task.  ``/tasks/manual-run`` settles what a retry cannot cure.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from devtools.cloud_tasks_fake import to_webtest
+from tests import job_targets
+from tests.support.deliveries import scheduler_headers
+from tests.support.schedule_sites import at, schedule_site
+
+JOBS = """
+jobs:
+  invoice:
+    kind: python
+    target: tests.job_targets:scripted_failures
+    lease_seconds: 60
+"""
+SCHEDULES = """
+defaults: {project: acme-prod, location: us-central1, start_at: 2030-01-01T00:00:00Z, attempt_deadline: 60s}
+jobs:
+  invoice-hourly: {target: invoice, schedule: "0 * * * *"}
+"""
+SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin"}
+
+
+@pytest.fixture
+def site(cloud_tasks, ndb_client, tmp_path, clock):
+    return schedule_site(tmp_path, JOBS, SCHEDULES, clock, ndb_client)
+
+
+def confirmed(site, link: str):
+    return site.get(link).forms["confirm"]
+
+
+def test_run_now_is_one_named_task_and_the_page_says_queued_then_started(site, cloud_tasks):
+    link = site.get("/admin/").html.select_one(".job-card[data-job='invoice'] a.run-now")["href"]
+    form = confirmed(site, link)
+    form["parameters"] = '{"invoice": 7}'
+    sent = [form.submit(headers=SAME_ORIGIN, status=303) for _ in range(2)]  # a double click
+    assert len({answer.headers["Location"] for answer in sent}) == 1
+    [task] = cloud_tasks.tasks  # the queue refused the second under the same name
+    assert task.relative_uri == "/tasks/manual-run" and task.task_id.startswith("manual-run-")
+    body = json.loads(task.body)
+    assert body["parameters"] == {"invoice": 7} and body["client_token"] == form["clientToken"].value
+    queued = site.get(sent[0].headers["Location"]).html
+    assert queued.find(id="outcome").text == "queued" and job_targets.EFFECTS == []
+    refresh = queued.find("meta", attrs={"http-equiv": "refresh"})["content"]
+    assert refresh.endswith(sent[0].headers["Location"].split("/admin", 1)[1])  # it keeps asking after the run
+    cloud_tasks.deliver(to_webtest(site), times=2, at_once=True)  # two instances of the queue, at once
+    assert len(job_targets.EFFECTS) == 1 and job_targets.EFFECTS[0]["parameters"] == {"invoice": 7}
+    page = site.get(sent[0].headers["Location"]).html
+    assert page.find(id="outcome").text == "completed" and page.find(id="answer").text.startswith("Started")
+    assert page.find("meta", attrs={"http-equiv": "refresh"}) is None
+    assert page.find(id="requested-by").text == body["requested_by"]
+
+
+def test_retry_and_a_slots_run_are_tasks_too(site, cloud_tasks, clock):
+    job_targets.FAILURES["invoice"] = ["permanent"] * 3  # the delivery, its slot's rerun, a manual run
+    clock.advance(3600 + 10)
+    failed = site.post(
+        "/jobs/invoice?project=acme-prod&location=us-central1",
+        b"",
+        headers=scheduler_headers(scheduler_job_name="invoice-hourly", schedule_time=at(1)),
+        status=422,
+    ).json["run_id"]
+    again = site.get(f"/admin/runs/{failed}").html.find(id="run-again")["href"]
+    answer = confirmed(site, again).submit(headers=SAME_ORIGIN, status=303)
+    assert answer.headers["Location"] == f"/admin/runs/{failed}?queued=1"
+    [task] = cloud_tasks.tasks
+    assert task.relative_uri == "/tasks/run-slot" and json.loads(task.body)["attempt"] == 1
+    cloud_tasks.deliver(to_webtest(site))
+    assert site.get(answer.headers["Location"]).html.find(id="outcome").text == "failed"  # it failed again
+    assert len(job_targets.EFFECTS) == 2
+    # A manual run that failed, retried: its own task.
+    manual = site.post_json("/api/v1/jobs/invoice/runs", {"clientToken": "by-hand"}, status="*").json
+    assert manual["status"] == "failed"
+    cloud_tasks.reset()
+    retry = confirmed(site, f"/admin/runs/{manual['run_id']}/retry").submit(headers=SAME_ORIGIN, status=303)
+    [task] = cloud_tasks.tasks
+    assert task.relative_uri == "/tasks/manual-run" and json.loads(task.body)["client_token"].startswith("retry-")
+    cloud_tasks.deliver(to_webtest(site))
+    assert site.get(retry.headers["Location"]).html.find(id="outcome").text == "completed"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"job_id": "invoice"},
+        {"job_id": "invoice", "client_token": "t", "parameters": {}, "requested_by": "x", "extra": 1},
+        {"job_id": 7, "client_token": "t", "parameters": {}, "requested_by": "x"},
+        {"job_id": "invoice", "client_token": "t", "parameters": [], "requested_by": "x"},
+        {"job_id": "invoice", "client_token": None, "parameters": {}, "requested_by": "x"},
+        ["not", "an", "object"],
+    ],
+)
+def test_a_manual_run_task_with_a_bad_body_is_400(site, body):
+    answer = site.post_json("/tasks/manual-run", body, headers={"X-AppEngine-QueueName": "q"}, status=400).json
+    assert answer["error"] == "InvalidParameterException" and job_targets.EFFECTS == []
+
+
+@pytest.mark.parametrize(
+    "body, status",
+    [
+        ({"job_id": "nope", "client_token": "t", "parameters": {}, "requested_by": "x"}, 404),
+        ({"job_id": "invoice", "client_token": "", "parameters": {}, "requested_by": "x"}, 400),
+        ({"job_id": "invoice", "client_token": "x" * 65, "parameters": {}, "requested_by": "x"}, 400),
+        ({"job_id": "invoice", "client_token": "t", "parameters": {"a": "x" * 300_000}, "requested_by": "x"}, 400),
+    ],
+)
+def test_a_manual_run_task_a_retry_cannot_cure_is_settled(site, body, status):
+    answer = site.post_json("/tasks/manual-run", body, headers={"X-AppEngine-QueueName": "q"}, status=200).json
+    assert answer["settled"] is True and answer["status"] == status and job_targets.EFFECTS == []
+
+
+@pytest.mark.parametrize("queued", ["", "-1", "x", "\u00b2", "1" * 8, "0 "])
+def test_a_missing_run_with_a_bad_queued_mark_is_404(site, queued):
+    site.get(f"/admin/runs/{'a' * 64}", params={"queued": queued}, status=404)
+
+
+def test_a_run_queued_but_not_started_is_a_page_that_waits_for_it(site):
+    page = site.get(f"/admin/runs/{'a' * 64}", params={"queued": "0"}).html
+    assert page.find(id="outcome").text == "queued" and page.find(id="queue-help") is not None
+    site.get("/admin/runs/not-a-run-id", params={"queued": "0"}, status=404)
