@@ -21,7 +21,7 @@ PY := $(VENV)/bin/python
 # Named by the version, so a venv of another Python (an older checkout's) is rebuilt, not reused.
 STAMP := $(VENV)/.installed-$(PYTHON_VERSION)
 
-.PHONY: venv run devserver devserver-venv test check lint requirements bench simulate clean browser
+.PHONY: venv run devserver devserver-venv test check lint requirements bench simulate screenshots clean browser
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "Python $(PYTHON_VERSION) (App Engine's runtime, app.yaml) was not found on PATH or under $(PYENV_ROOT)."; \
@@ -89,6 +89,11 @@ bench: $(STAMP)
 
 simulate: $(STAMP)
 	$(PY) -m devtools.simulate
+
+# docs/images/: a generated week of a 5-minute job with every fault, delivered through the app,
+# and the pictures docs/seeing-runs.md shows of it (devtools/week.py; about a minute).
+screenshots: $(STAMP) browser
+	$(PY) -m devtools.week --into docs/images
 
 clean:
 	rm -rf $(VENV) .pytest_cache

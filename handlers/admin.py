@@ -16,19 +16,19 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
-from flask import Blueprint, Response, abort, jsonify, redirect, render_template, request, url_for
+from flask import Blueprint, Response, abort, jsonify, make_response, redirect, render_template, request, url_for
 from markupsafe import Markup, escape
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from dedup.errors import InvalidRunRequest
-from dedup.keys import EARLIEST_SCHEDULE_TIME, LATEST_SCHEDULE_TIME, format_utc, is_run_id, parse_rfc3339
+from dedup.keys import format_utc, is_run_id, parse_rfc3339
 from dedup.queries import RunFilter
 from handlers.access import Role, requires
-from handlers.client_tokens import new_form_token
+from handlers.client_tokens import client_token_problem, new_form_token
+from handlers.history_range import DAYS, HISTORY_PAGE, HistoryRange, bulk_slots, history_range
 from handlers.job_rows import job_rows
 from handlers.run_documents import duration_seconds, may_retry, run_document, scheduler_job_document
 from handlers.state import app_state, may
-from handlers.use_cases import executions_between, schedules_of
+from handlers.use_cases import executions_between, runs_of_token
 from models import RunRecord, RunSource, RunStatus
 from schedules.config import SchedulerJob, schedule_zone
 from schedules.pauses import with_pauses
@@ -418,10 +418,6 @@ def timeline(
     }
 
 
-HISTORY_PAGE = 288  # a day of a 5-minute job, slot by slot; a day with more is shown by the hour
-DAYS = datetime.timedelta(days=1)
-
-
 @blueprint.get("/jobs/<job_id>/history", provide_automatic_options=False)
 @requires(Role.VIEW)
 def history(job_id: str):
@@ -429,43 +425,16 @@ def history(job_id: str):
     what became of it, and its runs apart from the slots beside them; by the hour when a day
     holds more than HISTORY_PAGE slots.  ``status`` keeps the slots in that status."""
     state = app_state()
-    scheduler_jobs = schedules_of(state, job_id)  # 404: no such job, or no scheduler.yaml
-    zone_name = scheduler_jobs[0].time_zone if scheduler_jobs else "UTC"
-    zone = schedule_zone(zone_name)
-    now = state.clock.now()
-    try:
-        day = (
-            datetime.date.fromisoformat(request.args["day"]) if request.args.get("day") else now.astimezone(zone).date()
-        )
-    except ValueError:
-        abort(400, f"day {request.args['day']!r} is not a date such as 2030-01-01")
-    # The days a schedule time may fall on: none of the date arithmetic below can leave years 1 to 9999.
-    if not EARLIEST_SCHEDULE_TIME.date() <= day < LATEST_SCHEDULE_TIME.date():
-        abort(400, f"day {day.isoformat()} is outside the schedule times kept, 2000-01-01 up to 2100-01-01")
-    hour_text = request.args.get("hour")
-    # ASCII digits only: str.isdigit() passes "²", which int() refuses, and 5,000 digits, which it cannot read.
-    whole_hour = hour_text is not None and len(hour_text) <= 2 and hour_text.isascii() and hour_text.isdigit()
-    if hour_text is not None and not (whole_hour and int(hour_text) <= 23):
-        abort(400, f"hour {hour_text!r} is not a whole number from 0 to 23")
+    shown = history_range(state, job_id)
+    scheduler_jobs, zone, day, hour = shown.scheduler_jobs, shown.zone, shown.day, shown.hour
     status = request.args.get("status") or None
     if status is not None and status not in set(ExecutionStatus):
         abort(400, f"status {status!r} is none of {', '.join(ExecutionStatus)}")
-    start = datetime.datetime.combine(day, datetime.time(), zone)
-    if hour_text is not None:
-        start = datetime.datetime.combine(day, datetime.time(int(hour_text)), zone)
-    end = start + (datetime.timedelta(hours=1) if hour_text is not None else DAYS)
-    # The first and last days kept, in a zone east or west of UTC, reach past the keyable range: cut there.
-    since = max(start.astimezone(datetime.UTC), EARLIEST_SCHEDULE_TIME)
-    until = min(end.astimezone(datetime.UTC), LATEST_SCHEDULE_TIME)
-    if request.args.get("from"):  # the next page of an hour that holds more than one
-        try:
-            since = max(since, parse_rfc3339(request.args["from"], "from"))
-        except InvalidRunRequest as exc:
-            abort(400, exc.message)
-    page = executions_between(state, scheduler_jobs, job_id, since, until, HISTORY_PAGE)
+    now = state.clock.now()
+    page = executions_between(state, scheduler_jobs, job_id, shown.since, shown.until, HISTORY_PAGE)
     hours = None
-    if page.next_since is not None and hour_text is None:  # more than a page: the day by the hour
-        hours = _by_hour(state, scheduler_jobs, job_id, since, until, zone)
+    if page.next_since is not None and hour is None:  # more than a page: the day by the hour
+        hours = _by_hour(state, scheduler_jobs, job_id, shown.since, shown.until, zone)
     rows = [
         {**e, "local": _local(e["schedule_time"], zone)}
         for e in page.executions
@@ -479,9 +448,9 @@ def history(job_id: str):
     return render_template(
         "admin/history.html",
         job_id=job_id,
-        zone=zone_name,
+        zone=shown.zone_name,
         day=day.isoformat(),
-        hour=int(hour_text) if hour_text is not None else None,
+        hour=hour,
         previous_day=(day - DAYS).isoformat(),
         next_day=(day + DAYS).isoformat(),
         status=status,
@@ -494,7 +463,38 @@ def history(job_id: str):
         schedules=sorted({(job.name, job.schedule) for job in scheduler_jobs}),
         shapes=MARK_SHAPES,
         legend=LEGEND,
+        bulk=_bulk_offer(job_id, shown, page.executions) if hours is None and may(Role.OPERATE) else None,
+        bulk_said=_bulk_said(request.args.get("bulk")),
+        # What the range's slots came to, for "did last night run, once each?" at a glance.
+        summary=_summary(page.executions) if hours is None else None,
     )
+
+
+def _summary(executions: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    counted = [e for e in executions if e["status"] not in (ExecutionStatus.UNTRACKED, ExecutionStatus.UPCOMING)]
+    by_status: dict[str, int] = {}
+    for e in counted:
+        by_status[e["status"]] = by_status.get(e["status"], 0) + 1
+    ran_once = by_status.get(ExecutionStatus.COMPLETED, 0) + by_status.get(ExecutionStatus.LATE, 0)
+    return {"expected": len(counted), "ran_once": ran_once, "by_status": dict(sorted(by_status.items()))}
+
+
+def _bulk_offer(job_id: str, shown: HistoryRange, executions: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    chosen = bulk_slots(executions)
+    if not chosen:
+        return None
+    where: dict[str, Any] = {"day": shown.day.isoformat(), "hour": shown.hour, "from": request.args.get("from")}
+    link = url_for("dashboard_actions.confirm_bulk_run", job_id=job_id, **where)
+    return {"count": len(chosen), "link": link}
+
+
+def _bulk_said(text: str | None) -> dict[str, int] | None:
+    """``?bulk=Q-A-R``, a bulk run's answer: queued, answered by their records, refused."""
+    parts = (text or "").split("-")
+    if len(parts) != 3 or not all(p.isascii() and p.isdigit() and len(p) <= 4 for p in parts):
+        return None
+    queued, answered, refused = map(int, parts)
+    return {"queued": queued, "answered": answered, "refused": refused}
 
 
 def _local(utc_text: str, zone: Any) -> str:
@@ -526,9 +526,12 @@ def _by_hour(
 @blueprint.get("/search", provide_automatic_options=False)
 @requires(Role.VIEW)
 def search() -> WerkzeugResponse:
-    """A 303 to what ``q`` names: a run's page (a run id), or the history of a job named in
-    jobs.yaml or of a Scheduler job's target.  No Datastore read: a run id's page says if it is gone.
-    (A client token is kept unindexed, so it cannot be searched for.)"""
+    """A 303 to what ``q`` names: a run's page (a run id, or a manual run's client token), or the
+    history of a job named in jobs.yaml or of a Scheduler job's target.
+
+    A client token is stored unindexed, but a manual run's id is derived from it and its job, so
+    the runs a token names are one batched lookup of each job's run id for it, never a query.
+    The rest reads nothing: a run id's page says if it is gone."""
     wanted = (request.args.get("q") or "").strip()
     if not wanted:
         abort(400, "search for a run id (64 hex digits), a job of jobs.yaml or a Scheduler job of scheduler.yaml")
@@ -540,5 +543,15 @@ def search() -> WerkzeugResponse:
     named = sorted({job.target for job in state.schedules if job.name == wanted})
     if len(named) == 1:
         return redirect(url_for("admin.history", job_id=named[0]), code=303)
+    if client_token_problem(wanted) is None:
+        found = runs_of_token(state, wanted)
+        if len(found) == 1:
+            return redirect(url_for("admin.run_page", run_id=found[0].run_id), code=303)
+        if found:  # one token used with several jobs: each is its own run
+            return make_response(render_template("admin/search.html", wanted=wanted, runs=found))
     shown = wanted if len(wanted) <= 100 else wanted[:100] + "…"
-    abort(404, f"no run id, job or Scheduler job is {shown!r}")
+    abort(
+        404,
+        f"no run id, job, Scheduler job or client token of a manual run is {shown!r} "
+        "(a manual run is kept an hour after it finishes)",
+    )

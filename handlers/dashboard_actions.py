@@ -38,6 +38,7 @@ from dedup.outcomes import (
 from dispatch import DispatchError
 from handlers.access import Role, requires
 from handlers.client_tokens import client_token_problem, new_form_token, retry_token
+from handlers.history_range import BULK_LIMIT, HISTORY_PAGE, bulk_slots, history_range
 from handlers.idempotent import Fingerprint, GuardRejected
 from handlers.logs import note_run
 from handlers.run_documents import may_retry
@@ -51,6 +52,7 @@ from handlers.use_cases import (
     SlotRunRequest,
     catch_up,
     check_slot_run,
+    executions_between,
     find_slot,
     last_pause,
     manual_run_id,
@@ -415,6 +417,54 @@ def resume_scheduler_job(name: str) -> Response | tuple[str, int]:
     return _set_paused(name, RESUME_FIELDS, pause=False)
 
 
+@blueprint.get("/scheduler-jobs/<name>/pause", provide_automatic_options=False)
+@requires(Role.OPERATE)
+def confirm_pause(name: str) -> str | tuple[str, int]:
+    """Pause's confirmation: the Scheduler job, its job, and the note said with the pause."""
+    return _confirm_paused(name, pause=True)
+
+
+@blueprint.get("/scheduler-jobs/<name>/resume", provide_automatic_options=False)
+@requires(Role.OPERATE)
+def confirm_resume(name: str) -> str | tuple[str, int]:
+    """Resume's confirmation: the Scheduler job, its job, and the catch-up chosen."""
+    return _confirm_paused(name, pause=False)
+
+
+def _confirm_paused(name: str, pause: bool) -> str | tuple[str, int]:
+    state = app_state()
+    job = scheduler_job_named(state, name, request.args.get("project") or None, request.args.get("location") or None)
+    if isinstance(job, str):
+        return problem_page(400, job)
+    scheduler_name = f"projects/{job.project}/locations/{job.location}/jobs/{job.name}"
+    facts = (
+        [f"Cloud Scheduler stops delivering {job.name}; its slots until the resume are paused, not missed."]
+        if pause
+        else [
+            f"Cloud Scheduler delivers {job.name} again from its next slot; the slots of the pause that never ran "
+            f"are run as the catch-up says (as far back as {job.catchup_window:g} s), each under its own key."
+        ]
+    )
+    action = "pause_scheduler_job" if pause else "resume_scheduler_job"
+    return render_template(
+        "admin/confirm.html",
+        title=f"{'Pause' if pause else 'Resume'} {job.name}?",
+        job_id=job.target,
+        calls_said="its Scheduler job is",
+        calls=f"{scheduler_name} ({job.schedule}, {job.time_zone})",
+        facts=facts,
+        queued=False,
+        action=url_for(f"dashboard_actions.{action}", name=job.name),
+        hidden={"project": job.project, "location": job.location},
+        note=pause,
+        catch_up=None if pause else [("none", "none"), ("latest", "the latest slot"), ("all", "all its slots")],
+        parameters=None,
+        force=None,
+        button=f"{'Pause' if pause else 'Resume'} {job.name}",
+        back=url_for("admin.dashboard", job=job.target),
+    )
+
+
 def _set_paused(name: str, allowed: frozenset[str], pause: bool) -> Response | tuple[str, int]:
     try:
         fields = form_fields(allowed)
@@ -442,3 +492,86 @@ def _set_paused(name: str, allowed: frozenset[str], pause: bool) -> Response | t
     if change.scheduler_problem:
         return problem_page(502, f"recorded in the app; {change.scheduler_problem}. Send the form again")
     return redirect(url_for("admin.dashboard", job=job.target), code=303)
+
+
+BULK_FIELDS = frozenset({"slots", "day", "hour"})
+
+
+@blueprint.get("/jobs/<job_id>/history/run", provide_automatic_options=False)
+@requires(Role.OPERATE)
+def confirm_bulk_run(job_id: str) -> str | tuple[str, int]:
+    """The bulk run's confirmation: every missed or failed slot the history page shows, listed, each
+    to be run under its own key and the attempt it has now (``admin.bulk_slots``)."""
+    state = app_state()
+    shown = history_range(state, job_id)
+    page = executions_between(state, shown.scheduler_jobs, job_id, shown.since, shown.until, HISTORY_PAGE)
+    chosen = bulk_slots(page.executions)
+    if not chosen:
+        return problem_page(409, "no missed or failed slot is left in this range; reload its history")
+    lines = [
+        " ".join((e["schedule_time"], e["scheduler_job"], e["project"], e["location"], str(_attempt_of(e))))
+        for e in chosen
+    ]
+    return render_template(
+        "admin/confirm.html",
+        title=f"Run {len(chosen)} slot{'' if len(chosen) == 1 else 's'} of {job_id}?",
+        job_id=job_id,
+        calls=state.jobs[job_id].runner.calls(),
+        facts=[f"{e['schedule_time']} ({e['scheduler_job']}): {e['status']}" for e in chosen],
+        action=url_for("dashboard_actions.bulk_run", job_id=job_id),
+        hidden={
+            "slots": "\n".join(lines),
+            "day": shown.day.isoformat(),
+            "hour": "" if shown.hour is None else str(shown.hour),
+        },
+        parameters=None,
+        force=None,
+        button=f"Run these {len(chosen)}",
+        back=url_for("admin.history", job_id=job_id, day=shown.day.isoformat(), hour=shown.hour),
+    )
+
+
+def _attempt_of(execution: dict[str, Any]) -> int:
+    run = execution.get("run")
+    return int(run["attempt"]) if run else 0
+
+
+@blueprint.post("/jobs/<job_id>/history/run", provide_automatic_options=False)
+@requires(Role.OPERATE)
+def bulk_run(job_id: str) -> Response | tuple[str, int]:
+    """Run each slot the confirmation listed (``slots``: one per line, "time scheduler_job project
+    location attempt") as its own slot run would: refused or answered by its record, or queued.
+    The form sent twice queues nothing twice: each task id is the slot's run id and attempt."""
+    try:
+        fields = form_fields(BULK_FIELDS)
+        entries = [line.split(" ") for line in fields.get("slots", "").splitlines() if line]
+        if not entries or len(entries) > BULK_LIMIT or any(len(entry) != 5 for entry in entries):
+            raise FormProblem(400, f"the form's slots must be 1 to {BULK_LIMIT} lines of 5 fields; reload its history")
+        asked = [
+            asked_slot(
+                job_id, when, {"scheduler_job": name, "project": project, "location": location, "attempt": attempt}
+            )
+            for when, name, project, location, attempt in entries
+        ]
+    except FormProblem as problem:
+        return problem_page(problem.status, problem.message)
+    state = app_state()
+    said = {"queued": 0, "answered": 0, "refused": 0}
+    for slot, ask in asked:
+        refusal, record = check_slot_run(state, slot, ask)
+        if refusal is not None:
+            said["refused"] += 1
+        elif not starts_a_run(record, state.clock.now(), reopen_attempt=ask.seen_attempt):
+            said["answered"] += 1
+        else:
+            seen = record.attempt if record else 0
+            try:
+                dispatched = state.dispatcher.dispatch(slot_run_work(job_id, slot, seen, current_principal().name))
+            except DispatchError as exc:
+                return problem_page(
+                    502, f"the task queue stopped taking the runs ({exc}) after {said['queued']}; send the form again"
+                )
+            said["answered" if dispatched.already else "queued"] += 1  # already: this form, sent before
+    bulk = f"{said['queued']}-{said['answered']}-{said['refused']}"
+    day, hour = fields.get("day") or None, fields.get("hour") or None
+    return redirect(url_for("admin.history", job_id=job_id, day=day, hour=hour, bulk=bulk), code=303)

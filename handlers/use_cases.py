@@ -386,6 +386,13 @@ def manual_run_id(state: AppState, job_id: str, job: JobSpec, client_token: str)
     )
 
 
+def runs_of_token(state: AppState, client_token: str) -> list[RunRecord]:
+    """The manual runs ``client_token`` names, a run per job at most: one batched lookup."""
+    ids = [manual_run_id(state, job_id, job, client_token) for job_id, job in sorted(state.jobs.items())]
+    found = state.ledger.lookup_many(ids)
+    return [found[run_id] for run_id in ids if run_id in found]
+
+
 def manual_run_work(
     state: AppState, job_id: str, job: JobSpec, ask: ManualRunRequest, requested_by: str, seen_attempt: int = 0
 ) -> Work:

@@ -183,8 +183,14 @@ def test_on_a_phone_and_by_keyboard(site):
         order = []
         for _ in range(60):
             page.keyboard.press("Tab")
-            order.append(page.evaluate("(e => e.closest('svg') ? 'timeline' : e.tagName)(document.activeElement)"))
-        assert "BUTTON" in order and "timeline" in order and order.index("BUTTON") < order.index("timeline")
+            order.append(
+                page.evaluate(
+                    "(e => e.closest('svg') ? 'timeline' : e.classList.contains('run-now') ? 'action' : e.tagName)"
+                    "(document.activeElement)"
+                )
+            )
+        # A job's actions (Run now…) come before the timeline's links.
+        assert "action" in order and "timeline" in order and order.index("action") < order.index("timeline")
         # Every mark has a shape of its status and a text alternative; no image role holds links.
         marks = page.locator("svg#timeline a")
         names = page.evaluate(

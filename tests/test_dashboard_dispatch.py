@@ -54,13 +54,13 @@ def test_run_now_is_one_named_task_and_the_page_says_queued_then_started(site, c
     assert body["parameters"] == {"invoice": 7} and body["client_token"] == form["clientToken"].value
     queued = site.get(sent[0].headers["Location"]).html
     assert queued.find(id="outcome").text == "queued" and job_targets.EFFECTS == []
-    refresh = queued.find("meta", attrs={"http-equiv": "refresh"})["content"]
+    refresh = queued.find(id="refreshing")["data-url"]
     assert refresh.endswith(sent[0].headers["Location"].split("/admin", 1)[1])  # it keeps asking after the run
     cloud_tasks.deliver(to_webtest(site), times=2, at_once=True)  # two instances of the queue, at once
     assert len(job_targets.EFFECTS) == 1 and job_targets.EFFECTS[0]["parameters"] == {"invoice": 7}
     page = site.get(sent[0].headers["Location"]).html
     assert page.find(id="outcome").text == "completed" and page.find(id="answer").text.startswith("Started")
-    assert page.find("meta", attrs={"http-equiv": "refresh"}) is None
+    assert page.find(id="refreshing") is None
     assert page.find(id="requested-by").text == body["requested_by"]
 
 
@@ -132,3 +132,59 @@ def test_a_run_queued_but_not_started_is_a_page_that_waits_for_it(site):
     page = site.get(f"/admin/runs/{'a' * 64}", params={"queued": "0"}).html
     assert page.find(id="outcome").text == "queued" and page.find(id="queue-help") is not None
     site.get("/admin/runs/not-a-run-id", params={"queued": "0"}, status=404)
+
+
+def test_the_missed_and_failed_slots_shown_run_in_bulk_each_once(site, cloud_tasks, clock):
+    job_targets.FAILURES["invoice"] = ["permanent"]
+    clock.advance(3600 + 10)
+    for hour in (0, 1):  # 00:00 fails for good, 01:00 completes; 02:00 to 04:00 never come
+        site.post(
+            "/jobs/invoice?project=acme-prod&location=us-central1",
+            b"",
+            headers=scheduler_headers(scheduler_job_name="invoice-hourly", schedule_time=at(hour)),
+            status="*",
+        )
+    clock.advance(4 * 3600)  # 05:00:10: the windows of 02:00 to 04:00 have closed
+    day = site.get("/admin/jobs/invoice/history", params={"day": "2030-01-01"}).html
+    offer = day.find(id="bulk-run")
+    assert offer.text == "Run the 4 missed or failed slots shown…"
+    confirm = site.get(offer["href"])
+    assert confirm.html.find(id="confirm-title").text == "Run 4 slots of invoice?"
+    facts = confirm.html.find(id="confirm-facts").text
+    assert f"{at(0)} (invoice-hourly): failed" in facts and f"{at(4)} (invoice-hourly): missed" in facts
+    form = confirm.forms["confirm"]
+    answers = [form.submit(headers=SAME_ORIGIN, status=303) for _ in range(2)]  # sent twice: queued once
+    assert answers[0].headers["Location"].endswith("bulk=4-0-0") and answers[1].headers["Location"].endswith(
+        "bulk=0-4-0"
+    )
+    said = site.get(answers[0].headers["Location"]).html.find(id="bulk-answer").text
+    assert said.startswith("This request queued 4 slots to run")
+    assert len(cloud_tasks.tasks) == 4 and {t.relative_uri for t in cloud_tasks.tasks} == {"/tasks/run-slot"}
+    cloud_tasks.deliver(to_webtest(site), times=2)  # each delivered twice
+    listing = site.get("/api/v1/jobs/invoice/executions", params={"since": at(0), "until": at(5)}).json
+    assert [e["status"] for e in listing["executions"]] == ["completed"] * 5
+    assert len(job_targets.EFFECTS) == 2 + 4  # the two deliveries, then each of the four once
+    again = form.submit(headers=SAME_ORIGIN, status=303)  # back, then resubmit, after they ran
+    assert again.headers["Location"].endswith("bulk=0-4-0") and len(job_targets.EFFECTS) == 6
+    assert site.get("/admin/jobs/invoice/history", params={"day": "2030-01-01"}).html.find(id="bulk-run") is None
+
+
+@pytest.mark.parametrize(
+    "slots",
+    [
+        "",
+        "not five fields",
+        f"{at(0)} invoice-hourly acme-prod us-central1",
+        f"{at(0)} invoice-hourly acme-prod us-central1 x",
+        f"{at(0)} invoice-hourly acme-prod us-central1 {'9' * 5000}",
+        "2030-01-01T00:30:00Z invoice-hourly acme-prod us-central1 0",  # no slot of it
+        f"{at(0)} other-job acme-prod us-central1 0",
+        "\n".join([f"{at(0)} invoice-hourly acme-prod us-central1 0"] * 289),
+    ],
+)
+def test_a_bad_bulk_form_is_a_page_that_says_so_and_queues_nothing(site, cloud_tasks, clock, slots):
+    clock.advance(3600)
+    page = site.post(
+        "/admin/jobs/invoice/history/run", {"slots": slots, "day": "2030-01-01"}, headers=SAME_ORIGIN, status="*"
+    )
+    assert page.status_int in (400, 404) and page.content_type == "text/html" and cloud_tasks.tasks == []

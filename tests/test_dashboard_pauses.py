@@ -32,7 +32,11 @@ def test_pause_then_resume_with_catch_up_from_the_card(site, clock, cloud_tasks,
     clock.advance(1800)
     page = card(site)
     assert 'data-scheduler-job="invoice-hourly"' in page.text and "enabled" in page.text
-    form = next(f for f in page.forms.values() if "/scheduler-jobs/invoice-hourly/pause" in f.action)
+    confirm = site.get(page.html.select_one("a.pause")["href"])
+    assert confirm.html.find(id="confirm-title").text == "Pause invoice-hourly?"
+    calls = confirm.html.find(id="calls").text
+    assert calls == "projects/acme-prod/locations/us-central1/jobs/invoice-hourly (0 * * * *, Etc/UTC)"
+    form = confirm.forms["confirm"]
     form["note"] = "incident 4711"
     paused = form.submit(headers=SAME_ORIGIN, status=303)
     again = form.submit(headers=SAME_ORIGIN, status=303)  # a double click: one pause
@@ -41,7 +45,9 @@ def test_pause_then_resume_with_catch_up_from_the_card(site, clock, cloud_tasks,
     assert 'since <time datetime="2030-01-01T00:30:00Z"' in page.text and "(incident 4711)" in page.text
     assert google.scheduler_states["projects/acme-prod/locations/us-central1/jobs/invoice-hourly"] == "PAUSED"
     clock.advance(3 * 3600)  # 03:30: 01:00 to 03:00 paused
-    form = next(f for f in card(site).forms.values() if "/scheduler-jobs/invoice-hourly/resume" in f.action)
+    confirm = site.get(card(site).html.select_one("a.resume")["href"])
+    assert confirm.html.find(id="confirm-title").text == "Resume invoice-hourly?"
+    form = confirm.forms["confirm"]
     form["catch_up"] = "all"
     form.submit(headers=SAME_ORIGIN, status=303)
     assert len(cloud_tasks.tasks) == 3

@@ -166,3 +166,17 @@ def test_the_first_and_last_days_kept_are_pages(site, day):
     page = site.get("/admin/jobs/invoice/history", params={"day": day}).html
     assert page.find("h1") is not None
     assert page.find(id="schedules").text == "invoice-5min: Every 5 minutes */5 * * * *"  # in words, then cron
+
+
+def test_search_finds_a_manual_run_by_its_client_token(site):
+    """A token is stored unindexed; the run id it makes with each job is looked up instead."""
+    run_id = site.post_json("/api/v1/jobs/invoice/runs", {"clientToken": "nightly-fix-4711"}).json["run_id"]
+    assert (
+        site.get("/admin/search", params={"q": "nightly-fix-4711"}, status=303)
+        .headers["Location"]
+        .endswith(f"/admin/runs/{run_id}")
+    )
+    site.post_json("/api/v1/jobs/pulse/runs", {"clientToken": "nightly-fix-4711"})  # the same token, another job
+    both = site.get("/admin/search", params={"q": "nightly-fix-4711"}, status=200).html
+    assert sorted(a.text for a in both.select("#token-runs a")) == ["invoice", "pulse"]
+    site.get("/admin/search", params={"q": "never-used"}, status=404)

@@ -218,7 +218,7 @@ def test_two_credentials_naming_two_people_are_refused(datastore, ndb_client, jo
 
 def test_a_route_that_does_not_exist_is_404_for_any_verified_caller(iap_app, iap):
     iap_app.get("/admin/nope", headers=as_person(iap, VIEWER), status=404)
-    iap_app.get("/admin/scheduler-jobs/nightly/pause", headers=as_person(iap, OPERATOR), status=405)
+    iap_app.post("/admin/search", headers=as_person(iap, OPERATOR), status=405)
     iap_app.get("/admin/nope", status=401)  # but only for a verified one
 
 
@@ -307,8 +307,8 @@ def test_a_viewer_sees_a_pause_but_no_pause_or_resume_form_and_cannot_post_one(
     )
     site = app_with(iap_environ(iap), datastore, ndb_client, jobs_file, clock)
     seen = site.get("/admin/", headers=as_person(iap, VIEWER), status=200).text
-    assert 'data-scheduler-job="invoice-hourly"' in seen and "pause-button" not in seen
-    assert "pause-button" in site.get("/admin/", headers=as_person(iap, OPERATOR), status=200).text
+    assert 'data-scheduler-job="invoice-hourly"' in seen and 'class="pause"' not in seen
+    assert 'class="pause"' in site.get("/admin/", headers=as_person(iap, OPERATOR), status=200).text
     form = {"note": "mine", "project": "acme-prod", "location": "us-central1"}
     headers = {**as_person(iap, VIEWER), "Sec-Fetch-Site": "same-origin"}
     site.post("/admin/scheduler-jobs/invoice-hourly/pause", form, headers=headers, status=403)

@@ -104,7 +104,7 @@ def test_a_failed_scheduled_run_says_when_how_late_and_why_and_runs_again_once(s
         site.get(resent.headers["Location"], headers=OPERATOR).html.find(id="answer").text == ACTION_ANSWERS["already"]
     )
     again = site.get(f"/admin/runs/{run_id}", headers=OPERATOR).html
-    assert again.find(id="answer") is None and again.find("meta", attrs={"http-equiv": "refresh"}) is None
+    assert again.find(id="answer") is None and again.find(id="refreshing") is None
     assert again.find(id="outcome").text == "completed" and again.find(id="run-again") is None
     assert again.find(id="lateness").text == "42 s after its schedule time"  # its first attempt's start
     assert [len(again.select("#attempts tbody tr"))] == [2]
@@ -171,12 +171,13 @@ def test_a_run_still_going_refreshes_its_page_and_says_so(site, clock, ndb_clien
         Ledger(clock).claim_run(key.run_id, description, RunPolicy(60, 604800))
     page = site.get(f"/admin/runs/{key.run_id}", headers=OPERATOR).html
     assert page.find(id="outcome").text == "in_progress"
-    refresh = page.find("meta", attrs={"http-equiv": "refresh"})["content"]
+    refreshing = page.find(id="refreshing")
+    refresh = f"{refreshing['data-seconds']}; url={refreshing['data-url']}"
     assert refresh == f"5; url=/admin/runs/{key.run_id}" and page.find(id="refreshing")  # the answer is said once
     clock.advance(61)  # the lease runs out unfinished: stuck, and nothing changes it but a person or a delivery
     page = site.get(f"/admin/runs/{key.run_id}", params={"answer": "running"}, headers=OPERATOR).html
     assert page.find(id="outcome").text == "stuck"
-    assert page.find("meta", attrs={"http-equiv": "refresh"}) is None and page.find(id="refreshing") is None
+    assert page.find(id="refreshing") is None
 
 
 def test_the_day_history_link_is_the_jobs_own_day(site, clock):
@@ -186,3 +187,12 @@ def test_the_day_history_link_is_the_jobs_own_day(site, clock):
     assert link.endswith("/admin/jobs/invoice/history?day=2030-01-02")
     day = site.get(link, headers=OPERATOR).html
     assert any(a["href"].endswith(run_id) for a in day.select("main a[href*='/admin/runs/']"))
+
+
+def test_only_operators_are_offered_a_bulk_run(site, clock):
+    job_targets.FAILURES["invoice"] = ["permanent"]
+    deliver(site, clock, 2)
+    day = {"day": "2030-01-01"}
+    assert site.get("/admin/jobs/invoice/history", params=day, headers=OPERATOR).html.find(id="bulk-run")
+    assert site.get("/admin/jobs/invoice/history", params=day, headers=VIEWER).html.find(id="bulk-run") is None
+    site.get("/admin/jobs/invoice/history/run", params=day, headers=VIEWER, status=403)

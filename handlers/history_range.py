@@ -1,0 +1,79 @@
+"""The stretch of a job's history a page shows (a day of its zone, or an hour of it), read from
+the request once for the history page and its bulk run, and the slots a bulk run takes."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Sequence
+from typing import Any
+
+from flask import abort, request
+
+from dedup.errors import InvalidRunRequest
+from dedup.keys import EARLIEST_SCHEDULE_TIME, LATEST_SCHEDULE_TIME, parse_rfc3339
+from handlers.use_cases import schedules_of
+from schedules.config import SchedulerJob, schedule_zone
+from schedules.slots import ExecutionStatus
+
+HISTORY_PAGE = 288  # a day of a 5-minute job, slot by slot; a day with more is shown by the hour
+DAYS = datetime.timedelta(days=1)
+
+
+# The slots a history page offers to run in bulk (each under its own key), and at most how many at once:
+# a 5-minute job's day; a per-minute job's day is run an hour at a time.
+BULK_STATUSES = (ExecutionStatus.MISSED, ExecutionStatus.FAILED)
+BULK_LIMIT = 288
+
+
+def bulk_slots(executions: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The missed and failed slots of a listing, the newest BULK_LIMIT of them."""
+    return [e for e in executions if e["status"] in BULK_STATUSES][-BULK_LIMIT:]
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryRange:
+    """The stretch a history page (and its bulk run) shows: a day of the job's zone, or an hour of
+    it, from ``from=`` on (the next page of a crowded hour)."""
+
+    scheduler_jobs: list[SchedulerJob]
+    zone_name: str
+    zone: Any
+    day: datetime.date
+    hour: int | None
+    since: datetime.datetime
+    until: datetime.datetime
+
+
+def history_range(state: Any, job_id: str) -> HistoryRange:
+    """``day``, ``hour`` and ``from`` of the request, checked (400s) and in UTC; 404 for no such job."""
+    scheduler_jobs = schedules_of(state, job_id)  # 404: no such job, or no scheduler.yaml
+    zone_name = scheduler_jobs[0].time_zone if scheduler_jobs else "UTC"
+    zone = schedule_zone(zone_name)
+    now = state.clock.now()
+    try:
+        day = (
+            datetime.date.fromisoformat(request.args["day"]) if request.args.get("day") else now.astimezone(zone).date()
+        )
+    except ValueError:
+        abort(400, f"day {request.args['day']!r} is not a date such as 2030-01-01")
+    # The days a schedule time may fall on: none of the date arithmetic below can leave years 1 to 9999.
+    if not EARLIEST_SCHEDULE_TIME.date() <= day < LATEST_SCHEDULE_TIME.date():
+        abort(400, f"day {day.isoformat()} is outside the schedule times kept, 2000-01-01 up to 2100-01-01")
+    hour_text = request.args.get("hour")
+    # ASCII digits only: str.isdigit() passes "²", which int() refuses, and 5,000 digits, which it cannot read.
+    whole_hour = hour_text is not None and len(hour_text) <= 2 and hour_text.isascii() and hour_text.isdigit()
+    if hour_text is not None and not (whole_hour and int(hour_text) <= 23):
+        abort(400, f"hour {hour_text!r} is not a whole number from 0 to 23")
+    hour = int(hour_text) if hour_text is not None else None
+    start = datetime.datetime.combine(day, datetime.time(hour or 0), zone)
+    end = start + (datetime.timedelta(hours=1) if hour is not None else DAYS)
+    # The first and last days kept, in a zone east or west of UTC, reach past the keyable range: cut there.
+    since = max(start.astimezone(datetime.UTC), EARLIEST_SCHEDULE_TIME)
+    until = min(end.astimezone(datetime.UTC), LATEST_SCHEDULE_TIME)
+    if request.args.get("from"):  # the next page of an hour that holds more than one
+        try:
+            since = max(since, parse_rfc3339(request.args["from"], "from"))
+        except InvalidRunRequest as exc:
+            abort(400, exc.message)
+    return HistoryRange(scheduler_jobs, zone_name, zone, day, hour, since, until)
