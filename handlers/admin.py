@@ -30,7 +30,7 @@ from handlers.run_documents import duration_seconds, may_retry, run_document, sc
 from handlers.state import app_state, may
 from handlers.use_cases import executions_between, runs_of_token
 from models import RunRecord, RunSource, RunStatus
-from schedules.config import SchedulerJob, schedule_zone
+from schedules.config import SchedulerJob, history_id, schedule_zone
 from schedules.pauses import with_pauses
 from schedules.slots import (
     RUNNABLE,
@@ -40,6 +40,7 @@ from schedules.slots import (
     run_status,
     slot_of_run,
 )
+from schedules.tallies import duplicates_of_slot
 
 blueprint = Blueprint("admin", __name__, url_prefix="/admin", template_folder="templates")
 # ``/``: where a browser pointed at the app's address lands.
@@ -204,6 +205,9 @@ def run_page(run_id: str):
         zone_info=zone,
         # The history page's day is the job's own: 00:30 in Berlin is the day before in UTC.
         history_day=slot.schedule_time.astimezone(zone).date().isoformat() if slot and zone else None,
+        # The deliveries its slot absorbed (schedules.tallies, kept 48 hours): a scheduled run's only.
+        duplicates=duplicates_of_slot(history_id(slot.job), slot.schedule_time, now) if slot else None,
+        tally_kept=slot is not None,
         lateness=_lateness(record),
         lease_left=lease_left(record, now),
         # Result and error apart: a completed run's result; a failed or released run's error;
@@ -433,7 +437,7 @@ def history(job_id: str):
     now = state.clock.now()
     page = executions_between(state, scheduler_jobs, job_id, shown.since, shown.until, HISTORY_PAGE)
     hours = None
-    if page.next_since is not None and hour is None:  # more than a page: the day by the hour
+    if page.next_since is not None and hour is None and not shown.ranged:  # more than a page: the day by the hour
         hours = _by_hour(state, scheduler_jobs, job_id, shown.since, shown.until, zone)
     rows = [
         {**e, "local": _local(e["schedule_time"], zone)}
@@ -451,12 +455,15 @@ def history(job_id: str):
         zone=shown.zone_name,
         day=day.isoformat(),
         hour=hour,
+        ranged=shown.ranged,
+        where=shown.where,
+        range_shown=(_local(format_utc(shown.since), zone), _local(format_utc(shown.until), zone)),
         previous_day=(day - DAYS).isoformat(),
         next_day=(day + DAYS).isoformat(),
         status=status,
         statuses=list(ExecutionStatus),
         hours=hours,
-        next_page=format_utc(page.next_since) if page.next_since and hours is None else None,
+        next_page=_next_page(job_id, shown, status, page.next_since) if page.next_since and hours is None else None,
         rows=sorted(rows + apart, key=lambda r: r["local"]) if hours is None else [],
         apart=len(apart),
         scheduler_jobs=sorted({job.name for job in scheduler_jobs}),
@@ -468,6 +475,11 @@ def history(job_id: str):
         # What the range's slots came to, for "did last night run, once each?" at a glance.
         summary=_summary(page.executions) if hours is None else None,
     )
+
+
+def _next_page(job_id: str, shown: HistoryRange, status: str | None, since: datetime.datetime) -> str:
+    where: dict[str, Any] = {**shown.where, "status": status, "from": format_utc(since)}
+    return url_for("admin.history", job_id=job_id, **where)
 
 
 def _summary(executions: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -483,7 +495,7 @@ def _bulk_offer(job_id: str, shown: HistoryRange, executions: Sequence[dict[str,
     chosen = bulk_slots(executions)
     if not chosen:
         return None
-    where: dict[str, Any] = {"day": shown.day.isoformat(), "hour": shown.hour, "from": request.args.get("from")}
+    where: dict[str, Any] = {**shown.where, "from": request.args.get("from")}
     link = url_for("dashboard_actions.confirm_bulk_run", job_id=job_id, **where)
     return {"count": len(chosen), "link": link}
 

@@ -11,7 +11,7 @@ from typing import Any
 from flask import abort, request
 
 from dedup.errors import InvalidRunRequest
-from dedup.keys import EARLIEST_SCHEDULE_TIME, LATEST_SCHEDULE_TIME, parse_rfc3339
+from dedup.keys import EARLIEST_SCHEDULE_TIME, LATEST_SCHEDULE_TIME, check_schedule_time, parse_rfc3339
 from handlers.use_cases import schedules_of
 from schedules.config import SchedulerJob, schedule_zone
 from schedules.slots import ExecutionStatus
@@ -33,8 +33,8 @@ def bulk_slots(executions: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @dataclasses.dataclass(frozen=True)
 class HistoryRange:
-    """The stretch a history page (and its bulk run) shows: a day of the job's zone, or an hour of
-    it, from ``from=`` on (the next page of a crowded hour)."""
+    """The stretch a history page (and its bulk run) shows: a day of the job's zone, an hour of
+    it, or any ``since``/``until`` range, from ``from=`` on (its next page)."""
 
     scheduler_jobs: list[SchedulerJob]
     zone_name: str
@@ -43,13 +43,30 @@ class HistoryRange:
     hour: int | None
     since: datetime.datetime
     until: datetime.datetime
+    # The query that names the range (day and hour, or since and until): for its links.
+    where: dict[str, str | int | None] = dataclasses.field(default_factory=dict)
+
+    @property
+    def ranged(self) -> bool:
+        """A since/until range: paged through, never counted by the hour."""
+        return "since" in self.where
+
+
+MAX_RANGE = datetime.timedelta(days=31)
 
 
 def history_range(state: Any, job_id: str) -> HistoryRange:
-    """``day``, ``hour`` and ``from`` of the request, checked (400s) and in UTC; 404 for no such job."""
+    """``day`` and ``hour`` (or ``since`` and ``until``) and ``from`` of the request, checked (400s)
+    and in UTC; 404 for no such job."""
     scheduler_jobs = schedules_of(state, job_id)  # 404: no such job, or no scheduler.yaml
     zone_name = scheduler_jobs[0].time_zone if scheduler_jobs else "UTC"
     zone = schedule_zone(zone_name)
+    if request.args.get("since") or request.args.get("until"):
+        since, until = _since_until()
+        where: dict[str, str | int | None] = {"since": request.args["since"], "until": request.args["until"]}
+        return HistoryRange(
+            scheduler_jobs, zone_name, zone, since.astimezone(zone).date(), None, _from(since), until, where
+        )
     now = state.clock.now()
     try:
         day = (
@@ -71,9 +88,28 @@ def history_range(state: Any, job_id: str) -> HistoryRange:
     # The first and last days kept, in a zone east or west of UTC, reach past the keyable range: cut there.
     since = max(start.astimezone(datetime.UTC), EARLIEST_SCHEDULE_TIME)
     until = min(end.astimezone(datetime.UTC), LATEST_SCHEDULE_TIME)
-    if request.args.get("from"):  # the next page of an hour that holds more than one
-        try:
-            since = max(since, parse_rfc3339(request.args["from"], "from"))
-        except InvalidRunRequest as exc:
-            abort(400, exc.message)
-    return HistoryRange(scheduler_jobs, zone_name, zone, day, hour, since, until)
+    where = {"day": day.isoformat(), "hour": hour}
+    return HistoryRange(scheduler_jobs, zone_name, zone, day, hour, _from(since), until, where)
+
+
+def _since_until() -> tuple[datetime.datetime, datetime.datetime]:
+    if not (request.args.get("since") and request.args.get("until")):
+        abort(400, "since and until go together: RFC 3339 times, such as 2030-01-01T00:00:00Z")
+    try:
+        since = check_schedule_time("since", parse_rfc3339(request.args["since"], "since"))
+        until = check_schedule_time("until", parse_rfc3339(request.args["until"], "until"))
+    except InvalidRunRequest as exc:
+        abort(400, exc.message)
+    if not since < until <= since + MAX_RANGE:
+        abort(400, f"until must come after since, by at most {MAX_RANGE.days} days")
+    return since, until
+
+
+def _from(since: datetime.datetime) -> datetime.datetime:
+    """``from=``: where the next page of a range that holds more than one starts."""
+    if not request.args.get("from"):
+        return since
+    try:
+        return max(since, parse_rfc3339(request.args["from"], "from"))
+    except InvalidRunRequest as exc:
+        abort(400, exc.message)

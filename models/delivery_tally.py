@@ -28,6 +28,9 @@ class DeliveryTally(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has no
 
     hour = ndb.DateTimeProperty(required=True, indexed=False, tzinfo=datetime.UTC)
     duplicates = ndb.IntegerProperty(indexed=False, default=0)
+    # The same duplicates by slot, {schedule time (RFC 3339): count}: what a run's page says its
+    # slot absorbed.  An hour holds at most 60 slots (a per-minute job), so the map stays small.
+    by_slot = ndb.JsonProperty(indexed=False)
 
     @classmethod
     def _get_kind(cls) -> str:

@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping
 
 from google.cloud import ndb
 
-from models.delivery_tally import DeliveryTally
+from dedup.keys import format_utc
+from models.delivery_tally import TALLY_HOURS, DeliveryTally
 
 log = logging.getLogger(__name__)
 TALLY_RETRIES = 3  # tries of a contended bucket before the count is let go
@@ -35,7 +36,9 @@ def tally_duplicate(scheduler_job: str, schedule_time: datetime.datetime) -> Non
         if tally is not None and tally.hour > hour:
             return  # the bucket has moved on to a newer hour: this slot is older than the ring holds
         if tally is None or tally.hour < hour:
-            tally = DeliveryTally(key=key, hour=hour, duplicates=0)
+            tally = DeliveryTally(key=key, hour=hour, duplicates=0, by_slot={})
+        slot = format_utc(schedule_time)
+        tally.by_slot = {**(tally.by_slot or {}), slot: (tally.by_slot or {}).get(slot, 0) + 1}
         tally.duplicates += 1
         tally.put()
 
@@ -71,6 +74,18 @@ def duplicates_in(
         if tally is not None and tally.hour == hour:
             total += tally.duplicates
     return total
+
+
+def duplicates_of_slot(scheduler_job: str, schedule_time: datetime.datetime, now: datetime.datetime) -> int | None:
+    """The duplicate deliveries counted for one slot (one lookup), or None where its hour is older
+    than the ring keeps."""
+    hour = hour_of(schedule_time)
+    if now - hour >= datetime.timedelta(hours=TALLY_HOURS - 1):
+        return None
+    tally = DeliveryTally.key_for(scheduler_job, hour).get()
+    if tally is None or tally.hour != hour:
+        return 0  # nothing counted in its hour yet (the bucket still holds an older one)
+    return int((tally.by_slot or {}).get(format_utc(schedule_time), 0))
 
 
 def hours_between(first: datetime.datetime, last: datetime.datetime) -> list[datetime.datetime]:

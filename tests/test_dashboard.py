@@ -164,7 +164,8 @@ def test_on_a_phone_and_by_keyboard(site):
             assert phone.evaluate("window.innerWidth") == 390, path  # laid out for the phone, not at 980 px
             assert phone.evaluate("document.documentElement.scrollWidth") <= 390, path
             small = phone.evaluate(
-                """() => [...document.querySelectorAll('button, select, input:not([type=hidden]), textarea')]
+                """() => [...document.querySelectorAll('button, select, input:not([type=hidden]), textarea, '
+                     + 'a.run-now, a.run-slot, a.pause, a.resume, #retry, #run-again, #bulk-run')]
                      .filter(e => e.offsetParent !== null && e.getBoundingClientRect().height < 44)
                      .map(e => e.outerHTML.slice(0, 80))"""
             )

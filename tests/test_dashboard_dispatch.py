@@ -34,7 +34,8 @@ SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin"}
 
 
 @pytest.fixture
-def site(cloud_tasks, ndb_client, tmp_path, clock):
+def site(cloud_tasks, google, ndb_client, tmp_path, clock, monkeypatch):
+    monkeypatch.setenv("DEDUP_SCHEDULER_API_BASE", google.url)  # pauses, in Cloud Scheduler's stand-in
     return schedule_site(tmp_path, JOBS, SCHEDULES, clock, ndb_client)
 
 
@@ -188,3 +189,82 @@ def test_a_bad_bulk_form_is_a_page_that_says_so_and_queues_nothing(site, cloud_t
         "/admin/jobs/invoice/history/run", {"slots": slots, "day": "2030-01-01"}, headers=SAME_ORIGIN, status="*"
     )
     assert page.status_int in (400, 404) and page.content_type == "text/html" and cloud_tasks.tasks == []
+
+
+CHROMIUM = __import__("shutil").which("chromium") or __import__("shutil").which("chromium-browser")
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it)")
+def test_the_actions_in_a_browser_at_desktop_and_phone_size(site, cloud_tasks, clock):
+    """A bulk run double-clicked, a slot run sent again after going back, and a pause and resume,
+    each through its confirmation in Chromium; the phone lays each page out at 390 px."""
+    import threading
+
+    from playwright.sync_api import sync_playwright
+    from werkzeug.serving import make_server
+
+    from tests.support import POLL_SECONDS
+
+    job_targets.FAILURES["invoice"] = ["permanent"]
+    clock.advance(3600 + 10)
+    site.post(
+        "/jobs/invoice?project=acme-prod&location=us-central1",
+        b"",
+        headers=scheduler_headers(scheduler_job_name="invoice-hourly", schedule_time=at(0)),
+        status=422,
+    )
+    clock.advance(3 * 3600)  # 04:00:10: 00:00 failed, 01:00 to 03:00 missed
+    server = make_server("127.0.0.1", 0, site.app, threaded=True)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": POLL_SECONDS}, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+            for size in ({"width": 1280, "height": 900}, {"width": 390, "height": 844}):
+                page = browser.new_page(viewport=size, is_mobile=size["width"] < 500)
+                cloud_tasks.reset()
+                # A slot's run: confirmed, sent, then back and sent again: one task.
+                page.goto(f"{url}/admin/?job=invoice")
+                page.locator(".job-card a.run-slot").first.click()
+                page.wait_for_selector("#confirm-title")
+                assert page.evaluate("document.documentElement.scrollWidth") <= size["width"]
+                page.locator("#confirm-button").click()
+                page.wait_for_url("**/admin/runs/**")
+                assert page.locator("#outcome").inner_text() in ("queued", "failed", "missed")
+                page.go_back()
+                page.locator("#confirm-button").click()
+                page.wait_for_url("**/admin/runs/**")
+                assert len(cloud_tasks.tasks) == 1
+                # The missed and failed slots of the day, in bulk: a double click queues each once.
+                page.goto(f"{url}/admin/jobs/invoice/history?day=2030-01-01")
+                page.locator("#bulk-run").click()
+                page.wait_for_selector("#confirm-title")
+                page.locator("#confirm-button").dblclick()
+                page.wait_for_selector("#bulk-answer")
+                assert page.evaluate("document.documentElement.scrollWidth") <= size["width"]
+                slots = {json.loads(t.body)["schedule_time"] for t in cloud_tasks.tasks}
+                assert len(slots) == len(cloud_tasks.tasks) == 4  # each slot once, the first one included
+                page.close()
+            cloud_tasks.deliver(to_webtest(site))
+            assert (
+                site.get("/api/v1/jobs/invoice/executions", params={"since": at(0), "until": at(4)}).json["executions"][
+                    0
+                ]["status"]
+                == "completed"
+            )
+            # Pause with a note, then resume, each confirmed.
+            page = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
+            page.goto(f"{url}/admin/?job=invoice")
+            page.locator("a.pause").click()
+            page.fill("input[name=note]", "bank maintenance")
+            page.locator("#confirm-button").click()
+            page.wait_for_selector("a.resume")
+            assert "bank maintenance" in page.locator(".schedule").inner_text()
+            page.locator("a.resume").click()
+            page.select_option("select[name=catch_up]", "none")
+            page.locator("#confirm-button").click()
+            page.wait_for_selector("a.pause")
+            browser.close()
+    finally:
+        server.shutdown()

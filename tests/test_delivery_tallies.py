@@ -201,3 +201,17 @@ def test_on_gunicorn_every_duplicate_is_counted_or_said_uncounted(emulator, data
         settled = poll_until(lambda: counted() + log_path.read_text().count("went uncounted") == duplicates, 20)
         seen = (counted(), log_path.read_text().count("went uncounted"), duplicates)
     assert settled and seen[0] > 0, seen
+
+
+def test_a_runs_page_says_the_duplicates_its_slot_absorbed(site, clock):
+    clock.advance(2 * 3600 + 10)
+    first = deliver(site, "invoice-hourly", 0).json["run_id"]
+    for _ in range(3):
+        deliver(site, "invoice-hourly", 0)
+    second = deliver(site, "invoice-hourly", 1).json["run_id"]
+    manual = site.post_json("/api/v1/jobs/invoice/runs", {"clientToken": "by-hand"}).json["run_id"]
+    assert site.get(f"/admin/runs/{first}").html.find(id="duplicates").text.startswith("3 absorbed")
+    assert site.get(f"/admin/runs/{second}").html.find(id="duplicates").text.startswith("0 absorbed")
+    assert site.get(f"/admin/runs/{manual}").html.find(id="duplicates") is None  # no slot, no deliveries
+    clock.advance(48 * 3600)  # the ring has moved past 00:00's hour
+    assert site.get(f"/admin/runs/{first}").html.find(id="duplicates").text == "not kept past 48 hours"

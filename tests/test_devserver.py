@@ -99,7 +99,7 @@ def test_a_signed_in_admin_sees_the_dashboard_and_only_an_operator_its_buttons(s
 def test_an_operators_dashboard_action_is_one_run(served):
     page = requests.get(f"{served}/admin/", cookies=OPERATOR, timeout=30).text
     card = page.split('data-job="ledger-digest"', 1)[1]
-    link = re.search(r'class="run-now" href="([^"]+)"', card).group(1).replace("&amp;", "&")
+    link = re.search(r'class="run-now[^"]*" href="([^"]+)"', card).group(1).replace("&amp;", "&")
     confirmation = requests.get(f"{served}{link}", cookies=OPERATOR, timeout=30).text
     form = {"clientToken": TOKEN.search(confirmation).group(1), "parameters": "{}"}
     headers = {"Sec-Fetch-Site": "same-origin"}

@@ -180,3 +180,34 @@ def test_search_finds_a_manual_run_by_its_client_token(site):
     both = site.get("/admin/search", params={"q": "nightly-fix-4711"}, status=200).html
     assert sorted(a.text for a in both.select("#token-runs a")) == ["invoice", "pulse"]
     site.get("/admin/search", params={"q": "never-used"}, status=404)
+
+
+def test_any_since_until_range_is_listed_slot_by_slot_and_paged(site, clock):
+    clock.advance(2 * 86400)  # two days of 5-minute slots, none delivered
+    since, until = "2030-01-01T00:00:00Z", "2030-01-03T00:00:00Z"
+    first = site.get("/admin/jobs/invoice/history", params={"since": since, "until": until}).html
+    rows = first.select("tr.slot-row")
+    assert len(rows) == 288 and first.find(id="hours") is None  # paged, never counted by the hour
+    assert rows[0]["data-schedule-time"] == "2030-01-01T00:00:00.000000Z"
+    more = first.find(id="next-page")
+    assert "since=" in more["href"] and "until=" in more["href"] and "from=" in more["href"]
+    second = site.get(more["href"]).html.select("tr.slot-row")
+    assert len(second) == 288 and second[-1]["data-schedule-time"] == "2030-01-02T23:55:00.000000Z"
+    assert {tr["data-schedule-time"] for tr in rows}.isdisjoint(tr["data-schedule-time"] for tr in second)
+
+
+@pytest.mark.parametrize(
+    "params, words",
+    [
+        ({"since": "2030-01-01T00:00:00Z"}, "go together"),
+        ({"until": "2030-01-01T00:00:00Z"}, "go together"),
+        ({"since": "2030-01-02T00:00:00Z", "until": "2030-01-01T00:00:00Z"}, "come after"),
+        ({"since": "2030-01-01T00:00:00Z", "until": "2030-03-01T00:00:00Z"}, "at most 31 days"),
+        ({"since": "soon", "until": "2030-01-01T00:00:00Z"}, "RFC 3339"),
+        ({"since": "1999-01-01T00:00:00Z", "until": "1999-01-02T00:00:00Z"}, "range"),
+        ({"since": "2099-12-31T00:00:00Z", "until": "9999-12-31T00:00:00Z"}, "range"),
+    ],
+)
+def test_a_bad_range_is_400(site, params, words):
+    answer = site.get("/admin/jobs/invoice/history", params=params, status=400).json
+    assert words in answer["detail"]

@@ -124,7 +124,7 @@ def test_every_view_says_the_same_status_of_every_run(google, ndb_client, tmp_pa
     for tr in page.html.select("tr.run-row"):
         run_id = tr.find("a")["href"].rsplit("/", 1)[1]
         said.setdefault(run_id, {})["runs table"] = tr["data-outcome"]
-    drawn = {f"#{path['id']}" for path in page.html.select("svg#timeline defs path")}
+    drawn = {f"#{path['id']}" for path in page.html.select("svg#shapes defs path")}
     for a in page.html.select("svg#timeline a"):
         run_id = a["href"].rsplit("/", 1)[1]
         said.setdefault(run_id, {})["timeline"] = a.find("use")["class"][1]

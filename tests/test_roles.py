@@ -307,8 +307,8 @@ def test_a_viewer_sees_a_pause_but_no_pause_or_resume_form_and_cannot_post_one(
     )
     site = app_with(iap_environ(iap), datastore, ndb_client, jobs_file, clock)
     seen = site.get("/admin/", headers=as_person(iap, VIEWER), status=200).text
-    assert 'data-scheduler-job="invoice-hourly"' in seen and 'class="pause"' not in seen
-    assert 'class="pause"' in site.get("/admin/", headers=as_person(iap, OPERATOR), status=200).text
+    assert 'data-scheduler-job="invoice-hourly"' in seen and 'class="pause tap"' not in seen
+    assert 'class="pause tap"' in site.get("/admin/", headers=as_person(iap, OPERATOR), status=200).text
     form = {"note": "mine", "project": "acme-prod", "location": "us-central1"}
     headers = {**as_person(iap, VIEWER), "Sec-Fetch-Site": "same-origin"}
     site.post("/admin/scheduler-jobs/invoice-hourly/pause", form, headers=headers, status=403)
