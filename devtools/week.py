@@ -76,16 +76,16 @@ class SlotPlan:
         return 2 if self.fault == "duplicate" else 0
 
 
-def plan() -> list[SlotPlan]:
-    """The week, slot by slot: a fault every few slots, none two ways at once."""
+def plan(days: int = 7) -> list[SlotPlan]:
+    """The week (or its first ``days``), slot by slot: a fault every few slots, none two ways at once."""
     slots = []
-    for index in range(SLOTS):
+    for index in range(days * 288):
         when = WEEK_START + index * STEP
         since_start = when - WEEK_START
         fault = ""
         if PAUSE[0] <= since_start < PAUSE[1]:
             fault = "paused"
-        elif index == SLOTS - 60:  # Sunday 19:00: claimed, never finished
+        elif index == days * 288 - 60:  # the last day's 19:00 (Sunday's): claimed, never finished
             fault = "stuck"
         elif index % 97 == 5:
             fault = "undelivered"
@@ -119,8 +119,9 @@ def invoice(context: Any) -> dict[str, Any]:
     return {"invoiced": key}
 
 
-def build_week(folder: Path, ndb_client: Any) -> tuple[Any, ManualClock]:
-    """The app on the week's jobs and schedule, its records written by delivering the week."""
+def build_week(folder: Path, ndb_client: Any, days: int = 7) -> tuple[Any, ManualClock]:
+    """The app on the week's jobs and schedule, its records written by delivering the week (or its
+    first ``days``: bench/pages.py compares pages over more and fewer records)."""
     import webtest  # type: ignore[import-untyped]  # a dev tool: webtest is a dev requirement
 
     from dedup.keys import format_utc, scheduled_run_key
@@ -135,7 +136,7 @@ def build_week(folder: Path, ndb_client: Any) -> tuple[Any, ManualClock]:
     site = webtest.TestApp(app)
     site.get("/api/v1/scheduler-jobs")
     paused = False
-    for slot in plan():
+    for slot in plan(days):
         clock.advance((slot.schedule_time + datetime.timedelta(seconds=4) - clock.now()).total_seconds())
         if slot.fault == "paused" and not paused:
             site.post_json("/api/v1/scheduler-jobs/invoice-5min/pause", {"note": "bank maintenance"})
@@ -177,7 +178,7 @@ def build_week(folder: Path, ndb_client: Any) -> tuple[Any, ManualClock]:
         for _ in range(slot.duplicates):
             deliver()
     # Monday 00:00:30, the week over: "last night" is Sunday, the week's last day.
-    clock.advance((WEEK_START + datetime.timedelta(days=7, seconds=30) - clock.now()).total_seconds())
+    clock.advance((WEEK_START + datetime.timedelta(days=days, seconds=30) - clock.now()).total_seconds())
     return app, clock
 
 
