@@ -169,3 +169,49 @@ def test_every_status_has_a_shape_of_its_own():
     assert {str(status) for status in ExecutionStatus} <= set(MARK_SHAPES)
     assert [status for status, _ in LEGEND] == list(MARK_SHAPES)
     assert len(set(MARK_SHAPES.values())) == len(MARK_SHAPES)
+
+
+SHORT_MEMORY_JOBS = """
+jobs:
+  invoice:
+    kind: python
+    target: tests.job_targets:record
+    lease_seconds: 60
+    retention_seconds: 14400
+  digest:
+    kind: python
+    target: tests.job_targets:record
+"""
+
+
+def test_slots_without_a_run_say_the_same_in_the_api_the_history_and_the_home_row(
+    google, ndb_client, tmp_path, clock, monkeypatch
+):
+    """Paused, unknown past retention, missed, due and upcoming: no run to look at, so the slot views
+    (the executions API, a day's history, the home row's last execution) must agree by the slot alone."""
+    monkeypatch.setenv("DEDUP_SCHEDULER_API_BASE", google.url)
+    (tmp_path / "scheduler.yaml").write_text(textwrap.dedent(SCHEDULES))
+    (tmp_path / "jobs.yaml").write_text(textwrap.dedent(SHORT_MEMORY_JOBS))
+    site = webtest.TestApp(create_app(jobs_file=str(tmp_path / "jobs.yaml"), clock=clock, ndb_client=ndb_client))
+    site.get("/api/v1/scheduler-jobs")
+    clock.advance(10)
+    site.post(
+        f"/jobs/invoice{SCOPE}",
+        b"",
+        headers=scheduler_headers(scheduler_job_name="invoice-hourly", schedule_time=at(0)),
+    )
+    clock.advance(5 * 3600)  # 05:00:10: 00:00 ran and has expired since; 01:00 to 05:00 never came
+    site.post_json("/api/v1/scheduler-jobs/invoice-hourly/pause", {"note": "incident"})
+    clock.advance(2 * 3600)  # 07:00:10: 06:00 and 07:00 lie in the pause; up to 03:00 is past the 4 h memory
+    listing = site.get(
+        "/api/v1/jobs/invoice/executions",
+        params={"since": at(0), "until": at(9), **{"scheduler_job": "invoice-hourly"}},
+    ).json["executions"]
+    api = {e["schedule_time"]: e["status"] for e in listing}
+    page = site.get("/admin/jobs/invoice/history", params={"day": "2030-01-01"}).html
+    history = {tr["data-schedule-time"]: tr["data-status"] for tr in page.select("tr.slot-row")}
+    assert {t: history[t] for t in api} == api
+    assert {"unknown", "missed", "paused", "upcoming"} <= set(api.values())
+    row = site.get("/admin/").html.select_one("tr.job-row[data-scheduler-job='invoice-hourly']")
+    last = row.select_one(".last time")["datetime"].replace("Z", ".000000Z")
+    assert row.select_one(".last .badge").text == api[last]
