@@ -26,7 +26,7 @@ from handlers.access import Role, requires
 from handlers.client_tokens import client_token_problem, new_form_token
 from handlers.history_range import DAYS, HISTORY_PAGE, HistoryRange, bulk_slots, history_range
 from handlers.job_rows import job_rows
-from handlers.run_documents import duration_seconds, may_retry, run_document, scheduler_job_document
+from handlers.run_documents import deliveries_of, duration_seconds, may_retry, run_document, scheduler_job_document
 from handlers.state import app_state, may
 from handlers.use_cases import executions_between, runs_of_token
 from models import RunRecord, RunSource, RunStatus
@@ -40,7 +40,7 @@ from schedules.slots import (
     run_status,
     slot_of_run,
 )
-from schedules.tallies import duplicates_of_slot
+from schedules.tallies import DELIVERIES_LISTED, deliveries_of_slot
 
 blueprint = Blueprint("admin", __name__, url_prefix="/admin", template_folder="templates")
 # ``/``: where a browser pointed at the app's address lands.
@@ -196,6 +196,8 @@ def run_page(run_id: str):
     slot = slot_of_run(record, bound)
     status = run_status(record, bound, now)
     zone = schedule_zone(slot.job.time_zone) if slot else None
+    # The deliveries its slot absorbed (schedules.tallies, kept 48 hours): a scheduled run's only.
+    duplicates = deliveries_of_slot(history_id(slot.job), slot.schedule_time, now) if slot else None
     return render_template(
         "admin/run.html",
         run=document,
@@ -205,8 +207,9 @@ def run_page(run_id: str):
         zone_info=zone,
         # The history page's day is the job's own: 00:30 in Berlin is the day before in UTC.
         history_day=slot.schedule_time.astimezone(zone).date().isoformat() if slot and zone else None,
-        # The deliveries its slot absorbed (schedules.tallies, kept 48 hours): a scheduled run's only.
-        duplicates=duplicates_of_slot(history_id(slot.job), slot.schedule_time, now) if slot else None,
+        duplicates=duplicates,
+        deliveries=deliveries_of(document, duplicates),
+        listed_max=DELIVERIES_LISTED,
         tally_kept=slot is not None,
         lateness=_lateness(record),
         lease_left=lease_left(record, now),

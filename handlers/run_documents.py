@@ -13,6 +13,7 @@ from handlers.replayed_response import StoredResponse
 from models import DELIVERED_SOURCES, RunRecord, RunSource, RunStatus
 from schedules.config import SchedulerJob
 from schedules.pauses import current
+from schedules.tallies import SlotDeliveries
 
 
 def _time(value: datetime.datetime | None) -> str | None:
@@ -64,6 +65,42 @@ def run_document(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
     elif record.status == RunStatus.SKIPPED:
         document["reason"] = (record.error or {}).get("message")
     return document
+
+
+# What a duplicate delivery was told, by the status of its answer.
+DUPLICATE_ANSWERS = {
+    200: "200: found it done, ran nothing",
+    409: "409: found it running, ran nothing (Cloud Scheduler retries it)",
+}
+
+
+def deliveries_of(document: Mapping[str, Any], duplicates: SlotDeliveries | None) -> list[dict[str, Any]]:
+    """Every delivery a run received that the app kept, oldest first: each attempt (a delivery
+    that ran it, or took it over) and each listed duplicate (one that found it and ran nothing).
+
+    The attempt history keeps its newest MAX_ATTEMPT_HISTORY entries and a slot lists its first
+    DELIVERIES_LISTED duplicates; the page says what is counted beyond those.
+    """
+    rows = [
+        {
+            "received": entry.get("started"),
+            "instance": entry.get("instance"),
+            "answer": f"ran attempt {entry.get('attempt')}: {entry.get('outcome') or 'running'}",
+            "kind": "attempt",
+        }
+        for entry in document.get("attempts") or []
+    ]
+    for delivery in duplicates.listed if duplicates else ():
+        rows.append(
+            {
+                "received": format_utc(delivery.received),
+                "instance": delivery.instance,
+                "answer": DUPLICATE_ANSWERS.get(delivery.status, f"{delivery.status}: ran nothing"),
+                "kind": "duplicate",
+            }
+        )
+    # format_utc's one spelling per instant sorts as the instants do.
+    return sorted(rows, key=lambda row: str(row["received"] or ""))
 
 
 def _fields(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from werkzeug.exceptions import NotFound
 
 from dedup.errors import InvalidRunRequest
 from dedup.keys import format_utc, scheduled_run_key
+from dedup.ledger import INSTANCE
 from dedup.outcomes import InProgress, Replayed
 from handlers.access import Role, requires
 from handlers.logs import note_run
@@ -22,7 +23,7 @@ from models import RunSource
 from schedules.config import history_id
 from schedules.pauses import pause_at, pauses_of
 from schedules.slots import declared_job
-from schedules.tallies import tally_after_answer
+from schedules.tallies import DuplicateDelivery, tally_after_answer
 
 blueprint = Blueprint("scheduler", __name__)
 log = logging.getLogger(__name__)
@@ -61,7 +62,10 @@ def deliver(job_id: str):
     declared = declared_job(state.schedules, key.scheduler_job_name, key.project, key.location)
     if declared is not None and not force_run and isinstance(outcome, Replayed | InProgress):
         # A duplicate, absorbed: counted once its answer has gone, never on its path.
-        count = functools.partial(tally_after_answer, ndb.get_context().client, history_id(declared), key.schedule_time)
+        delivery = DuplicateDelivery(now, INSTANCE, response.status_code)
+        count = functools.partial(
+            tally_after_answer, ndb.get_context().client, history_id(declared), key.schedule_time, delivery
+        )
         response.call_on_close(count)
     # After the run, off its path: a delivery during a pause (a tick racing it, a Force run) runs
     # as usual, and says so.  A Force run is asked for now; a slot's delivery belongs to its time.

@@ -28,8 +28,10 @@ class DeliveryTally(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has no
 
     hour = ndb.DateTimeProperty(required=True, indexed=False, tzinfo=datetime.UTC)
     duplicates = ndb.IntegerProperty(indexed=False, default=0)
-    # The same duplicates by slot, {schedule time (RFC 3339): count}: what a run's page says its
-    # slot absorbed.  An hour holds at most 60 slots (a per-minute job), so the map stays small.
+    # The same duplicates by slot, {schedule time (RFC 3339): {"n": count, "seen": [[received,
+    # instance, status], ...]}} (schedules.tallies.SlotDeliveries; a bare count in the first form):
+    # what a run's page lists of its slot.  An hour holds at most 60 slots (a per-minute job), each
+    # listing at most DELIVERIES_LISTED, so the map stays far inside an entity's 1 MiB.
     by_slot = ndb.JsonProperty(indexed=False)
 
     @classmethod

@@ -9,25 +9,76 @@ to update in a few tries, loses that count.  The figure is a floor, and the page
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from google.cloud import ndb
 
-from dedup.keys import format_utc
+from dedup.keys import format_utc, parse_rfc3339
 from models.delivery_tally import TALLY_HOURS, DeliveryTally
 
 log = logging.getLogger(__name__)
 TALLY_RETRIES = 3  # tries of a contended bucket before the count is let go
+# The duplicates of one slot listed one by one (when, where, what it was told); the rest are
+# counted only.  A per-minute job's hour of 60 slots then stays well inside an entity's 1 MiB.
+DELIVERIES_LISTED = 12
+
+
+@dataclasses.dataclass(frozen=True)
+class DuplicateDelivery:
+    """One delivery that found its slot's run done or running, and ran nothing."""
+
+    received: datetime.datetime
+    instance: str
+    status: int  # what it was answered: 200 (done) or 409 (running elsewhere)
+
+    def stored(self) -> list[Any]:
+        return [format_utc(self.received), self.instance, self.status]
+
+    @classmethod
+    def from_stored(cls, value: Any) -> DuplicateDelivery | None:
+        """None for anything this code did not write, rather than a broken page."""
+        try:
+            received, instance, status = value
+            return cls(parse_rfc3339(received, "received"), str(instance), int(status))
+        except (TypeError, ValueError):  # InvalidRunRequest is a ValueError
+            return None
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotDeliveries:
+    """The duplicates a slot absorbed: how many were counted, and the first few of them."""
+
+    count: int
+    listed: tuple[DuplicateDelivery, ...]
+
+    @classmethod
+    def from_stored(cls, value: Any) -> SlotDeliveries:
+        if isinstance(value, int):  # the first form kept a bare count
+            return cls(value, ())
+        if not isinstance(value, dict):
+            return cls(0, ())
+        listed = (DuplicateDelivery.from_stored(item) for item in value.get("seen") or ())
+        count = value.get("n")
+        return cls(count if isinstance(count, int) else 0, tuple(item for item in listed if item is not None))
+
+    def plus(self, delivery: DuplicateDelivery) -> dict[str, Any]:
+        """The stored form with ``delivery`` counted (and listed while there is room)."""
+        listed = [item.stored() for item in self.listed]
+        if len(listed) < DELIVERIES_LISTED:
+            listed.append(delivery.stored())
+        return {"n": self.count + 1, "seen": listed}
 
 
 def hour_of(instant: datetime.datetime) -> datetime.datetime:
     return instant.astimezone(datetime.UTC).replace(minute=0, second=0, microsecond=0)
 
 
-def tally_duplicate(scheduler_job: str, schedule_time: datetime.datetime) -> None:
-    """Count one duplicate delivery of ``scheduler_job``'s (history id) slot at ``schedule_time``."""
+def tally_duplicate(scheduler_job: str, schedule_time: datetime.datetime, delivery: DuplicateDelivery) -> None:
+    """Count one duplicate ``delivery`` of ``scheduler_job``'s (history id) slot at ``schedule_time``."""
     hour = hour_of(schedule_time)
     key = DeliveryTally.key_for(scheduler_job, hour)
 
@@ -38,19 +89,22 @@ def tally_duplicate(scheduler_job: str, schedule_time: datetime.datetime) -> Non
         if tally is None or tally.hour < hour:
             tally = DeliveryTally(key=key, hour=hour, duplicates=0, by_slot={})
         slot = format_utc(schedule_time)
-        tally.by_slot = {**(tally.by_slot or {}), slot: (tally.by_slot or {}).get(slot, 0) + 1}
+        kept = SlotDeliveries.from_stored((tally.by_slot or {}).get(slot))
+        tally.by_slot = {**(tally.by_slot or {}), slot: kept.plus(delivery)}
         tally.duplicates += 1
         tally.put()
 
     ndb.transaction(add, retries=TALLY_RETRIES)
 
 
-def tally_after_answer(client: ndb.Client, scheduler_job: str, schedule_time: datetime.datetime) -> None:
+def tally_after_answer(
+    client: ndb.Client, scheduler_job: str, schedule_time: datetime.datetime, delivery: DuplicateDelivery
+) -> None:
     """``tally_duplicate`` in a context of its own, for after the response: it never raises,
     since by then nobody is left to tell."""
     try:
         with client.context():
-            tally_duplicate(scheduler_job, schedule_time)
+            tally_duplicate(scheduler_job, schedule_time, delivery)
     except Exception:
         log.warning(
             "a duplicate delivery of %s at %s went uncounted",
@@ -76,7 +130,9 @@ def duplicates_in(
     return total
 
 
-def duplicates_of_slot(scheduler_job: str, schedule_time: datetime.datetime, now: datetime.datetime) -> int | None:
+def deliveries_of_slot(
+    scheduler_job: str, schedule_time: datetime.datetime, now: datetime.datetime
+) -> SlotDeliveries | None:
     """The duplicate deliveries counted for one slot (one lookup), or None where its hour is older
     than the ring keeps."""
     hour = hour_of(schedule_time)
@@ -84,8 +140,8 @@ def duplicates_of_slot(scheduler_job: str, schedule_time: datetime.datetime, now
         return None
     tally = DeliveryTally.key_for(scheduler_job, hour).get()
     if tally is None or tally.hour != hour:
-        return 0  # nothing counted in its hour yet (the bucket still holds an older one)
-    return int((tally.by_slot or {}).get(format_utc(schedule_time), 0))
+        return SlotDeliveries(0, ())  # nothing counted in its hour yet (the bucket still holds an older one)
+    return SlotDeliveries.from_stored((tally.by_slot or {}).get(format_utc(schedule_time)))
 
 
 def hours_between(first: datetime.datetime, last: datetime.datetime) -> list[datetime.datetime]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import logging
 import textwrap
+from pathlib import Path
 
 import pytest
 import webtest
@@ -20,7 +21,16 @@ from google.cloud import ndb
 from handlers import create_app
 from models.delivery_tally import TALLY_HOURS, DeliveryTally
 from schedules import tallies
-from schedules.tallies import duplicates_in, hours_between, tally_duplicate, tally_keys
+from schedules.tallies import (
+    DELIVERIES_LISTED,
+    DuplicateDelivery,
+    SlotDeliveries,
+    deliveries_of_slot,
+    duplicates_in,
+    hours_between,
+    tally_duplicate,
+    tally_keys,
+)
 from tests.support.deliveries import scheduler_headers
 from tests.support.schedule_sites import T0, at
 
@@ -86,17 +96,23 @@ def test_a_force_run_and_a_manual_run_are_not_duplicates(site, clock):
     )
 
 
-def test_a_duplicate_in_progress_is_counted_too(site, clock, ndb_client):
+def hold_slot(ndb_client, clock, hour: float) -> str:
+    """Claim invoice-hourly's slot as another attempt would, and hold it: the run id."""
     from dedup.keys import scheduled_run_key
     from dedup.ledger import Ledger, RunDescription, RunPolicy
 
-    clock.advance(3600 + 10)
-    key = scheduled_run_key("invoice-hourly", at(1), query_project="acme-prod", query_location="us-central1")
+    key = scheduled_run_key("invoice-hourly", at(hour), query_project="acme-prod", query_location="us-central1")
     description = RunDescription(
         "scheduler", "invoice", "invoice-hourly", key.schedule_time, project="acme-prod", location="us-central1"
     )
     with ndb_client.context():
-        Ledger(clock).claim_run(key.run_id, description, RunPolicy(60, 604800))  # another attempt holds it
+        Ledger(clock).claim_run(key.run_id, description, RunPolicy(60, 604800))
+    return key.run_id
+
+
+def test_a_duplicate_in_progress_is_counted_too(site, clock, ndb_client):
+    clock.advance(3600 + 10)
+    hold_slot(ndb_client, clock, 1)
     assert deliver(site, "invoice-hourly", 1).status_int == 409
     assert row(site, "invoice-hourly").select_one(".duplicates")["data-count"] == "1"
 
@@ -105,7 +121,7 @@ def test_a_count_that_cannot_be_written_never_touches_the_answer(site, clock, mo
     clock.advance(3600 + 10)
     deliver(site, "invoice-hourly", 1)
 
-    def refuse(scheduler_job, schedule_time):
+    def refuse(scheduler_job, schedule_time, delivery):
         raise RuntimeError("Datastore is gone")
 
     monkeypatch.setattr(tallies, "tally_duplicate", refuse)
@@ -116,13 +132,15 @@ def test_a_count_that_cannot_be_written_never_touches_the_answer(site, clock, mo
     assert row(site, "invoice-hourly").select_one(".duplicates")["data-count"] == "0"
 
 
-def test_the_ring_counts_each_hour_once_and_never_an_hour_it_moved_past(datastore, ndb_client):
+def test_the_ring_counts_each_hour_once_and_never_an_hour_it_moved_past(datastore, ndb_client, monkeypatch):
     job = "acme-prod/us-central1/invoice-hourly"
     hour = datetime.datetime(2030, 1, 1, 5, tzinfo=datetime.UTC)
     later = hour + datetime.timedelta(hours=TALLY_HOURS)  # the same bucket, a ring later
+    seen = DuplicateDelivery(hour, "i-1", 200)
+    monkeypatch.setattr(tallies, "tally_duplicate", lambda job, time: tally_duplicate(job, time, seen))
     with ndb_client.context():
-        tally_duplicate(job, hour + datetime.timedelta(minutes=30))
-        tally_duplicate(job, hour)
+        tallies.tally_duplicate(job, hour + datetime.timedelta(minutes=30))
+        tallies.tally_duplicate(job, hour)
         assert DeliveryTally.key_for(job, hour) == DeliveryTally.key_for(job, later)
 
         def read(*hours):
@@ -130,9 +148,9 @@ def test_the_ring_counts_each_hour_once_and_never_an_hour_it_moved_past(datastor
             return duplicates_in(dict(zip(keys, ndb.get_multi(keys), strict=True)), job, hours)
 
         assert read(hour) == 2 and read(later) == 0
-        tally_duplicate(job, later)  # the bucket moves on to the newer hour, starting at 0
+        tallies.tally_duplicate(job, later)  # the bucket moves on to the newer hour, starting at 0
         assert read(later) == 1 and read(hour) == 0
-        tally_duplicate(job, hour)  # a duplicate of a slot older than the ring: not counted, nothing reset
+        tallies.tally_duplicate(job, hour)  # a duplicate of a slot older than the ring: not counted, nothing reset
         assert read(later) == 1 and read(hour) == 0
         assert read(*hours_between(hour, later)) == 1
 
@@ -215,3 +233,95 @@ def test_a_runs_page_says_the_duplicates_its_slot_absorbed(site, clock):
     assert site.get(f"/admin/runs/{manual}").html.find(id="duplicates") is None  # no slot, no deliveries
     clock.advance(48 * 3600)  # the ring has moved past 00:00's hour
     assert site.get(f"/admin/runs/{first}").html.find(id="duplicates").text == "not kept past 48 hours"
+
+
+def deliveries_table(site, run_id: str) -> list[tuple[str, str, str]]:
+    rows = site.get(f"/admin/runs/{run_id}").html.select("#deliveries tbody tr")
+    return [(row["class"][0], row.select("td")[1].text, row.select("td")[2].text) for row in rows]
+
+
+def test_a_runs_page_lists_each_delivery_it_received(site, clock, ndb_client):
+    """§4: the deliveries a run received, oldest first: the one that ran it, then each duplicate
+    with when it came, where it was answered and what it was told."""
+    from dedup.ledger import INSTANCE
+
+    clock.advance(3600 + 10)
+    first = deliver(site, "invoice-hourly", 1).json["run_id"]
+    clock.advance(5)
+    deliver(site, "invoice-hourly", 1)
+    clock.advance(5)
+    deliver(site, "invoice-hourly", 1)
+    listed = deliveries_table(site, first)
+    assert [kind for kind, _, _ in listed] == ["attempt", "duplicate", "duplicate"]
+    assert listed[0][2] == "ran attempt 1: completed"
+    assert {answer for _, _, answer in listed[1:]} == {"200: found it done, ran nothing"}
+    assert {instance for _, instance, _ in listed} == {INSTANCE}
+    times = site.get(f"/admin/runs/{first}").html.select("#deliveries tbody tr td:first-child time")
+    stamps = [t["datetime"] for t in times]
+    assert stamps == sorted(stamps) and len(set(stamps)) == 3  # each its own time, in order
+    assert "more duplicate deliveries" not in site.get(f"/admin/runs/{first}").html.find(id="deliveries-note").text
+
+
+def test_a_duplicate_that_found_the_run_running_is_listed_as_told_409(site, clock, ndb_client):
+    clock.advance(3600 + 10)
+    run_id = hold_slot(ndb_client, clock, 1)
+    assert deliver(site, "invoice-hourly", 1).status_int == 409
+    listed = deliveries_table(site, run_id)
+    assert [(kind, answer) for kind, _, answer in listed] == [
+        ("attempt", "ran attempt 1: running"),
+        ("duplicate", "409: found it running, ran nothing (Cloud Scheduler retries it)"),
+    ]
+
+
+def test_past_the_listed_few_duplicates_are_counted_and_the_page_says_how_many(site, clock):
+    clock.advance(3600 + 10)
+    first = deliver(site, "invoice-hourly", 1).json["run_id"]
+    for _ in range(DELIVERIES_LISTED + 3):
+        deliver(site, "invoice-hourly", 1)
+    page = site.get(f"/admin/runs/{first}").html
+    assert page.find(id="duplicates").select_one("[data-count]")["data-count"] == str(DELIVERIES_LISTED + 3)
+    assert len(page.select("#deliveries tr.duplicate")) == DELIVERIES_LISTED
+    assert page.find(id="deliveries-note").text.startswith("3 more duplicate deliveries were counted and not listed")
+    manual = Path("docs/seeing-runs.md").read_text().replace("\n  ", " ")
+    assert f"lists its first {DELIVERIES_LISTED} duplicates" in manual
+
+
+def test_a_manual_runs_page_lists_its_attempts_and_says_retries_are_not_listed(site, clock):
+    manual = site.post_json("/api/v1/jobs/invoice/runs", {"clientToken": "by-hand"}).json["run_id"]
+    site.post_json("/api/v1/jobs/invoice/runs", {"clientToken": "by-hand"})
+    page = site.get(f"/admin/runs/{manual}").html
+    assert [row["class"][0] for row in page.select("#deliveries tbody tr")] == ["attempt"]
+    assert "is not listed" in page.find(id="deliveries-note").text
+
+
+@pytest.mark.parametrize(
+    ("stored", "count", "readable"),
+    [
+        (None, 0, 0),
+        (7, 7, 0),  # the first form: a bare count, nothing listed
+        ("seven", 0, 0),
+        ([1, 2], 0, 0),
+        ({"n": "many", "seen": "x"}, 0, 0),
+        ({"n": 2, "seen": [["not a time", "i", 200], ["2030-01-01T00:00:00Z"], None, {"a": 1}]}, 2, 0),
+        ({"n": 2, "seen": [["2030-01-01T00:00:00.000000Z", "i-1", "409"], ["2030-01-01T00:00:01Z", "i", "x"]]}, 2, 1),
+    ],
+)
+def test_whatever_a_slot_holds_reads_as_a_count_and_the_deliveries_it_can_read(stored, count, readable):
+    """A bucket written by an older form of this code, or damaged, never breaks a run's page:
+    what cannot be read is left out, and counting goes on from it."""
+    kept = SlotDeliveries.from_stored(stored)
+    assert kept.count == count and len(kept.listed) == readable
+    again = SlotDeliveries.from_stored(kept.plus(DuplicateDelivery(T0, "i-3", 200)))
+    assert again.count == count + 1 and again.listed[-1] == DuplicateDelivery(T0, "i-3", 200)
+
+
+def test_a_slot_of_the_first_form_keeps_its_count_when_counted_again(datastore, ndb_client):
+    job = "acme-prod/us-central1/invoice-hourly"
+    hour = datetime.datetime(2030, 1, 1, 5, tzinfo=datetime.UTC)
+    with ndb_client.context():
+        DeliveryTally(
+            key=DeliveryTally.key_for(job, hour), hour=hour, duplicates=4, by_slot={"2030-01-01T05:00:00.000000Z": 4}
+        ).put()
+        tally_duplicate(job, hour, DuplicateDelivery(hour, "i-1", 200))
+        kept = deliveries_of_slot(job, hour, hour + datetime.timedelta(minutes=1))
+    assert kept == SlotDeliveries(5, (DuplicateDelivery(hour, "i-1", 200),))
