@@ -35,10 +35,10 @@ class LostCommitAnswers(grpc.UnaryUnaryClientInterceptor):
         call.result()  # the commit is applied
         with self._lock:
             self.lost += 1
-        return _FailedCall(code, "the commit was applied; its answer was lost (injected)")
+        return FailedCall(code, "the commit was applied; its answer was lost (injected)")
 
 
-class _FailedCall(grpc.RpcError, grpc.Call, grpc.Future):
+class FailedCall(grpc.RpcError, grpc.Call, grpc.Future):
     """A finished call that failed, as gRPC hands one to NDB."""
 
     def __init__(self, code: grpc.StatusCode, details: str) -> None:

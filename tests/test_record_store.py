@@ -1,0 +1,217 @@
+"""dedup.record_store on the emulator: the record's two encodings agree, and each answer means one thing.
+
+A record written by the hot path (the v1 API) reads back through NDB field for field, one
+NDB wrote reads back through the hot path's decoder, and the entity each writes is the same
+entity, down to which properties are indexed and which blobs are marked compressed: the
+queries, the dashboard and the audit read through NDB whatever wrote the record.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import grpc
+import pytest
+from google.cloud import ndb
+from google.cloud.datastore_v1.types import datastore as datastore_types
+from google.cloud.datastore_v1.types.entity import Entity
+
+from dedup import record_store
+from dedup.record_store import Aborted, Applied, Conflict, Doubt, Exists, RecordStore, decode, encode
+from devtools.rpc_counter import intercepted_client
+from models import RunRecord, RunStatus
+from tests.support.lost_answers import FailedCall
+
+T = datetime.datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=datetime.UTC)
+
+
+def full_record(run_id: str = "a" * 64) -> RunRecord:
+    """Every property of RunRecord set, with values that stress each encoding."""
+    return RunRecord(
+        id=run_id,
+        source="scheduler",
+        job_id="nightly",
+        scheduler_job_name="nightly-0230",
+        schedule_time=T,
+        project="acme-prod",
+        location="us-central1",
+        client_token="tök-😀",
+        scope="principal:alice",
+        parameters={"n": 1, "text": "ünïcode 😀", "nested": [None, True, 1.5, {"": []}]},
+        fingerprint="f" * 64,
+        requested_by="user:alice@example.com",
+        status=RunStatus.IN_PROGRESS.value,
+        attempt_id="b" * 32,
+        attempt=3,
+        lease_expires=T + datetime.timedelta(seconds=60),
+        expire_at=T + datetime.timedelta(days=7),
+        created=T,
+        updated=T + datetime.timedelta(microseconds=1),
+        started=T,
+        finished=None,
+        downstream="projects/p/locations/l/workflows/w/executions/e",
+        attempts=[{"attempt": 3, "attempt_id": "b" * 32, "started": "2030-01-02T03:04:05.678901Z", "outcome": None}],
+        result=0,  # a falsy result is a result
+        error=None,
+        preview="0",
+    )
+
+
+def sparse_record(run_id: str = "c" * 64) -> RunRecord:
+    """Only what the model requires: every other property is null."""
+    return RunRecord(
+        id=run_id,
+        source="api",
+        job_id="j",
+        status=RunStatus.COMPLETED.value,
+        attempt_id="d" * 32,
+        attempt=1,
+        lease_expires=T,
+        expire_at=T,
+        created=T,
+        updated=T,
+    )
+
+
+def fields(record: RunRecord | None) -> dict:
+    assert record is not None
+    return {"key": record.key, **record.to_dict()}
+
+
+@pytest.fixture
+def store(datastore, ndb_client):
+    with ndb_client.context():
+        yield RecordStore.of_context()
+
+
+@pytest.mark.parametrize("make", [full_record, sparse_record])
+def test_a_record_the_hot_path_writes_reads_back_through_ndb_field_for_field(store, make):
+    record = make()
+    assert isinstance(store.insert(record), Applied)
+    assert fields(RunRecord.get_by_id(record.run_id)) == fields(record)
+    assert fields(decode(encode(record))) == fields(record)
+
+
+@pytest.mark.parametrize("make", [full_record, sparse_record])
+def test_a_record_ndb_writes_reads_back_through_the_hot_path_and_is_the_same_entity(store, make):
+    record = make()
+    record.put()
+    found = store.lookup(record.run_id)
+    assert found is not None and found.version > 0
+    assert fields(found.record) == fields(record)
+    written_by_ndb = raw_entity(record.run_id)
+    assert written_by_ndb == Entity.pb(encode(record))  # indexing and meanings included
+
+
+def raw_entity(run_id: str):
+    """The entity as stored, straight from the transport (no decoding of ours)."""
+    client = ndb.get_context().client
+    request = datastore_types.LookupRequest(
+        project_id=client.project, keys=[record_store.key_pb(ndb.Key(RunRecord, run_id))]
+    )
+    response = client.stub.lookup(request)
+    return Entity.pb(response.found[0].entity)
+
+
+def test_what_the_hot_path_writes_is_found_by_the_queries_on_indexed_properties(store):
+    record = full_record()
+    store.insert(record)
+    assert RunRecord.query(RunRecord.expire_at <= T + datetime.timedelta(days=8)).fetch(keys_only=True) == [record.key]
+    assert RunRecord.query(RunRecord.job_id == "nightly", RunRecord.status == "in_progress").count() == 1
+
+
+def test_an_insert_of_a_taken_key_is_refused_and_changes_nothing(store):
+    first, second = full_record(), full_record()
+    second.attempt_id = "e" * 32
+    assert isinstance(store.insert(first), Applied)
+    assert store.insert(second) == Exists()
+    assert RunRecord.get_by_id(first.run_id).attempt_id == first.attempt_id
+
+
+def test_an_update_fenced_on_an_old_version_is_not_applied(store):
+    record = full_record()
+    first = store.insert(record)
+    assert isinstance(first, Applied)
+    record.attempt = 4
+    renewed = store.update(record, first.version)
+    assert isinstance(renewed, Applied) and renewed.version > first.version
+    record.attempt = 5  # a writer who still holds the first version
+    assert store.update(record, first.version) == Conflict()
+    assert RunRecord.get_by_id(record.run_id).attempt == 4
+    found = store.lookup(record.run_id)
+    assert found is not None and found.version == renewed.version
+
+
+def test_a_lookup_and_an_insert_together_claim_a_fresh_record_or_find_the_one_there(store):
+    record = full_record()
+    found, written = store.lookup_and_insert(record)
+    assert isinstance(written, Applied)
+    assert found is None or found.record.attempt_id == record.attempt_id  # the two race: it may see its own
+    again = full_record()
+    again.attempt_id = "e" * 32
+    found, written = store.lookup_and_insert(again)
+    assert written == Exists() and found is not None and found.record.attempt_id == record.attempt_id
+
+
+def test_a_record_an_ndb_put_overwrote_is_a_conflict_for_its_old_version(store):
+    record = full_record()
+    written = store.insert(record)
+    assert isinstance(written, Applied)
+    taken = RunRecord.get_by_id(record.run_id)
+    taken.attempt_id, taken.attempt = "e" * 32, 4  # NDB writes it (a takeover on the transactional path)
+    taken.put()
+    assert store.update(record, written.version) == Conflict()
+    assert RunRecord.get_by_id(record.run_id).attempt_id == "e" * 32
+
+
+def test_a_write_that_changes_nothing_keeps_the_version_and_fences_nobody(store):
+    """Checked on the emulator: the version moves only when the entity does.  Every write of
+    the ledger changes the entity (its attempt id, its lease or its ``updated``), and one
+    that would not changes nothing a fence protects."""
+    record = full_record()
+    written = store.insert(record)
+    assert isinstance(written, Applied)
+    RunRecord.get_by_id(record.run_id).put()  # the same entity again
+    assert store.lookup(record.run_id).version == written.version
+    assert isinstance(store.update(record, written.version), Applied)
+
+
+class Failing(grpc.UnaryUnaryClientInterceptor):
+    """Answers every Commit with ``code``, after it landed or without sending it, as Datastore can."""
+
+    def __init__(self, code: grpc.StatusCode, after_sending: bool) -> None:
+        self.code, self.after_sending = code, after_sending
+
+    def intercept_unary_unary(self, continuation, details, request):
+        if not details.method.endswith("/Commit"):
+            return continuation(details, request)
+        if self.after_sending:
+            continuation(details, request).result()  # it lands; its answer is lost
+        return FailedCall(self.code, "injected")
+
+
+@pytest.mark.parametrize(
+    ("code", "after_sending", "meaning"),
+    [
+        (grpc.StatusCode.ABORTED, False, Aborted),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, True, Doubt),
+        (grpc.StatusCode.UNAVAILABLE, False, Doubt),
+        (grpc.StatusCode.UNAVAILABLE, True, Doubt),
+        (grpc.StatusCode.INTERNAL, True, Doubt),
+        (grpc.StatusCode.UNKNOWN, True, Doubt),
+    ],
+)
+def test_each_error_of_a_commit_has_one_meaning(datastore, code, after_sending, meaning):
+    client = intercepted_client(datastore.project, Failing(code, after_sending))
+    with client.context():
+        assert isinstance(RecordStore.of_context().insert(full_record()), meaning)
+        landed = RunRecord.get_by_id(full_record().run_id)
+    assert (landed is not None) == after_sending  # a Doubt may have landed; an Aborted never did
+
+
+def test_an_error_that_says_nothing_about_landing_is_raised(datastore):
+    from google.api_core import exceptions
+
+    client = intercepted_client(datastore.project, Failing(grpc.StatusCode.PERMISSION_DENIED, False))
+    with client.context(), pytest.raises(exceptions.PermissionDenied):
+        RecordStore.of_context().insert(full_record())
