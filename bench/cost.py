@@ -70,17 +70,18 @@ class Operations:
         return Operations(*(a * times for a in dataclasses.astuple(self)))
 
 
-# Per outcome.  A fresh run reads its record three times (the fast-path lookup, then the claim's and the
-# finish's transactional reads; a missing record counted as read, the conservative count) and writes it twice
-# (claim, finish); a TTL policy deletes it once it expires.
-FRESH_RUN = Operations(reads=3, writes=2, expiry_deletes=1)
-RENEWAL = Operations(reads=1, writes=1)  # each heartbeat renewal: a third of the lease apart
+# Per outcome.  A fresh run reads its record once (the lookup beside the claim's insert; a missing record
+# counted as read, the conservative count) and writes it twice (the insert, the finish fenced on its
+# version); a TTL policy deletes it once it expires.  A refused insert (a duplicate's) writes nothing.
+FRESH_RUN = Operations(reads=1, writes=2, expiry_deletes=1)
+RENEWAL = Operations(writes=1)  # each heartbeat renewal, a third of the lease apart: fenced on a version
 DUPLICATE_ELSEWHERE = Operations(reads=1)  # completed or in progress, one lookup
 DUPLICATE_REMEMBERED = Operations()  # completed, this process answered it before
-# overlap: forbid: the job's lock is read beside the record in the claim and the finish, written by the
-# claim, deleted by the finish, and read and written by each renewal.
-JOB_LOCK = Operations(reads=2, writes=1, deletes=1)
-JOB_LOCK_RENEWAL = Operations(reads=1, writes=1)
+# overlap: forbid: its runs take the transactional path (dedup.ledger), which reads the record again in the
+# claim and the finish and the job's lock beside it each time; the claim writes the lock, the finish deletes
+# it, and each renewal reads the record and the lock and writes the lock too.
+JOB_LOCK = Operations(reads=4, writes=1, deletes=1)
+JOB_LOCK_RENEWAL = Operations(reads=2, writes=1)
 # The missed-execution audit (schedules/audit.py): each pass reads and writes each Scheduler job's mark
 # (a read, then a transaction's read and write), and reads each slot's record once.
 AUDIT_PER_JOB_PASS = Operations(reads=2, writes=1)

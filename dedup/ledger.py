@@ -1,10 +1,13 @@
 """The run ledger: claim, renew, complete, fail, release and replay runs.
 
-Every write is one NDB transaction that reads the record first and checks
-the attempt fence, so a stale attempt (one whose lease ran out and was taken
-over) can never change a record it no longer owns.  Answers that change
-nothing (a replay, a live lease's 409, a refusal) skip the transaction: one
-strongly consistent lookup, or none for a completed run this process has seen.
+Every write is fenced, so a stale attempt (one whose lease ran out and was taken over) can
+never change a record it no longer owns.  On the hot path the fence is Datastore's own
+(dedup.record_store): a fresh claim is an insert, refused when the record exists, and each
+later write of the attempt an update applied only while the record is still the version the
+attempt's last write returned.  Anything else (a conflict, a write in doubt, a job's lock) is
+a transaction that reads the record first and checks the attempt id.  Answers that change
+nothing (a replay, a live lease's 409, a refusal) come from one strongly consistent lookup,
+or none for a completed run this process has seen.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ from dedup.outcomes import (
     Stale,
 )
 from dedup.queries import RunFilter
+from dedup.record_store import Aborted, Applied, Doubt, Exists, RecordStore, VersionFence, Write, encode
+from dedup.record_store import Conflict as RecordConflict
 from dedup.transactions import RETRYABLE_ERRORS, EarlyTransaction, is_contention, run_transaction
 from models import RunRecord, RunStatus
 from models.job_lock import JobLock
@@ -165,21 +170,21 @@ class Ledger:
     ) -> ClaimOutcome | Skipped:
         """Answer from the record when it refuses a claim, else claim the run (``claim_run``).
 
-        The fast path: a completed run this process has seen costs no round
-        trip; any other refusal (finished, another job's, other parameters, a
-        live lease) one strongly consistent lookup, without a transaction,
-        since answering changes nothing.  With ``speculate`` the claim's
-        transaction begins beside that lookup; the finish's always begins
-        beside the claim.  So a fresh run costs five sequential round trips,
-        not seven (six without ``speculate``: a waiting call's polls, which
-        expect to find the lease); whichever is not used is rolled back
-        without waiting.  Six too when the job outlives an early transaction
-        (EARLY_TRANSACTION_MAX_AGE_SECONDS) or this process found that its
-        database serves reads from a transaction's start (``_fenced``).
+        A completed run this process has seen costs no round trip.  With ``speculate`` (a
+        delivery) the claim is an insert sent beside the lookup that answers any refusal
+        (``_claim_by_version``): a fresh run is claimed in one round trip, and finished in one
+        more.  Without it (a waiting call's polls, which expect to find the lease), and for a
+        job's lock, the claim is a transaction (``claim_run``) whose BeginTransaction travels
+        beside the lookup, and the finish's beside the claim; whichever is not used is rolled
+        back without waiting.
         """
         refusal = self._cached_refusal(run_id, description, reopen_attempt)
         if refusal is not None:
             return refusal
+        if speculate and not policy.exclusive:
+            claimed = self._claim_by_version(run_id, description, policy, reopen_attempt, skip_reason)
+            if claimed is not None:
+                return claimed
         claim_transaction = EarlyTransaction() if speculate else None
         try:
             refusal = self._stored_refusal(run_id, description, reopen_attempt)  # beside the claim's BeginTransaction
@@ -198,6 +203,67 @@ class Ledger:
             if claim_transaction is not None:
                 claim_transaction.discard()  # no-op once the claim took it
 
+    def _claim_by_version(
+        self,
+        run_id: str,
+        description: RunDescription,
+        policy: RunPolicy,
+        reopen_attempt: int | None,
+        skip_reason: str | None,
+    ) -> ClaimOutcome | Skipped | None:
+        """The claim without a transaction (dedup.record_store): None where it must be one.
+
+        The record's lookup and the insert of a fresh claim travel together, so a run nobody
+        recorded is claimed in one round trip and a duplicate is answered in one; a record that
+        is there but claimable (released, expired, a lost lease, reopened) is replaced by an
+        update fenced on the version just read, a second round trip.  A claim in doubt goes to
+        ``claim_run`` with its attempt id, which recognises it if it landed; a conflict, to
+        ``claim_run`` afresh.
+        """
+        store = RecordStore.of_context()
+        claim_of = ClaimRequest(run_id, uuid.uuid4().hex, description, policy, reopen_attempt, skip_reason)
+        now = self.clock.now()
+        fresh = claim_of.decide(None, now)
+        assert isinstance(fresh, Claimed | Skipped)  # nothing refuses a claim of no record
+        found, written = store.lookup_and_insert(fresh.record)
+        if not isinstance(written, Exists):
+            return self._claim_written(claim_of, fresh, written)
+        if found is None:
+            return None  # inserted by another between the lookup and the insert: read it in a transaction
+        if found.record.attempt_id != claim_of.attempt_id:
+            self.finished.remember(found.record)  # completed records only
+        decided = claim_of.decide(found.record, now)
+        if not isinstance(decided, Claimed | Skipped):
+            return decided
+        return self._claim_written(claim_of, decided, store.update(encode(decided.record), found.version))
+
+    def _claim_written(
+        self, claim_of: ClaimRequest, decided: Claimed | Skipped, written: Write
+    ) -> ClaimOutcome | Skipped | None:
+        """What a fenced claim's write means: claimed, in doubt (settled by ``claim_run``), or None."""
+        match written:
+            case Applied(version):
+                if isinstance(decided, Skipped):
+                    return decided
+                fence = VersionFence(encode(decided.record), version)
+                claimed = dataclasses.replace(decided, attempt=dataclasses.replace(decided.attempt, fence=fence))
+                _log_takeover(claimed)
+                return claimed
+            case Doubt(error):
+                log.info("run %s: claim in doubt (%s); settling it in a transaction", claim_of.run_id, error)
+                return self.claim_run(
+                    claim_of.run_id,
+                    claim_of.description,
+                    claim_of.policy,
+                    claim_of.reopen_attempt,
+                    claim_of.skip_reason,
+                    attempt_id=claim_of.attempt_id,
+                )
+            case Exists() | RecordConflict() | Aborted():
+                return None  # another wrote it since: the transactional claim reads what is there
+            case _:
+                assert_never(written)
+
     def find_runs(
         self, run_filter: RunFilter, page_size: int, cursor: str | None = None
     ) -> tuple[list[RunRecord], str | None]:
@@ -215,8 +281,12 @@ class Ledger:
         skip_reason: str | None = None,
         early: EarlyTransaction | None = None,
         prepare_finish: bool = False,
+        attempt_id: str | None = None,
     ) -> ClaimOutcome | Skipped:
         """Take the run for a new attempt, or say why not.
+
+        ``attempt_id``: the id a claim in doubt wrote (``_claim_by_version``), so that a claim
+        that landed is recognised as this one's.
 
         ``early``: a transaction begun beforehand for the claim to use.
         ``prepare_finish``: begin the finish's transaction beside the claim's
@@ -236,7 +306,8 @@ class Ledger:
         """
         # Chosen once, outside the transaction: if a commit lands but its answer
         # is lost, the retry finds this id in the record and knows the claim is its own.
-        attempt_id = uuid.uuid4().hex
+        attempt_id = attempt_id or uuid.uuid4().hex
+        claim_of = ClaimRequest(run_id, attempt_id, description, policy, reopen_attempt, skip_reason)
 
         lock_key = ndb.Key(JobLock, description.job_id) if policy.exclusive else None
 
@@ -252,35 +323,19 @@ class Ledger:
                     current,
                     Attempt(run_id, attempt_id, current.attempt, downstream=current.downstream, job_lock=job_lock),
                 )
-            live = current if current is not None and not current.is_expired(now) else None  # expired: absent
-            refusal = _refusal(live, description, now, reopen_attempt)
-            if refusal is not None:
-                return refusal
-            if skip_reason is not None and (
-                live is None or (live.status != RunStatus.IN_PROGRESS and not live.downstream)
-            ):
-                record = _skipped_record(run_id, description, policy, skip_reason, live, current, now)
-                record.put()
-                return Skipped(record)
-            if lock is not None and lock.run_id != run_id and lock.is_held(now):
-                return Overlap.until(run_id, lock.run_id, lock.lease_expires, now)
-            # Absent, released, or an in-progress record whose lease ran out (a
-            # takeover).  The attempt number rises with every claim of the run, so it
-            # is a usable fencing token.
-            attempt = Attempt(
-                run_id,
-                attempt_id,
-                (current.attempt if current else 0) + 1,
-                downstream=live.downstream if live else None,
-                job_lock=job_lock,
-            )
-            record = _claimed_record(attempt, description, policy, live, now)
+            decided = claim_of.decide(current, now, lock)
+            if not isinstance(decided, Claimed | Skipped):
+                return decided  # a refusal: nothing written
             if lock_key is None:
-                record.put()
-            else:  # the run and the job's lock, in one commit
-                held = JobLock(key=lock_key, run_id=run_id, attempt_id=attempt_id, lease_expires=record.lease_expires)
-                ndb.put_multi([record, held])
-            return Claimed(record, attempt)
+                decided.record.put()
+            elif isinstance(decided, Claimed):  # the run and the job's lock, in one commit
+                held = JobLock(
+                    key=lock_key, run_id=run_id, attempt_id=attempt_id, lease_expires=decided.record.lease_expires
+                )
+                ndb.put_multi([decided.record, held])
+            else:
+                decided.record.put()
+            return decided
 
         finish_transaction = EarlyTransaction() if prepare_finish else None
         try:
@@ -300,16 +355,7 @@ class Ledger:
             case Claimed():
                 if finish_transaction is not None:
                     outcome = dataclasses.replace(outcome, finish_transaction=finish_transaction)
-                history = outcome.record.attempts or []
-                if len(history) > 1 and history[-2].get("outcome") == "lease_expired":
-                    # Logged once, after the commit (the callback may have run more than once).
-                    log.warning(
-                        "run %s: lease of attempt %d expired; attempt %d takes over",
-                        run_id,
-                        history[-2]["attempt"],
-                        outcome.attempt.number,
-                        extra={"run_id": run_id, "attempt": outcome.attempt.number, "outcome": "takeover"},
-                    )
+                _log_takeover(outcome)  # once, after the commit (the callback may have run more than once)
                 return outcome
             case Replayed() | Conflict() | JobMismatch() | InProgress() | Contended() | Overlap() | Skipped():
                 if finish_transaction is not None:
@@ -331,7 +377,6 @@ class Ledger:
             record.lease_expires = now + _seconds(lease_seconds)
             record.expire_at = max(record.expire_at, record.lease_expires)
             record.updated = now
-            record.put()
             return Renewed(record)
 
         return self._fenced(attempt, renew, patience_seconds, keeps_running=True)
@@ -342,7 +387,6 @@ class Ledger:
         def record(record: RunRecord, now: datetime.datetime) -> Renewed:
             record.downstream = resource_name
             record.updated = now
-            record.put()
             return Renewed(record)
 
         return self._fenced(attempt, record, keeps_running=True)
@@ -376,7 +420,6 @@ class Ledger:
         def release(record: RunRecord, now: datetime.datetime) -> Released:
             _record_end(record, RunStatus.RELEASED, error, now)
             record.lease_expires = now  # nobody holds it
-            record.put()
             return Released(attempt.run_id, attempt.number, error, record)
 
         def landed(record: RunRecord | None) -> Released | None:
@@ -408,7 +451,6 @@ class Ledger:
                 record.expire_at = max(record.expire_at, now + _seconds(policy.retention_seconds))
             else:
                 record.expire_at = min(record.expire_at, now + _seconds(policy.finished_retention_seconds))
-            record.put()
             return Finished(record)
 
         outcome = self._fenced(attempt, finish, landed=_finish_landed(attempt, status), early=early)
@@ -430,13 +472,24 @@ class Ledger:
         keeps_running: bool = False,
         early: EarlyTransaction | None = None,
     ) -> T | Stale:
-        """Apply ``change`` in a transaction only while ``attempt`` owns the run: what it returns, or Stale.
+        """Apply ``change`` only while ``attempt`` owns the run: what it returns, or Stale.
+
+        ``change`` edits the record and never writes it: an update fenced on the version of
+        this attempt's last write does (``attempt.fence``), else a transaction that reads first.
 
         Only the owner writes a run, but every duplicate's claim reads it and
         can abort the owner's commit; giving up would leave a performed job
         unrecorded (and run again after the lease), so the owner persists.
         """
         write = FencedWrite(self.clock, attempt, change, landed, keeps_running)
+        if attempt.fence is not None and attempt.job_lock is None:
+            fast = _write_by_version(attempt.fence, self.clock.now(), change)
+            if isinstance(fast, Landed):
+                return fast.outcome
+            # Not applied, or in doubt: the transaction reads what is there (and, once a write
+            # may have landed, recognises it as this attempt's own).
+            write.wrote = isinstance(fast, Doubt)
+            early = None
         patience = FINISH_PATIENCE_SECONDS if patience_seconds is None else patience_seconds
         outcome = run_transaction(write, patience, early=early)
         if isinstance(outcome, Stale) and early is not None and early.served:
@@ -509,6 +562,7 @@ class FencedWrite[T]:
             return Stale(attempt.run_id, attempt.number, record)
         self.wrote = True
         outcome = self.change(record, now)
+        record.put()
         if owned_lock is not None:
             if record.status == RunStatus.IN_PROGRESS:
                 owned_lock.lease_expires = record.lease_expires  # renewed with the run
@@ -516,6 +570,83 @@ class FencedWrite[T]:
             else:
                 owned_lock.key.delete()  # finished or released: the next execution may start
         return outcome
+
+
+@dataclasses.dataclass(frozen=True)
+class Landed[T]:
+    outcome: T
+
+
+def _write_by_version[T](
+    fence: VersionFence, now: datetime.datetime, change: Callable[[RunRecord, datetime.datetime], T]
+) -> Landed[T] | Write | None:
+    """``change`` applied to what this attempt last wrote, fenced on that write's version: what
+    ``change`` returned when it landed, else the write's answer (None: the fence was dropped)."""
+    held = fence.take()
+    if held is None:
+        return None
+    record, version = held
+    outcome = change(record, now)
+    entity = encode(record)
+    written = RecordStore.of_context().update(entity, version)
+    if isinstance(written, Applied):
+        fence.advance(entity, written.version)
+        return Landed(outcome)
+    fence.drop()
+    return written
+
+
+def _log_takeover(claimed: Claimed) -> None:
+    history = claimed.record.attempts or []
+    if len(history) > 1 and history[-2].get("outcome") == "lease_expired":
+        log.warning(
+            "run %s: lease of attempt %d expired; attempt %d takes over",
+            claimed.run_id,
+            history[-2]["attempt"],
+            claimed.attempt.number,
+            extra={"run_id": claimed.run_id, "attempt": claimed.attempt.number, "outcome": "takeover"},
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimRequest:
+    """One claim's inputs, as one value: the run, the attempt id it writes, its description and
+    policy, the attempt an operator reopens and the reason a late delivery is skipped."""
+
+    run_id: str
+    attempt_id: str
+    description: RunDescription
+    policy: RunPolicy
+    reopen_attempt: int | None = None
+    skip_reason: str | None = None
+
+    def decide(
+        self, current: RunRecord | None, now: datetime.datetime, lock: JobLock | None = None
+    ) -> ClaimOutcome | Skipped:
+        """What this claim does to the stored ``current`` (and the job's ``lock``): a refusal, which
+        writes nothing, or the record to write (``Claimed``, ``Skipped``)."""
+        live = current if current is not None and not current.is_expired(now) else None  # expired: absent
+        refusal = _refusal(live, self.description, now, self.reopen_attempt)
+        if refusal is not None:
+            return refusal
+        if self.skip_reason is not None and (
+            live is None or (live.status != RunStatus.IN_PROGRESS and not live.downstream)
+        ):
+            return Skipped(
+                _skipped_record(self.run_id, self.description, self.policy, self.skip_reason, live, current, now)
+            )
+        if lock is not None and lock.run_id != self.run_id and lock.is_held(now):
+            return Overlap.until(self.run_id, lock.run_id, lock.lease_expires, now)
+        # Absent, released, or an in-progress record whose lease ran out (a takeover).  The
+        # attempt number rises with every claim of the run, so it is a usable fencing token.
+        attempt = Attempt(
+            self.run_id,
+            self.attempt_id,
+            (current.attempt if current else 0) + 1,
+            downstream=live.downstream if live else None,
+            job_lock=self.description.job_id if self.policy.exclusive else None,
+        )
+        return Claimed(_claimed_record(attempt, self.description, self.policy, live, now), attempt)
 
 
 REOPENED = frozenset({RunStatus.FAILED, RunStatus.SKIPPED})  # what an operator's run replaces

@@ -13,6 +13,7 @@ import datetime
 import math
 from typing import TYPE_CHECKING, Any, Protocol
 
+from dedup.record_store import VersionFence
 from dedup.transactions import EarlyTransaction
 from models import RunRecord
 
@@ -68,6 +69,9 @@ class Attempt:
     job_lock: str | None = None
     # The run while this attempt runs it; bound by the runner, None before.
     held: HeldRun | None = dataclasses.field(default=None, compare=False, repr=False)
+    # What its last write left and that write's version, for its next write to be fenced on
+    # (dedup.record_store); None where a transaction wrote it last.
+    fence: VersionFence | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def lease_lost(self) -> bool:
         return self.held.lost() if self.held else False

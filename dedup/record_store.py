@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import threading
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -189,9 +190,11 @@ class RecordStore:
         """Write ``record`` only if its key holds nothing: one round trip."""
         return self._write(self._commit_call(datastore_types.Mutation(insert=encode(record))))
 
-    def update(self, record: RunRecord, base_version: int) -> Write:
-        """Write ``record`` only if the stored entity is still ``base_version``: one round trip."""
-        mutation = datastore_types.Mutation(update=encode(record), base_version=base_version)
+    def update(self, record: RunRecord | entity_types.Entity, base_version: int) -> Write:
+        """Write ``record`` (or its encoded entity) only if the stored entity is still
+        ``base_version``: one round trip."""
+        entity = record if isinstance(record, entity_types.Entity) else encode(record)
+        mutation = datastore_types.Mutation(update=entity, base_version=base_version)
         return self._write(self._commit_call(mutation))
 
     def lookup_and_insert(self, record: RunRecord) -> tuple[Versioned | None, Write]:
@@ -263,3 +266,35 @@ class RecordStore:
         if result.conflict_detected:
             return Conflict()
         return Applied(result.version)
+
+
+class VersionFence:
+    """What a running attempt last wrote of its record and the version that write returned.
+
+    Its next write (a renewal, a downstream note, the finish) is that entity changed, fenced on
+    that version: one round trip, no read.  Shared by the attempt's heartbeat and its finish; two
+    writes from one version race, and the loser's Conflict sends it to the transactional path,
+    which reads what is there.  Dropped after any write it cannot vouch for.
+    """
+
+    def __init__(self, entity: entity_types.Entity, version: int) -> None:
+        self._lock = threading.Lock()
+        self._entity: entity_types.Entity | None = entity
+        self._version = version
+
+    def take(self) -> tuple[RunRecord, int] | None:
+        """A fresh copy of the record as last written, and its version; None once dropped."""
+        with self._lock:
+            if self._entity is None:
+                return None
+            entity, version = self._entity, self._version
+        return decode(entity), version
+
+    def advance(self, entity: entity_types.Entity, version: int) -> None:
+        with self._lock:
+            if self._entity is not None or version > self._version:
+                self._entity, self._version = entity, version
+
+    def drop(self) -> None:
+        with self._lock:
+            self._entity = None

@@ -38,17 +38,22 @@ class RpcCounter(grpc.UnaryUnaryClientInterceptor):
         with self._lock:
             self.calls[name] += 1
             self.spans.append(span)
-            if name == "Commit":
-                for mutation in request.mutations:
-                    self.entities["deletes" if "delete" in mutation else "writes"] += 1
         outcome = continuation(client_call_details, request)
 
         def answered(call):
             span[1] = time.monotonic()
-            if name == "Lookup" and call.exception() is None:
-                response = call.result()
-                with self._lock:
+            if call.exception() is not None:
+                return  # a refused commit (an insert of a key that exists, say) wrote nothing
+            response = call.result()
+            with self._lock:
+                if name == "Lookup":
                     self.entities["reads"] += len(response.found) + len(response.missing)
+                elif name == "Commit":
+                    results = list(response.mutation_results) or [None] * len(request.mutations)
+                    for mutation, result in zip(request.mutations, results, strict=True):
+                        if result is not None and result.conflict_detected:
+                            continue  # not applied
+                        self.entities["deletes" if "delete" in mutation else "writes"] += 1
 
         outcome.add_done_callback(answered)
         return outcome

@@ -30,19 +30,19 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
     delayed = report.split("## At 10 ms Datastore round trip")[1].split("## Over HTTP")[0]
     rows = re.findall(r"^\| ([^|]+?) \| [\d.]+ \| [\d.]+ \| ([\d.]+) \| (-?[\d.]+) \|$", delayed, re.M)
     counted = {label: float(trips) for label, trips, _ in rows}
-    # Counted on the wire through the delaying proxy: the targets of issue 15, beside the original pattern.
-    assert counted["fresh run"] == 5 and counted["original pattern: fresh run"] == 6
+    # Counted on the wire through the delaying proxy: the targets of issue 26, beside the original pattern.
+    assert counted["fresh run"] == 2 and counted["original pattern: fresh run"] == 6
     assert counted["completed duplicate, this instance"] == 0
     assert counted["completed duplicate, another instance"] == 1
     assert counted["original pattern: completed duplicate"] == 3
-    assert counted["in-progress duplicate"] == 1 and counted["heartbeat renewal (each)"] == 3
-    assert counted["manual run"] == 5 and counted["manual run, retried"] == 0
-    assert counted["guarded endpoint"] == 5 and counted["guarded endpoint, retried"] == 0
+    assert counted["in-progress duplicate"] == 1 and counted["heartbeat renewal (each)"] == 1
+    assert counted["manual run"] == 2 and counted["manual run, retried"] == 0
+    assert counted["guarded endpoint"] == 2 and counted["guarded endpoint, retried"] == 0
     assert counted["bad input (400)"] == 0 and counted["same job without dedup"] == 0
     # What each is billed (the cost model's inputs): reads and writes per fresh run, none per remembered replay.
     billed_row = r"^\| (fresh run|completed duplicate, another instance) \| [^|]+ \| [^|]+ \| [\d.]+ "
     billed = dict(re.findall(billed_row + r"\| ([\d.]+ \| [\d.]+) \|", report, re.M))
-    assert billed == {"fresh run": "3 | 2", "completed duplicate, another instance": "1 | 0"}
+    assert billed == {"fresh run": "1 | 2", "completed duplicate, another instance": "1 | 0"}
     # The fleet rows (issue 24 §7): start-up and one audit pass per size, on loopback and delayed.
     fleet = report.split("## At fleet size")[1]
     sizes = re.findall(r"^\| ([\d,]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", fleet, re.M)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 
-import webtest
 from google.api_core import exceptions as api_exceptions
 from google.cloud import ndb
 from google.cloud.datastore_v1.types import datastore as datastore_pb2
@@ -22,10 +21,7 @@ from dedup.ledger import Ledger, RunDescription, RunPolicy
 from dedup.outcomes import Claimed, Finished, Stale
 from dedup.transactions import EarlyTransaction, run_transaction
 from devtools.rpc_counter import counting_client
-from handlers import create_app
 from models import RunRecord, RunStatus
-from tests import job_targets
-from tests.support.deliveries import JOBS, scheduler_headers
 
 POLICY = RunPolicy(60, 3600)
 
@@ -59,17 +55,20 @@ def test_one_ended_behind_its_back_gives_way_to_a_new_one(ndb_context, datastore
     assert "early transaction failed" in caplog.text
 
 
-def test_a_fresh_run_works_when_every_early_transaction_is_too_old(datastore, jobs_file, clock, monkeypatch):
+def test_a_run_works_when_every_early_transaction_is_too_old(datastore, clock, monkeypatch):
+    """A waiting call's poll (no speculation) still begins its finish's transaction early."""
     monkeypatch.setattr(transactions, "EARLY_TRANSACTION_MAX_AGE_SECONDS", -1.0)  # a job longer than the cap
     client, counter = counting_client(datastore.project)
-    app = webtest.TestApp(create_app(jobs_file=jobs_file(JOBS), clock=clock, ndb_client=client))
-    response = app.post("/jobs/invoice", headers=scheduler_headers(), status=200)
-    assert response.json["duplicate"] is False and len(job_targets.EFFECTS) == 1
-    counter.wait_until_idle()
-    # Both early transactions were rolled back unused; the claim and the finish began their own.
-    assert counter.snapshot() == {"Lookup": 3, "BeginTransaction": 4, "Commit": 2, "Rollback": 2}
     with client.context():
-        assert RunRecord.get_by_id(response.json["run_id"]).status == RunStatus.COMPLETED
+        ledger = Ledger(clock)
+        claimed = ledger.replay_or_claim("run-1", RunDescription("scheduler", "invoice"), POLICY, speculate=False)
+        assert isinstance(claimed, Claimed)
+        finished = ledger.complete_run(claimed.attempt, {}, POLICY, early=claimed.finish_transaction)
+        assert isinstance(finished, Finished)
+        counter.wait_until_idle()
+        # The finish's early transaction was rolled back unused; the finish began its own.
+        assert counter.snapshot() == {"Lookup": 3, "BeginTransaction": 3, "Commit": 2, "Rollback": 1}
+        assert RunRecord.get_by_id("run-1").status == RunStatus.COMPLETED
 
 
 def test_a_finish_transaction_nobody_needs_is_rolled_back(datastore, jobs_file, clock):
@@ -135,7 +134,7 @@ def test_a_finish_that_missed_its_claim_turns_early_finishes_off(ndb_context, cl
     """Where a transaction's reads are served from its start, a finish begun beside the claim is
     stale every time: the re-check finds the run owned after all, and the ledger stops beginning them early."""
     ledger = Ledger(clock)
-    claimed = ledger.replay_or_claim("run-1", RunDescription("scheduler", "invoice"), POLICY)
+    claimed = ledger.replay_or_claim("run-1", RunDescription("scheduler", "invoice"), POLICY, speculate=False)
     assert isinstance(claimed, Claimed) and claimed.finish_transaction is not None
     real = ledger_module.run_transaction
 
@@ -151,7 +150,7 @@ def test_a_finish_that_missed_its_claim_turns_early_finishes_off(ndb_context, cl
     assert isinstance(finished, Finished) and RunRecord.get_by_id("run-1").status == RunStatus.COMPLETED
     assert ledger.finish_begins_early is False
     monkeypatch.setattr(ledger_module, "run_transaction", real)
-    later = ledger.replay_or_claim("run-2", RunDescription("scheduler", "invoice"), POLICY)
+    later = ledger.replay_or_claim("run-2", RunDescription("scheduler", "invoice"), POLICY, speculate=False)
     assert isinstance(later, Claimed) and later.finish_transaction is None
 
 

@@ -33,18 +33,19 @@ def test_a_completed_duplicate_costs_one_lookup_and_none_in_the_process_that_saw
     other = webtest.TestApp(create_app(jobs_file=jobs_file(JOBS), clock=clock, ndb_client=other_client))
     other.post("/jobs/invoice", headers=scheduler_headers(), status=200)
     other_counter.wait_until_idle()
-    # One lookup answers; the claim's transaction, begun beside it on speculation, is rolled back
-    # after the answer (tests/test_round_trips.py: one round trip on the answer's path).
-    assert other_counter.snapshot() == {"Lookup": 1, "BeginTransaction": 1, "Rollback": 1}
+    # One lookup answers; the insert sent beside it, should the run be fresh, is refused
+    # (tests/test_round_trips.py: one round trip on the answer's path).
+    assert other_counter.snapshot() == {"Lookup": 1, "Commit": 1}
     other_counter.reset()
     other.post("/jobs/invoice", headers=scheduler_headers(), status=200)
     assert other_counter.snapshot() == {}  # it replayed it once: now it remembers
 
 
-def test_a_fresh_run_costs_a_lookup_and_two_transactions(counted):
+def test_a_fresh_run_costs_a_lookup_and_two_commits(counted):
+    """The lookup beside the claim's insert, and the finish fenced on the claim's version."""
     app, counter = counted
     app.post("/jobs/invoice", headers=scheduler_headers(), status=200)
-    assert counter.snapshot() == {"Lookup": 3, "BeginTransaction": 2, "Commit": 2}
+    assert counter.snapshot() == {"Lookup": 1, "Commit": 2}
 
 
 def test_bad_input_costs_nothing(counted):
