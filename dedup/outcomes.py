@@ -14,7 +14,6 @@ import math
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dedup.record_store import VersionFence
-from dedup.transactions import EarlyTransaction
 from models import RunRecord
 
 
@@ -85,8 +84,6 @@ class Claimed(OfRecord):
     """This attempt owns the run: run the job, then finish with the ledger."""
 
     attempt: Attempt
-    # A transaction begun beside the claim for the finish to use.
-    finish_transaction: EarlyTransaction | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,9 +27,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import logging
+import random
 import threading
+import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -39,7 +42,10 @@ from google.cloud import ndb
 from google.cloud.datastore_v1.types import datastore as datastore_types
 from google.cloud.datastore_v1.types import entity as entity_types
 
+from dedup.transactions import RETRYABLE_ERRORS
 from models import RunRecord
+
+log = logging.getLogger(__name__)
 
 # Each hot write's own deadline.  A call that outlives it is a Doubt, which the ledger settles
 # by reading the record in its transactional path (with that path's patience).
@@ -96,9 +102,9 @@ class Versioned:
 # -- the record's one definition, as the entity NDB writes -------------------------------
 
 
-def _properties() -> Iterator[Any]:
-    """RunRecord's declared properties (NDB's public ``_properties``: its names are the model's)."""
-    return iter(RunRecord._properties.values())
+def _properties(model: type[Any]) -> Iterator[Any]:
+    """A model's declared properties (NDB's public ``_properties``: its names are the model's)."""
+    return iter(model._properties.values())
 
 
 def _value(prop: Any, value: Any) -> entity_types.Value:
@@ -118,7 +124,7 @@ def _value(prop: Any, value: Any) -> entity_types.Value:
         return entity_types.Value(integer_value=int(value), exclude_from_indexes=unindexed)
     if isinstance(prop, ndb.StringProperty | ndb.TextProperty):
         return entity_types.Value(string_value=str(value), exclude_from_indexes=unindexed)
-    raise TypeError(f"RunRecord.{prop._code_name}: no encoding for {type(prop).__name__}")
+    raise TypeError(f"{prop._code_name}: no encoding for {type(prop).__name__}")
 
 
 def _decoded(prop: Any, value: entity_types.Value) -> Any:
@@ -131,37 +137,52 @@ def _decoded(prop: Any, value: entity_types.Value) -> Any:
             blob = zlib.decompress(blob)
         return json.loads(blob)
     if kind == "timestamp_value":
-        return datetime.datetime.fromtimestamp(value.timestamp_value.timestamp(), datetime.UTC).replace(
-            microsecond=value.timestamp_value.microsecond
+        at = value.timestamp_value.astimezone(datetime.UTC)  # a subclass with nanoseconds: as NDB reads it
+        return datetime.datetime(
+            at.year, at.month, at.day, at.hour, at.minute, at.second, at.microsecond, tzinfo=datetime.UTC
         )
     if kind == "integer_value":
         return value.integer_value
     if kind == "string_value":
         return value.string_value
-    raise TypeError(f"RunRecord.{prop._code_name}: stored as {kind}")
+    raise TypeError(f"{prop._code_name}: stored as {kind}")
 
 
 def key_pb(key: ndb.Key) -> entity_types.Key:
+    name_or_id = key.id()
+    element = (
+        entity_types.Key.PathElement(kind=key.kind(), id=name_or_id)
+        if isinstance(name_or_id, int)
+        else entity_types.Key.PathElement(kind=key.kind(), name=name_or_id)
+    )
     return entity_types.Key(
         partition_id=entity_types.PartitionId(
             project_id=key.project(), database_id=key.database() or "", namespace_id=key.namespace() or ""
         ),
-        path=[entity_types.Key.PathElement(kind=key.kind(), name=key.id())],
+        path=[element],
     )
 
 
-def encode(record: RunRecord) -> entity_types.Entity:
-    """``record`` as the entity NDB would write for it."""
-    properties = {prop._name: _value(prop, getattr(record, prop._code_name)) for prop in _properties()}
-    return entity_types.Entity(key=key_pb(record.key), properties=properties)
+def _ndb_key(key: entity_types.Key, model: type[Any]) -> ndb.Key:
+    element = key.path[-1]
+    name_or_id = element.name or element.id
+    return ndb.Key(model, name_or_id, namespace=key.partition_id.namespace_id or None)
 
 
-def decode(entity: entity_types.Entity) -> RunRecord:
-    """The RunRecord NDB would read from ``entity`` (properties it does not declare are left out)."""
+def encode(entity: Any) -> entity_types.Entity:
+    """An NDB model instance (a RunRecord, a JobLock) as the entity NDB would write for it."""
+    model = type(entity)
+    properties = {prop._name: _value(prop, getattr(entity, prop._code_name)) for prop in _properties(model)}
+    return entity_types.Entity(key=key_pb(entity.key), properties=properties)
+
+
+def decode(entity: entity_types.Entity, model: Any = RunRecord) -> Any:
+    """The ``model`` instance NDB would read from ``entity`` (properties it does not declare are left out)."""
     stored = entity.properties
-    values = {prop._code_name: _decoded(prop, stored[prop._name]) for prop in _properties() if prop._name in stored}
-    path = entity.key.path[-1]
-    return RunRecord(id=path.name, namespace=entity.key.partition_id.namespace_id or None, **values)
+    values = {
+        prop._code_name: _decoded(prop, stored[prop._name]) for prop in _properties(model) if prop._name in stored
+    }
+    return model(key=_ndb_key(entity.key, model), **values)
 
 
 # -- the calls -------------------------------------------------------------------------------
@@ -184,7 +205,13 @@ class RecordStore:
 
     def lookup(self, run_id: str) -> Versioned | None:
         """One strongly consistent read of the record and its version."""
-        return self._found(self._lookup_call(run_id).result())
+        try:
+            return self._found(self._lookup_call(run_id).result())
+        except grpc.RpcError as exc:
+            raise api_exceptions.from_grpc_error(exc) from None  # type: ignore[no-untyped-call]
+
+    def transaction(self) -> Transaction:
+        return Transaction(self._transport, self._project, self._database, self._metadata)
 
     def insert(self, record: RunRecord) -> Write:
         """Write ``record`` only if its key holds nothing: one round trip."""
@@ -266,6 +293,141 @@ class RecordStore:
         if result.conflict_detected:
             return Conflict()
         return Applied(result.version)
+
+
+class Transaction:
+    """One read-write transaction, begun by its first read (``ReadOptions.new_transaction``): the
+    begin travels with the Lookup, so a read-decide-write costs two round trips.  Writes are kept
+    until ``commit``; one that wrote nothing rolls back without waiting for the answer."""
+
+    def __init__(self, transport: Any, project: str, database: str, metadata: tuple[Any, ...]) -> None:
+        self._transport, self._project, self._database, self._metadata = transport, project, database, metadata
+        self.id: bytes | None = None
+        self._mutations: list[datastore_types.Mutation] = []
+        self._puts: list[ndb.Key | None] = []  # per mutation: the key put, None for a delete
+        self.versions: dict[ndb.Key, int] = {}  # after the commit: what each put's write gave it
+
+    def get(self, keys: list[ndb.Key]) -> list[Versioned | None]:
+        """The entities of ``keys`` (in order; None where absent) as this transaction reads them."""
+        wanted = list(keys)
+        found: dict[tuple[str, Any], Versioned] = {}
+        while wanted:
+            if self.id is None:
+                options = datastore_types.ReadOptions(
+                    new_transaction=datastore_types.TransactionOptions(
+                        read_write=datastore_types.TransactionOptions.ReadWrite()
+                    )
+                )
+            else:
+                options = datastore_types.ReadOptions(transaction=self.id)
+            request = datastore_types.LookupRequest(
+                project_id=self._project,
+                database_id=self._database,
+                keys=[key_pb(key) for key in wanted],
+                read_options=options,
+            )
+            response = _call(self._transport.lookup, request, self._metadata)
+            if self.id is None:
+                self.id = response.transaction
+            models = {key.kind(): ndb.Model._lookup_model(key.kind()) for key in wanted}
+            for result in response.found:
+                element = result.entity.key.path[-1]
+                name_or_id = element.name or element.id
+                found[(element.kind, name_or_id)] = Versioned(
+                    decode(result.entity, models[element.kind]), result.version
+                )
+            deferred = {(key.path[-1].kind, key.path[-1].name or key.path[-1].id) for key in response.deferred}
+            wanted = [key for key in wanted if (key.kind(), key.id()) in deferred]
+        return [found.get((key.kind(), key.id())) for key in keys]
+
+    def put(self, entity: Any) -> None:
+        self._mutations.append(datastore_types.Mutation(upsert=encode(entity)))
+        self._puts.append(entity.key)
+
+    def delete(self, key: ndb.Key) -> None:
+        self._mutations.append(datastore_types.Mutation(delete=key_pb(key)))
+        self._puts.append(None)
+
+    def commit(self) -> None:
+        """Write what was put and deleted, atomically; with nothing to write, end the transaction."""
+        if not self._mutations:
+            self.rollback()
+            return
+        request = datastore_types.CommitRequest(
+            project_id=self._project,
+            database_id=self._database,
+            mode=datastore_types.CommitRequest.Mode.TRANSACTIONAL,
+            mutations=self._mutations,
+        )
+        if self.id is None:  # nothing read: a single-use transaction
+            request.single_use_transaction = datastore_types.TransactionOptions(
+                read_write=datastore_types.TransactionOptions.ReadWrite()
+            )
+        else:
+            request.transaction = self.id
+        self.id = None  # committed or failed, it is over (a failed commit ends it)
+        response = _call(self._transport.commit, request, self._metadata)
+        for key, result in zip(self._puts, response.mutation_results, strict=True):
+            if key is not None:
+                self.versions[key] = result.version
+
+    def rollback(self) -> None:
+        """End a transaction that will not commit, without waiting for the answer."""
+        if self.id is None:
+            return
+        request = datastore_types.RollbackRequest(
+            project_id=self._project, database_id=self._database, transaction=self.id
+        )
+        self.id = None
+        try:
+            call = self._transport.rollback.future(request, timeout=CALL_TIMEOUT_SECONDS, metadata=self._metadata)
+        except Exception:  # a transaction not ended ends by itself
+            return
+        with _ROLLBACKS_LOCK:  # a dropped gRPC future may be cancelled: keep it until answered
+            _ROLLBACKS_IN_FLIGHT.add(call)
+        call.add_done_callback(_rollback_done)
+
+
+_ROLLBACKS_IN_FLIGHT: set[Any] = set()
+_ROLLBACKS_LOCK = threading.Lock()
+
+
+def _rollback_done(call: Any) -> None:
+    with _ROLLBACKS_LOCK:
+        _ROLLBACKS_IN_FLIGHT.discard(call)
+
+
+def _call(method: Any, request: Any, metadata: tuple[Any, ...]) -> Any:
+    """A unary call, its gRPC error raised as google-api-core's (what the retry loops know)."""
+    try:
+        return method(request, timeout=CALL_TIMEOUT_SECONDS, metadata=metadata)
+    except grpc.RpcError as exc:
+        raise api_exceptions.from_grpc_error(exc) from None  # type: ignore[no-untyped-call]
+
+
+def transact[T](body: Callable[[Transaction], T], patience_seconds: float) -> tuple[T, Transaction]:
+    """``body`` in a transaction, committed; tried again in a new one on contention or a transient
+    error until patience runs out.  A commit in doubt may have landed: every body of the ledger
+    recognises its own landed write when it reads again, so trying again is safe."""
+    store = RecordStore.of_context()
+    deadline = time.monotonic() + patience_seconds
+    delay = 0.02
+    while True:
+        transaction = store.transaction()
+        try:
+            result = body(transaction)
+            transaction.commit()
+            return result, transaction
+        except RETRYABLE_ERRORS as exc:
+            transaction.rollback()
+            if time.monotonic() + delay > deadline:
+                raise
+            log.info("transaction failed (%s); trying again", type(exc).__name__)
+            time.sleep(random.uniform(delay / 2, delay))
+            delay = min(delay * 2, 1.0)
+        except BaseException:
+            transaction.rollback()
+            raise
 
 
 class VersionFence:

@@ -33,7 +33,6 @@ from dedup.outcomes import (
     Skipped,
     Stale,
 )
-from dedup.transactions import EarlyTransaction
 
 log = logging.getLogger(__name__)
 # Spans of the protocol's steps (the OpenTelemetry API only: which provider records and exports
@@ -138,12 +137,7 @@ def run_once(
         describe(span, outcome)
     if not isinstance(outcome, Claimed):
         return outcome
-    finish_transaction = outcome.finish_transaction
-    try:
-        return _run_claimed(ledger, outcome.attempt, policy, work, classify, claim_began, finish_transaction)
-    finally:
-        if finish_transaction is not None:
-            finish_transaction.discard()  # no-op once the finish used it
+    return _run_claimed(ledger, outcome.attempt, policy, work, classify, claim_began)
 
 
 def describe(span: trace.Span, outcome: Outcome) -> None:
@@ -176,7 +170,7 @@ def _claim(
             # The stored lease is counted from inside the claim's transaction, so
             # never earlier than this: the job's view of its lease errs short.
             claim_began = time.monotonic()
-            # A waiting call polls a record it saw leased: its claim's transaction is not begun on speculation.
+            # A waiting call polls a record it saw leased: it sends no insert on speculation.
             outcome = ledger.replay_or_claim(
                 run_id, description, policy, reopen_attempt, skip_reason, speculate=not holding
             )
@@ -217,7 +211,6 @@ def _run_claimed(
     work: Callable[[Attempt], Any],
     classify: Callable[[Any], Verdict] | None,
     claim_began: float,
-    early: EarlyTransaction | None = None,
 ) -> RunOutcome:
     run_id = attempt.run_id
     claimed = attempt
@@ -227,7 +220,7 @@ def _run_claimed(
     attempt = dataclasses.replace(claimed, held=RunningAttempt(ledger, claimed, heartbeat))
     steps: dict[str, str | int] = {"run_id": run_id, "attempt": attempt.number}
     with tracer.start_as_current_span("dedup.job", attributes=steps, record_exception=False) as span:
-        finish = _do_work(ledger, attempt, policy, work, classify, heartbeat, early, span)
+        finish = _do_work(ledger, attempt, policy, work, classify, heartbeat, span)
     with tracer.start_as_current_span("dedup.finish", attributes=steps) as span:
         outcome = finish()
         describe(span, outcome)
@@ -241,7 +234,6 @@ def _do_work(
     work: Callable[[Attempt], Any],
     classify: Callable[[Any], Verdict] | None,
     heartbeat: LeaseHeartbeat,
-    early: EarlyTransaction | None,
     span: trace.Span,
 ) -> Callable[[], RunOutcome]:
     """Run ``work`` once; the ledger call that records how it ended (made in the finish's own span)."""
@@ -253,7 +245,7 @@ def _do_work(
         log.info("run %s attempt %d failed permanently: %s", run_id, attempt.number, exc)
         span.set_status(trace.StatusCode.ERROR, "permanent failure")
         error = error_document(exc, details=exc.details)
-        return lambda: ledger.fail_run(attempt, error, policy, early)
+        return lambda: ledger.fail_run(attempt, error, policy)
     except Exception as exc:  # every other error is retryable by contract
         log.warning(
             "run %s attempt %d failed, releasing for retry: %r",
@@ -264,20 +256,20 @@ def _do_work(
         )
         span.set_status(trace.StatusCode.ERROR, "retryable failure")
         error = error_document(exc, details=getattr(exc, "details", None))
-        return lambda: ledger.release_run(attempt, error, early)
+        return lambda: ledger.release_run(attempt, error)
     problem = storable_json_problem(result)
     if problem:
         # The job ran and may have had effects: record a failure rather than
         # release the claim and run it again.
         log.error("run %s attempt %d: %s", run_id, attempt.number, problem)
         span.set_status(trace.StatusCode.ERROR, "invalid result")
-        return lambda: ledger.fail_run(attempt, {"type": "InvalidResult", "message": problem}, policy, early)
+        return lambda: ledger.fail_run(attempt, {"type": "InvalidResult", "message": problem}, policy)
     verdict = classify(result) if classify else Verdict.COMPLETED
     if verdict is Verdict.FAILED:
-        return lambda: ledger.fail_run(attempt, result, policy, early)
+        return lambda: ledger.fail_run(attempt, result, policy)
     if verdict is Verdict.RELEASED:
-        return lambda: ledger.release_run(attempt, result, early)
-    return lambda: ledger.complete_run(attempt, result, policy, early)
+        return lambda: ledger.release_run(attempt, result)
+    return lambda: ledger.complete_run(attempt, result, policy)
 
 
 # An error message is for people; a stack of HTML from a proxy is cut short.

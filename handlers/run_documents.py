@@ -7,8 +7,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from dedup.claims import json_preview
 from dedup.keys import format_utc
-from dedup.ledger import json_preview
 from handlers.replayed_response import StoredResponse
 from models import DELIVERED_SOURCES, RunRecord, RunSource, RunStatus
 from schedules.config import SchedulerJob

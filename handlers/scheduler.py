@@ -9,9 +9,9 @@ from flask import Blueprint, request
 from google.cloud import ndb
 from werkzeug.exceptions import NotFound
 
+from dedup.claims import INSTANCE
 from dedup.errors import InvalidRunRequest
 from dedup.keys import format_utc, scheduled_run_key
-from dedup.ledger import INSTANCE
 from dedup.outcomes import InProgress, Replayed
 from handlers.access import Role, requires
 from handlers.logs import note_run

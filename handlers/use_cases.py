@@ -17,10 +17,10 @@ from typing import Any
 
 from werkzeug.exceptions import NotFound
 
+from dedup.claims import REOPENED, RunDescription, RunPolicy
 from dedup.clock import Clock
 from dedup.idempotency import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS, IdempotencyGuard
 from dedup.keys import ScheduledRunKey, format_utc, scheduled_run_key
-from dedup.ledger import REOPENED, RunDescription, RunPolicy
 from dedup.outcomes import Attempt, RunOutcome
 from dedup.queries import RunFilter
 from dedup.runner import Waiting, run_once

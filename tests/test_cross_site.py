@@ -125,3 +125,16 @@ def test_the_rule_is_the_one_go_documents():
     assert cross_site_problem("GET", {"Sec-Fetch-Site": "cross-site"}, HOST) is None
     assert cross_site_problem("OPTIONS", {"Origin": "https://a.example"}, HOST) is None
     assert cross_site_problem("POST", {}, HOST) is None
+
+
+@pytest.mark.parametrize(
+    ("path", "status"),
+    [("/admin/", 200), ("/admin/jobs/invoice/run", 200), ("/admin/runs/" + "0" * 64, 404), ("/api/v1/runs", 200),
+     ("/no/such/page", 404)],
+)  # fmt: skip
+def test_no_page_may_be_framed_by_another_site(client, path, status):
+    """A confirmation page framed under a decoy would turn an operator's click into a
+    same-origin POST, which the cross-site rule lets through: every answer refuses frames."""
+    response = client.get(path, headers={"Accept": "text/html"}, status=status)
+    assert response.headers["Content-Security-Policy"] == "frame-ancestors 'none'"
+    assert response.headers["X-Frame-Options"] == "DENY"

@@ -243,7 +243,7 @@ def deliveries_table(site, run_id: str) -> list[tuple[str, str, str]]:
 def test_a_runs_page_lists_each_delivery_it_received(site, clock, ndb_client):
     """§4: the deliveries a run received, oldest first: the one that ran it, then each duplicate
     with when it came, where it was answered and what it was told."""
-    from dedup.ledger import INSTANCE
+    from dedup.claims import INSTANCE
 
     clock.advance(3600 + 10)
     first = deliver(site, "invoice-hourly", 1).json["run_id"]

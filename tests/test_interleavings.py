@@ -87,9 +87,6 @@ class Explorer:
 
     def __init__(self, ledger: Ledger, clock, run_id: str, sequences: dict[str, list[str]]) -> None:
         self.ledger, self.clock, self.run_id = ledger, clock, run_id
-        # The finish's transaction each claim began beside it, by attempt id (single use: the
-        # first ordering to finish an attempt uses it, later ones begin their own, as after a long job).
-        self.finish_transactions: dict[str, object] = {}
         self.start = clock.now()
         self.sequences = sequences
         self.actors = list(sequences)
@@ -163,7 +160,6 @@ class Explorer:
                 assert outcome.attempt.downstream == model.downstream, where  # a takeover adopts
                 held[actor] = outcome.attempt
                 names[outcome.attempt.attempt_id] = actor
-                self.finish_transactions[outcome.attempt.attempt_id] = outcome.finish_transaction
                 model = dataclasses.replace(
                     model, owner=actor, lease_until=model.now + LEASE, attempts=model.attempts + 1
                 )
@@ -190,12 +186,12 @@ class Explorer:
         elif step == "renew":
             outcome = self.ledger.renew_lease(attempt, LEASE)
         elif step == "complete":
-            outcome = self.ledger.complete_run(attempt, {"by": actor}, POLICY, self._finish_transaction(attempt))
+            outcome = self.ledger.complete_run(attempt, {"by": actor}, POLICY)
         elif step == "fail":
-            outcome = self.ledger.fail_run(attempt, {"by": actor}, POLICY, self._finish_transaction(attempt))
+            outcome = self.ledger.fail_run(attempt, {"by": actor}, POLICY)
         else:
             assert step == "release", step
-            outcome = self.ledger.release_run(attempt, {"message": "transient"}, self._finish_transaction(attempt))
+            outcome = self.ledger.release_run(attempt, {"message": "transient"})
         if step in FINISHES:
             del held[actor]  # the attempt is gone, whatever the ledger said
         if model.owner != actor:  # taken over since its claim, or the run was finished by another
@@ -211,9 +207,6 @@ class Explorer:
         elif step == "release":
             assert outcome.record.status == RunStatus.RELEASED and outcome.record.lease_expires <= self.clock.now()
         return True
-
-    def _finish_transaction(self, attempt):
-        return self.finish_transactions.get(attempt.attempt_id)
 
     @staticmethod
     def _model_after(model: Model, actor: str, step: str) -> Model:
@@ -352,7 +345,7 @@ def test_the_checker_catches_a_protocol_without_a_fence(datastore, ndb_client):
     """The checks can fail: a completion that skips the fence breaks them."""
 
     class Unfenced(Ledger):
-        def complete_run(self, attempt, result, policy, early=None):
+        def complete_run(self, attempt, result, policy):
             record = RunRecord.get_by_id(attempt.run_id)
             record.status, record.result = RunStatus.COMPLETED, result
             record.put()

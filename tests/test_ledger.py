@@ -228,7 +228,7 @@ def test_attempt_history_is_kept_in_the_existing_transactions(ledger, clock):
 
 
 def test_attempt_history_is_bounded(ledger, clock):
-    from dedup.ledger import MAX_ATTEMPT_HISTORY
+    from dedup.claims import MAX_ATTEMPT_HISTORY
 
     for _ in range(MAX_ATTEMPT_HISTORY + 5):
         claim(ledger)

@@ -32,21 +32,15 @@ def ledger(datastore, lost_answers, clock):
         yield Ledger(clock)
 
 
-# How a claim is made: in a transaction (claim_run); as a waiting call's poll claims, with the
-# finish's transaction begun early; as a delivery claims, by insert, its writes fenced on versions.
-HOW = ["claim_run", "early-transactions", "by-version"]
+# How a claim is made: in a transaction (claim_run), or as a delivery claims, by insert, its
+# writes then fenced on versions.
+HOW = ["claim_run", "by-version"]
 
 
 def claim(ledger, how: str):
     if how == "by-version":
-        claimed = ledger.replay_or_claim("run-1", DESCRIPTION, POLICY)
-        assert claimed.finish_transaction is None  # its fence, unless the claim was in doubt
-    elif how == "early-transactions":
-        claimed = ledger.replay_or_claim("run-1", DESCRIPTION, POLICY, speculate=False)
-        assert claimed.attempt.fence is None and claimed.finish_transaction is not None
-    else:
-        claimed = ledger.claim_run("run-1", DESCRIPTION, POLICY)
-    return claimed
+        return ledger.replay_or_claim("run-1", DESCRIPTION, POLICY)  # its fence, unless the claim was in doubt
+    return ledger.claim_run("run-1", DESCRIPTION, POLICY)
 
 
 @pytest.mark.parametrize("early", HOW)
@@ -60,7 +54,7 @@ def test_a_claim_whose_answer_was_lost_is_still_this_attempts(ledger, lost_answe
     outcome = claim(ledger, early)
     assert lost_answers.lost == before + 1
     assert isinstance(outcome, Claimed), outcome  # not a 409 against itself
-    assert outcome.attempt.fence is None  # settled in a transaction, which cannot vouch for a version
+    assert outcome.attempt.fence is None  # recognised, not written: no version to vouch for
     record = RunRecord.get_by_id("run-1")
     assert (record.attempt, record.attempt_id) == (1, outcome.attempt.attempt_id)
     assert len(record.attempts) == 1
@@ -70,9 +64,9 @@ def test_a_claim_whose_answer_was_lost_is_still_this_attempts(ledger, lost_answe
 @pytest.mark.parametrize("finish, status", [("complete_run", RunStatus.COMPLETED), ("fail_run", RunStatus.FAILED)])
 def test_a_finish_whose_answer_was_lost_is_recorded_once(ledger, lost_answers, finish, status, early):
     claimed = claim(ledger, early)
-    assert (claimed.attempt.fence is not None) == (early == "by-version")
+    assert claimed.attempt.fence is not None  # a transaction's commit gives its version too
     lost_answers.lose_next_commits(1)
-    outcome = getattr(ledger, finish)(claimed.attempt, {"n": 1}, POLICY, claimed.finish_transaction)
+    outcome = getattr(ledger, finish)(claimed.attempt, {"n": 1}, POLICY)
     assert isinstance(outcome, Finished), outcome  # not refused as stale
     assert outcome.record.status == status
     assert isinstance(ledger.claim_run("run-1", DESCRIPTION, POLICY), Replayed)
@@ -82,7 +76,7 @@ def test_a_finish_whose_answer_was_lost_is_recorded_once(ledger, lost_answers, f
 def test_a_release_whose_answer_was_lost_is_released(ledger, lost_answers, early):
     claimed = claim(ledger, early)
     lost_answers.lose_next_commits(1)
-    assert isinstance(ledger.release_run(claimed.attempt, {"message": "busy"}, claimed.finish_transaction), Released)
+    assert isinstance(ledger.release_run(claimed.attempt, {"message": "busy"}), Released)
     retried = ledger.claim_run("run-1", DESCRIPTION, POLICY)
     assert isinstance(retried, Claimed) and retried.attempt.number == 2
 

@@ -15,8 +15,9 @@ import re
 
 import pytest
 
+from dedup.claims import MAX_ATTEMPT_HISTORY
 from dedup.keys import scheduled_run_key
-from dedup.ledger import MAX_ATTEMPT_HISTORY, Ledger, RunDescription, RunPolicy
+from dedup.ledger import Ledger, RunDescription, RunPolicy
 from dedup.runner import MAX_STORED_JSON_BYTES, storable_json_problem
 from handlers.idempotent import MAX_KEPT_BODY_BYTES, MAX_STORED_PARAMETER_BYTES, _check_fingerprintable
 from handlers.replayed_response import StoredResponse
