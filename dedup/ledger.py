@@ -21,25 +21,14 @@ from typing import Any, assert_never
 
 from google.cloud import ndb
 
-from dedup import queries
+from dedup import queries, record_store
 from dedup.claims import ClaimRequest, RunDescription, RunPolicy, finish_landed, record_end, refusal, seconds
 from dedup.clock import Clock
+from dedup.fences import fenced_write
 from dedup.finished_cache import FinishedRuns
 from dedup.outcomes import Attempt, Claimed, ClaimOutcome, Contended, Finished, Released, Renewed, Skipped, Stale
 from dedup.queries import RunFilter
-from dedup.record_store import (
-    Aborted,
-    Applied,
-    Doubt,
-    Exists,
-    RecordStore,
-    Transaction,
-    VersionFence,
-    Write,
-    encode,
-    transact,
-)
-from dedup.record_store import Conflict as VersionConflict
+from dedup.record_store import Applied, RecordStore, Transaction, VersionFence, encode, transact
 from dedup.transactions import RETRYABLE_ERRORS, is_contention
 from models import RunRecord, RunStatus
 from models.job_lock import JobLock
@@ -169,7 +158,7 @@ class Ledger:
         assert isinstance(decided, Claimed | Skipped)  # nothing refuses a claim of no record
         entity = encode(decided.record)
         found, written = store.lookup_and_insert(decided.record)
-        if isinstance(written, Exists) and found is not None:
+        if isinstance(written, record_store.Exists) and found is not None:
             self.finished.remember(found.record)  # completed records only
             decided = claim.decide(found.record, now)
             if not isinstance(decided, Claimed | Skipped):
@@ -184,11 +173,11 @@ class Ledger:
                 claimed = dataclasses.replace(decided, attempt=dataclasses.replace(decided.attempt, fence=fence))
                 _log_takeover(claimed)
                 return claimed
-            case Doubt(error):
+            case record_store.Doubt(error):
                 # Its attempt id tells the transaction whether it landed.
                 log.info("run %s: claim in doubt (%s); settling it in a transaction", claim.run_id, error)
                 return self._claim_in_transaction(claim)
-            case Exists() | VersionConflict() | Aborted():
+            case record_store.Exists() | record_store.Conflict() | record_store.Aborted():
                 return self._claim_in_transaction(claim)  # written by another since it was read
             case _:
                 assert_never(written)
@@ -328,16 +317,8 @@ class Ledger:
         abort the owner's commit; giving up would leave a performed job unrecorded (and run
         again after the lease), so the owner persists.
         """
-        write = FencedWrite(self.clock, attempt, change, landed, keeps_running)
-        if attempt.fence is not None and attempt.job_lock is None:
-            fast = _write_by_version(attempt, self.clock.now(), change)
-            if isinstance(fast, Landed):
-                return fast.outcome
-            # Not applied, or in doubt: the transaction reads what is there (and, once a write
-            # may have landed, recognises it as this attempt's own).
-            write.wrote = isinstance(fast, Doubt)
         patience = FINISH_PATIENCE_SECONDS if patience_seconds is None else patience_seconds
-        outcome, transaction = transact(write, patience)
+        outcome = fenced_write(self.clock, attempt, change, patience, landed, keeps_running)
         if isinstance(outcome, Stale):
             current = outcome.current
             log.warning(
@@ -346,91 +327,7 @@ class Ledger:
                 attempt.number,
                 f"attempt {current.attempt} {current.status}" if current else "absent",
             )
-        elif attempt.fence is not None and write.written is not None:
-            version = transaction.versions.get(write.written.key)
-            if version is not None:
-                attempt.fence.advance(encode(write.written), version)  # the next write is fenced again
         return outcome
-
-
-class FencedWrite[T]:
-    """The body of a fenced transaction, which may run several times.
-
-    It remembers whether a try got as far as writing: only then can an
-    earlier commit have landed although it reported an error, and ``landed``
-    (when given) recognises that commit in the record instead of calling the
-    attempt stale.
-    """
-
-    def __init__(
-        self,
-        clock: Clock,
-        attempt: Attempt,
-        change: Callable[[RunRecord, datetime.datetime], T],
-        landed: Callable[[RunRecord | None], T | None] | None,
-        keeps_running: bool = False,
-    ) -> None:
-        self.clock, self.attempt, self.change, self.landed = clock, attempt, change, landed
-        # A renewal or a downstream note: the attempt goes on running, so it must still hold the job's lock.
-        self.keeps_running = keeps_running
-        self.wrote = False
-        self.written: RunRecord | None = None  # the record the last try put
-
-    def __call__(self, transaction: Transaction) -> T | Stale:
-        attempt = self.attempt
-        keys = [ndb.Key(RunRecord, attempt.run_id)] + ([ndb.Key(JobLock, attempt.job_lock)] if attempt.job_lock else [])
-        found = transaction.get(keys)
-        record = found[0].record if found[0] else None
-        lock = found[1].record if attempt.job_lock and found[1] else None
-        if self.wrote and self.landed is not None:
-            outcome = self.landed(record)
-            if outcome is not None:
-                return outcome
-        if record is None or record.attempt_id != attempt.attempt_id or record.status != RunStatus.IN_PROGRESS:
-            return Stale(attempt.run_id, attempt.number, record)
-        owned_lock = lock if lock is not None and lock.attempt_id == attempt.attempt_id else None
-        if attempt.job_lock is not None and self.keeps_running and owned_lock is None:
-            # Its lease ran out and another execution of the job took the lock: it must stop.
-            return Stale(attempt.run_id, attempt.number, record)
-        self.wrote = True
-        outcome = self.change(record, self.clock.now())
-        transaction.put(record)
-        self.written = record
-        if owned_lock is not None:
-            if record.status == RunStatus.IN_PROGRESS:
-                owned_lock.lease_expires = record.lease_expires  # renewed with the run
-                transaction.put(owned_lock)
-            else:
-                transaction.delete(owned_lock.key)  # finished or released: the next execution may start
-        return outcome
-
-
-@dataclasses.dataclass(frozen=True)
-class Landed[T]:
-    outcome: T
-
-
-def _write_by_version[T](
-    attempt: Attempt, now: datetime.datetime, change: Callable[[RunRecord, datetime.datetime], T]
-) -> Landed[T] | Write | None:
-    """``change`` applied to what this attempt last wrote, fenced on that write's version: what
-    ``change`` returned when it landed, else the write's answer (None: nothing to fence on)."""
-    fence = attempt.fence
-    held = fence.take() if fence is not None else None
-    if fence is None or held is None:
-        return None
-    record, version = held
-    if record.status != RunStatus.IN_PROGRESS or record.attempt_id != attempt.attempt_id:
-        fence.drop()  # its last write ended the attempt: it owns nothing now (the transaction says Stale)
-        return None
-    outcome = change(record, now)
-    entity = encode(record)
-    written = RecordStore.of_context().update(entity, version)
-    if isinstance(written, Applied):
-        fence.advance(entity, written.version)
-        return Landed(outcome)
-    fence.drop()
-    return written
 
 
 def _log_takeover(claimed: Claimed) -> None:
