@@ -186,7 +186,18 @@ def run_page(run_id: str):
     queued = queued_attempt(request.args.get("queued"))
     if record is None and queued is not None and is_run_id(run_id):
         # An action queued it a moment ago (dashboard_actions.to_queued): it has no record until the task runs.
-        return render_template("admin/queued.html", run_id=run_id, refresh=REFRESH_SECONDS)
+        # Its refreshes count themselves (``polls``), and stop after QUEUED_POLLS: a task that never
+        # runs (a paused queue, a link nobody's action made) must not keep a page polling forever.
+        polls = queued_attempt(request.args.get("polls")) or 0
+        asked: dict[str, Any] = {**request.args.to_dict(), "polls": polls + 1}
+        again = url_for("admin.run_page", run_id=run_id, **asked)
+        return render_template(
+            "admin/queued.html",
+            run_id=run_id,
+            refresh=REFRESH_SECONDS if polls < QUEUED_POLLS else None,
+            refresh_url=again,
+            waited=polls * REFRESH_SECONDS,
+        )
     if record is None:
         abort(404, f"no run {run_id} (or it has expired)")
     now = state.clock.now()
@@ -225,6 +236,8 @@ def run_page(run_id: str):
         # A scheduled run that failed or was skipped may be run again under its slot's key.
         run_again=slot if slot and may(Role.OPERATE) and status in RUNNABLE else None,
         logs_url=logs_query_url(run_id, record.project or os.environ.get("GOOGLE_CLOUD_PROJECT")),
+        # The run took another send's parameters (a form resent with others before its task ran).
+        sent_other=sent_fingerprint(request.args.get("sent")) not in (None, record.fingerprint),
         answer=ACTION_ANSWERS["queued"]
         if waiting
         else ACTION_ANSWERS["started"]
@@ -259,8 +272,8 @@ ACTION_ANSWERS = {
     "already": "Already ran: an earlier request ran it, so nothing ran again.",
     "running": "Already running: an earlier request is running it. This page refreshes until it ends.",
     "skipped": "Not run: the run is recorded as skipped, for the reason below.",
-    "queued": "Queued by this request: the task queue starts it in a moment. This page refreshes until it does.",
-    "started": "Started: this request queued it, and the task queue delivered it.",
+    "queued": "Queued: the task queue starts it in a moment. This page refreshes until it does.",
+    "started": "Started: it was queued, and the task queue delivered it.",
 }
 
 
@@ -271,8 +284,15 @@ def queued_attempt(text: str | None) -> int | None:
     return int(text)
 
 
-# How often a run page refreshes itself while its run is held.
+def sent_fingerprint(text: str | None) -> str | None:
+    """``?sent=``: the fingerprint of the parameters an action sent (64 hex digits); else None."""
+    return text if text is not None and is_run_id(text) else None  # the same shape as a run id
+
+
+# How often a run page refreshes itself while its run is held, and how often a queued one does
+# before it says the run has not started (5 minutes).
 REFRESH_SECONDS = 5
+QUEUED_POLLS = 60
 
 
 def logs_query_url(run_id: str, project: str | None) -> str:
@@ -440,7 +460,7 @@ def history(job_id: str):
     now = state.clock.now()
     page = executions_between(state, scheduler_jobs, job_id, shown.since, shown.until, HISTORY_PAGE)
     hours = None
-    if page.next_since is not None and hour is None and not shown.ranged:  # more than a page: the day by the hour
+    if shown.by_the_hour(page.next_since is not None):
         hours = _by_hour(state, scheduler_jobs, job_id, shown.since, shown.until, zone)
     rows = [
         {**e, "local": _local(e["schedule_time"], zone)}
@@ -477,6 +497,8 @@ def history(job_id: str):
         bulk_said=_bulk_said(request.args.get("bulk")),
         # What the range's slots came to, for "did last night run, once each?" at a glance.
         summary=_summary(page.executions) if hours is None else None,
+        # A range longer than a page: the summary and the listing are this page's, and say so.
+        paged=hours is None and (page.next_since is not None or bool(request.args.get("from"))),
     )
 
 
@@ -498,8 +520,7 @@ def _bulk_offer(job_id: str, shown: HistoryRange, executions: Sequence[dict[str,
     chosen = bulk_slots(executions)
     if not chosen:
         return None
-    where: dict[str, Any] = {**shown.where, "from": request.args.get("from")}
-    link = url_for("dashboard_actions.confirm_bulk_run", job_id=job_id, **where)
+    link = url_for("dashboard_actions.confirm_bulk_run", job_id=job_id, **shown.link_fields(request.args.get("from")))
     return {"count": len(chosen), "link": link}
 
 
@@ -563,7 +584,10 @@ def search() -> WerkzeugResponse:
         if len(found) == 1:
             return redirect(url_for("admin.run_page", run_id=found[0].run_id), code=303)
         if found:  # one token used with several jobs: each is its own run
-            return make_response(render_template("admin/search.html", wanted=wanted, runs=found))
+            # Each shown with the one status every view gives it (a lost lease is stuck, not in_progress).
+            bound, now = with_pauses(state.schedules), state.clock.now()
+            shown_runs = [{"run": r, "status": run_status(r, bound, now)} for r in found]
+            return make_response(render_template("admin/search.html", wanted=wanted, runs=shown_runs))
     shown = wanted if len(wanted) <= 100 else wanted[:100] + "…"
     abort(
         404,

@@ -21,6 +21,7 @@ from werkzeug.exceptions import NotFound
 from werkzeug.wrappers import Response
 
 from dedup.errors import InvalidRunRequest
+from dedup.idempotency import fingerprint
 from dedup.keys import check_schedule_time, format_utc, is_run_id, parse_rfc3339
 from dedup.outcomes import (
     Conflict,
@@ -142,12 +143,14 @@ def dispatch_manual_run(job_id: str, job: JobSpec, ask: ManualRunRequest) -> Res
     except DispatchError as exc:
         resend = {"job_id": job_id, "token": ask.client_token, "parameters": json.dumps(ask.parameters)}
         return problem_page(502, f"the task queue did not take the run ({exc}); send the form again", resend=resend)
-    return to_queued(run_id, seen)
+    return to_queued(run_id, seen, sent=fingerprint(ask.parameters, job.fingerprint_exclude))
 
 
-def to_queued(run_id: str, seen_attempt: int) -> Response:
-    """303 to the run's page, which says it is queued until an attempt after ``seen_attempt`` starts."""
-    return redirect(url_for("admin.run_page", run_id=run_id, queued=seen_attempt), code=303)
+def to_queued(run_id: str, seen_attempt: int, sent: str | None = None) -> Response:
+    """303 to the run's page, which says it is queued until an attempt after ``seen_attempt`` starts;
+    ``sent``: the fingerprint of the parameters this request sent, so the page can say when the
+    run took another send's."""
+    return redirect(url_for("admin.run_page", run_id=run_id, queued=seen_attempt, sent=sent), code=303)
 
 
 @blueprint.post("/runs/<run_id>/retry", provide_automatic_options=False)
@@ -494,7 +497,7 @@ def _set_paused(name: str, allowed: frozenset[str], pause: bool) -> Response | t
     return redirect(url_for("admin.dashboard", job=job.target), code=303)
 
 
-BULK_FIELDS = frozenset({"slots", "day", "hour"})
+BULK_FIELDS = frozenset({"slots", "day", "hour", "since", "until", "from"})
 
 
 @blueprint.get("/jobs/<job_id>/history/run", provide_automatic_options=False)
@@ -505,6 +508,9 @@ def confirm_bulk_run(job_id: str) -> str | tuple[str, int]:
     state = app_state()
     shown = history_range(state, job_id)
     page = executions_between(state, shown.scheduler_jobs, job_id, shown.since, shown.until, HISTORY_PAGE)
+    if shown.by_the_hour(page.next_since is not None):
+        # The history page lists no slot of such a day (it counts its hours), so it offers none to run.
+        return problem_page(409, "this day is shown hour by hour: open an hour to run its missed or failed slots")
     chosen = bulk_slots(page.executions)
     if not chosen:
         return problem_page(409, "no missed or failed slot is left in this range; reload its history")
@@ -519,16 +525,17 @@ def confirm_bulk_run(job_id: str) -> str | tuple[str, int]:
         calls=state.jobs[job_id].runner.calls(),
         facts=[f"{e['schedule_time']} ({e['scheduler_job']}): {e['status']}" for e in chosen],
         action=url_for("dashboard_actions.bulk_run", job_id=job_id),
-        hidden={
-            "slots": "\n".join(lines),
-            "day": shown.day.isoformat(),
-            "hour": "" if shown.hour is None else str(shown.hour),
-        },
+        # The page it came from (a day, an hour, or a page of a range), to go back to and answer on.
+        hidden={"slots": "\n".join(lines), **_as_fields(shown.link_fields(request.args.get("from")))},
         parameters=None,
         force=None,
         button=f"Run these {len(chosen)}",
-        back=url_for("admin.history", job_id=job_id, day=shown.day.isoformat(), hour=shown.hour),
+        back=url_for("admin.history", job_id=job_id, **shown.link_fields(request.args.get("from"))),
     )
+
+
+def _as_fields(where: dict[str, Any]) -> dict[str, str]:
+    return {name: str(value) for name, value in where.items() if value is not None}
 
 
 def _attempt_of(execution: dict[str, Any]) -> int:
@@ -573,5 +580,5 @@ def bulk_run(job_id: str) -> Response | tuple[str, int]:
                 )
             said["answered" if dispatched.already else "queued"] += 1  # already: this form, sent before
     bulk = f"{said['queued']}-{said['answered']}-{said['refused']}"
-    day, hour = fields.get("day") or None, fields.get("hour") or None
-    return redirect(url_for("admin.history", job_id=job_id, day=day, hour=hour, bulk=bulk), code=303)
+    shown: dict[str, Any] = {name: fields.get(name) or None for name in ("day", "hour", "since", "until", "from")}
+    return redirect(url_for("admin.history", job_id=job_id, **shown, bulk=bulk), code=303)

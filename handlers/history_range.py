@@ -51,6 +51,15 @@ class HistoryRange:
         """A since/until range: paged through, never counted by the hour."""
         return "since" in self.where
 
+    def by_the_hour(self, more_than_a_page: bool) -> bool:
+        """Whether the page shows this range hour by hour (counts, no slots): a day, not one of its
+        hours, holding more slots than a page.  The history page and the bulk run both ask this."""
+        return more_than_a_page and self.hour is None and not self.ranged
+
+    def link_fields(self, page_from: str | None) -> dict[str, Any]:
+        """The query that shows this page again: its range and where the page starts."""
+        return {**self.where, "from": page_from}
+
 
 MAX_RANGE = datetime.timedelta(days=31)
 

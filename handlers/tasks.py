@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
-from flask import Blueprint, jsonify
+from flask import Blueprint, Response, jsonify, request
 from werkzeug.exceptions import NotFound
 
 from dedup.errors import InvalidRunRequest
@@ -91,22 +92,17 @@ def audit_dispatched_share():
 
     An exception is a 500, which Cloud Tasks retries; a share that names no declared job
     (the file changed since) is settled, as a retry cannot change it."""
-    try:
-        ask = json_payload()
-    except InvalidJson as exc:
-        return problem(400, "InvalidParameterException", exc.message)
-    if (
-        not isinstance(ask, dict)
-        or set(ask) != {"first", "count"}
-        or not isinstance(ask["first"], str)
-        or type(ask["count"]) is not int
-        or not 1 <= ask["count"] <= AUDIT_SHARE_SIZE
-    ):
-        return problem(
-            400,
-            "InvalidParameterException",
-            f"the body must hold first (a Scheduler job's key) and count (1 to {AUDIT_SHARE_SIZE})",
-        )
+    ask = task_body(
+        lambda ask: (
+            set(ask) == {"first", "count"}
+            and isinstance(ask["first"], str)
+            and type(ask["count"]) is int
+            and 1 <= ask["count"] <= AUDIT_SHARE_SIZE
+        ),
+        f"first (a Scheduler job's key) and count (1 to {AUDIT_SHARE_SIZE})",
+    )
+    if isinstance(ask, Response):
+        return ask
     jobs = audit_share(app_state().schedules, ask["first"], ask["count"])
     if jobs is None:
         return settled(404, {"detail": f"scheduler.yaml declares no Scheduler job {ask['first']!r}"})
@@ -142,17 +138,17 @@ def run_dispatched_slot():
     duplicate, a refusal) is 200 with the answer inside, and only what a retry may cure
     (409 in progress, 500 released) is answered as itself.
     """
-    try:
-        ask = json_payload()
-    except InvalidJson as exc:
-        return problem(400, "InvalidParameterException", exc.message)
-    if (
-        not isinstance(ask, dict)
-        or set(ask) - {"force"} != SLOT_RUN_FIELDS
-        or not isinstance(ask["attempt"], int)
-        or ask.get("force", True) is not True  # present only as true (use_cases.slot_run_work)
-    ):
-        return problem(400, "InvalidParameterException", f"the body must hold {', '.join(sorted(SLOT_RUN_FIELDS))}")
+    ask = task_body(
+        lambda ask: (
+            set(ask) - {"force"} == SLOT_RUN_FIELDS
+            and isinstance(ask["attempt"], int)
+            and ask.get("force", True) is True
+        ),  # present only as true (use_cases.slot_run_work)
+        ", ".join(sorted(SLOT_RUN_FIELDS)),
+        names_who_asked=True,
+    )
+    if isinstance(ask, Response):
+        return ask
     state = app_state()
     try:
         instant = check_schedule_time("schedule_time", parse_rfc3339(str(ask["schedule_time"]), "schedule_time"))
@@ -189,17 +185,17 @@ def run_dispatched_manual_run():
     Answered as ``/tasks/run-slot`` is: a settled outcome is 200 with the answer inside, and
     only what a retry may cure (409 in progress, 500 released) is answered as itself.
     """
-    try:
-        ask = json_payload()
-    except InvalidJson as exc:
-        return problem(400, "InvalidParameterException", exc.message)
-    if (
-        not isinstance(ask, dict)
-        or set(ask) != MANUAL_RUN_FIELDS
-        or not all(isinstance(ask[name], str) for name in ("job_id", "client_token", "requested_by"))
-        or not isinstance(ask["parameters"], dict)
-    ):
-        return problem(400, "InvalidParameterException", f"the body must hold {', '.join(sorted(MANUAL_RUN_FIELDS))}")
+    ask = task_body(
+        lambda ask: (
+            set(ask) == MANUAL_RUN_FIELDS
+            and all(isinstance(ask[name], str) for name in ("job_id", "client_token", "requested_by"))
+            and isinstance(ask["parameters"], dict)
+        ),
+        ", ".join(sorted(MANUAL_RUN_FIELDS)),
+        names_who_asked=True,
+    )
+    if isinstance(ask, Response):
+        return ask
     state = app_state()
     job = state.jobs.get(ask["job_id"])
     if job is None:
@@ -217,6 +213,27 @@ def run_dispatched_manual_run():
     return task_answer(
         run_manually(state, asked_by, ask["job_id"], job, ManualRunRequest(ask["client_token"], parameters))
     )
+
+
+def task_body(
+    valid: Callable[[dict[str, Any]], bool], holds: str, names_who_asked: bool = False
+) -> dict[str, Any] | Response:
+    """A dispatched task's JSON object, or the 400 (403) that answers it.
+
+    ``names_who_asked``: the body says whose run it is (``requested_by``), which only the
+    app's own queue may say: such a task must carry the queue's marker, which App Engine
+    strips from every request from outside, so another deliverer (a Scheduler job's OIDC
+    token aimed here, say) cannot start runs in an operator's name.
+    """
+    if names_who_asked and not request.headers.get("X-AppEngine-QueueName"):
+        return problem(403, "Forbidden", "this task names who asked for it: only the task queue sends it")
+    try:
+        ask = json_payload()
+    except InvalidJson as exc:
+        return problem(400, "InvalidParameterException", exc.message)
+    if not isinstance(ask, dict) or not valid(ask):
+        return problem(400, "InvalidParameterException", f"the body must hold {holds}")
+    return ask
 
 
 def task_answer(outcome: RunOutcome):

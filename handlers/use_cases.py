@@ -19,7 +19,7 @@ from werkzeug.exceptions import NotFound
 
 from dedup.claims import REOPENED, RunDescription, RunPolicy
 from dedup.clock import Clock
-from dedup.idempotency import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS, IdempotencyGuard
+from dedup.idempotency import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS, IdempotencyGuard, fingerprint
 from dedup.keys import ScheduledRunKey, format_utc, scheduled_run_key
 from dedup.outcomes import Attempt, RunOutcome
 from dedup.queries import RunFilter
@@ -277,8 +277,10 @@ def executions_between(
     records = state.ledger.lookup_many([slot.run_id for slot in slots])
     unscheduled: list[RunRecord] = []
     cursor = None
+    # The runs apart from the slots of this page's own span: the next page lists those after it.
+    spanned = RunFilter(job_id=job_id, since=since, until=next_since or until)
     for _ in range(MAX_UNSCHEDULED_PAGES):
-        found, cursor = state.ledger.find_runs(RunFilter(job_id=job_id, since=since, until=until), 100, cursor)
+        found, cursor = state.ledger.find_runs(spanned, 100, cursor)
         unscheduled += [record for record in found if slot_of_run(record, scheduler_jobs) is None]
         if cursor is None or len(unscheduled) >= MAX_UNSCHEDULED:
             break
@@ -397,8 +399,10 @@ def manual_run_work(
     state: AppState, job_id: str, job: JobSpec, ask: ManualRunRequest, requested_by: str, seen_attempt: int = 0
 ) -> Work:
     """A manual run dispatched to be done later (run_manually, under its client token).  The task
-    id is its run id and the attempt seen (0: none), so the queue refuses the same request twice,
-    a task delivered twice is one run, and a released run sent again is new work."""
+    id is its run id, the attempt seen (0: none) and the parameters' fingerprint, so the queue
+    refuses the same request twice, a task delivered twice is one run, a released run sent again
+    is new work, and a form resent with other parameters is not silently dropped: its task runs,
+    and the token's one run takes whichever claims first (the other is refused as a conflict)."""
     body = {
         "job_id": job_id,
         "client_token": ask.client_token,
@@ -406,7 +410,8 @@ def manual_run_work(
         "requested_by": requested_by,
     }
     run_id = manual_run_id(state, job_id, job, ask.client_token)
-    return Work(task_id("manual-run", run_id, str(seen_attempt)), MANUAL_RUN_TASK, body)
+    sent = fingerprint(ask.parameters, job.fingerprint_exclude)
+    return Work(task_id("manual-run", run_id, str(seen_attempt), sent), MANUAL_RUN_TASK, body)
 
 
 def starts_a_run(record: RunRecord | None, now: datetime.datetime, reopen_attempt: int | None = None) -> bool:

@@ -145,7 +145,8 @@ def test_a_bad_catch_up_is_400_and_resumes_nothing(make_site, clock, cloud_tasks
 
 def test_a_dispatched_slot_run_with_a_bad_body_settles_as_400(make_site, cloud_tasks):
     site = make_site()
-    refused = site.post_json("/tasks/run-slot", {"job_id": "invoice"}, status=400).json
+    queue = {"X-AppEngine-QueueName": "dedup-dispatch"}
+    refused = site.post_json("/tasks/run-slot", {"job_id": "invoice"}, headers=queue, status=400).json
     assert refused["error"] == "InvalidParameterException"
     not_a_slot = {
         "job_id": "invoice",
@@ -156,5 +157,9 @@ def test_a_dispatched_slot_run_with_a_bad_body_settles_as_400(make_site, cloud_t
         "attempt": 0,
         "requested_by": "local",
     }
-    settled = site.post_json("/tasks/run-slot", not_a_slot, status=200).json  # a retry cannot cure it
+    settled = site.post_json("/tasks/run-slot", not_a_slot, headers=queue, status=200).json  # a retry cannot cure it
     assert settled["settled"] is True and settled["status"] == 404 and job_targets.EFFECTS == []
+    # Without the queue's marker, a task that names who asked is refused before its body is read.
+    for path in ("/tasks/run-slot", "/tasks/manual-run"):
+        refused = site.post_json(path, not_a_slot, status=403).json
+        assert refused["error"] == "Forbidden" and "only the task queue" in refused["detail"]

@@ -99,11 +99,11 @@ def test_run_now_is_queued_and_runs_once_however_often_the_form_is_sent(iap_app,
     token = confirm_token(iap_app, operator(iap), "values")
     fields = {"clientToken": token, "parameters": '{"value": 7}'}
     first = run_now(iap_app, operator(iap), job="values", **fields)
-    assert first.headers["Location"].endswith("?queued=0")  # at once: the run's page, before the run
+    assert "?queued=0&sent=" in first.headers["Location"]  # at once: the run's page, before the run
     queued = iap_app.get(first.headers["Location"], headers=viewer(iap)).html
     if queued.find(id="outcome").text == "queued":  # the queue may not have started it yet
-        assert "Queued by this request" in queued.find(id="answer").text
-        assert queued.find(id="refreshing")["data-url"].endswith("?queued=0")
+        assert queued.find(id="answer").text.startswith("Queued:")
+        assert "queued=0" in queued.find(id="refreshing")["data-url"]
     double_click = run_now(iap_app, operator(iap), job="values", **fields)
     assert settle(iap_app) == [200]  # one task, however many forms were sent before it ran
     again = run_now(iap_app, operator(iap), job="values", **fields)  # a refresh, after the run
@@ -266,7 +266,7 @@ def test_a_released_run_sent_again_is_queued_again(iap_app, iap):
     page = iap_app.get(path(first), headers=viewer(iap)).html
     assert page.find(id="outcome").text == "released"
     again = run_now(iap_app, operator(iap), job="flaky", clientToken="form-r", parameters='{"n": 1}')
-    assert again.headers["Location"] == f"{path(first)}?queued=1"  # queued after attempt 1
+    assert again.headers["Location"].startswith(f"{path(first)}?queued=1&sent=")  # queued after attempt 1
     assert settle(iap_app) == [500, 200]
     assert iap_app.get(f"/api/v1/runs/{run_id_of(first)}", headers=viewer(iap)).json["attempt"] == 2
     assert [e["client_token"] for e in job_targets.EFFECTS] == ["form-r", "form-r"]
@@ -316,7 +316,7 @@ def test_the_forms_in_a_browser(served, iap, iap_app):
         assert page.locator("#calls").inner_text() == "the Python function tests.job_targets:echo_value"
         page.locator("textarea[name=parameters]").fill('{"value": "from the browser"}')
         page.locator("#confirm-button").click()
-        page.wait_for_url("**/admin/runs/**?queued=0")  # at once, before the run
+        page.wait_for_url("**/admin/runs/**?queued=0&sent=*")  # at once, before the run
         run_url = page.url
         # The page asks again by itself (a stop button where the script runs) until the run has ended.
         page.wait_for_function("document.getElementById('outcome').textContent === 'completed'", timeout=20000)

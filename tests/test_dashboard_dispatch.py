@@ -56,7 +56,7 @@ def test_run_now_is_one_named_task_and_the_page_says_queued_then_started(site, c
     queued = site.get(sent[0].headers["Location"]).html
     assert queued.find(id="outcome").text == "queued" and job_targets.EFFECTS == []
     refresh = queued.find(id="refreshing")["data-url"]
-    assert refresh.endswith(sent[0].headers["Location"].split("/admin", 1)[1])  # it keeps asking after the run
+    assert sent[0].headers["Location"].split("/admin", 1)[1] in refresh  # it keeps asking after the run
     cloud_tasks.deliver(to_webtest(site), times=2, at_once=True)  # two instances of the queue, at once
     assert len(job_targets.EFFECTS) == 1 and job_targets.EFFECTS[0]["parameters"] == {"invoice": 7}
     page = site.get(sent[0].headers["Location"]).html
@@ -268,3 +268,50 @@ def test_the_actions_in_a_browser_at_desktop_and_phone_size(site, cloud_tasks, c
             browser.close()
     finally:
         server.shutdown()
+
+
+def test_a_form_resent_with_other_parameters_is_not_dropped_and_the_page_says_which_ran(site, cloud_tasks):
+    """Back, another value, send again, before the first task ran: both sends are queued (the
+    parameters are in the task's name), the token's one run takes whichever claims first, and
+    the page of the send that lost says its parameters did not run."""
+    link = site.get("/admin/").html.select_one(".job-card[data-job='invoice'] a.run-now")["href"]
+    form = confirmed(site, link)
+    form["parameters"] = '{"invoice": 7}'
+    first = form.submit(headers=SAME_ORIGIN, status=303)
+    form["parameters"] = '{"invoice": 8}'
+    second = form.submit(headers=SAME_ORIGIN, status=303)
+    assert len(cloud_tasks.tasks) == 2 and len({t.task_id for t in cloud_tasks.tasks}) == 2
+    cloud_tasks.deliver(to_webtest(site))
+    assert len(job_targets.EFFECTS) == 1 and job_targets.EFFECTS[0]["parameters"] == {"invoice": 7}
+    assert site.get(first.headers["Location"]).html.find(id="sent-other") is None
+    lost = site.get(second.headers["Location"]).html
+    assert lost.find(id="outcome").text == "completed" and "did not run" in lost.find(id="sent-other").text
+    assert site.get(second.headers["Location"].replace("sent=", "sent=zz")).html.find(id="sent-other") is None
+
+
+def test_a_queued_page_stops_refreshing_when_nothing_starts(site):
+    """Review of issue 25: a link to a run nothing queued (or a queue that is paused) kept its page
+    polling forever.  Each refresh counts itself, and after five minutes the page stops and says so."""
+    run_id = "ab" * 32
+    page = site.get(f"/admin/runs/{run_id}?queued=0").html
+    for _ in range(80):
+        refreshing = page.find(id="refreshing")
+        if refreshing is None:
+            break
+        page = site.get(refreshing["data-url"]).html
+    assert refreshing is None and page.find(id="not-started").text.startswith("Not started after 5 minutes")
+    assert page.find(id="outcome").text == "queued"
+
+
+def test_a_bulk_run_of_a_range_goes_back_to_that_range(site, cloud_tasks, clock):
+    """Review of issue 25: the confirmation kept only the day, so Cancel and the answer left the range."""
+    clock.advance(6 * 3600)  # 00:00 to 05:00 all missed
+    shown = {"since": at(0), "until": at(3)}
+    offer = site.get("/admin/jobs/invoice/history", params=shown).html.find(id="bulk-run")
+    confirm = site.get(offer["href"])
+    assert "since=" in confirm.html.find(id="cancel")["href"]
+    answer = confirm.forms["confirm"].submit(headers=SAME_ORIGIN, status=303)
+    location = answer.headers["Location"]
+    assert "since=" in location and "until=" in location and location.endswith("bulk=3-0-0")
+    said = site.get(location).html
+    assert said.find(id="bulk-answer").text.startswith("This request queued 3 slots")

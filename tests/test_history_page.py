@@ -182,6 +182,24 @@ def test_search_finds_a_manual_run_by_its_client_token(site):
     site.get("/admin/search", params={"q": "never-used"}, status=404)
 
 
+def test_search_shows_each_run_with_the_status_every_view_gives_it(site, clock, ndb_client):
+    """Review of issue 25: the list showed the stored in_progress of a run whose lease ran out."""
+    from dedup.ledger import Ledger
+
+    site.post_json("/api/v1/jobs/invoice/runs", {"clientToken": "held-token"})
+    held = site.post_json("/api/v1/jobs/pulse/runs", {"clientToken": "held-token"}).json["run_id"]
+    with ndb_client.context():  # make pulse's run one whose lease ran out unfinished
+        record = Ledger(clock).lookup(held)
+        record.status, record.lease_expires = "in_progress", clock.now()
+        record.put()
+    clock.advance(60)
+    badges = {
+        li.select_one("a").text: li.select_one(".badge").text
+        for li in site.get("/admin/search", params={"q": "held-token"}).html.select("#token-runs li")
+    }
+    assert badges == {"invoice": "completed", "pulse": "stuck"}
+
+
 def test_any_since_until_range_is_listed_slot_by_slot_and_paged(site, clock):
     clock.advance(2 * 86400)  # two days of 5-minute slots, none delivered
     since, until = "2030-01-01T00:00:00Z", "2030-01-03T00:00:00Z"
@@ -194,6 +212,21 @@ def test_any_since_until_range_is_listed_slot_by_slot_and_paged(site, clock):
     second = site.get(more["href"]).html.select("tr.slot-row")
     assert len(second) == 288 and second[-1]["data-schedule-time"] == "2030-01-02T23:55:00.000000Z"
     assert {tr["data-schedule-time"] for tr in rows}.isdisjoint(tr["data-schedule-time"] for tr in second)
+    # A summary of a page, not of the range, says so (review of issue 25: it read as the range's).
+    assert first.find(id="day-summary").text.startswith("This page: 288 expected")
+
+
+def test_a_run_apart_from_the_slots_is_listed_on_the_page_whose_span_holds_it(site, clock):
+    """Review of issue 25: a manual run was listed on every page of a range, after slots that ended earlier."""
+    clock.advance(36 * 3600)  # 2030-01-02 12:00: a manual run on the range's second day
+    site.post_json("/api/v1/jobs/invoice/runs", {"clientToken": "by-hand"}, status=201)
+    clock.advance(1800)  # a manual run is kept an hour after it finishes
+    since, until = "2030-01-01T00:00:00Z", "2030-01-03T00:00:00Z"
+    first = site.get("/admin/jobs/invoice/history", params={"since": since, "until": until}).html
+    second = site.get(first.find(id="next-page")["href"]).html
+    assert first.select("tr.apart-row") == [] and len(second.select("tr.apart-row")) == 1
+    empty = site.get("/admin/jobs/invoice/history", params={"since": since, "until": until, "status": "completed"})
+    assert empty.html.find(id="nothing").text == "No expected execution is completed on this page."
 
 
 @pytest.mark.parametrize(
@@ -211,3 +244,15 @@ def test_any_since_until_range_is_listed_slot_by_slot_and_paged(site, clock):
 def test_a_bad_range_is_400(site, params, words):
     answer = site.get("/admin/jobs/invoice/history", params=params, status=400).json
     assert words in answer["detail"]
+
+
+def test_a_day_shown_by_the_hour_offers_no_bulk_run_and_its_confirmation_refuses(site, clock):
+    """Review of issue 25: the history lists no slot of a per-minute job's day (it counts hours),
+    yet its bulk confirmation offered the day's first 288."""
+    clock.advance(86400 + 60)
+    day = site.get("/admin/jobs/pulse/history", params={"day": "2030-01-01"}).html
+    assert day.find(id="hours") is not None and day.find(id="bulk-run") is None
+    refused = site.get("/admin/jobs/pulse/history/run", params={"day": "2030-01-01"}, status=409)
+    assert "hour by hour" in refused.text
+    hour = site.get("/admin/jobs/pulse/history", params={"day": "2030-01-01", "hour": "3"}).html
+    assert hour.find(id="bulk-run") is not None  # one hour's 60 missed slots are listed, and offered
