@@ -37,6 +37,7 @@ from schedules.slots import (
     ExecutionStatus,
     execution_document,
     latest_slots,
+    ran_once_or_more,
     run_status,
     slot_of_run,
 )
@@ -512,8 +513,13 @@ def _summary(executions: Sequence[dict[str, Any]]) -> dict[str, Any]:
     by_status: dict[str, int] = {}
     for e in counted:
         by_status[e["status"]] = by_status.get(e["status"], 0) + 1
-    ran_once = by_status.get(ExecutionStatus.COMPLETED, 0) + by_status.get(ExecutionStatus.LATE, 0)
-    return {"expected": len(counted), "ran_once": ran_once, "by_status": dict(sorted(by_status.items()))}
+    ran_once, ran_more = ran_once_or_more(counted)
+    return {
+        "expected": len(counted),
+        "ran_once": ran_once,
+        "ran_more": ran_more,
+        "by_status": dict(sorted(by_status.items())),
+    }
 
 
 def _bulk_offer(job_id: str, shown: HistoryRange, executions: Sequence[dict[str, Any]]) -> dict[str, Any] | None:

@@ -21,7 +21,7 @@ from dedup.keys import format_utc
 from dedup.ledger import Ledger
 from models.audit import AuditMark
 from schedules.config import SchedulerJob, history_id
-from schedules.slots import ExecutionStatus, execution_document, latest_slots, slots_between
+from schedules.slots import ExecutionStatus, execution_document, latest_slots, ran_once_or_more, slots_between
 from schedules.tallies import duplicates_in, hours_between, tally_keys
 
 DAY = datetime.timedelta(hours=24)
@@ -61,7 +61,7 @@ def job_rows(ledger: Ledger, jobs: Sequence[SchedulerJob], now: datetime.datetim
     for job, mark in zip(jobs, marks, strict=True):
         documents = [execution_document(slot, records.get(slot.run_id), now) for slot in day_slots[id(job)]]
         counts = {status: sum(d["status"] == status for d in documents) for status in COUNTED}
-        ran_once = sum(d["status"] in (ExecutionStatus.COMPLETED, ExecutionStatus.LATE) for d in documents)
+        ran_once, ran_more = ran_once_or_more(documents)
         upcoming = slots_between([job], now, now + datetime.timedelta(days=366), limit=1)
         before = [execution_document(slot, records.get(slot.run_id), now) for slot in earlier.get(id(job), [])]
         shown = documents or before
@@ -87,6 +87,7 @@ def job_rows(ledger: Ledger, jobs: Sequence[SchedulerJob], now: datetime.datetim
                     d["status"] not in (ExecutionStatus.UNTRACKED, ExecutionStatus.UPCOMING) for d in documents
                 ),
                 "ran_once": ran_once,
+                "ran_more": ran_more,
                 "duplicates": duplicates_in(tallies, history_id(job), hours[id(job)]),
                 "streak": streak,
                 "attention": attention,

@@ -377,6 +377,15 @@ def run_status(record: RunRecord, jobs: Iterable[SchedulerJob], now: datetime.da
     return str(record.status)
 
 
+def ran_once_or_more(documents: Iterable[dict[str, Any]]) -> tuple[int, int]:
+    """Of the completed executions (late ones too), how many completed at their first attempt
+    (ran once) and how many took more: a takeover or a retry after a release, whose attempts
+    before may have called downstream too.  The one count every view says "ran once" with."""
+    done = [d for d in documents if d["status"] in (ExecutionStatus.COMPLETED, ExecutionStatus.LATE)]
+    once = sum(1 for d in done if d.get("run", {}).get("attempt", 1) <= 1)
+    return once, len(done) - once
+
+
 def execution_document(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> dict[str, Any]:
     """One entry of the executions listing."""
     document: dict[str, Any] = {

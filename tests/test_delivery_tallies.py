@@ -325,3 +325,18 @@ def test_a_slot_of_the_first_form_keeps_its_count_when_counted_again(datastore, 
         tally_duplicate(job, hour, DuplicateDelivery(hour, "i-1", 200))
         kept = deliveries_of_slot(job, hour, hour + datetime.timedelta(minutes=1))
     assert kept == SlotDeliveries(5, (DuplicateDelivery(hour, "i-1", 200),))
+
+
+def test_a_slot_that_took_two_attempts_is_not_counted_as_ran_once(site, clock, ndb_client):
+    """Review of issue 25: a slot taken over after its lease ran out called downstream twice, so
+    the row says it completed after more than one attempt instead of "ran once"."""
+    clock.advance(2 * 3600 + 10)
+    hold_slot(ndb_client, clock, 0)  # an attempt that claimed 00:00 and then went silent
+    deliver(site, "invoice-hourly", 1)
+    clock.advance(61)  # its 60 s lease has run out
+    assert deliver(site, "invoice-hourly", 0).json["attempt"] == 2  # a takeover completes it
+    invoice = row(site, "invoice-hourly")
+    assert invoice.select_one(".ran-once").text == "1 ran once"
+    assert invoice.select_one(".ran-more")["data-count"] == "1"
+    summary = site.get("/admin/jobs/invoice/history", params={"day": "2030-01-01"}).html.find(id="day-summary")
+    assert "1 ran once" in summary.text and "1 completed after more than one attempt" in summary.text
