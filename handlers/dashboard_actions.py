@@ -102,7 +102,7 @@ def run_now(job_id: str) -> Response | tuple[str, int]:
 
 @blueprint.get("/jobs/<job_id>/run", provide_automatic_options=False)
 @requires(Role.OPERATE)
-def confirm_run_now(job_id: str) -> str | tuple[str, int]:
+def confirm_run_now(job_id: str) -> Response | str | tuple[str, int]:
     """Run now's confirmation: the job, what it calls, the parameters.
 
     The form's token comes from the link (made when the dashboard was rendered), so going back
@@ -111,7 +111,11 @@ def confirm_run_now(job_id: str) -> str | tuple[str, int]:
     job = app_state().jobs.get(job_id)
     if job is None:
         return problem_page(404, f"no job {job_id!r} is declared in the jobs file")
-    token = request.args.get("token") or new_form_token()
+    token = request.args.get("token")
+    if not token:
+        # A link without a token (typed, bookmarked) gets one in its URL, so going back to the
+        # page and sending it again is still one run even where the browser fetches it anew.
+        return redirect(url_for("dashboard_actions.confirm_run_now", job_id=job_id, token=new_form_token()), code=303)
     if client_token_problem(token):
         return problem_page(400, f"the link's {client_token_problem(token)}; reload the dashboard for a new one")
     return render_template(

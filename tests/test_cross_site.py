@@ -129,8 +129,8 @@ def test_the_rule_is_the_one_go_documents():
 
 @pytest.mark.parametrize(
     ("path", "status"),
-    [("/admin/", 200), ("/admin/jobs/invoice/run", 200), ("/admin/runs/" + "0" * 64, 404), ("/api/v1/runs", 200),
-     ("/no/such/page", 404)],
+    [("/admin/", 200), ("/admin/jobs/invoice/run?token=t-1", 200), ("/admin/runs/" + "0" * 64, 404),
+     ("/api/v1/runs", 200), ("/no/such/page", 404)],
 )  # fmt: skip
 def test_no_page_may_be_framed_by_another_site(client, path, status):
     """A confirmation page framed under a decoy would turn an operator's click into a

@@ -47,7 +47,9 @@ def viewer(iap):
 
 def confirm_token(app, headers, job_id: str) -> str:
     """The client token of Run now's confirmation form, as the page rendered it."""
-    return TOKEN.search(app.get(f"/admin/jobs/{job_id}/run", headers=headers).text).group(1)
+    page = app.get(f"/admin/jobs/{job_id}/run", headers=headers, status=303)  # a token is put in the link
+    assert "token=" in page.headers["Location"]
+    return TOKEN.search(page.follow(headers=headers).text).group(1)
 
 
 def run_now(app, headers, job="invoice", status=303, **fields):
