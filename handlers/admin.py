@@ -100,19 +100,29 @@ LEGEND: tuple[tuple[str, str], ...] = (
 )
 
 
+# The statuses a run can be shown with, and those only a slot without a run has.
+SLOT_ONLY_STATUSES = frozenset(
+    {ExecutionStatus.DUE, ExecutionStatus.UPCOMING, ExecutionStatus.UNKNOWN, ExecutionStatus.UNTRACKED}
+)
+SHOWN_STATUSES = tuple(dict.fromkeys([*(s.value for s in RunStatus), *(str(s) for s in ExecutionStatus)]))
+
+
 @blueprint.get("/", provide_automatic_options=False)
 @requires(Role.VIEW)
 def dashboard():
     state = app_state()
     now = state.clock.now()
     chosen = {name: request.args.get(name) or None for name in ("job", "status", "source")}
-    if chosen["status"] not in (None, *[s.value for s in RunStatus]) or chosen["source"] not in (
+    if chosen["status"] not in (None, *SHOWN_STATUSES) or chosen["source"] not in (
         None,
         *[s.value for s in RunSource],
     ):
         abort(400, "unknown status or source")
+    # A status the legend shows is filtered by as every view shows it (run_status): a stored one is
+    # asked of the query too; a derived one (stuck, late, overdue) is found among the newest runs.
+    stored = chosen["status"] if chosen["status"] in set(RunStatus) else None
     try:
-        run_filter = RunFilter(job_id=chosen["job"], status=chosen["status"], source=chosen["source"])
+        run_filter = RunFilter(job_id=chosen["job"], status=stored, source=chosen["source"])
     except ValueError as exc:
         abort(400, str(exc).replace("job_id", "job"))
     if chosen["job"] and chosen["job"] not in state.jobs:
@@ -120,6 +130,8 @@ def dashboard():
     recent, _ = state.ledger.find_runs(run_filter, RECENT_RUNS)
     # Every Scheduler job's pauses in one batched lookup, for every card's slots and its Pause form.
     bound = with_pauses(state.schedules)
+    if chosen["status"]:
+        recent = [record for record in recent if run_status(record, bound, now) == chosen["status"]]
     schedules_of_job = {job_id: [job for job in bound if job.target == job_id] for job_id in state.jobs}
     expected = {
         job_id: expected_executions(schedules_of_job[job_id], now)
@@ -157,7 +169,9 @@ def dashboard():
         runs=[row(record, now, bound) for record in recent],
         chart=timeline(recent, now, gaps, bound),
         job_ids=sorted(state.jobs),
-        statuses=[s.value for s in RunStatus],
+        statuses=list(SHOWN_STATUSES),
+        # A slot with no run (due, upcoming, ...) is in no runs table: its history lists it.
+        status_without_runs=chosen["status"] in SLOT_ONLY_STATUSES,
         can_operate=may(Role.OPERATE),
         new_form_token=new_form_token,
         shapes=MARK_SHAPES,

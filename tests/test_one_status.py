@@ -161,6 +161,15 @@ def test_every_view_says_the_same_status_of_every_run(google, ndb_client, tmp_pa
     # A card lists its running and stuck runs as the rest say: the overdue digest, 07:00, the manual run.
     cards = sorted(views["job card"] for views in said.values() if "job card" in views)
     assert cards == ["in_progress", "overdue", "stuck"]
+    # The runs table's filter finds a run by the status every view shows it with, derived ones
+    # too (review of issue 25: ?status=stuck was a 400, ?status=in_progress listed stuck runs).
+    for status in set(shown):
+        listed = site.get("/admin/", params={"status": status}).html.select("tr.run-row")
+        expected = {run_id for run_id, views in said.items() if views["runs table"] == status}
+        assert {tr.find("a")["href"].rsplit("/", 1)[1] for tr in listed} == expected, status
+    upcoming = site.get("/admin/", params={"status": "upcoming"}).html  # only a slot with no run is upcoming
+    assert upcoming.select("tr.run-row") == []
+    assert "history shows its upcoming slots" in upcoming.find(id="slot-only").text
 
 
 def test_every_status_has_a_shape_of_its_own():
