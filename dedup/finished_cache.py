@@ -5,8 +5,8 @@ leaves completed runs alone), so a duplicate of one can be answered from
 memory until the record's ``expire_at``.  Only completed records are kept:
 an in-progress, released or skipped record is still to change, and a failed
 one can be reopened by an operator (another process's cache would go on
-answering the old failure).  Bounded in entries and in the size of what it
-holds, least recently used first out.
+answering the old failure).  Bounded in entries and in bytes (``max_bytes``,
+``DEDUP_FINISHED_CACHE_MIB``), least recently used first out.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ import threading
 from models import RunRecord, RunStatus
 
 MAX_ENTRIES = 1024
+# What the entries may hold together, pickled: the cache's bound in memory, whatever the entry count
+# (100,000 entries of the largest size would be 3.1 GiB, on an F2's 768 MB).
+MAX_BYTES = 32 * 1024 * 1024
 # A record whose result (a guarded call's kept response is its result) and parameters are larger
 # together, as JSON, stays out, whatever jobs return and callers send (results may be 512 KiB,
 # parameters 256 KiB): checked first, since it stops encoding at the limit.
@@ -37,16 +40,19 @@ class FinishedRuns:
         max_entries: int = MAX_ENTRIES,
         max_document_chars: int = MAX_DOCUMENT_CHARS,
         max_entry_bytes: int = MAX_ENTRY_BYTES,
+        max_bytes: int = MAX_BYTES,
     ) -> None:
-        if max_entries < 0:
-            raise ValueError("the cache cannot hold fewer than no entries")
-        self.max_entries, self.max_document_chars, self.max_entry_bytes = (
+        if max_entries < 0 or max_bytes < 0:
+            raise ValueError("the cache cannot hold fewer than no entries, nor less than no bytes")
+        self.max_entries, self.max_document_chars, self.max_entry_bytes, self.max_bytes = (
             max_entries,
             max_document_chars,
             max_entry_bytes,
+            max_bytes,
         )
         # run_id -> (expire_at, the pickled record)
         self._entries: collections.OrderedDict[str, tuple[datetime.datetime, bytes]] = collections.OrderedDict()
+        self._held = 0  # the pickled bytes of the entries
         self._lock = threading.Lock()
 
     def get(self, run_id: str, now: datetime.datetime) -> RunRecord | None:
@@ -63,6 +69,7 @@ class FinishedRuns:
             expire_at, pickled = entry
             if now >= expire_at:
                 del self._entries[run_id]
+                self._held -= len(pickled)
                 return None
             self._entries.move_to_end(run_id)
         record: RunRecord = pickle.loads(pickled)  # iterative: no depth it was pickled at can fail here
@@ -76,21 +83,26 @@ class FinishedRuns:
             pickled = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
         except (RecursionError, pickle.PicklingError, TypeError):
             return  # nested deeper than pickle goes, or not picklable: never held
-        if len(pickled) > self.max_entry_bytes:
+        if len(pickled) > min(self.max_entry_bytes, self.max_bytes):
             return
         with self._lock:
+            replaced = self._entries.get(record.run_id)
+            if replaced is not None:
+                self._held -= len(replaced[1])
             self._entries[record.run_id] = (record.expire_at, pickled)
+            self._held += len(pickled)
             self._entries.move_to_end(record.run_id)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+            while len(self._entries) > self.max_entries or self._held > self.max_bytes:
+                _, (_, evicted) = self._entries.popitem(last=False)
+                self._held -= len(evicted)
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def held_bytes(self) -> int:
-        """What the entries take, pickled (the bound: max_entries x max_entry_bytes)."""
+        """What the entries take, pickled: never more than max_bytes."""
         with self._lock:
-            return sum(len(pickled) for _, pickled in self._entries.values())
+            return self._held
 
     def _small(self, record: RunRecord) -> bool:
         """Whether what the record holds of any size (its result, its parameters: a guarded

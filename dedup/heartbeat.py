@@ -1,4 +1,4 @@
-"""Renew a running attempt's lease every third of the lease, in fenced transactions.
+"""Renew a running attempt's lease every third of the lease, each renewal one fenced write.
 
 A job can then keep a short lease (a crashed instance is taken over within
 one lease) while it runs for as long as ``max_run_seconds`` allows; past
@@ -10,13 +10,21 @@ run was taken over): when a renewal found the run taken over, or when the
 lease it last secured has run out, because renewals stopped at
 ``max_run_seconds``, kept failing (Datastore unreachable), or are off
 (``renew=False``: the claim's lease is the only one).
+
+One thread per process keeps every running attempt's next renewal (``Renewals``), and a few
+shared workers send them: a run starts no thread of its own (a thread per run cost about 3 ms
+of CPU each), and a slow renewal of one run does not hold up the others'.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
+import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from google.cloud import ndb
 
@@ -27,6 +35,53 @@ log = logging.getLogger(__name__)
 
 # How long a finished job waits for a renewal still in flight.
 EXIT_WAIT_SECONDS = 5.0
+# The renewals a process sends at once: each is one round trip, a third of a lease apart per run.
+RENEWAL_WORKERS = 4
+
+
+class Renewals:
+    """Every running attempt's next renewal in this process, in time order, and one thread that
+    hands each to the shared workers when it falls due.  Started on first use, and again in a
+    forked worker (gunicorn's), since threads do not survive a fork."""
+
+    def __init__(self, workers: int = RENEWAL_WORKERS) -> None:
+        self._workers = workers
+        self._lock = threading.Condition()
+        self._due: list[tuple[float, int, LeaseHeartbeat]] = []
+        self._order = itertools.count()  # ties in time go first come, first served
+        self._pid: int | None = None
+        self._pool: ThreadPoolExecutor | None = None
+
+    def schedule(self, beat: LeaseHeartbeat, at: float) -> None:
+        with self._lock:
+            self._start_here()
+            heapq.heappush(self._due, (at, next(self._order), beat))
+            self._lock.notify()
+
+    @staticmethod
+    def threads() -> int:
+        """The threads renewing leases in this process: the scheduler and the workers started so far."""
+        return sum(1 for thread in threading.enumerate() if thread.name.startswith("lease-renewal"))
+
+    def _start_here(self) -> None:
+        if self._pid == os.getpid():
+            return
+        self._pid, self._due = os.getpid(), []
+        self._pool = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="lease-renewal")
+        threading.Thread(target=self._run, name="lease-renewals", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    self._lock.wait(timeout=self._due[0][0] - time.monotonic() if self._due else None)
+                _, _, beat = heapq.heappop(self._due)
+                pool = self._pool
+            if not beat.stopped and pool is not None:
+                pool.submit(beat.renew_once)
+
+
+RENEWALS = Renewals()
 
 
 class LeaseHeartbeat:
@@ -38,6 +93,7 @@ class LeaseHeartbeat:
         max_run_seconds: float | None,
         renew: bool = True,
         claim_began: float | None = None,
+        renewals: Renewals = RENEWALS,
     ) -> None:
         """``claim_began``: ``time.monotonic()`` taken before the claim was sent (default: now)."""
         self.ledger = ledger
@@ -52,10 +108,17 @@ class LeaseHeartbeat:
         self._lease_ends = started + lease_seconds
         self._taken_over = threading.Event()
         self._stopped = threading.Event()
+        self._idle = threading.Event()  # no renewal of this attempt in flight
+        self._idle.set()
         self._renew = renew
-        # The thread needs an NDB context of its own, from the same client.
+        self._renewals = renewals
+        self.renewed = 0  # renewals that landed
+        # The renewals need an NDB context of their own, from the same client.
         self._client = ndb.get_context().client if renew else None
-        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{attempt.run_id[:8]}", daemon=True)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
 
     def lease_lost(self) -> bool:
         """True once the run was found taken over, or the last secured lease has run out."""
@@ -66,45 +129,57 @@ class LeaseHeartbeat:
 
     def __enter__(self) -> LeaseHeartbeat:
         if self._renew:
-            self._thread.start()
+            self._renewals.schedule(self, time.monotonic() + self.interval)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stopped.set()
-        if self._thread.is_alive():
-            # Wait briefly for a renewal in flight, no longer: one that lands
-            # after the run finished is fenced out (the record is no longer in
-            # progress), and the job's outcome should not wait on Datastore.
-            self._thread.join(timeout=min(self.interval, EXIT_WAIT_SECONDS))
+        # Wait briefly for a renewal in flight, no longer: one that lands after the run
+        # finished is fenced out (the record is no longer in progress), and the job's
+        # outcome should not wait on Datastore.
+        self._idle.wait(timeout=min(self.interval, EXIT_WAIT_SECONDS))
 
-    def _beat(self) -> None:
-        assert self._client is not None, "the thread is started only to renew"
-        with self._client.context():
-            while not self._stopped.wait(self.interval):
-                began = time.monotonic()
-                if began >= self.stop_at:
-                    log.warning(
-                        "run %s attempt %d: max_run_seconds reached; no more lease renewals",
-                        self.attempt.run_id,
-                        self.attempt.number,
-                    )
-                    return
-                # The last renewal ends the lease at max_run_seconds, not a lease later.
-                lease = min(self.lease_seconds, self.stop_at - began)
-                try:
-                    outcome = self.ledger.renew_lease(self.attempt, lease, patience_seconds=self.interval)
-                except Exception as exc:  # a failed renewal is retried at the next beat
-                    log.warning("run %s: lease renewal failed (%r); trying again", self.attempt.run_id, exc)
-                    continue
-                if isinstance(outcome, Stale):
-                    if self._stopped.is_set():
-                        return  # the job finished first: its own finish ended the lease
-                    self._taken_over.set()
-                    log.warning(
-                        "run %s attempt %d: lease lost to attempt %s; the job should stop",
-                        self.attempt.run_id,
-                        self.attempt.number,
-                        outcome.current.attempt if outcome.current else "none",
-                    )
-                    return
-                self._lease_ends = began + lease
+    def renew_once(self) -> None:
+        """One renewal (on a shared worker), and the next one scheduled unless this one ends them."""
+        assert self._client is not None, "scheduled only to renew"
+        self._idle.clear()
+        try:
+            again = self._renew_in_context()
+        finally:
+            self._idle.set()
+        if again and not self.stopped:
+            self._renewals.schedule(self, time.monotonic() + self.interval)
+
+    def _renew_in_context(self) -> bool:
+        """Whether renewals go on."""
+        assert self._client is not None
+        began = time.monotonic()
+        if began >= self.stop_at:
+            log.warning(
+                "run %s attempt %d: max_run_seconds reached; no more lease renewals",
+                self.attempt.run_id,
+                self.attempt.number,
+            )
+            return False
+        # The last renewal ends the lease at max_run_seconds, not a lease later.
+        lease = min(self.lease_seconds, self.stop_at - began)
+        try:
+            with self._client.context():
+                outcome = self.ledger.renew_lease(self.attempt, lease, patience_seconds=self.interval)
+        except Exception as exc:  # a failed renewal is retried at the next beat
+            log.warning("run %s: lease renewal failed (%r); trying again", self.attempt.run_id, exc)
+            return True
+        if isinstance(outcome, Stale):
+            if self.stopped:
+                return False  # the job finished first: its own finish ended the lease
+            self._taken_over.set()
+            log.warning(
+                "run %s attempt %d: lease lost to attempt %s; the job should stop",
+                self.attempt.run_id,
+                self.attempt.number,
+                outcome.current.attempt if outcome.current else "none",
+            )
+            return False
+        self._lease_ends = began + lease
+        self.renewed += 1
+        return True

@@ -76,7 +76,11 @@ def create_app(
     app = Flask(__name__)
     assert isinstance(app.json, DefaultJSONProvider)  # Flask's own, which sorts keys unless told not to
     app.json.sort_keys = False
-    ledger = Ledger(clock, FinishedRuns(max_entries=finished_cache_entries_from_environ(os.environ)))
+    finished = FinishedRuns(
+        max_entries=finished_cache_entries_from_environ(os.environ),
+        max_bytes=finished_cache_bytes_from_environ(os.environ),
+    )
+    ledger = Ledger(clock, finished)
     # Guarded keys are per principal: one caller never gets another's stored answer.
     install_guard(app, ledger, wait_slots, caller=lambda: current_principal().name)
     scheduler_api = SchedulerApi.from_environ(os.environ)
@@ -171,6 +175,10 @@ def max_waiters_from_environ(environ: Mapping[str, str]) -> int:
 
 
 MAX_FINISHED_CACHE_ENTRIES = 100_000
+MAX_FINISHED_CACHE_MIB = 1024
+# Of the instance's memory (App Engine's GAE_MEMORY_MB: 384 MB on an F1, 768 on an F2), what one
+# worker's cache may take: a quarter, so app.yaml's two workers leave half for the requests.
+CACHE_SHARE_OF_MEMORY = 4
 
 
 def finished_cache_entries_from_environ(environ: Mapping[str, str]) -> int:
@@ -180,6 +188,24 @@ def finished_cache_entries_from_environ(environ: Mapping[str, str]) -> int:
     return whole_number_setting(
         environ, "DEDUP_FINISHED_CACHE_ENTRIES", MAX_ENTRIES, MAX_FINISHED_CACHE_ENTRIES, "no cache"
     )
+
+
+def finished_cache_bytes_from_environ(environ: Mapping[str, str]) -> int:
+    """DEDUP_FINISHED_CACHE_MIB: what each process's cache may hold, refused when it cannot fit the
+    instance class (a quarter of GAE_MEMORY_MB, which App Engine sets to the class's memory)."""
+    from dedup.finished_cache import MAX_BYTES
+
+    mib = whole_number_setting(
+        environ, "DEDUP_FINISHED_CACHE_MIB", MAX_BYTES // 2**20, MAX_FINISHED_CACHE_MIB, "no cache"
+    )
+    memory = environ.get("GAE_MEMORY_MB", "")
+    if memory.isascii() and memory.isdigit() and mib * CACHE_SHARE_OF_MEMORY > int(memory):
+        raise SettingError(
+            f"DEDUP_FINISHED_CACHE_MIB={mib}: more than a quarter of this instance's {memory} MB "
+            f"(GAE_MEMORY_MB) for one worker's cache; at most {int(memory) // CACHE_SHARE_OF_MEMORY}, "
+            "or a larger instance_class in app.yaml"
+        )
+    return mib * 2**20
 
 
 class NdbContextMiddleware:

@@ -65,6 +65,21 @@ def test_the_waiter_bound_is_a_small_share_of_each_workers_threads():
     assert 0 < waiters <= threads // 4  # the rest of the threads stay free for everything else
 
 
+# The memory App Engine gives each instance class (GAE_MEMORY_MB), per its instance-class table.
+INSTANCE_MEMORY_MB = {"F1": 384, "F2": 768, "F4": 1536, "F4_1G": 3072}
+
+
+def test_the_finished_runs_cache_fits_the_instance_class_app_yaml_names():
+    from handlers import CACHE_SHARE_OF_MEMORY, finished_cache_bytes_from_environ
+
+    config = app_yaml()
+    workers = int(re.search(r"--workers (\d+)", config["entrypoint"]).group(1))
+    memory = INSTANCE_MEMORY_MB[config["instance_class"]]
+    cache = finished_cache_bytes_from_environ({**config["env_variables"], "GAE_MEMORY_MB": str(memory)})
+    assert workers <= CACHE_SHARE_OF_MEMORY // 2  # the rule's quarter per worker leaves half the memory
+    assert workers * cache <= memory * 2**20 // 2
+
+
 def test_the_app_deploys_as_its_own_service_and_its_cron_entries_go_there():
     """Without `service:`, a deploy replaces the project's `default` service, another app's;
     a cron entry without `target:` goes to `default` too."""

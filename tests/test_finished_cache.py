@@ -4,6 +4,7 @@ record's expire_at, only completed records are ever held, and it is bounded."""
 from __future__ import annotations
 
 import datetime
+import pickle
 
 import pytest
 
@@ -174,3 +175,50 @@ def test_what_it_holds_is_bounded_in_bytes(ndb_context):
     tight = FinishedRuns(max_entry_bytes=1000)
     tight.remember(record("rows", RunStatus.COMPLETED, later, rows))
     assert tight.get("rows", T) is None  # fits the JSON limit, not the byte limit
+
+
+def test_the_cache_is_bounded_in_bytes_whatever_its_entry_count(ndb_context):
+    """Issue 26 §4: 100,000 entries of the largest size would be 3.1 GiB on an F2's 768 MB."""
+    later = T + datetime.timedelta(hours=1)
+    one = len(pickle.dumps(record("probe", RunStatus.COMPLETED, later, {"x": "y" * 2000}), pickle.HIGHEST_PROTOCOL))
+    cache = FinishedRuns(max_entries=100_000, max_bytes=5 * one)
+    for i in range(20):
+        cache.remember(record(f"r{i:02d}", RunStatus.COMPLETED, later, {"x": "y" * 2000}))
+    assert cache.held_bytes() <= 5 * one and len(cache) == 5
+    assert [cache.get(f"r{i:02d}", T) is not None for i in (14, 15, 19)] == [False, True, True]  # the oldest went
+    cache.remember(record("r19", RunStatus.COMPLETED, later, {"x": "y" * 2000}))  # the same run again
+    assert len(cache) == 5 and cache.held_bytes() <= 5 * one
+    expired = FinishedRuns(max_bytes=10 * one)
+    expired.remember(record("gone", RunStatus.COMPLETED, later, {"x": "y" * 2000}))
+    assert expired.get("gone", later) is None and expired.held_bytes() == 0  # an expired entry gives its bytes back
+
+
+@pytest.mark.parametrize(
+    ("environ", "mib"),
+    [
+        ({}, 32),
+        ({"DEDUP_FINISHED_CACHE_MIB": "0"}, 0),
+        ({"DEDUP_FINISHED_CACHE_MIB": "192", "GAE_MEMORY_MB": "768"}, 192),
+    ],
+)
+def test_the_cache_bytes_are_a_setting(environ, mib):
+    from handlers import finished_cache_bytes_from_environ
+
+    assert finished_cache_bytes_from_environ(environ) == mib * 2**20
+
+
+@pytest.mark.parametrize(
+    ("environ", "words"),
+    [
+        ({"DEDUP_FINISHED_CACHE_MIB": "193", "GAE_MEMORY_MB": "768"}, "at most 192"),  # an F2
+        ({"DEDUP_FINISHED_CACHE_MIB": "100", "GAE_MEMORY_MB": "384"}, "at most 96"),  # an F1
+        ({"DEDUP_FINISHED_CACHE_MIB": "2048"}, "1024"),
+        ({"DEDUP_FINISHED_CACHE_MIB": "lots"}, "whole number"),
+    ],
+)
+def test_a_cache_that_cannot_fit_the_instance_stops_the_app(environ, words):
+    from handlers import SettingError, finished_cache_bytes_from_environ
+
+    with pytest.raises(SettingError, match="DEDUP_FINISHED_CACHE_MIB") as refused:
+        finished_cache_bytes_from_environ(environ)
+    assert words in str(refused.value)

@@ -281,7 +281,7 @@ def test_without_renewals_the_job_is_told_when_its_claimed_lease_runs_out(ledger
         assert not heartbeat.lease_lost()
         time.sleep(0.6)
         assert heartbeat.lease_lost()
-        assert not heartbeat._thread.is_alive()  # nothing renews
+        assert heartbeat.renewed == 0  # nothing renews
 
 
 @pytest.mark.slow
@@ -345,3 +345,26 @@ def test_jobs_get_heartbeats_by_default(jobs_file):
     )
     assert jobs["a"].policy.heartbeat is True and jobs["a"].policy.max_run_seconds == 600
     assert jobs["b"].policy.heartbeat is False and jobs["b"].policy.max_run_seconds == 7200
+
+
+def test_every_running_attempt_is_renewed_by_the_same_few_threads(datastore, ndb_client, clock):
+    """Issue 26 §4: a thread per run cost about 3 ms of CPU each; a process keeps one scheduler
+    and RENEWAL_WORKERS workers, however many attempts run."""
+    import time
+
+    from dedup.heartbeat import RENEWAL_WORKERS, LeaseHeartbeat, Renewals
+
+    with ndb_client.context():
+        ledger = Ledger(clock)
+        attempts = [ledger.replay_or_claim(f"many-{i}", DESCRIPTION, POLICY).attempt for i in range(12)]
+        beats = [LeaseHeartbeat(ledger, attempt, lease_seconds=0.3, max_run_seconds=None) for attempt in attempts]
+        for beat in beats:
+            beat.__enter__()
+        deadline = time.monotonic() + 10
+        while min(beat.renewed for beat in beats) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        threads = Renewals.threads()
+        for beat in beats:
+            beat.__exit__(None, None, None)
+    assert min(beat.renewed for beat in beats) >= 2  # each renewed again and again
+    assert 1 <= threads <= 1 + RENEWAL_WORKERS
