@@ -32,6 +32,8 @@ import dataclasses
 import math
 import sys
 
+from dedup.queries import CLEANUP_BATCH
+
 DAYS_PER_MONTH = 30.4
 # Free usage per day (the default database), Firestore in Datastore mode.  TTL deletes get none.
 FREE_PER_DAY = {"reads": 50_000, "writes": 20_000, "deletes": 20_000}
@@ -87,8 +89,9 @@ JOB_LOCK_RENEWAL = Operations(reads=2, writes=1)
 AUDIT_PER_JOB_PASS = Operations(reads=2, writes=1)
 AUDIT_PER_SLOT = Operations(reads=1)
 # Without a TTL policy, /tasks/cleanup deletes expired records: a keys-only query (one read per batch of
-# up to 100) and a transaction that reads each record again before deleting it; its deletes get the free usage.
-CLEANUP_PER_RECORD = Operations(reads=1 + 1 / 100, deletes=1)
+# up to CLEANUP_BATCH), a lookup of each record (its version) and a delete fenced on that version; its
+# deletes get the free usage.
+CLEANUP_PER_RECORD = Operations(reads=1 + 1 / CLEANUP_BATCH, deletes=1)
 
 
 @dataclasses.dataclass(frozen=True)

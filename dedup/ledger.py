@@ -157,7 +157,7 @@ class Ledger:
         decided = claim.decide(None, now)
         assert isinstance(decided, Claimed | Skipped)  # nothing refuses a claim of no record
         entity = encode(decided.record)
-        found, written = store.lookup_and_insert(decided.record)
+        found, written = store.lookup_and_insert(decided.record, entity)
         if isinstance(written, record_store.Exists) and found is not None:
             self.finished.remember(found.record)  # completed records only
             decided = claim.decide(found.record, now)
@@ -281,9 +281,15 @@ class Ledger:
 
         return self._fenced(attempt, release, landed=landed)
 
-    def delete_expired(self, batch_size: int = 100, cursor: str | None = None) -> tuple[int, str | None]:
+    def delete_expired(
+        self, batch_size: int = queries.CLEANUP_BATCH, cursor: str | None = None
+    ) -> tuple[int, str | None]:
         """Delete one batch of expired records (dedup/queries.py: the fallback where no TTL policy is set)."""
         return queries.delete_expired(self.clock.now(), self.clock.now, batch_size, cursor)
+
+    def clean_up(self, budget_seconds: float) -> queries.Cleanup:
+        """Delete expired records in concurrent batches until none is left or the budget is spent."""
+        return queries.clean_up(self.clock.now, budget_seconds)
 
     def _finish(self, attempt: Attempt, status: RunStatus, document: object, policy: RunPolicy) -> Finished | Stale:
         """Record the outcome (a result, or an error) of the attempt that owns the run."""

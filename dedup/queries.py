@@ -7,21 +7,21 @@ protocol's own reads do.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import datetime
+import time
 from collections.abc import Callable
 
 from google.cloud import ndb
 
-from dedup.transactions import run_transaction
+from dedup.record_store import RecordStore
 from models import RunRecord
 
 # The longest string a filter may compare (Datastore's limit for indexed strings).
 MAX_FILTER_BYTES = 1500
 # How many batches one page of find_runs may read to skip expired records.
 FIND_BATCHES = 5
-# A cleanup batch, deleted once its records are known to be expired: patience as a finish's.
-DELETE_PATIENCE_SECONDS = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,36 +74,87 @@ def find_runs(
     return visible, (start.urlsafe().decode("ascii") if more and start is not None else None)
 
 
+def expired_keys(
+    now: datetime.datetime, batch_size: int, cursor: str | None = None
+) -> tuple[list[ndb.Key], str | None]:
+    """One batch of the keys of records past ``expire_at`` (a keys-only query: one read per batch),
+    and the cursor of the next batch, None after the last."""
+    start = ndb.Cursor(urlsafe=cursor) if cursor else None
+    keys, next_cursor, more = RunRecord.query(RunRecord.expire_at <= now).fetch_page(
+        batch_size, keys_only=True, start_cursor=start
+    )
+    more = bool(keys) and more and next_cursor is not None and len(keys) == batch_size
+    return keys, (next_cursor.urlsafe().decode("ascii") if more else None)
+
+
+def delete_expired_keys(store: RecordStore, keys: list[ndb.Key], clock_now: Callable[[], datetime.datetime]) -> int:
+    """Delete those of ``keys`` still expired at ``now`` and under no live lease, each only if
+    unchanged since it was read: two cleanups at once, or a claim racing one, never lose a live
+    record.  Two round trips, no transaction (so it never contends with a claim).  How many went."""
+    found = store.lookup_many(keys)
+    now = clock_now()
+    doomed = [
+        record
+        for record in found
+        if record is not None and record.record.is_expired(now) and not record.record.lease_is_live(now)
+    ]
+    return store.delete_unchanged(doomed)
+
+
 def delete_expired(
     now: datetime.datetime, clock_now: Callable[[], datetime.datetime], batch_size: int = 100, cursor: str | None = None
 ) -> tuple[int, str | None]:
     """Delete one batch of records past ``expire_at``; return (deleted, cursor of the next batch).
 
-    The fallback where no TTL policy is set.  A keys-only query finds
-    candidates; one transaction re-reads them (at ``clock_now()``) and deletes
-    only those still expired and not under a live lease, so two cleanups at
-    once, or a claim racing one, never lose a live record.  The cursor moves
-    past records that had to be kept, so they never stall the batches behind them.
+    The fallback where no TTL policy is set.  The cursor moves past records that had to be
+    kept, so they never stall the batches behind them.
     """
-    start = ndb.Cursor(urlsafe=cursor) if cursor else None
-    keys, next_cursor, more = RunRecord.query(RunRecord.expire_at <= now).fetch_page(
-        batch_size,
-        keys_only=True,
-        start_cursor=start,
-    )
+    keys, next_cursor = expired_keys(now, batch_size, cursor)
     if not keys:
         return 0, None
+    return delete_expired_keys(RecordStore.of_context(), keys, clock_now), next_cursor
 
-    def delete_batch() -> int:
-        current = clock_now()
-        doomed = [
-            record.key
-            for record in ndb.get_multi(keys)
-            if record is not None and record.is_expired(current) and not record.lease_is_live(current)
-        ]
-        ndb.delete_multi(doomed)
-        return len(doomed)
 
-    deleted = run_transaction(delete_batch, DELETE_PATIENCE_SECONDS)
-    more = more and next_cursor is not None and len(keys) == batch_size
-    return deleted, (next_cursor.urlsafe().decode("ascii") if more else None)
+# A cleanup batch: as many deletes as one commit takes.  The batches' lookups and deletes run on
+# CLEANUP_WORKERS threads while the query finds the next batch, at most twice that many waiting.
+CLEANUP_BATCH = 500
+CLEANUP_WORKERS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Cleanup:
+    deleted: int
+    batches: int
+    more: bool  # the budget ran out before the last batch: the next call carries on
+
+
+def clean_up(
+    clock_now: Callable[[], datetime.datetime],
+    budget_seconds: float,
+    batch_size: int = CLEANUP_BATCH,
+    workers: int = CLEANUP_WORKERS,
+) -> Cleanup:
+    """Delete the expired records, batch after batch, until none is left or the budget is spent."""
+    store = RecordStore.of_context()
+    client = ndb.get_context().client  # each worker decodes records into NDB models: a context each
+
+    def delete(keys: list[ndb.Key]) -> int:
+        with client.context():
+            return delete_expired_keys(store, keys, clock_now)
+
+    deadline = time.monotonic() + budget_seconds
+    now = clock_now()  # one query, paged by its cursor, so one instant for it
+    cursor: str | None = None
+    pending: list[concurrent.futures.Future[int]] = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cleanup") as pool:
+        while True:
+            keys, cursor = expired_keys(now, batch_size, cursor)
+            if keys:
+                pending.append(pool.submit(delete, keys))
+            if cursor is None or time.monotonic() >= deadline:
+                break
+            in_flight = [future for future in pending if not future.done()]
+            if len(in_flight) >= 2 * workers:
+                concurrent.futures.wait(in_flight, return_when=concurrent.futures.FIRST_COMPLETED)
+        deleted = sum(future.result() for future in pending)
+    return Cleanup(deleted, len(pending), cursor is not None)

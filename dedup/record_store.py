@@ -210,6 +210,39 @@ class RecordStore:
         except grpc.RpcError as exc:
             raise api_exceptions.from_grpc_error(exc) from None  # type: ignore[no-untyped-call]
 
+    def lookup_many(self, keys: list[ndb.Key]) -> list[Versioned | None]:
+        """The records of ``keys`` (in order; None where absent) and their versions: one round trip."""
+        found: dict[Any, Versioned] = {}
+        wanted = list(keys)
+        while wanted:  # a key Datastore defers is asked again
+            request = datastore_types.LookupRequest(
+                project_id=self._project, database_id=self._database, keys=[key_pb(key) for key in wanted]
+            )
+            response = _call(self._transport.lookup, request, self._metadata)
+            for result in response.found:
+                element = result.entity.key.path[-1]
+                found[element.name or element.id] = Versioned(decode(result.entity), result.version)
+            deferred = {key.path[-1].name or key.path[-1].id for key in response.deferred}
+            wanted = [key for key in wanted if key.id() in deferred]
+        return [found.get(key.id()) for key in keys]
+
+    def delete_unchanged(self, doomed: list[Versioned]) -> int:
+        """Delete each record only if it is still the version read (one round trip, no
+        transaction): one written since (claimed afresh, renewed) stays.  How many went."""
+        if not doomed:
+            return 0
+        request = datastore_types.CommitRequest(
+            project_id=self._project,
+            database_id=self._database,
+            mode=datastore_types.CommitRequest.Mode.NON_TRANSACTIONAL,
+            mutations=[
+                datastore_types.Mutation(delete=key_pb(found.record.key), base_version=found.version)
+                for found in doomed
+            ],
+        )
+        response = _call(self._transport.commit, request, self._metadata)
+        return sum(1 for result in response.mutation_results if not result.conflict_detected)
+
     def transaction(self) -> Transaction:
         return Transaction(self._transport, self._project, self._database, self._metadata)
 
@@ -224,14 +257,17 @@ class RecordStore:
         mutation = datastore_types.Mutation(update=entity, base_version=base_version)
         return self._write(self._commit_call(mutation))
 
-    def lookup_and_insert(self, record: RunRecord) -> tuple[Versioned | None, Write]:
+    def lookup_and_insert(
+        self, record: RunRecord, entity: entity_types.Entity | None = None
+    ) -> tuple[Versioned | None, Write]:
         """The lookup and the insert of one record, in flight together: one round trip of
         latency.  A fresh run's claim lands; any other finds what refused it.
 
         The two race: what the lookup found may be the record this very insert wrote.
+        ``entity``: the record already encoded (``encode(record)``), not to encode it twice.
         """
         lookup = self._lookup_call(record.key.id())
-        insert = self._commit_call(datastore_types.Mutation(insert=encode(record)))
+        insert = self._commit_call(datastore_types.Mutation(insert=entity if entity is not None else encode(record)))
         written = self._write(insert)
         try:
             found = self._found(lookup.result())

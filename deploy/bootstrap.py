@@ -127,6 +127,9 @@ def plan(project: str, region: str, database_location: str, state: ProjectState)
                 scope,
             ]
         )
+    # Expired records deleted by Firestore's TTL policy by default: /tasks/cleanup is the fallback,
+    # for a fleet of at most what one hourly call deletes (docs/retention-and-cost.md).
+    commands.append(ttl_command(project, None))
     email = service_account_email(project)
     if not state.service_account:
         commands.append(
@@ -155,6 +158,27 @@ def plan(project: str, region: str, database_location: str, state: ProjectState)
     if "default" not in state.services and app_service() != "default":
         commands.append(["gcloud", "app", "deploy", os.path.relpath(DEFAULT_SERVICE_YAML), scope, "--quiet"])
     return commands
+
+
+def ttl_command(project: str | None, database: str | None) -> list[str]:
+    """Firestore's TTL policy on the run records' ``expire_at`` (enabling it again changes nothing)."""
+    from models import RunRecord
+
+    command = [
+        "gcloud",
+        "firestore",
+        "fields",
+        "ttls",
+        "update",
+        "expire_at",
+        f"--collection-group={RunRecord._get_kind()}",
+        "--enable-ttl",
+    ]
+    if project:
+        command.append(f"--project={project}")
+    if database:
+        command.append(f"--database={database}")
+    return command
 
 
 def next_steps(project: str) -> list[str]:

@@ -22,7 +22,6 @@ from deploy import bootstrap as project_setup
 from deploy.scheduler_config import gcloud_commands, pause_commands, shell_line, update_warnings
 from jobs.config import JobSpec, jobs_file_path, load_jobs
 from jobs.errors import JobsConfigError
-from models import RunRecord
 from schedules.config import (
     BREACH_OUTCOMES,
     DEFAULT_FILE,
@@ -296,21 +295,7 @@ def _existing_firewall_rules(scope: list[str]) -> dict[int, tuple[str, str, str]
 @click.option("--database", help="Firestore database (default: '(default)').")
 @click.option("--apply", "apply_", is_flag=True, help="Run the command instead of printing it only.")
 def ttl(project: str | None, database: str | None, apply_: bool) -> None:
-    command = [
-        "gcloud",
-        "firestore",
-        "fields",
-        "ttls",
-        "update",
-        "expire_at",
-        f"--collection-group={RunRecord._get_kind()}",
-        "--enable-ttl",
-    ]
-    if project:
-        command.append(f"--project={project}")
-    if database:
-        command.append(f"--database={database}")
-    _print_and_maybe_run([command], apply_)
+    _print_and_maybe_run([project_setup.ttl_command(project, database)], apply_)
 
 
 IAP_ACCESSOR_ROLE = "roles/iap.httpsResourceAccessor"

@@ -20,7 +20,7 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DEDUP_", "DATASTORE_"))}
     completed = subprocess.run(
         [sys.executable, "-m", "bench.run", "--requests", "10", "--no-write", "--concurrency", "4",
-         "--throughput-requests", "16", "--rtt-ms", "10", "--fleet", "5", "20"],
+         "--throughput-requests", "16", "--rtt-ms", "10", "--fleet", "5", "20", "--cleanup-records", "600"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-2000:]
@@ -39,10 +39,18 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
     assert counted["manual run"] == 2 and counted["manual run, retried"] == 0
     assert counted["guarded endpoint"] == 2 and counted["guarded endpoint, retried"] == 0
     assert counted["bad input (400)"] == 0 and counted["same job without dedup"] == 0
+    assert counted["fresh run over a released record"] == 3 and counted["overlap: forbid, fresh run"] == 4
     # What each is billed (the cost model's inputs): reads and writes per fresh run, none per remembered replay.
     billed_row = r"^\| (fresh run|completed duplicate, another instance) \| [^|]+ \| [^|]+ \| [\d.]+ "
     billed = dict(re.findall(billed_row + r"\| ([\d.]+ \| [\d.]+) \|", report, re.M))
     assert billed == {"fresh run": "1 | 2", "completed duplicate, another instance": "1 | 0"}
+    # The cleanup rows (issue 26 §4): a backlog deleted, records per second, on loopback and delayed.
+    cleanup = report.split("## Cleanup without a TTL policy")[1].split("## ")[0]
+    assert "A backlog of 600 expired records" in cleanup
+    assert re.search(r"^\| loopback \| [\d,]+ \| [\d,]+ \|$", cleanup, re.M)
+    assert re.search(r"^\| 10 ms \| [\d,]+ \| [\d,]+ \|$", cleanup, re.M)
+    # CPU per request is a column of the loopback table.
+    assert re.search(r"^\| fresh run \|.*\| [\d.]+ \|$", report, re.M)
     # The fleet rows (issue 24 §7): start-up and one audit pass per size, on loopback and delayed.
     fleet = report.split("## At fleet size")[1]
     sizes = re.findall(r"^\| ([\d,]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", fleet, re.M)
@@ -52,7 +60,8 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
 @pytest.mark.parametrize(
     "args",
     [("--requests", "0"), ("--requests", "-1"), ("--concurrency", "0"), ("--throughput-requests", "0"),
-     ("--rtt-ms", "-5"), ("--rtt-ms", "nan"), ("--rtt-ms", "inf"), ("--requests", "many"), ("--fleet", "0")],
+     ("--rtt-ms", "-5"), ("--rtt-ms", "nan"), ("--rtt-ms", "inf"), ("--requests", "many"), ("--fleet", "0"),
+     ("--cleanup-records", "0")],
 )  # fmt: skip
 def test_bad_arguments_are_refused_before_anything_runs(args, capsys):
     from bench import run

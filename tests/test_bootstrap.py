@@ -26,6 +26,8 @@ CREATE = [
     "gcloud app create --region=us-central --project=acme-prod",
     "gcloud firestore databases create '--database=(default)' --location=us-central1 --type=datastore-mode "
     "--project=acme-prod",
+    # Expired records go by Firestore's TTL policy by default (issue 26 §4); /tasks/cleanup is the fallback.
+    "gcloud firestore fields ttls update expire_at --collection-group=DedupRun --enable-ttl --project=acme-prod",
     "gcloud iam service-accounts create dedup-app '--display-name=Exactly-once target for Cloud Scheduler jobs' "
     "--project=acme-prod",
     *(
@@ -114,14 +116,14 @@ def test_a_project_with_an_app_keeps_it_its_default_service_and_its_database(pro
     calls = project({"app": "us-central", "database": "DATASTORE_MODE", "services": ["default", "api"], "account": SA})
     planned = bootstrap("--region=us-central1", "--apply")
     assert planned.exit_code == 0, planned.output
-    assert commands(planned.output) == [CREATE[0], *CREATE[4:7]]  # the APIs and the roles: all idempotent
+    assert commands(planned.output) == [CREATE[0], CREATE[3], *CREATE[5:8]]  # APIs, TTL, roles: all idempotent
     assert not [c for c in calls() if c[1] in ("create", "deploy") or c[2:3] == ["create"]]
 
 
 def test_an_app_without_a_default_service_gets_the_stand_in_only(project):
     project({"app": "us-central", "database": "DATASTORE_MODE", "services": [], "account": SA})
     planned = bootstrap("--region=us-central1")
-    assert commands(planned.output) == [CREATE[0], *CREATE[4:7], CREATE[7]]
+    assert commands(planned.output) == [CREATE[0], CREATE[3], *CREATE[5:8], CREATE[8]]
 
 
 @pytest.mark.parametrize(

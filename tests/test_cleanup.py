@@ -95,3 +95,48 @@ def test_records_that_must_stay_never_stall_the_batches_behind_them(make_client,
         ndb.put_multi(make_records(clock, 10, expired=True, prefix="z-old"))
     assert client.get("/tasks/cleanup", status=200).json["deleted"] == 10
     assert remaining_ids(ndb_client) == ({"a"}, 150)
+
+
+@pytest.mark.slow
+def test_many_batches_in_flight_at_once_delete_each_record_once(make_client, ndb_client, clock):
+    """Issue 26 §4: the batches' lookups and deletes run beside the query for the next batch."""
+    from dedup import queries
+
+    make_client(JOBS)
+    with ndb_client.context():
+        for start in range(0, 2100, 300):
+            ndb.put_multi(make_records(clock, 300, expired=True, prefix=f"b{start}"))
+        done = queries.clean_up(clock.now, budget_seconds=60, batch_size=100, workers=4)
+    assert (done.deleted, done.batches, done.more) == (2100, 21, False)
+    assert remaining_ids(ndb_client) == (set(), 0)
+
+
+def test_a_spent_budget_stops_after_the_batch_in_hand_and_says_there_is_more(make_client, ndb_client, clock):
+    from dedup import queries
+
+    make_client(JOBS)
+    with ndb_client.context():
+        ndb.put_multi(make_records(clock, 30, expired=True, prefix="x"))
+        done = queries.clean_up(clock.now, budget_seconds=0, batch_size=10)
+        assert (done.deleted, done.batches, done.more) == (10, 1, True)
+        rest = queries.clean_up(clock.now, budget_seconds=60, batch_size=10)
+    assert (rest.deleted, rest.more) == (20, False)
+
+
+def test_a_record_written_since_it_was_read_is_not_deleted(make_client, ndb_client, clock):
+    """The delete is fenced on the version read: a claim that took the expired record since keeps it."""
+    from dedup import queries
+    from dedup.record_store import RecordStore
+
+    make_client(JOBS)
+    with ndb_client.context():
+        ndb.put_multi(make_records(clock, 3, expired=True, prefix="y"))
+        store = RecordStore.of_context()
+        keys = [ndb.Key(RunRecord, f"y-{i}") for i in range(3)]
+        read = store.lookup_many(keys)
+        taken = RunRecord.get_by_id("y-1")
+        taken.attempt_id, taken.expire_at = "b", clock.now() + datetime.timedelta(days=7)
+        taken.put()  # claimed afresh between the cleanup's read and its delete
+        assert store.delete_unchanged([found for found in read if found is not None]) == 2
+        assert RunRecord.get_by_id("y-1").attempt_id == "b"
+        assert queries.delete_expired_keys(store, keys, clock.now) == 0  # nothing expired is left

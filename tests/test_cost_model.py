@@ -15,6 +15,7 @@ import yaml
 
 from bench import cost
 from dedup.ledger import Ledger, RunDescription, RunPolicy
+from dedup.queries import CLEANUP_BATCH
 from devtools.rpc_counter import counting_client
 from handlers import create_app
 from tests.support.deliveries import JOBS, scheduler_headers
@@ -67,9 +68,9 @@ def test_without_a_ttl_policy_the_cleanup_reads_each_record_again_and_deletes_it
         counter.reset()
         assert Ledger(clock).delete_expired()[0] == 1
     counter.wait_until_idle()
-    assert counter.snapshot().get("RunQuery") == 1  # the keys-only query: one read per batch of 100
+    assert counter.snapshot().get("RunQuery") == 1  # the keys-only query: one read per batch
     assert billed(counter) == cost.Operations(reads=1, deletes=1)
-    assert cost.CLEANUP_PER_RECORD == cost.Operations(reads=1 + 1 / 100, deletes=1)
+    assert cost.CLEANUP_PER_RECORD == cost.Operations(reads=1 + 1 / CLEANUP_BATCH, deletes=1)
 
 
 def test_the_job_lock_adds_what_the_model_says(counted, jobs_file, clock):
