@@ -19,6 +19,7 @@ import sys
 import textwrap
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,11 @@ class SlotPlan:
             "paused": "paused",
             "stuck": "missed",
         }[self.fault]
+
+    @property
+    def attempts(self) -> int:
+        """The attempts its run takes: released once then completed, 2; too late to run, none."""
+        return {"released": 2, "late": 0, "undelivered": 0, "paused": 0}.get(self.fault, 1)
 
     @property
     def duplicates(self) -> int:
@@ -185,6 +191,13 @@ def build_week(folder: Path, ndb_client: Any, days: int = 7) -> tuple[Any, Manua
 def expected_counts(day: int) -> Counter[str]:
     """What the plan says day ``day`` (0: Monday) of the week ends as, slot by slot."""
     return Counter(slot.ends_as for slot in plan() if slot.index // 288 == day)
+
+
+def ran_once_or_more(slots: Iterable[SlotPlan]) -> tuple[int, int]:
+    """Of the slots that end completed, those that ran at their first attempt and those that took more."""
+    done = [slot for slot in slots if slot.ends_as == "completed"]
+    once = sum(1 for slot in done if slot.attempts == 1)
+    return once, len(done) - once
 
 
 def take_screenshots(app: Any, clock: ManualClock, into: Path) -> list[Path]:
