@@ -17,7 +17,7 @@ from google.cloud import ndb
 
 from dedup.clock import Clock
 from dedup.outcomes import Attempt, Stale
-from dedup.record_store import Applied, Doubt, RecordStore, Transaction, Write, encode, transact
+from dedup.record_store import Applied, Doubt, RecordStore, Transaction, Write, transact
 from models import RunRecord, RunStatus
 from models.job_lock import JobLock
 
@@ -44,7 +44,7 @@ def fenced_write[T](
     if not isinstance(outcome, Stale) and attempt.fence is not None and write.written is not None:
         version = transaction.versions.get(write.written.key)
         if version is not None:
-            attempt.fence.advance(encode(write.written), version)  # the next write is fenced again
+            attempt.fence.advance(write.written, version)  # the next write is fenced again
     return outcome
 
 
@@ -118,11 +118,14 @@ def write_by_version[T](
     if record.status != RunStatus.IN_PROGRESS or record.attempt_id != attempt.attempt_id:
         fence.drop()  # its last write ended the attempt: it owns nothing now (the transaction says Stale)
         return None
-    outcome = change(record, now)
-    entity = encode(record)
-    written = RecordStore.of_context().update(entity, version)
+    try:
+        outcome = change(record, now)
+        written = RecordStore.of_context().update(record, version)
+    except BaseException:
+        fence.drop()  # it cannot vouch for what happened
+        raise
     if isinstance(written, Applied):
-        fence.advance(entity, written.version)
+        fence.advance(record, written.version)
         return Landed(outcome)
     fence.drop()
     return written

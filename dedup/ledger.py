@@ -169,7 +169,7 @@ class Ledger:
             case Applied(version):
                 if isinstance(decided, Skipped):
                     return decided
-                fence = VersionFence(entity, version)
+                fence = VersionFence(decided.record, version)
                 claimed = dataclasses.replace(decided, attempt=dataclasses.replace(decided.attempt, fence=fence))
                 _log_takeover(claimed)
                 return claimed
@@ -220,7 +220,7 @@ class Ledger:
         if isinstance(outcome, Claimed):
             version = transaction.versions.get(record_key)
             if version is not None and lock_key is None:
-                fence = VersionFence(encode(outcome.record), version)
+                fence = VersionFence(outcome.record, version)
                 outcome = dataclasses.replace(outcome, attempt=dataclasses.replace(outcome.attempt, fence=fence))
             _log_takeover(outcome)  # once, after the commit (the body may have run more than once)
         return outcome
