@@ -225,19 +225,8 @@ class RecordStore:
 
     def lookup_many(self, keys: list[ndb.Key]) -> list[Versioned | None]:
         """The records of ``keys`` (in order; None where absent) and their versions: one round trip."""
-        found: dict[Any, Versioned] = {}
-        wanted = list(keys)
-        while wanted:  # a key Datastore defers is asked again
-            request = datastore_types.LookupRequest(
-                project_id=self._project, database_id=self._database, keys=[key_pb(key) for key in wanted]
-            )
-            response = _call(self._transport.lookup, request, self._metadata)
-            for result in response.found:
-                element = result.entity.key.path[-1]
-                found[element.name or element.id] = Versioned(decode(result.entity), result.version)
-            deferred = {key.path[-1].name or key.path[-1].id for key in response.deferred}
-            wanted = [key for key in wanted if key.id() in deferred]
-        return [found.get(key.id()) for key in keys]
+        found, _ = _read(self._transport, self._metadata, self._project, self._database, keys, lambda: None)
+        return found
 
     def delete_unchanged(self, doomed: list[Versioned]) -> int:
         """Delete each record only if it is still the version read (one round trip, no
@@ -358,36 +347,20 @@ class Transaction:
 
     def get(self, keys: list[ndb.Key]) -> list[Versioned | None]:
         """The entities of ``keys`` (in order; None where absent) as this transaction reads them."""
-        wanted = list(keys)
-        found: dict[tuple[str, Any], Versioned] = {}
-        while wanted:
-            if self.id is None:
-                options = datastore_types.ReadOptions(
-                    new_transaction=datastore_types.TransactionOptions(
-                        read_write=datastore_types.TransactionOptions.ReadWrite()
-                    )
+
+        def options() -> datastore_types.ReadOptions:
+            if self.id is not None:
+                return datastore_types.ReadOptions(transaction=self.id)
+            return datastore_types.ReadOptions(
+                new_transaction=datastore_types.TransactionOptions(
+                    read_write=datastore_types.TransactionOptions.ReadWrite()
                 )
-            else:
-                options = datastore_types.ReadOptions(transaction=self.id)
-            request = datastore_types.LookupRequest(
-                project_id=self._project,
-                database_id=self._database,
-                keys=[key_pb(key) for key in wanted],
-                read_options=options,
             )
-            response = _call(self._transport.lookup, request, self._metadata)
-            if self.id is None:
-                self.id = response.transaction
-            models = {key.kind(): ndb.Model._lookup_model(key.kind()) for key in wanted}
-            for result in response.found:
-                element = result.entity.key.path[-1]
-                name_or_id = element.name or element.id
-                found[(element.kind, name_or_id)] = Versioned(
-                    decode(result.entity, models[element.kind]), result.version
-                )
-            deferred = {(key.path[-1].kind, key.path[-1].name or key.path[-1].id) for key in response.deferred}
-            wanted = [key for key in wanted if (key.kind(), key.id()) in deferred]
-        return [found.get((key.kind(), key.id())) for key in keys]
+
+        found, begun = _read(self._transport, self._metadata, self._project, self._database, keys, options)
+        if self.id is None:
+            self.id = begun
+        return found
 
     def put(self, entity: Any) -> None:
         self._mutations.append(datastore_types.Mutation(upsert=encode(entity)))
@@ -444,6 +417,40 @@ _ROLLBACKS_LOCK = threading.Lock()
 def _rollback_done(call: Any) -> None:
     with _ROLLBACKS_LOCK:
         _ROLLBACKS_IN_FLIGHT.discard(call)
+
+
+def _read(
+    transport: Any,
+    metadata: tuple[Any, ...],
+    project: str,
+    database: str,
+    keys: list[ndb.Key],
+    options: Callable[[], datastore_types.ReadOptions | None],
+) -> tuple[list[Versioned | None], bytes | None]:
+    """The entities of ``keys`` (in order; None where absent), each as its model reads it, asking
+    again for any key Datastore defers; and the transaction the first Lookup began, if it did.
+    ``options``: the read options of each pass (a transaction begun by the first, then used)."""
+    wanted = list(keys)
+    found: dict[tuple[str, Any], Versioned] = {}
+    begun: bytes | None = None
+    models = {key.kind(): ndb.Model._lookup_model(key.kind()) for key in keys}
+    while wanted:
+        read_options = options() if begun is None else datastore_types.ReadOptions(transaction=begun)
+        request = datastore_types.LookupRequest(
+            project_id=project, database_id=database, keys=[key_pb(key) for key in wanted]
+        )
+        if read_options is not None:
+            request.read_options = read_options
+        response = _call(transport.lookup, request, metadata)
+        begun = begun or response.transaction or None
+        for result in response.found:
+            element = result.entity.key.path[-1]
+            found[(element.kind, element.name or element.id)] = Versioned(
+                decode(result.entity, models[element.kind]), result.version
+            )
+        deferred = {(key.path[-1].kind, key.path[-1].name or key.path[-1].id) for key in response.deferred}
+        wanted = [key for key in wanted if (key.kind(), key.id()) in deferred]
+    return [found.get((key.kind(), key.id())) for key in keys], begun
 
 
 def _call(method: Any, request: Any, metadata: tuple[Any, ...]) -> Any:
