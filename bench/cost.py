@@ -79,10 +79,10 @@ FRESH_RUN = Operations(reads=1, writes=2, expiry_deletes=1)
 RENEWAL = Operations(writes=1)  # each heartbeat renewal, a third of the lease apart: fenced on a version
 DUPLICATE_ELSEWHERE = Operations(reads=1)  # completed or in progress, one lookup
 DUPLICATE_REMEMBERED = Operations()  # completed, this process answered it before
-# overlap: forbid: its runs take the transactional path (dedup.ledger): the claim's and the finish's reads
-# each read the record and the job's lock (4, against a fresh run's 1); the claim writes the lock, the finish
-# deletes it, and each renewal reads the record and the lock and writes the lock too.
-JOB_LOCK = Operations(reads=3, writes=1, deletes=1)
+# overlap: forbid: the claim is a transaction that reads the record and the job's lock (2, against a fresh
+# run's 1) and writes both; the finish updates the record and deletes the lock, each fenced on its version;
+# each renewal reads the record and the lock (it must still hold the lock) and writes the lock too.
+JOB_LOCK = Operations(reads=1, writes=1, deletes=1)
 JOB_LOCK_RENEWAL = Operations(reads=2, writes=1)
 # The missed-execution audit (schedules/audit.py): each pass reads and writes each Scheduler job's mark
 # (a read, then a transaction's read and write), and reads each slot's record once.

@@ -33,7 +33,10 @@ def fenced_write[T](
     """Apply ``change`` (which edits the record and never writes it) while ``attempt`` owns the run:
     what it returns, or Stale."""
     write = FencedWrite(clock, attempt, change, landed, keeps_running)
-    if attempt.fence is not None and attempt.job_lock is None:
+    # A job's lock must still be this attempt's for it to go on running, and a version fences one
+    # entity, not a commit: a renewal under a lock reads both in the transaction.  A finish need
+    # not: it lands whoever holds the lock now, and frees the lock only if still its own.
+    if attempt.fence is not None and (attempt.job_lock is None or not keeps_running):
         fast = write_by_version(attempt, clock.now(), change)
         if isinstance(fast, Landed):
             return fast.outcome
@@ -43,8 +46,9 @@ def fenced_write[T](
     outcome, transaction = transact(write, patience_seconds)
     if not isinstance(outcome, Stale) and attempt.fence is not None and write.written is not None:
         version = transaction.versions.get(write.written.key)
+        lock_version = transaction.versions.get(ndb.Key(JobLock, attempt.job_lock)) if attempt.job_lock else None
         if version is not None:
-            attempt.fence.advance(write.written, version)  # the next write is fenced again
+            attempt.fence.advance(write.written, version, lock_version)  # the next write is fenced again
     return outcome
 
 
@@ -77,13 +81,15 @@ class FencedWrite[T]:
         found = transaction.get(keys)
         record = found[0].record if found[0] else None
         lock = found[1].record if attempt.job_lock and found[1] else None
+        owned_lock = lock if lock is not None and lock.attempt_id == attempt.attempt_id else None
         if self.wrote and self.landed is not None:
             outcome = self.landed(record)
             if outcome is not None:
+                if owned_lock is not None:  # the finish landed, its lock's delete perhaps not
+                    transaction.delete(owned_lock.key)
                 return outcome
         if record is None or record.attempt_id != attempt.attempt_id or record.status != RunStatus.IN_PROGRESS:
             return Stale(attempt.run_id, attempt.number, record)
-        owned_lock = lock if lock is not None and lock.attempt_id == attempt.attempt_id else None
         if attempt.job_lock is not None and self.keeps_running and owned_lock is None:
             # Its lease ran out and another execution of the job took the lock: it must stop.
             return Stale(attempt.run_id, attempt.number, record)
@@ -109,7 +115,15 @@ def write_by_version[T](
     attempt: Attempt, now: datetime.datetime, change: Callable[[RunRecord, datetime.datetime], T]
 ) -> Landed[T] | Write | None:
     """``change`` applied to what this attempt last wrote, fenced on that write's version: what
-    ``change`` returned when it landed, else the write's answer (None: nothing to fence on)."""
+    ``change`` returned when it landed, else the write's answer (None: nothing to fence on).
+
+    Under a job's lock (a finish), the lock is deleted in the same commit, fenced on the version
+    the attempt last wrote it.  Each of the two may land alone, and each case is what the
+    transaction would do: the record lands and the lock does not (another execution took it
+    after this one's lease: the finish stands, that lock stays); the lock goes and the record
+    does not (rewritten by someone else, so the transaction decides; the lock was this attempt's
+    and it is finishing, so freeing it early runs nothing twice).
+    """
     fence = attempt.fence
     held = fence.take() if fence is not None else None
     if fence is None or held is None:
@@ -118,9 +132,15 @@ def write_by_version[T](
     if record.status != RunStatus.IN_PROGRESS or record.attempt_id != attempt.attempt_id:
         fence.drop()  # its last write ended the attempt: it owns nothing now (the transaction says Stale)
         return None
+    lock = None
+    if attempt.job_lock is not None:
+        if fence.lock_version is None:  # no version of the lock to fence on
+            fence.advance(record, version)
+            return None
+        lock = (ndb.Key(JobLock, attempt.job_lock), fence.lock_version)
     try:
-        outcome = change(record, now)
-        written = RecordStore.of_context().update(record, version)
+        outcome = change(record, now)  # under a lock, only a finish comes here (fenced_write)
+        written = RecordStore.of_context().update(record, version, delete=lock)
     except BaseException:
         fence.drop()  # it cannot vouch for what happened
         raise

@@ -219,8 +219,9 @@ class Ledger:
             self.finished.remember(outcome.record)  # a refusal read it: completed records only
         if isinstance(outcome, Claimed):
             version = transaction.versions.get(record_key)
-            if version is not None and lock_key is None:
-                fence = VersionFence(outcome.record, version)
+            lock_version = transaction.versions.get(lock_key) if lock_key is not None else None
+            if version is not None and (lock_key is None or lock_version is not None):
+                fence = VersionFence(outcome.record, version, lock_version)
                 outcome = dataclasses.replace(outcome, attempt=dataclasses.replace(outcome.attempt, fence=fence))
             _log_takeover(outcome)  # once, after the commit (the body may have run more than once)
         return outcome

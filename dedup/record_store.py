@@ -252,12 +252,24 @@ class RecordStore:
         """Write ``record`` only if its key holds nothing: one round trip."""
         return self._write(self._commit_call(datastore_types.Mutation(insert=encode(record))))
 
-    def update(self, record: RunRecord | entity_types.Entity, base_version: int) -> Write:
+    def update(
+        self,
+        record: RunRecord | entity_types.Entity,
+        base_version: int,
+        delete: tuple[ndb.Key, int] | None = None,
+    ) -> Write:
         """Write ``record`` (or its encoded entity) only if the stored entity is still
-        ``base_version``: one round trip."""
+        ``base_version``: one round trip.  The answer is the record's.
+
+        ``delete``: a key and its version, deleted in the same commit only if still that version
+        (a finished run's job lock).  A version fences one entity, not the commit, so either
+        may land without the other; the caller must be right in all four cases.
+        """
         entity = record if isinstance(record, entity_types.Entity) else encode(record)
-        mutation = datastore_types.Mutation(update=entity, base_version=base_version)
-        return self._write(self._commit_call(mutation))
+        mutations = [datastore_types.Mutation(update=entity, base_version=base_version)]
+        if delete is not None:
+            mutations.append(datastore_types.Mutation(delete=key_pb(delete[0]), base_version=delete[1]))
+        return self._write(self._commit_call(*mutations))
 
     def lookup_and_insert(
         self, record: RunRecord, entity: entity_types.Entity | None = None
@@ -293,7 +305,7 @@ class RecordStore:
         )
         return self._transport.lookup.future(request, timeout=CALL_TIMEOUT_SECONDS, metadata=self._metadata)
 
-    def _commit_call(self, mutation: datastore_types.Mutation) -> Any:
+    def _commit_call(self, *mutations: datastore_types.Mutation) -> Any:
         request = datastore_types.CommitRequest(
             project_id=self._project,
             database_id=self._database,
@@ -301,7 +313,7 @@ class RecordStore:
             single_use_transaction=datastore_types.TransactionOptions(
                 read_write=datastore_types.TransactionOptions.ReadWrite()
             ),
-            mutations=[mutation],
+            mutations=list(mutations),
         )
         return self._transport.commit.future(request, timeout=CALL_TIMEOUT_SECONDS, metadata=self._metadata)
 
@@ -492,13 +504,19 @@ class VersionFence:
     Its next write (a renewal, a downstream note, the finish) is that record changed, fenced on
     that version: one round trip, no read.  One writer at a time: while the attempt's heartbeat
     writes, its finish finds the fence taken and goes to the transactional path, which reads what
-    is there (as it does after any write the fence cannot vouch for).
+    is there (as it does after any write the fence cannot vouch for).  (A renewal under a job's
+    lock is a transaction, which takes no fence.)  The fence is only ever a guess: a write fenced
+    on a version that is not the entity's is refused, so a wrong guess costs a round trip, never
+    a wrong write.
     """
 
-    def __init__(self, record: RunRecord, version: int) -> None:
+    def __init__(self, record: RunRecord, version: int, lock_version: int | None = None) -> None:
+        """``lock_version``: for a job with ``overlap: forbid``, the version of its lock as the
+        attempt last wrote it (the finish deletes the lock fenced on it)."""
         self._lock = threading.Lock()
         self._record: RunRecord | None = record
         self._version = version
+        self.lock_version = lock_version
         self._taken = False
 
     def take(self) -> tuple[RunRecord, int] | None:
@@ -512,11 +530,14 @@ class VersionFence:
         # A copy the write may change: the values a change sets are new objects, so a shallow one does.
         return type(record)(key=record.key, **record.to_dict()), version
 
-    def advance(self, record: RunRecord, version: int) -> None:
-        """``record`` was written and given ``version``: the next write is fenced on it."""
+    def advance(self, record: RunRecord, version: int, lock_version: int | None = None) -> None:
+        """``record`` was written and given ``version`` (and the job's lock ``lock_version``, when
+        written with it): the next write is fenced on it."""
         with self._lock:
             if self._record is not None or version > self._version:
                 self._record, self._version = record, version
+                if lock_version is not None:
+                    self.lock_version = lock_version
             self._taken = False
 
     def drop(self) -> None:

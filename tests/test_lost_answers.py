@@ -81,6 +81,41 @@ def test_a_release_whose_answer_was_lost_is_released(ledger, lost_answers, early
     assert isinstance(retried, Claimed) and retried.attempt.number == 2
 
 
+@pytest.mark.parametrize("finish", ["complete_run", "release_run"])
+def test_a_finish_under_a_job_lock_whose_answer_was_lost_frees_the_lock(ledger, lost_answers, finish):
+    """The finish's commit (the record, and the lock's delete) landed unseen: the transaction that
+    settles the doubt recognises the finish and leaves the lock free, for the next execution."""
+    from models.job_lock import JobLock
+
+    exclusive = RunPolicy(lease_seconds=60, retention_seconds=3600, exclusive=True)
+    claimed = ledger.claim_run("run-1", DESCRIPTION, exclusive)
+    assert claimed.attempt.fence is not None and JobLock.get_by_id("j") is not None
+    before = lost_answers.lost
+    lost_answers.lose_next_commits(1)
+    if finish == "complete_run":
+        outcome = ledger.complete_run(claimed.attempt, {"n": 1}, exclusive)
+        assert isinstance(outcome, Finished), outcome
+    else:
+        assert isinstance(ledger.release_run(claimed.attempt, {"message": "busy"}), Released)
+    assert lost_answers.lost == before + 1
+    assert JobLock.get_by_id("j") is None
+    assert isinstance(ledger.claim_run("run-2", DESCRIPTION, exclusive), Claimed)
+
+
+def test_a_finish_that_landed_without_its_locks_delete_frees_the_lock_when_settled(ledger, lost_answers):
+    """The record's update landed and the lock's delete did not (here: fenced on a version the
+    lock never had), and the answer was lost: the transaction that recognises the finish frees
+    the lock, which is still this attempt's, instead of holding the job for the rest of a lease."""
+    from models.job_lock import JobLock
+
+    exclusive = RunPolicy(lease_seconds=60, retention_seconds=3600, exclusive=True)
+    claimed = ledger.claim_run("run-1", DESCRIPTION, exclusive)
+    claimed.attempt.fence.lock_version -= 1
+    lost_answers.lose_next_commits(1)
+    assert isinstance(ledger.complete_run(claimed.attempt, {"n": 1}, exclusive), Finished)
+    assert JobLock.get_by_id("j") is None
+
+
 def test_a_second_claim_is_still_refused(ledger, lost_answers):
     """Knowing its own landed commit does not let another claimer in."""
     lost_answers.lose_next_commits(1)

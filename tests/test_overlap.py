@@ -4,14 +4,16 @@ one transaction, renewed with it, released with it, and never held past its leas
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import itertools
 import threading
 
 import pytest
 
+from dedup.finished_cache import FinishedRuns
 from dedup.ledger import Ledger, RunDescription, RunPolicy
-from dedup.outcomes import Claimed, Finished, Overlap, Released, Renewed, Stale
+from dedup.outcomes import Claimed, Finished, InProgress, Overlap, Released, Renewed, Replayed, Stale
 from jobs.config import parse_jobs
 from jobs.errors import JobsConfigError
 from models.job_lock import JobLock
@@ -121,65 +123,136 @@ def test_overlap_is_allow_or_forbid(value):
         parse_jobs(f"jobs:\n  j:\n    kind: python\n    target: tests.job_targets:record\n    overlap: {value}\n")
 
 
-# -- every ordering of two executions of one forbid job -----------------------------------------
+# -- every ordering of executions of one forbid job -----------------------------------------
 
-STEPS = {"A": ("claim", "renew", "complete"), "B": ("claim", "renew", "complete"), "clock": ("tick", "tick")}
+# Each actor is a delivery of an execution (its slot) and its steps.  Two slots that each
+# renew and complete; and two deliveries of one slot (a takeover, after a release or a lost
+# lease) against another slot.  A clock tick is exactly one lease.
+SCENARIOS = {
+    "two executions": {
+        "A": ("A", ("claim", "renew", "complete")),
+        "B": ("B", ("claim", "renew", "complete")),
+        "clock": (None, ("tick", "tick")),
+    },
+    "a takeover beside another execution": {
+        "A": ("A", ("claim", "release")),
+        "A2": ("A", ("claim", "complete")),
+        "B": ("B", ("claim", "complete")),
+        "clock": (None, ("tick",)),
+    },
+}
 
 
-def orderings():
+def orderings(actors):
     """Every interleaving of the actors' steps, each actor's steps in its order."""
-    names = [name for name, steps in STEPS.items() for _ in steps]
+    names = [name for name, (_, steps) in actors.items() for _ in steps]
     yield from set(itertools.permutations(names))
 
 
+@dataclasses.dataclass
+class Protocol:
+    """What overlap: forbid should have done, independent of the ledger's code."""
+
+    now: datetime.datetime
+    status: dict = dataclasses.field(default_factory=dict)  # slot -> "in_progress", "released", "completed"
+    owner: dict = dataclasses.field(default_factory=dict)  # slot -> the actor whose attempt it is
+    lease_until: dict = dataclasses.field(default_factory=dict)  # actor -> the end of its lease
+    holder: str | None = None  # the actor whose attempt holds the job's lock
+    lock_until: datetime.datetime | None = None
+
+    def claim(self, actor, slot, lease):
+        """The outcome class a claim gets; a Claimed one changes the model."""
+        owner = self.owner.get(slot)
+        if self.status.get(slot) == "completed":
+            return Replayed
+        if self.status.get(slot) == "in_progress" and self.lease_until[owner] > self.now:
+            return InProgress
+        if self.holder is not None and self.slot_of[self.holder] != slot and self.lock_until > self.now:
+            return Overlap
+        self.status[slot], self.owner[slot], self.lease_until[actor] = "in_progress", actor, self.now + lease
+        self.holder, self.lock_until = actor, self.now + lease
+        return Claimed
+
+    def renew(self, actor, slot, lease):
+        if self.owner.get(slot) != actor or self.status[slot] != "in_progress" or self.holder != actor:
+            return Stale  # taken over, or another execution took the job: it must stop
+        self.lease_until[actor] = self.lock_until = self.now + lease
+        return Renewed
+
+    def finish(self, actor, slot, step):
+        if self.owner.get(slot) != actor or self.status[slot] != "in_progress":
+            return Stale
+        self.status[slot] = {"complete": "completed", "release": "released"}[step]
+        self.lease_until.pop(actor, None)
+        if self.holder == actor:  # freed at once: the next execution may start
+            self.holder = self.lock_until = None
+        return Finished if step == "complete" else Released
+
+
 @pytest.mark.exhaustive
-def test_every_ordering_of_two_executions_never_runs_both_and_never_blocks_one(datastore, ndb_client, clock):
-    """Never two live leases on the job at once; and once every lease is over, the unfinished
-    executions run one after the other (nothing is blocked past a lease)."""
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_ordering_never_runs_two_executions_and_frees_the_job_with_each_finish(
+    datastore, ndb_client, clock, scenario
+):
+    """Each step's outcome, each record's status and the stored lock are what the model says: a
+    claim under another execution's live lock is refused, a renewal without the lock is Stale, a
+    finish frees the lock at once if it is still its own (and leaves another's alone), so never
+    two live leases on the job at once; and once every lease is over, the unfinished executions
+    run one after the other (nothing is blocked past a lease)."""
+    actors = SCENARIOS[scenario]
     lease = datetime.timedelta(seconds=LEASE)
     played = 0
     with ndb_client.context():
-        for order in sorted(orderings()):
+        for order in sorted(orderings(actors)):
             datastore.reset()
-            ledger, start = Ledger(clock), clock.now()
-            held, live_until, done, gone = {}, {}, set(), set()
-            owner = None  # who holds the job's lock, as the protocol should have it
-            position = dict.fromkeys(STEPS, 0)
+            ledger, start = Ledger(clock, FinishedRuns(0)), clock.now()
+            model = Protocol(clock.now())
+            model.slot_of = {actor: slot for actor, (slot, _) in actors.items()}
+            held, gone = {}, set()
+            position = dict.fromkeys(actors, 0)
             for actor in order:
-                step = STEPS[actor][position[actor]]
+                slot, steps = actors[actor]
+                step = steps[position[actor]]
                 position[actor] += 1
                 if actor == "clock":
                     clock.advance(LEASE)
+                    model.now = clock.now()
                     continue
                 if actor in gone:
-                    continue  # refused: this delivery went away
-                now = clock.now()
+                    continue  # refused or finished: this delivery went away
                 where = (order, actor, step)
                 if step == "claim":
-                    outcome = ledger.claim_run(f"slot-{actor}", description(), EXCLUSIVE)
-                    if any(a != actor and until > now for a, until in live_until.items()):
-                        assert isinstance(outcome, Overlap), (where, outcome)
+                    outcome = ledger.claim_run(f"slot-{slot}", description(), EXCLUSIVE)
+                    assert isinstance(outcome, model.claim(actor, slot, lease)), (where, outcome)
+                    if isinstance(outcome, Claimed):
+                        held[actor] = outcome.attempt
+                    else:
                         gone.add(actor)
-                        continue
-                    assert isinstance(outcome, Claimed), (where, outcome)
-                    held[actor], live_until[actor], owner = outcome.attempt, now + lease, actor
                 elif step == "renew":
                     outcome = ledger.renew_lease(held[actor], LEASE)
-                    if owner == actor:
-                        assert isinstance(outcome, Renewed), (where, outcome)
-                        live_until[actor] = now + lease
-                    else:  # its lease ran out and the other execution took the job: it must stop
-                        assert isinstance(outcome, Stale), (where, outcome)
-                        live_until.pop(actor, None)
+                    assert isinstance(outcome, model.renew(actor, slot, lease)), (where, outcome)
                 else:
-                    assert isinstance(ledger.complete_run(held[actor], {"by": actor}, EXCLUSIVE), Finished), where
-                    live_until.pop(actor, None)
-                    done.add(actor)
-                    owner = None if owner == actor else owner
-                assert sum(until > clock.now() for until in live_until.values()) <= 1, (where, live_until)
+                    finish = ledger.complete_run if step == "complete" else ledger.release_run
+                    document = {"by": actor} if step == "complete" else {"message": actor}
+                    outcome = (
+                        finish(held[actor], document, EXCLUSIVE)
+                        if step == "complete"
+                        else finish(held[actor], document)
+                    )
+                    assert isinstance(outcome, model.finish(actor, slot, step)), (where, outcome)
+                for each, status in model.status.items():
+                    assert ledger.lookup(f"slot-{each}").status == status, (where, each)
+                lock = JobLock.get_by_id("nightly")
+                expected = held[model.holder].attempt_id if model.holder else None
+                assert (lock.attempt_id if lock else None) == expected, (where, lock)
+                live = [a for a, until in model.lease_until.items() if until > clock.now()]
+                assert len(live) <= 1, (where, live)
                 played += 1
             clock.advance(LEASE)  # every lease is over
-            unfinished = [a for a in ("A", "B") if a not in done]
+            unfinished = sorted(
+                {slot for slot, _ in actors.values() if slot}
+                - {s for s, status in model.status.items() if status == "completed"}
+            )
             if unfinished:
                 first = ledger.claim_run(f"slot-{unfinished[0]}", description(), EXCLUSIVE)
                 assert isinstance(first, Claimed), (order, first)

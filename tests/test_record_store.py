@@ -301,3 +301,31 @@ def test_in_one_commit_a_mutation_on_an_old_version_is_refused_alone(store):
     transaction.commit()
     assert RunRecord.get_by_id(first.run_id).attempt == 9  # applied
     assert RunRecord.get_by_id(second.run_id).attempt == 3  # refused
+
+
+@pytest.mark.parametrize("record_current, lock_current", [(True, True), (False, True), (True, False), (False, False)])
+def test_an_update_with_a_fenced_delete_lands_each_on_its_own_version(store, record_current, lock_current):
+    """A finish under a job's lock: the record's update and the lock's delete, in one commit, each
+    fenced on its own version.  Each lands exactly when its version is current (dedup.fences says
+    why every combination is safe); the answer is the record's."""
+    from models.job_lock import JobLock
+
+    record = full_record("e" * 64)
+    inserted = store.insert(record)
+    lock = JobLock(id="nightly", run_id=record.run_id, attempt_id=record.attempt_id, lease_expires=T)
+    transaction = store.transaction()
+    transaction.put(lock)
+    transaction.commit()
+    lock_version = transaction.versions[lock.key]
+    assert isinstance(inserted, Applied)
+    record.status = RunStatus.COMPLETED.value
+    answer = store.update(
+        record,
+        inserted.version if record_current else inserted.version - 1,
+        delete=(lock.key, lock_version if lock_current else lock_version - 1),
+    )
+    assert isinstance(answer, Applied if record_current else Conflict)
+    assert RunRecord.get_by_id(record.run_id).status == (
+        RunStatus.COMPLETED if record_current else RunStatus.IN_PROGRESS
+    )
+    assert (JobLock.get_by_id("nightly") is None) == lock_current

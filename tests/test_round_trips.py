@@ -25,6 +25,7 @@ from devtools.rpc_counter import counting_client
 from handlers import NdbContextMiddleware, create_app
 from handlers.idempotent import idempotent, install_guard
 from models import RunRecord
+from models.job_lock import JobLock
 from tests.support import manual_runs
 from tests.support.deliveries import JOBS, T0, scheduler_headers
 
@@ -188,3 +189,26 @@ def test_a_claim_and_its_finish_with_and_without_speculation(slow_client, clock,
         assert trips == claim_trips and claimed.attempt.fence is not None
         finished, trips = round_trips(counter, lambda: ledger.complete_run(claimed.attempt, {}, POLICY))
         assert isinstance(finished, Finished) and trips == 1
+
+
+def test_an_overlap_forbid_run_costs_three_round_trips(slow_client, clock):
+    """The claim reads the record and the job's lock (the Lookup begins the transaction) and
+    commits both; the finish updates the record and deletes the lock, each fenced on the version
+    the claim gave it, in one commit."""
+    client, counter = slow_client
+    ledger = Ledger(clock)
+    exclusive = RunPolicy(600, 7200, exclusive=True)
+    with client.context():
+        description = RunDescription("scheduler", "invoice")
+        claimed, trips = round_trips(counter, lambda: ledger.replay_or_claim("forbid", description, exclusive))
+        assert trips == 2 and claimed.attempt.fence is not None and claimed.attempt.job_lock == "invoice"
+        finished, trips = round_trips(counter, lambda: ledger.complete_run(claimed.attempt, {}, exclusive))
+        assert isinstance(finished, Finished) and trips == 1
+        assert JobLock.get_by_id("invoice") is None  # freed with the finish
+        renewing = ledger.replay_or_claim("forbid-2", description, exclusive)
+        renewed, trips = round_trips(counter, lambda: ledger.renew_lease(renewing.attempt, 600))
+        # A renewal must still hold the lock to go on running: it reads both (Lookup; Commit).
+        assert isinstance(renewed, Renewed) and trips == 2
+        finished, trips = round_trips(counter, lambda: ledger.complete_run(renewing.attempt, {}, exclusive))
+        assert isinstance(finished, Finished) and trips == 1  # fenced on the renewal's versions
+        assert JobLock.get_by_id("invoice") is None
