@@ -108,33 +108,82 @@ def _properties(model: type[Any]) -> Iterator[Any]:
 
 
 # The raw protobuf classes under google-cloud-datastore's proto-plus types: set and read field by
-# field, the codec costs a tenth of building the wrappers (``make bench``'s CPU column).
+# field, the codec costs a tenth of building the wrappers (``make bench``'s CPU column); the hot
+# calls' requests are built raw too, and wrapped (which copies nothing) to be sent.
 _RawEntity = entity_types.Entity.pb()
+_RawLookupRequest = datastore_types.LookupRequest.pb()
+_RawCommitRequest = datastore_types.CommitRequest.pb()
+_RawMutation = datastore_types.Mutation.pb()
+
+
+def _insert(entity: entity_types.Entity) -> Any:
+    # Built through proto-plus, as NDB builds its writes: the entity's map then goes out in the
+    # order NDB's does, and the emulator keeps the version of an identical rewrite (a CopyFrom
+    # of the raw entity reorders the map, and the emulator then calls the same entity changed).
+    return datastore_types.Mutation.pb(datastore_types.Mutation(insert=entity))
+
+
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
-def _set_value(prop: Any, value: Any, target: Any) -> None:
-    """Write ``value`` of ``prop`` into the raw ``Value`` ``target`` as NDB writes it."""
-    target.exclude_from_indexes = not prop._indexed
-    if value is None:
-        target.null_value = 0
-    elif isinstance(prop, ndb.JsonProperty):
+def _set_json(compressed: bool) -> Callable[[Any, Any], None]:
+    def set_json(value: Any, target: Any) -> None:
         blob = json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode("ascii")
-        target.exclude_from_indexes = True
-        if prop._compressed:
+        target.exclude_from_indexes = True  # NDB never indexes a blob
+        if compressed:
             target.blob_value, target.meaning = zlib.compress(blob), COMPRESSED_MEANING
         else:
             target.blob_value = blob
-    elif isinstance(prop, ndb.DateTimeProperty):
-        since = (value if value.tzinfo else value.replace(tzinfo=datetime.UTC)) - _EPOCH
-        seconds = since.days * 86400 + since.seconds
-        target.timestamp_value.seconds, target.timestamp_value.nanos = seconds, since.microseconds * 1000
-    elif isinstance(prop, ndb.IntegerProperty):
-        target.integer_value = int(value)
-    elif isinstance(prop, ndb.StringProperty | ndb.TextProperty):
-        target.string_value = str(value)
-    else:
-        raise TypeError(f"{prop._code_name}: no encoding for {type(prop).__name__}")
+
+    return set_json
+
+
+def _set_timestamp(value: datetime.datetime, target: Any) -> None:
+    since = (value if value.tzinfo else value.replace(tzinfo=datetime.UTC)) - _EPOCH
+    stamp = target.timestamp_value
+    stamp.seconds, stamp.nanos = since.days * 86400 + since.seconds, since.microseconds * 1000
+
+
+def _set_integer(value: Any, target: Any) -> None:
+    target.integer_value = int(value)
+
+
+def _set_string(value: Any, target: Any) -> None:
+    target.string_value = str(value)
+
+
+type _Plan = tuple[tuple[str, str, bool, Callable[[Any, Any], None]], ...]
+
+
+_PLANS: dict[type[Any], _Plan] = {}
+
+
+def _plan(model: type[Any]) -> _Plan:
+    plan = _PLANS.get(model)
+    if plan is None:
+        plan = _PLANS[model] = _plan_of(model)
+    return plan
+
+
+def _plan_of(model: type[Any]) -> _Plan:
+    """How ``model``'s properties are written, as NDB writes them: per property its stored name,
+    its attribute, whether it is left out of indexes, and how a value is set.  Worked out once
+    per model, so encoding a record is a loop with no type tests."""
+    plan = []
+    for prop in _properties(model):
+        setter: Callable[[Any, Any], None]
+        if isinstance(prop, ndb.JsonProperty):
+            setter = _set_json(bool(prop._compressed))
+        elif isinstance(prop, ndb.DateTimeProperty):
+            setter = _set_timestamp
+        elif isinstance(prop, ndb.IntegerProperty):
+            setter = _set_integer
+        elif isinstance(prop, ndb.StringProperty | ndb.TextProperty):
+            setter = _set_string
+        else:
+            raise TypeError(f"{prop._code_name}: no encoding for {type(prop).__name__}")
+        plan.append((prop._name, prop._code_name, not prop._indexed, setter))
+    return tuple(plan)
 
 
 def _decoded(prop: Any, value: Any) -> Any:
@@ -157,19 +206,32 @@ def _decoded(prop: Any, value: Any) -> Any:
     raise TypeError(f"{prop._code_name}: stored as {kind}")
 
 
+_RawKey = entity_types.Key.pb()
+
+
+def _raw_key(key: ndb.Key) -> Any:
+    """``key`` as a raw protobuf Key (its last path element, as every key here has one).
+
+    Read through ``flat()``, which NDB keeps: ``id()`` and ``kind()`` copy the whole path each call.
+    """
+    raw = _RawKey()
+    partition = raw.partition_id
+    partition.project_id = key.project()
+    partition.database_id = key.database() or ""
+    partition.namespace_id = key.namespace() or ""
+    flat = key.flat()
+    element = raw.path.add()
+    element.kind = flat[-2]
+    if isinstance(flat[-1], int):
+        element.id = flat[-1]
+    else:
+        element.name = flat[-1]
+    return raw
+
+
 def key_pb(key: ndb.Key) -> entity_types.Key:
-    name_or_id = key.id()
-    element = (
-        entity_types.Key.PathElement(kind=key.kind(), id=name_or_id)
-        if isinstance(name_or_id, int)
-        else entity_types.Key.PathElement(kind=key.kind(), name=name_or_id)
-    )
-    return entity_types.Key(
-        partition_id=entity_types.PartitionId(
-            project_id=key.project(), database_id=key.database() or "", namespace_id=key.namespace() or ""
-        ),
-        path=[element],
-    )
+    wrapped: entity_types.Key = entity_types.Key.wrap(_raw_key(key))
+    return wrapped
 
 
 def _ndb_key(key: entity_types.Key, model: type[Any]) -> ndb.Key:
@@ -181,21 +243,28 @@ def _ndb_key(key: entity_types.Key, model: type[Any]) -> ndb.Key:
 def encode(entity: Any) -> entity_types.Entity:
     """An NDB model instance (a RunRecord, a JobLock) as the entity NDB would write for it."""
     raw = _RawEntity()
-    raw.key.CopyFrom(entity_types.Key.pb(key_pb(entity.key)))
-    for prop in _properties(type(entity)):
-        _set_value(prop, getattr(entity, prop._code_name), raw.properties[prop._name])
+    raw.key.CopyFrom(_raw_key(entity.key))
+    properties = raw.properties
+    for name, attribute, unindexed, setter in _plan(type(entity)):
+        value = getattr(entity, attribute)
+        target = properties[name]
+        target.exclude_from_indexes = unindexed
+        if value is None:
+            target.null_value = 0
+        else:
+            setter(value, target)
     wrapped: entity_types.Entity = entity_types.Entity.wrap(raw)
     return wrapped
 
 
 def decode(entity: entity_types.Entity, model: Any = RunRecord) -> Any:
     """The ``model`` instance NDB would read from ``entity`` (properties it does not declare are left out)."""
-    raw = entity_types.Entity.pb(entity)
+    raw = entity if isinstance(entity, _RawEntity) else entity_types.Entity.pb(entity)
     stored = raw.properties
     values = {
         prop._code_name: _decoded(prop, stored[prop._name]) for prop in _properties(model) if prop._name in stored
     }
-    return model(key=_ndb_key(entity.key, model), **values)
+    return model(key=_ndb_key(raw.key, model), **values)
 
 
 # -- the calls -------------------------------------------------------------------------------
@@ -219,7 +288,7 @@ class RecordStore:
     def lookup(self, run_id: str) -> Versioned | None:
         """One strongly consistent read of the record and its version."""
         try:
-            return self._found(self._lookup_call(run_id).result())
+            return self._found(self._lookup_call(ndb.Key(RunRecord, run_id)).result())
         except grpc.RpcError as exc:
             raise api_exceptions.from_grpc_error(exc) from None  # type: ignore[no-untyped-call]
 
@@ -250,7 +319,7 @@ class RecordStore:
 
     def insert(self, record: RunRecord) -> Write:
         """Write ``record`` only if its key holds nothing: one round trip."""
-        return self._write(self._commit_call(datastore_types.Mutation(insert=encode(record))))
+        return self._commit([_insert(encode(record))])
 
     def update(
         self,
@@ -266,10 +335,13 @@ class RecordStore:
         may land without the other; the caller must be right in all four cases.
         """
         entity = record if isinstance(record, entity_types.Entity) else encode(record)
-        mutations = [datastore_types.Mutation(update=entity, base_version=base_version)]
+        mutations = [datastore_types.Mutation.pb(datastore_types.Mutation(update=entity, base_version=base_version))]
         if delete is not None:
-            mutations.append(datastore_types.Mutation(delete=key_pb(delete[0]), base_version=delete[1]))
-        return self._write(self._commit_call(*mutations))
+            doomed = _RawMutation(base_version=delete[1])
+            doomed.delete.CopyFrom(_raw_key(delete[0]))
+            mutations.append(doomed)
+        # The version is the fence, and it is checked as the entity is written: no transaction.
+        return self._commit(mutations, transactional=False)
 
     def lookup_and_insert(
         self, record: RunRecord, entity: entity_types.Entity | None = None
@@ -280,9 +352,8 @@ class RecordStore:
         The two race: what the lookup found may be the record this very insert wrote.
         ``entity``: the record already encoded (``encode(record)``), not to encode it twice.
         """
-        lookup = self._lookup_call(record.key.id())
-        insert = self._commit_call(datastore_types.Mutation(insert=entity if entity is not None else encode(record)))
-        written = self._write(insert)
+        lookup = self._lookup_call(record.key)  # in flight while the insert is sent and answered
+        written = self._commit([_insert(entity if entity is not None else encode(record))])
         try:
             found = self._found(lookup.result())
         except grpc.RpcError as exc:
@@ -294,42 +365,30 @@ class RecordStore:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _lookup_call(self, run_id: str) -> Any:
-        request = datastore_types.LookupRequest(
-            project_id=self._project,
-            database_id=self._database,
-            keys=[key_pb(ndb.Key(RunRecord, run_id))],
-            read_options=datastore_types.ReadOptions(
-                read_consistency=datastore_types.ReadOptions.ReadConsistency.STRONG
-            ),
-        )
+    def _lookup_call(self, key: ndb.Key) -> Any:
+        """A strongly consistent Lookup of one key, in flight (a gRPC future)."""
+        raw = _RawLookupRequest(project_id=self._project, database_id=self._database)
+        raw.keys.append(_raw_key(key))
+        raw.read_options.read_consistency = datastore_types.ReadOptions.ReadConsistency.STRONG
+        request = datastore_types.LookupRequest.wrap(raw)
         return self._transport.lookup.future(request, timeout=CALL_TIMEOUT_SECONDS, metadata=self._metadata)
 
-    def _commit_call(self, *mutations: datastore_types.Mutation) -> Any:
-        request = datastore_types.CommitRequest(
+    def _commit(self, mutations: list[Any], transactional: bool = True) -> Write:
+        """The raw ``mutations`` in one Commit (a single-use transaction's, if ``transactional``),
+        waited for in this thread (a blocking gRPC call: no future, so no thread of gRPC's to poll
+        for it), and what its answer means."""
+        mode = datastore_types.CommitRequest.Mode
+        raw = _RawCommitRequest(
             project_id=self._project,
             database_id=self._database,
-            mode=datastore_types.CommitRequest.Mode.TRANSACTIONAL,
-            single_use_transaction=datastore_types.TransactionOptions(
-                read_write=datastore_types.TransactionOptions.ReadWrite()
-            ),
-            mutations=list(mutations),
+            mode=mode.TRANSACTIONAL if transactional else mode.NON_TRANSACTIONAL,
         )
-        return self._transport.commit.future(request, timeout=CALL_TIMEOUT_SECONDS, metadata=self._metadata)
-
-    @staticmethod
-    def _found(response: datastore_types.LookupResponse) -> Versioned | None:
-        if response.deferred:  # one key is never deferred; a doubt is a refusal, never a guess
-            raise api_exceptions.ServiceUnavailable("Datastore deferred the lookup of a run record")  # type: ignore[no-untyped-call]
-        if not response.found:
-            return None
-        result = response.found[0]
-        return Versioned(decode(result.entity), result.version)
-
-    @staticmethod
-    def _write(call: Any) -> Write:
+        if transactional:
+            raw.single_use_transaction.read_write.SetInParent()
+        raw.mutations.extend(mutations)
+        request = datastore_types.CommitRequest.wrap(raw)
         try:
-            response: datastore_types.CommitResponse = call.result()
+            response = self._transport.commit(request, timeout=CALL_TIMEOUT_SECONDS, metadata=self._metadata)
         except grpc.RpcError as exc:
             error = api_exceptions.from_grpc_error(exc)  # type: ignore[no-untyped-call]
             if isinstance(error, api_exceptions.AlreadyExists):
@@ -339,10 +398,20 @@ class RecordStore:
             if isinstance(error, _IN_DOUBT):
                 return Doubt(error)
             raise error from None
-        result = response.mutation_results[0]
+        result = datastore_types.CommitResponse.pb(response).mutation_results[0]
         if result.conflict_detected:
             return Conflict()
         return Applied(result.version)
+
+    @staticmethod
+    def _found(response: datastore_types.LookupResponse) -> Versioned | None:
+        raw = datastore_types.LookupResponse.pb(response)
+        if raw.deferred:  # one key is never deferred; a doubt is a refusal, never a guess
+            raise api_exceptions.ServiceUnavailable("Datastore deferred the lookup of a run record")  # type: ignore[no-untyped-call]
+        if not raw.found:
+            return None
+        result = raw.found[0]
+        return Versioned(decode(result.entity), result.version)
 
 
 class Transaction:
@@ -520,15 +589,15 @@ class VersionFence:
         self._taken = False
 
     def take(self) -> tuple[RunRecord, int] | None:
-        """A copy of the record as last written, and its version, for one write; None when dropped
-        or another write has it (until that write's ``advance`` or ``drop``)."""
+        """The record as last written, and its version, for one write; None when dropped or another
+        write has it (until that write's ``advance`` or ``drop``).  Not a copy: the write edits it,
+        and a write that does not land drops the fence, so an edit that did not land is never
+        fenced on."""
         with self._lock:
             if self._record is None or self._taken:
                 return None
             self._taken = True
-            record, version = self._record, self._version
-        # A copy the write may change: the values a change sets are new objects, so a shallow one does.
-        return type(record)(key=record.key, **record.to_dict()), version
+            return self._record, self._version
 
     def advance(self, record: RunRecord, version: int, lock_version: int | None = None) -> None:
         """``record`` was written and given ``version`` (and the job's lock ``lock_version``, when

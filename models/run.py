@@ -107,7 +107,7 @@ class RunRecord(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has no typ
 
     @property
     def run_id(self) -> str:
-        run_id: str = self.key.id()  # the ledger keys every record by its run id
+        run_id: str = self.key.flat()[-1]  # keyed by its run id; flat() is kept, id() copies the path
         return run_id
 
     def lease_is_live(self, now: datetime.datetime) -> bool:

@@ -329,3 +329,14 @@ def test_an_update_with_a_fenced_delete_lands_each_on_its_own_version(store, rec
         RunStatus.COMPLETED if record_current else RunStatus.IN_PROGRESS
     )
     assert (JobLock.get_by_id("nightly") is None) == lock_current
+
+
+def test_an_identical_rewrite_after_a_fenced_update_keeps_the_version_too(store):
+    """The hot path's update goes out as NDB's writes do, so an NDB put of what it wrote is the same entity."""
+    record = full_record("f" * 64)
+    inserted = store.insert(record)
+    record.attempt = 4
+    updated = store.update(record, inserted.version)
+    assert isinstance(updated, Applied)
+    RunRecord.get_by_id(record.run_id).put()
+    assert store.lookup(record.run_id).version == updated.version
