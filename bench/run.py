@@ -438,7 +438,7 @@ def measure_live(emulator, concurrency: int, throughput_requests: int) -> dict:
                 "max": max(latencies),
             }
 
-            def throughput(url: str, label: str) -> float:
+            def throughput(url: str, label: str, pid: int) -> dict:
                 def one(index: int) -> int:
                     return requests.post(
                         url,
@@ -449,20 +449,34 @@ def measure_live(emulator, concurrency: int, throughput_requests: int) -> dict:
                         },
                     ).status_code
 
+                assert emulator.process is not None
+                before = cpu_seconds(pid, emulator.process.pid)
                 started = time.perf_counter()
                 with concurrent.futures.ThreadPoolExecutor(16) as pool:
                     codes = list(pool.map(one, range(throughput_requests)))
                 elapsed = time.perf_counter() - started
+                after = cpu_seconds(pid, emulator.process.pid)
                 if set(codes) != {200}:
                     raise SystemExit(f"throughput {label}: unexpected statuses {sorted(set(codes))}")
-                return throughput_requests / elapsed
+                per_run = {part: (after[part] - before[part]) / throughput_requests * 1000 for part in after}
+                return {"rate": throughput_requests / elapsed, "cpu_ms": per_run}
 
-            results["with_dedup"] = throughput(f"{server.url}/jobs/noop", "dedup")
-            results["without_dedup"] = throughput(f"{baseline.url}/jobs/noop", "plain")
+            # Alternating rounds: the emulator's JVM swings between rounds (its JIT, its collector).
+            assert server.process is not None and baseline.process is not None
+            for round_ in range(THROUGHPUT_ROUNDS):
+                results.setdefault("with_dedup", []).append(
+                    throughput(f"{server.url}/jobs/noop", f"dedup-{round_}", server.process.pid)
+                )
+                results.setdefault("without_dedup", []).append(
+                    throughput(f"{baseline.url}/jobs/noop", f"plain-{round_}", baseline.process.pid)
+                )
             session.close()
     finally:
         os.unlink(handle.name)
     return results
+
+
+THROUGHPUT_ROUNDS = 3
 
 
 def render_live(live: dict, concurrency: int, throughput_requests: int) -> str:
@@ -480,19 +494,59 @@ def render_live(live: dict, concurrency: int, throughput_requests: int) -> str:
             f"| {concurrency} duplicates | {contention['median']:.0f} | {contention['p95']:.0f} "
             f"| {contention['max']:.0f} |",
             "",
-            f"Throughput of distinct runs ({throughput_requests} runs of a no-op job, 16 client threads):",
-            "",
-            "| | runs / s |",
-            "|---|---|",
-            f"| with dedup | {live['with_dedup']:.0f} |",
-            f"| without dedup (same job, same server, no ledger) | {live['without_dedup']:.0f} |",
-            "",
-            f"With dedup: {live['with_dedup'] / live['without_dedup']:.0%} of the same job without the ledger. The "
-            "emulator's JVM shares the cores with gunicorn here, and a run's two Datastore round trips are "
-            "the emulator's work too; the job without the ledger does none.",
-            "",
+            *render_throughput(live, throughput_requests),
         ]
     )
+
+
+def render_throughput(live: dict, throughput_requests: int) -> list[str]:
+    """The throughput rounds: each side's median rate, and where each run's CPU went."""
+    rows, shares = [], []
+    for key, label in (("with_dedup", "with dedup"), ("without_dedup", "without dedup (same job, no ledger)")):
+        rounds = live[key]
+        rate = statistics.median(r["rate"] for r in rounds)
+        cpu = {part: statistics.median(r["cpu_ms"][part] for r in rounds) for part in rounds[0]["cpu_ms"]}
+        rows.append(f"| {label} | {rate:.0f} | {cpu['server']:.1f} | {cpu['emulator']:.1f} | {cpu['client']:.1f} |")
+    for with_, without in zip(live["with_dedup"], live["without_dedup"], strict=True):
+        shares.append(with_["rate"] / without["rate"])
+    share = statistics.median(shares)
+    return [
+        f"Throughput of distinct runs ({len(shares)} alternating rounds of {throughput_requests} runs of a no-op "
+        "job, 16 client threads; medians), and the CPU each run cost each process:",
+        "",
+        "| | runs / s | gunicorn CPU ms / run | emulator CPU ms / run | client CPU ms / run |",
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+        f"With dedup: {share:.0%} of the same job without the ledger (rounds: "
+        + ", ".join(f"{s:.0%}" for s in shares)
+        + "). The emulator's JVM and the client share the two cores with gunicorn here, and a run's "
+        "Datastore calls are the emulator's work too; the job without the ledger does none.",
+        "",
+    ]
+
+
+def cpu_seconds(server_pid: int, emulator_pid: int) -> dict[str, float]:
+    """CPU seconds so far of the server's process tree, the emulator's, and this process (the client)."""
+    children: dict[int, list[int]] = {}
+    times: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone since the listing
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        times[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+
+    def tree(pid: int) -> float:
+        return times.get(pid, 0.0) + sum(tree(child) for child in children.get(pid, []))
+
+    own = os.times()
+    return {"server": tree(server_pid), "emulator": tree(emulator_pid), "client": own.user + own.system}
 
 
 def measure_cleanup(emulator, datastore_host: str, records: int) -> dict:
