@@ -17,7 +17,7 @@ from google.cloud import ndb
 
 from dedup.clock import Clock
 from dedup.outcomes import Attempt, Stale
-from dedup.record_store import Applied, Doubt, RecordStore, Transaction, Write, transact
+from dedup.record_store import Applied, Doubt, RecordStore, Refused, Transaction, Write, transact
 from models import RunRecord, RunStatus
 from models.job_lock import JobLock
 
@@ -36,13 +36,19 @@ def fenced_write[T](
     # A job's lock must still be this attempt's for it to go on running, and a version fences one
     # entity, not a commit: a renewal under a lock reads both in the transaction.  A finish need
     # not: it lands whoever holds the lock now, and frees the lock only if still its own.
-    if attempt.fence is not None and (attempt.job_lock is None or not keeps_running):
+    # The fast path only where this process verified that the database refuses a stale version
+    # (dedup/fence_check.py): elsewhere a stale write could land, so the transaction decides.
+    if (
+        attempt.fence is not None
+        and (attempt.job_lock is None or not keeps_running)
+        and RecordStore.of_context().fenced
+    ):
         fast = write_by_version(attempt, clock.now(), change)
         if isinstance(fast, Landed):
             return fast.outcome
-        # Not applied, or in doubt: the transaction reads what is there (and, once a write
-        # may have landed, recognises it as this attempt's own).
-        write.wrote = isinstance(fast, Doubt)
+        # Not applied, or in doubt: the transaction reads what is there and, where the write may
+        # have landed (in doubt, or an error read either way), recognises it as this attempt's own.
+        write.wrote = isinstance(fast, Doubt | Refused)
     outcome, transaction = transact(write, patience_seconds)
     if not isinstance(outcome, Stale) and attempt.fence is not None and write.written is not None:
         version = transaction.versions.get(write.written.key)

@@ -40,9 +40,11 @@ log = logging.getLogger(__name__)
 # (dedup.record_store.transact).  A claimer that still loses after
 # CLAIM_PATIENCE_SECONDS is told to come back (409), never given a 500; the
 # owner finishing a run it has already performed keeps trying for
-# FINISH_PATIENCE_SECONDS.
+# FINISH_PATIENCE_SECONDS: longer than a pessimistic database holds the lock of a
+# transaction a killed process left open (it expires after 60 s idle), and well inside
+# the request's deadline (10 minutes on App Engine standard).
 CLAIM_PATIENCE_SECONDS = 3.0
-FINISH_PATIENCE_SECONDS = 30.0
+FINISH_PATIENCE_SECONDS = 75.0
 
 
 class Ledger:
@@ -163,6 +165,8 @@ class Ledger:
             decided = claim.decide(found.record, now)
             if not isinstance(decided, Claimed | Skipped):
                 return decided  # a refusal: nothing written
+            if not store.fenced:  # a stale version might be applied: the transaction reads and decides
+                return self._claim_in_transaction(claim)
             entity = encode(decided.record)
             written = store.update(entity, found.version)
         match written:
@@ -173,9 +177,11 @@ class Ledger:
                 claimed = dataclasses.replace(decided, attempt=dataclasses.replace(decided.attempt, fence=fence))
                 _log_takeover(claimed)
                 return claimed
-            case record_store.Doubt(error):
+            case record_store.Doubt(error) | record_store.Refused(error):
                 # Its attempt id tells the transaction whether it landed.
-                log.info("run %s: claim in doubt (%s); settling it in a transaction", claim.run_id, error)
+                log.info(
+                    "run %s: claim not applied or in doubt (%s); settling it in a transaction", claim.run_id, error
+                )
                 return self._claim_in_transaction(claim)
             case record_store.Exists() | record_store.Conflict() | record_store.Aborted():
                 return self._claim_in_transaction(claim)  # written by another since it was read

@@ -16,10 +16,17 @@ declarations (``tests/test_record_store.py`` holds the two encodings together), 
 queries, the dashboard and the audit go on reading through NDB.
 
 What an answer means (``Write``): ``Applied`` carries the new version; ``Exists`` (an insert's
-key is taken) and ``Conflict`` (a fenced update's version is old) and ``Aborted`` were not
-applied; ``Doubt`` (DEADLINE_EXCEEDED, UNAVAILABLE, INTERNAL, UNKNOWN) may have been.  The
-ledger answers each by reading the record: every write carries the attempt id that made it,
-so a write in doubt is recognised as its own and never applied twice.
+key is taken), ``Conflict`` (a fenced update's version is old), ``Aborted`` and ``Refused`` (any
+other error: RESOURCE_EXHAUSTED, NOT_FOUND for a record deleted since it was read,
+FAILED_PRECONDITION, INVALID_ARGUMENT, ...) were not applied; ``Doubt`` (DEADLINE_EXCEEDED,
+UNAVAILABLE, INTERNAL, UNKNOWN) may have been.  No write here raises a Datastore status: the
+ledger settles every answer but ``Applied`` in a transaction that reads the record, and every
+write carries the attempt id that made it, so a write that did land is recognised as its own
+and never applied twice.
+
+Whether a stale version is refused at all is the database's to prove, not ours to assume
+(dedup/fence_check.py): ``RecordStore.fence`` says what this process's check found, and the
+ledger takes the fenced writes only where it found the fence holds.
 """
 
 from __future__ import annotations
@@ -42,17 +49,30 @@ from google.cloud import ndb
 from google.cloud.datastore_v1.types import datastore as datastore_types
 from google.cloud.datastore_v1.types import entity as entity_types
 
+from dedup import fence_check
 from dedup.transactions import RETRYABLE_ERRORS
 from models import RunRecord
 
 log = logging.getLogger(__name__)
 
+# The cleanup's transactional deletes (where the version fence is not verified): a batch that
+# keeps colliding is left for the next pass.
+CLEANUP_PATIENCE_SECONDS = 10.0
 # Each hot write's own deadline.  A call that outlives it is a Doubt, which the ledger settles
 # by reading the record in its transactional path (with that path's patience).
 CALL_TIMEOUT_SECONDS = 10.0
 # NDB marks a compressed blob with this meaning (google.appengine's ZLIB), and reads one by
 # zlib's header either way.
 COMPRESSED_MEANING = 22
+# A transaction is tried again on these.  Its commit is all-or-none: the transient errors may have
+# landed (the body recognises its own write), the others say nothing was applied, and a retry
+# reads and decides afresh (a record deleted since, a transaction a pessimistic database expired).
+TRIED_AGAIN = (
+    *RETRYABLE_ERRORS,
+    api_exceptions.NotFound,
+    api_exceptions.FailedPrecondition,
+    api_exceptions.InvalidArgument,
+)
 _IN_DOUBT = (
     api_exceptions.DeadlineExceeded,
     api_exceptions.ServiceUnavailable,
@@ -82,13 +102,21 @@ class Aborted:
 
 
 @dataclasses.dataclass(frozen=True)
+class Refused:
+    """Any other error: Datastore says the commit failed, so it was not applied.  The transaction
+    that settles it reads the record all the same (safe whichever way the error is read)."""
+
+    error: Exception
+
+
+@dataclasses.dataclass(frozen=True)
 class Doubt:
     """The answer was lost or late: the write may have landed."""
 
     error: Exception
 
 
-type Write = Applied | Exists | Conflict | Aborted | Doubt
+type Write = Applied | Exists | Conflict | Aborted | Refused | Doubt
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,6 +306,7 @@ class RecordStore:
         self._transport = client.stub  # google-cloud-datastore's DatastoreGrpcTransport, over NDB's channel
         self._project = client.project
         self._database = client.database or ""
+        self._database_id = fence_check.database_of(client)
         params = {"project_id": self._project, **({"database_id": self._database} if self._database else {})}
         self._metadata = (routing_header.to_grpc_metadata(params),)  # type: ignore[no-untyped-call]  # api-core untyped
 
@@ -285,12 +314,19 @@ class RecordStore:
     def of_context(cls) -> RecordStore:
         return cls(ndb.get_context().client)
 
+    @property
+    def fence(self) -> fence_check.FenceCheck:
+        """What this process's check found of this database's version fence."""
+        return fence_check.current(self._database_id)
+
+    @property
+    def fenced(self) -> bool:
+        """Whether writes fenced on a version may be trusted to be refused when stale."""
+        return self.fence.mode is fence_check.FenceMode.VERSION
+
     def lookup(self, run_id: str) -> Versioned | None:
         """One strongly consistent read of the record and its version."""
-        try:
-            return self._found(self._lookup_call(ndb.Key(RunRecord, run_id)).result())
-        except grpc.RpcError as exc:
-            raise api_exceptions.from_grpc_error(exc) from None  # type: ignore[no-untyped-call]
+        return self._found(_call_future(self._lookup_call(ndb.Key(RunRecord, run_id))))
 
     def lookup_many(self, keys: list[ndb.Key]) -> list[Versioned | None]:
         """The records of ``keys`` (in order; None where absent) and their versions: one round trip."""
@@ -298,10 +334,13 @@ class RecordStore:
         return found
 
     def delete_unchanged(self, doomed: list[Versioned]) -> int:
-        """Delete each record only if it is still the version read (one round trip, no
-        transaction): one written since (claimed afresh, renewed) stays.  How many went."""
+        """Delete each record only if it is still the version read: one written since (claimed
+        afresh, renewed) stays.  How many went.  One fenced commit where the fence is verified,
+        else a transaction that reads the versions again."""
         if not doomed:
             return 0
+        if not self.fenced:
+            return self._delete_unchanged_in_transaction(doomed)
         request = datastore_types.CommitRequest(
             project_id=self._project,
             database_id=self._database,
@@ -314,12 +353,44 @@ class RecordStore:
         response = _call(self._transport.commit, request, self._metadata)
         return sum(1 for result in response.mutation_results if not result.conflict_detected)
 
-    def transaction(self) -> Transaction:
-        return Transaction(self._transport, self._project, self._database, self._metadata)
+    def _delete_unchanged_in_transaction(self, doomed: list[Versioned]) -> int:
+        versions = {found.record.key: found.version for found in doomed}
 
-    def insert(self, record: RunRecord) -> Write:
-        """Write ``record`` only if its key holds nothing: one round trip."""
-        return self._commit([_insert(encode(record))])
+        def body(transaction: Transaction) -> int:
+            keys = list(versions)
+            unchanged = [
+                key
+                for key, now in zip(keys, transaction.get(keys), strict=True)
+                if now and now.version == versions[key]
+            ]
+            for key in unchanged:
+                transaction.delete(key)
+            return len(unchanged)
+
+        deleted, _ = transact(body, CLEANUP_PATIENCE_SECONDS, self)
+        return deleted
+
+    def transaction(self, previous: bytes | None = None) -> Transaction:
+        """``previous``: a transaction of the same body that aborted (it keeps its place in line)."""
+        return Transaction(self._transport, self._project, self._database, self._metadata, previous)
+
+    def insert(self, record: RunRecord | entity_types.Entity) -> Write:
+        """Write ``record`` (or its encoded entity) only if its key holds nothing: one round trip."""
+        entity = record if isinstance(record, entity_types.Entity) else encode(record)
+        return self._commit([_insert(entity)])
+
+    def delete_if(self, key: ndb.Key, version: int | None) -> Write:
+        """Delete ``key`` only if it is still ``version`` (None: whatever it is): one round trip."""
+        mutation = _RawMutation()
+        mutation.delete.CopyFrom(_raw_key(key))
+        if version is not None:
+            mutation.base_version = version
+        return self._commit([mutation], transactional=False)
+
+    def lookup_entity(self, key: ndb.Key) -> entity_types.Entity | None:
+        """One strongly consistent read of any entity, as stored."""
+        found = datastore_types.LookupResponse.pb(_call_future(self._lookup_call(key))).found
+        return entity_types.Entity.wrap(found[0].entity) if found else None
 
     def update(
         self,
@@ -355,12 +426,13 @@ class RecordStore:
         lookup = self._lookup_call(record.key)  # in flight while the insert is sent and answered
         written = self._commit([_insert(entity if entity is not None else encode(record))])
         try:
-            found = self._found(lookup.result())
-        except grpc.RpcError as exc:
-            if isinstance(written, Applied):
-                # The claim landed; what the record held before is moot.
-                return None, written
-            raise api_exceptions.from_grpc_error(exc) from None  # type: ignore[no-untyped-call]
+            found = self._found(_call_future(lookup))
+        except api_exceptions.GoogleAPICallError as exc:
+            # Applied: the claim landed, and what the record held before is moot.  Anything else
+            # (taken, refused, in doubt) is the caller's to settle in a transaction that reads the
+            # record: an insert in doubt may be this very claim's, which that read recognises.
+            log.info("run %s: the claim's lookup failed (%s); its insert was %s", record.key.id(), exc, written)
+            return None, written
         return found, written
 
     # -- internals -----------------------------------------------------------------------
@@ -397,7 +469,7 @@ class RecordStore:
                 return Aborted()
             if isinstance(error, _IN_DOUBT):
                 return Doubt(error)
-            raise error from None
+            return Refused(error)  # never raised: the caller's transaction settles it
         result = datastore_types.CommitResponse.pb(response).mutation_results[0]
         if result.conflict_detected:
             return Conflict()
@@ -419,9 +491,13 @@ class Transaction:
     begin travels with the Lookup, so a read-decide-write costs two round trips.  Writes are kept
     until ``commit``; one that wrote nothing rolls back without waiting for the answer."""
 
-    def __init__(self, transport: Any, project: str, database: str, metadata: tuple[Any, ...]) -> None:
+    def __init__(
+        self, transport: Any, project: str, database: str, metadata: tuple[Any, ...], previous: bytes | None = None
+    ) -> None:
         self._transport, self._project, self._database, self._metadata = transport, project, database, metadata
         self.id: bytes | None = None
+        self.began: bytes | None = None  # its id, kept after it ended: the next try's ``previous``
+        self._previous = previous
         self._mutations: list[datastore_types.Mutation] = []
         self._puts: list[ndb.Key | None] = []  # per mutation: the key put, None for a delete
         self.versions: dict[ndb.Key, int] = {}  # after the commit: what each put's write gave it
@@ -432,16 +508,20 @@ class Transaction:
         def options() -> datastore_types.ReadOptions:
             if self.id is not None:
                 return datastore_types.ReadOptions(transaction=self.id)
-            return datastore_types.ReadOptions(
-                new_transaction=datastore_types.TransactionOptions(
-                    read_write=datastore_types.TransactionOptions.ReadWrite()
-                )
-            )
+            return datastore_types.ReadOptions(new_transaction=self._options())
 
         found, begun = _read(self._transport, self._metadata, self._project, self._database, keys, options)
         if self.id is None:
-            self.id = begun
+            self.id = self.began = begun
         return found
+
+    def _options(self) -> datastore_types.TransactionOptions:
+        """Read-write; a retry names the try that aborted, so it keeps that try's place in line
+        for the locks a pessimistic database queues (``previous_transaction``)."""
+        read_write = datastore_types.TransactionOptions.ReadWrite()
+        if self._previous:
+            read_write.previous_transaction = self._previous
+        return datastore_types.TransactionOptions(read_write=read_write)
 
     def put(self, entity: Any) -> None:
         self._mutations.append(datastore_types.Mutation(upsert=encode(entity)))
@@ -463,9 +543,7 @@ class Transaction:
             mutations=self._mutations,
         )
         if self.id is None:  # nothing read: a single-use transaction
-            request.single_use_transaction = datastore_types.TransactionOptions(
-                read_write=datastore_types.TransactionOptions.ReadWrite()
-            )
+            request.single_use_transaction = self._options()
         else:
             request.transaction = self.id
         self.id = None  # committed or failed, it is over (a failed commit ends it)
@@ -534,6 +612,14 @@ def _read(
     return [found.get((key.kind(), key.id())) for key in keys], begun
 
 
+def _call_future(call: Any) -> Any:
+    """A call in flight, waited for, its gRPC error raised as google-api-core's."""
+    try:
+        return call.result()
+    except grpc.RpcError as exc:
+        raise api_exceptions.from_grpc_error(exc) from None  # type: ignore[no-untyped-call]
+
+
 def _call(method: Any, request: Any, metadata: tuple[Any, ...]) -> Any:
     """A unary call, its gRPC error raised as google-api-core's (what the retry loops know)."""
     try:
@@ -542,21 +628,26 @@ def _call(method: Any, request: Any, metadata: tuple[Any, ...]) -> Any:
         raise api_exceptions.from_grpc_error(exc) from None  # type: ignore[no-untyped-call]
 
 
-def transact[T](body: Callable[[Transaction], T], patience_seconds: float) -> tuple[T, Transaction]:
+def transact[T](
+    body: Callable[[Transaction], T], patience_seconds: float, store: RecordStore | None = None
+) -> tuple[T, Transaction]:
     """``body`` in a transaction, committed; tried again in a new one on contention or a transient
     error until patience runs out.  A commit in doubt may have landed: every body of the ledger
-    recognises its own landed write when it reads again, so trying again is safe."""
-    store = RecordStore.of_context()
+    recognises its own landed write when it reads again, so trying again is safe.  Each new try
+    names the one before (``previous_transaction``), so a pessimistic database keeps its place."""
+    store = store or RecordStore.of_context()
     deadline = time.monotonic() + patience_seconds
     delay = 0.02
+    previous: bytes | None = None
     while True:
-        transaction = store.transaction()
+        transaction = store.transaction(previous)
         try:
             result = body(transaction)
             transaction.commit()
             return result, transaction
-        except RETRYABLE_ERRORS as exc:
+        except TRIED_AGAIN as exc:
             transaction.rollback()
+            previous = transaction.began or previous
             if time.monotonic() + delay > deadline:
                 raise
             log.info("transaction failed (%s); trying again", type(exc).__name__)

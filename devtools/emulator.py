@@ -1,4 +1,13 @@
-"""Start, reset and stop the real Cloud Datastore emulator (Firestore in Datastore mode)."""
+"""Start, reset and stop a real Datastore-mode emulator: either of Google's two.
+
+- ``legacy``: the Cloud Datastore emulator in Firestore-in-Datastore mode
+  (``gcloud beta emulators datastore start --use-firestore-in-datastore-mode``).  It refuses a
+  stale version-fenced write (``conflict_detected``), as the v1 API's contract says.
+- ``firestore``: the Firestore emulator in Datastore mode (``gcloud emulators firestore start
+  --database-mode=datastore-mode``), the one Google now recommends.  It applies a stale
+  version-fenced update or delete and reports no conflict (docs/retention-and-cost.md), so the
+  app's start-up check (dedup/fence_check.py) chooses the transactional path on it.
+"""
 
 from __future__ import annotations
 
@@ -13,18 +22,24 @@ import urllib.error
 import urllib.request
 
 INSTALL_HINT = """\
-The Cloud Datastore emulator is needed (it ships with the gcloud CLI and needs Java 17+).
-Install it with one of:
-  apt-get install google-cloud-cli google-cloud-cli-datastore-emulator openjdk-17-jre-headless
-  gcloud components install cloud-datastore-emulator beta
+Both Datastore-mode emulators are needed (they ship with the gcloud CLI and need Java 17+).
+Install them with one of:
+  apt-get install google-cloud-cli google-cloud-cli-datastore-emulator \
+    google-cloud-cli-firestore-emulator openjdk-17-jre-headless
+  gcloud components install cloud-datastore-emulator cloud-firestore-emulator beta
 """
 
 
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
+FLAVORS = ("legacy", "firestore")
 
 
 class EmulatorError(RuntimeError):
     pass
+
+
+def _sdk_root(gcloud: str) -> str:
+    return os.path.dirname(os.path.dirname(os.path.realpath(gcloud)))
 
 
 def free_port() -> int:
@@ -43,6 +58,7 @@ class DatastoreEmulator:
         require_indexes: str | None = None,
         store_on_disk: bool = False,
         quick_jit: bool = False,
+        flavor: str = "legacy",
     ) -> None:
         """``require_indexes``: an index.yaml; queries needing an index it lacks then fail,
         as in production.  (gcloud does not pass this option, so the emulator binary
@@ -50,7 +66,15 @@ class DatastoreEmulator:
 
         ``quick_jit``: the JVM compiles with C1 only.  A test session's emulator lives for
         seconds to minutes on two shared cores, where C2's compiling costs more CPU than its
-        faster code gives back (the fast tier: about a fifth of its CPU).  Benchmarks keep C2."""
+        faster code gives back (the fast tier: about a fifth of its CPU).  Benchmarks keep C2.
+
+        ``flavor``: which of the two emulators (``FLAVORS``); the Firestore one takes neither
+        ``require_indexes`` nor ``store_on_disk``."""
+        if flavor not in FLAVORS:
+            raise ValueError(f"flavor must be one of {FLAVORS}, not {flavor!r}")
+        if flavor == "firestore" and store_on_disk:
+            raise ValueError("the Firestore emulator keeps nothing on disk")
+        self.flavor = flavor
         self.project = project
         self.quick_jit = quick_jit
         self.require_indexes = require_indexes
@@ -93,7 +117,9 @@ class DatastoreEmulator:
             f"--host-port={self.host}",
             f"--data-dir={data_dir}",
         ]
-        if self.require_indexes:
+        if self.flavor == "firestore":
+            command = self._firestore_command(gcloud)
+        elif self.require_indexes:
             command = self._direct_command(gcloud, data_dir, self.require_indexes)
         log = open(self._log_path, "ab")
         self.process = subprocess.Popen(
@@ -131,8 +157,7 @@ class DatastoreEmulator:
 
     def _direct_command(self, gcloud: str, data_dir: str, index_file: str) -> list[str]:
         """The emulator itself, not gcloud's wrapper: only it takes ``--require_indexes``."""
-        sdk_root = os.path.dirname(os.path.dirname(os.path.realpath(gcloud)))
-        binary = os.path.join(sdk_root, "platform", "cloud-datastore-emulator", "cloud_datastore_emulator")
+        binary = os.path.join(_sdk_root(gcloud), "platform", "cloud-datastore-emulator", "cloud_datastore_emulator")
         if not os.path.exists(binary):
             raise EmulatorError(f"no emulator at {binary}.\n" + INSTALL_HINT)
         # What `cloud_datastore_emulator create` writes (a JVM start of its own, half a second):
@@ -153,6 +178,15 @@ class DatastoreEmulator:
             f"--index_file={os.path.abspath(index_file)}",
             project_dir,
         ]
+
+    def _firestore_command(self, gcloud: str) -> list[str]:
+        """The Firestore emulator itself in Datastore mode, as ``gcloud emulators firestore start
+        --database-mode=datastore-mode`` runs it (without gcloud's wrapper: one process fewer)."""
+        binary = os.path.join(_sdk_root(gcloud), "platform", "cloud-firestore-emulator", "cloud_firestore_emulator")
+        if not os.path.exists(binary):
+            raise EmulatorError(f"no Firestore emulator at {binary}.\n" + INSTALL_HINT)
+        host, port = self.host.split(":")
+        return [binary, "start", f"--host={host}", f"--port={port}", "--database-mode=datastore-mode"]
 
     def healthy(self) -> bool:
         try:

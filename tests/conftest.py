@@ -1,4 +1,11 @@
-"""Shared fixtures: one real Datastore emulator per test session, wiped per test."""
+"""Shared fixtures: one real Datastore emulator per test session, wiped per test.
+
+A test marked ``both_emulators`` runs twice, once on each of Google's Datastore-mode emulators
+(``datastore_flavor``: ``legacy``, the Cloud Datastore emulator, which refuses a stale version;
+``firestore``, the Firestore emulator in Datastore mode, which applies one).  Every other test
+runs on the legacy one.  ``datastore`` proves the chosen one's fence, as the app does at
+start-up (dedup/fence_check.py), so each test sees the path the app would take there.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +16,9 @@ import pytest
 import webtest
 from google.cloud import ndb
 
+from dedup import fence_check
 from dedup.clock import ManualClock
-from devtools.emulator import DatastoreEmulator
+from devtools.emulator import FLAVORS, DatastoreEmulator
 from tests import job_targets
 from tests.support import routing_cache, sampling, template_cache
 
@@ -24,6 +32,11 @@ os.environ.pop("GAE_ENV", None)
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.definition.get_closest_marker("both_emulators") and "datastore" in metafunc.fixturenames:
+        metafunc.parametrize("datastore_flavor", FLAVORS, indirect=True)
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects: the cases a sample leaves out are exhaustive
@@ -64,12 +77,47 @@ def emulator():
         running.stop()
 
 
+@pytest.fixture(scope="session")
+def firestore_emulator():
+    """The Firestore emulator in Datastore mode, started the first time a test asks for it."""
+    # A project of its own: the app keeps one fence check per database (dedup/fence_check.py).
+    running = DatastoreEmulator(project="dedup-test-firestore", flavor="firestore", quick_jit=True).start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
 @pytest.fixture
-def datastore(emulator):
-    """A wiped emulator: every test starts from an empty Datastore."""
-    emulator.reset()
+def datastore_flavor(request) -> str:
+    """Which emulator this test runs on: ``legacy`` unless it is marked ``both_emulators``."""
+    return getattr(request, "param", "legacy")
+
+
+_ndb_clients: dict[str, ndb.Client] = {}
+
+
+@pytest.fixture
+def datastore(emulator, datastore_flavor, request, monkeypatch):
+    """A wiped emulator, its fence checked: every test starts from an empty Datastore."""
+    chosen = emulator
+    if datastore_flavor == "firestore":
+        chosen = request.getfixturevalue("firestore_emulator")
+        for name, value in chosen.env.items():
+            monkeypatch.setenv(name, value)  # clients and servers built in this test find it
+    chosen.reset()
     job_targets.reset()
-    return emulator
+    fence_check.verify(ndb_client_of(chosen))
+    return chosen
+
+
+def ndb_client_of(running: DatastoreEmulator) -> ndb.Client:
+    """One NDB client per emulator (made while the environment names it, as ndb.Client reads it)."""
+    client = _ndb_clients.get(running.host)
+    if client is None:
+        client = _ndb_clients[running.host] = ndb.Client(project=running.project)
+        assert client.host == running.host, (client.host, running.host)
+    return client
 
 
 @pytest.fixture(scope="session")
@@ -111,9 +159,9 @@ def google(google_fakes, datastore, clock):
     return google_fakes
 
 
-@pytest.fixture(scope="session")
-def ndb_client(emulator):
-    return ndb.Client(project=emulator.project)
+@pytest.fixture
+def ndb_client(datastore):
+    return ndb_client_of(datastore)
 
 
 @pytest.fixture

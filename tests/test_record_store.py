@@ -17,7 +17,7 @@ from google.cloud.datastore_v1.types import datastore as datastore_types
 from google.cloud.datastore_v1.types.entity import Entity
 
 from dedup import record_store
-from dedup.record_store import Aborted, Applied, Conflict, Doubt, Exists, RecordStore, decode, encode
+from dedup.record_store import Aborted, Applied, Conflict, Doubt, Exists, RecordStore, Refused, decode, encode
 from devtools.rpc_counter import intercepted_client
 from models import RunRecord, RunStatus
 from tests.support.lost_answers import FailedCall
@@ -209,12 +209,50 @@ def test_each_error_of_a_commit_has_one_meaning(datastore, code, after_sending, 
     assert (landed is not None) == after_sending  # a Doubt may have landed; an Aborted never did
 
 
-def test_an_error_that_says_nothing_about_landing_is_raised(datastore):
-    from google.api_core import exceptions
+@pytest.mark.parametrize(
+    "code",
+    [
+        grpc.StatusCode.RESOURCE_EXHAUSTED,  # production's quota or capacity; no emulator produces it
+        grpc.StatusCode.NOT_FOUND,  # an update of a record deleted since it was read
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.PERMISSION_DENIED,
+    ],
+)
+def test_every_other_error_is_a_refusal_never_raised(datastore, code):
+    """Nothing on a fenced path raises a Datastore status to the request: the ledger settles a
+    refusal in the transaction that reads the record (tests/test_fault_matrix.py)."""
+    client = intercepted_client(datastore.project, Failing(code, False))
+    with client.context():
+        written = RecordStore.of_context().insert(full_record())
+        assert isinstance(written, Refused) and written.error.grpc_status_code == code
+        assert RunRecord.get_by_id(full_record().run_id) is None
 
-    client = intercepted_client(datastore.project, Failing(grpc.StatusCode.PERMISSION_DENIED, False))
-    with client.context(), pytest.raises(exceptions.PermissionDenied):
-        RecordStore.of_context().insert(full_record())
+
+def test_a_commit_retried_after_an_abort_names_the_transaction_that_aborted(datastore):
+    """A pessimistic database queues the retry where the first try stood (previous_transaction)."""
+    sent = []
+
+    class Watch(grpc.UnaryUnaryClientInterceptor):
+        aborted = 0
+
+        def intercept_unary_unary(self, continuation, details, request):
+            if details.method.endswith("/Lookup") and "new_transaction" in request.read_options:
+                sent.append(request.read_options.new_transaction.read_write.previous_transaction)
+            if details.method.endswith("/Commit") and self.aborted < 2:
+                self.aborted += 1
+                return FailedCall(grpc.StatusCode.ABORTED, "injected contention")
+            return continuation(details, request)
+
+    def body(transaction):
+        transaction.get([ndb.Key(RunRecord, "p" * 64)])
+        transaction.put(full_record("p" * 64))
+
+    with intercepted_client(datastore.project, Watch()).context():
+        _, transaction = record_store.transact(body, patience_seconds=5)
+    assert len(sent) == 3
+    assert sent[0] == b"" and sent[1] and sent[2] and sent[1] != sent[2]  # each retry names the try before
+    assert transaction.began and transaction.began not in sent
 
 
 class AbortFirstCommits(grpc.UnaryUnaryClientInterceptor):
