@@ -12,6 +12,7 @@ from flask import Flask, Response, g, request
 from flask.json.provider import DefaultJSONProvider
 from google.cloud import ndb
 
+from dedup import fence_check
 from dedup.clock import Clock, SystemClock
 from dedup.finished_cache import FinishedRuns
 from dedup.ledger import Ledger
@@ -144,7 +145,11 @@ def create_app(
     app.register_blueprint(dashboard_actions.blueprint)
     app.register_blueprint(problem_pages.blueprint)
     # Flask's documented hook for WSGI middleware, typed as a method.
-    app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)  # type: ignore[method-assign]
+    contexts = NdbContextMiddleware(app.wsgi_app, ndb_client)
+    app.wsgi_app = contexts  # type: ignore[method-assign]
+    # Whether the database refuses a stale version, proved once per process off the request path;
+    # until it answers (and wherever it does not hold) fenced writes go through transactions.
+    fence_check.verify_in_background(lambda: contexts.client)
     return app
 
 
