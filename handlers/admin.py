@@ -26,6 +26,7 @@ from handlers.access import Role, requires
 from handlers.client_tokens import client_token_problem, new_form_token
 from handlers.history_range import DAYS, HISTORY_PAGE, HistoryRange, bulk_slots, history_range
 from handlers.job_rows import job_rows
+from handlers.links import link
 from handlers.run_documents import deliveries_of, duration_seconds, may_retry, run_document, scheduler_job_document
 from handlers.state import app_state, may
 from handlers.use_cases import executions_between, runs_of_token
@@ -204,8 +205,9 @@ def run_page(run_id: str):
         # Its refreshes count themselves (``polls``), and stop after QUEUED_POLLS: a task that never
         # runs (a paused queue, a link nobody's action made) must not keep a page polling forever.
         polls = queued_attempt(request.args.get("polls")) or 0
-        asked: dict[str, Any] = {**request.args.to_dict(), "polls": polls + 1}
-        again = url_for("admin.run_page", run_id=run_id, **asked)
+        # Only what this page reads travels, checked: never the rest of the query (handlers.links).
+        asked = {"queued": queued, "sent": sent_fingerprint(request.args.get("sent")), "polls": polls + 1}
+        again = link("admin.run_page", {"run_id": run_id}, asked)
         return render_template(
             "admin/queued.html",
             run_id=run_id,
@@ -519,7 +521,7 @@ def history(job_id: str):
 
 def _next_page(job_id: str, shown: HistoryRange, status: str | None, since: datetime.datetime) -> str:
     where: dict[str, Any] = {**shown.where, "status": status, "from": format_utc(since)}
-    return url_for("admin.history", job_id=job_id, **where)
+    return link("admin.history", {"job_id": job_id}, where)
 
 
 def _summary(executions: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -540,8 +542,8 @@ def _bulk_offer(job_id: str, shown: HistoryRange, executions: Sequence[dict[str,
     chosen = bulk_slots(executions)
     if not chosen:
         return None
-    link = url_for("dashboard_actions.confirm_bulk_run", job_id=job_id, **shown.link_fields(request.args.get("from")))
-    return {"count": len(chosen), "link": link}
+    where = shown.link_fields(request.args.get("from"))
+    return {"count": len(chosen), "link": link("dashboard_actions.confirm_bulk_run", {"job_id": job_id}, where)}
 
 
 def _bulk_said(text: str | None) -> dict[str, int] | None:

@@ -41,6 +41,7 @@ from handlers.access import Role, requires
 from handlers.client_tokens import client_token_problem, new_form_token, retry_token
 from handlers.history_range import BULK_LIMIT, HISTORY_PAGE, bulk_slots, history_range
 from handlers.idempotent import Fingerprint, GuardRejected
+from handlers.links import link
 from handlers.logs import note_run
 from handlers.run_documents import may_retry
 from handlers.state import app_state, current_principal
@@ -534,7 +535,7 @@ def confirm_bulk_run(job_id: str) -> str | tuple[str, int]:
         parameters=None,
         force=None,
         button=f"Run these {len(chosen)}",
-        back=url_for("admin.history", job_id=job_id, **shown.link_fields(request.args.get("from"))),
+        back=link("admin.history", {"job_id": job_id}, shown.link_fields(request.args.get("from"))),
     )
 
 
@@ -585,4 +586,4 @@ def bulk_run(job_id: str) -> Response | tuple[str, int]:
             said["answered" if dispatched.already else "queued"] += 1  # already: this form, sent before
     bulk = f"{said['queued']}-{said['answered']}-{said['refused']}"
     shown: dict[str, Any] = {name: fields.get(name) or None for name in ("day", "hour", "since", "until", "from")}
-    return redirect(url_for("admin.history", job_id=job_id, **shown, bulk=bulk), code=303)
+    return redirect(link("admin.history", {"job_id": job_id}, {**shown, "bulk": bulk}), code=303)
