@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from werkzeug.exceptions import NotFound
@@ -46,10 +46,12 @@ from schedules.slots import (
     execution_status,
     force_run_reason,
     is_slot,
+    latest_slots,
     nearest_slots,
     schedule_at,
     slot_of_run,
-    slots_between,
+    slot_page,
+    slot_pages,
 )
 
 log = logging.getLogger(__name__)
@@ -265,15 +267,7 @@ def executions_between(
     """A page of the executions listing (the API's and the history page's): every slot in [since,
     until) up to ``limit``, their records in one batched lookup, and the runs apart from them."""
     now = state.clock.now()
-    slots = slots_between(scheduler_jobs, since, until, limit + 1)
-    next_since = None
-    if len(slots) > limit:
-        # End the page before the time the cap cut into, so a time shared by several
-        # Scheduler jobs is never split over two pages (nor listed twice).
-        next_time = slots[limit].schedule_time
-        kept = [slot for slot in slots[:limit] if slot.schedule_time < next_time]
-        slots = kept or [slot for slot in slots if slot.schedule_time == next_time]
-        next_since = next_time if kept else next_time + datetime.timedelta(microseconds=1)
+    slots, next_since = slot_page(scheduler_jobs, since, until, limit)
     records = state.ledger.lookup_many([slot.run_id for slot in slots])
     unscheduled: list[RunRecord] = []
     cursor = None
@@ -435,15 +429,23 @@ def catch_up(state: AppState, principal: Principal, job: SchedulerJob, interval:
     now = state.clock.now()
     since = max(interval.since, now - datetime.timedelta(seconds=job.catchup_window))
     until = min(interval.until or now, now)
-    slots = slots_between([job], since, until)
-    records = state.ledger.lookup_many([slot.run_id for slot in slots])
-    waiting = [s for s in slots if execution_status(s, records.get(s.run_id), now) == ExecutionStatus.PAUSED]
-    chosen = waiting[-1:] if mode == "latest" else waiting
+    pages: Iterable[list[Slot]]
+    if mode == "latest":
+        # The pause's newest slot, read from the newest end: only that one, and only while it has
+        # not run, so the resume sent again after it ran takes no older slot in its place.
+        newest = latest_slots([job], until - datetime.timedelta(microseconds=1), 1)
+        pages = [[slot for slot in newest if slot.schedule_time >= since]]
+    else:
+        pages = slot_pages([job], since, until)  # the whole range, however many slots: none left paused
     caught_up = []
-    for slot in chosen:
-        record = records.get(slot.run_id)
-        work = slot_run_work(job.target, slot, record.attempt if record else 0, principal.name)
-        caught_up.append(CaughtUp(slot, state.dispatcher.dispatch(work)))
+    for slots in pages:
+        records = state.ledger.lookup_many([slot.run_id for slot in slots])
+        for slot in slots:
+            record = records.get(slot.run_id)
+            if execution_status(slot, record, now) != ExecutionStatus.PAUSED:
+                continue
+            work = slot_run_work(job.target, slot, record.attempt if record else 0, principal.name)
+            caught_up.append(CaughtUp(slot, state.dispatcher.dispatch(work)))
     return caught_up
 
 

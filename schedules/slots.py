@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from croniter import croniter
@@ -206,6 +206,36 @@ def slots_between(
         found += _job_slots(job, since, until, limit)
     found.sort(key=lambda slot: (slot.schedule_time, slot.job.name, slot.job.project, slot.job.location))
     return found[:limit]
+
+
+def slot_page(
+    jobs: Sequence[SchedulerJob], since: datetime.datetime, until: datetime.datetime, limit: int = MAX_SLOTS
+) -> tuple[list[Slot], datetime.datetime | None]:
+    """The first page of the slots in [since, until), oldest first, at most ``limit`` of them, and
+    where the next page starts (None: the page ends the range).
+
+    A page ends before the time the cap cut into, so a time shared by several Scheduler jobs
+    is never split over two pages (nor listed twice)."""
+    slots = slots_between(jobs, since, until, limit + 1)
+    if len(slots) <= limit:
+        return slots, None
+    next_time = slots[limit].schedule_time
+    kept = [slot for slot in slots[:limit] if slot.schedule_time < next_time]
+    if kept:
+        return kept, next_time
+    return [slot for slot in slots if slot.schedule_time == next_time], next_time + datetime.timedelta(microseconds=1)
+
+
+def slot_pages(
+    jobs: Sequence[SchedulerJob], since: datetime.datetime, until: datetime.datetime, limit: int = MAX_SLOTS
+) -> Iterator[list[Slot]]:
+    """Every slot in [since, until), oldest first, a page of at most ``limit`` at a time: the whole
+    range, however long.  What acts on a range's slots (a catch-up) reads it so, never one capped
+    listing, which would leave its newest slots out."""
+    cursor: datetime.datetime | None = since
+    while cursor is not None:
+        page, cursor = slot_page(jobs, cursor, until, limit)
+        yield page
 
 
 def latest_slots(jobs: Iterable[SchedulerJob], now: datetime.datetime, count: int) -> list[Slot]:

@@ -15,7 +15,10 @@ import json
 import pytest
 import webtest
 
+from dedup.keys import format_utc
 from devtools.cloud_tasks_fake import to_webtest
+from dispatch import Dispatched, Work
+from handlers import create_app
 from tests import job_targets
 from tests.support.deliveries import JOBS, scheduler_headers
 from tests.support.schedule_sites import T0, at, schedule_site
@@ -163,3 +166,75 @@ def test_a_dispatched_slot_run_with_a_bad_body_settles_as_400(make_site, cloud_t
     for path in ("/tasks/run-slot", "/tasks/manual-run"):
         refused = site.post_json(path, not_a_slot, status=403).json
         assert refused["error"] == "Forbidden" and "only the task queue" in refused["detail"]
+
+
+# Issue 35 §3 F1: a pause longer than one listing's cap (1,000 slots, oldest first).
+MINUTELY = (SCHEDULES % "").replace('"0 * * * *"', '"* * * * *"').replace("invoice-hourly", "invoice-minutely")
+LONG_PAUSE_MINUTES = 1020  # 00:01 to 17:00: twenty slots more than a listing's cap
+
+
+class KeptQueue:
+    """A queue that keeps its tasks until the test delivers them and refuses a task id it has, as
+    Cloud Tasks does (the stand-in's REST round trips would cost a minute for a thousand tasks)."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, Work] = {}
+
+    def dispatch(self, work: Work) -> Dispatched:
+        if work.task_id in self.tasks:
+            return Dispatched(work.task_id, already=True)
+        self.tasks[work.task_id] = work
+        return Dispatched(work.task_id)
+
+
+def minute(n: int) -> str:
+    return at(n / 60)
+
+
+@pytest.mark.parametrize("mode", ["all", "latest", "none"])
+def test_a_pause_longer_than_the_listing_cap_is_caught_up_to_its_newest_slot(
+    ndb_client, tmp_path, clock, monkeypatch, google, mode
+):
+    monkeypatch.setenv("DEDUP_SCHEDULER_API_BASE", google.url)
+    (tmp_path / "scheduler.yaml").write_text(MINUTELY)
+    (tmp_path / "jobs.yaml").write_text(JOBS)
+    queue = KeptQueue()
+    app = create_app(jobs_file=str(tmp_path / "jobs.yaml"), clock=clock, ndb_client=ndb_client, dispatcher=queue)
+    site = webtest.TestApp(app)
+    clock.advance(30)
+    site.post_json("/api/v1/scheduler-jobs/invoice-minutely/pause", {"note": "incident"})
+    clock.advance(LONG_PAUSE_MINUTES * 60)  # 17:00:30
+    path = "/api/v1/scheduler-jobs/invoice-minutely/resume"
+    expected = {"all": list(range(1, LONG_PAUSE_MINUTES + 1)), "latest": [LONG_PAUSE_MINUTES], "none": []}[mode]
+
+    answer = site.post_json(path, {"catch_up": mode}).json
+    assert [c["schedule_time"] for c in answer["caught_up"]] == [minute(n) for n in expected]
+    assert len(queue.tasks) == len(expected)
+
+    # The same resume sent before the tasks ran: the queue refuses every one, nothing new.
+    again = site.post_json(path, {"catch_up": mode}).json
+    assert [c["schedule_time"] for c in again["caught_up"]] == [minute(n) for n in expected]
+    assert all(c["already_dispatched"] for c in again["caught_up"]) and len(queue.tasks) == len(expected)
+
+    # The newest twenty (the ones the cap left behind) run, each once, and are listed so.
+    for work in queue.tasks.values():
+        if work.body["schedule_time"] >= minute(LONG_PAUSE_MINUTES - 19):
+            site.post_json(work.relative_uri, work.body, headers={"X-AppEngine-QueueName": "dedup-dispatch"})
+    ran = sorted(format_utc(e["schedule_time"]) for e in job_targets.EFFECTS)
+    assert ran == [minute(n) for n in expected if n > LONG_PAUSE_MINUTES - 20]
+    page = site.get(
+        "/api/v1/jobs/invoice/executions",
+        params={"since": minute(LONG_PAUSE_MINUTES - 19), "until": minute(LONG_PAUSE_MINUTES + 1)},
+    ).json
+    assert {e["schedule_time"]: e["status"] for e in page["executions"]} == {
+        minute(n): "completed" if n in expected else "paused"
+        for n in range(LONG_PAUSE_MINUTES - 19, LONG_PAUSE_MINUTES + 1)
+    }
+
+    # Sent again once they ran: only what is still paused, and "latest" takes no older slot in
+    # the place of the newest, which has run.
+    last = site.post_json(path, {"catch_up": mode}).json
+    assert [c["schedule_time"] for c in last["caught_up"]] == [
+        minute(n) for n in expected if n <= LONG_PAUSE_MINUTES - 20
+    ]
+    assert len(queue.tasks) == len(expected)
