@@ -83,12 +83,20 @@ CatchUp = Callable[[Slot], bool]
 Pause = Callable[[SchedulerJob, str], bool]
 
 
-def misfire_choice(job: SchedulerJob, missed: list[Slot], now: datetime.datetime) -> list[Slot]:
-    """The missed slots the job's misfire policy runs: none, the latest, or all, within its catchup_window."""
+def misfire_choice(job: SchedulerJob, missed: list[Slot], now: datetime.datetime, reached_now: bool) -> list[Slot]:
+    """The missed slots the job's misfire policy runs: none, the latest, or all, within its catchup_window.
+
+    ``reached_now``: the pass judged every slot up to now.  One that stopped short (at its cap of
+    MAX_SLOTS, or before a run still holding its lease) says where, and the next pass goes on
+    from there; ``run_latest`` leaves its choice to the pass that reaches now, since the newest
+    missed slot may lie past where this one stopped (the newest of what it read would be a stale
+    slot, run beside the newest)."""
     if job.misfire == "none":
         return []
     reachable = [s for s in missed if s.schedule_time >= now - datetime.timedelta(seconds=job.catchup_window)]
-    return reachable[-1:] if job.misfire == "run_latest" else reachable
+    if job.misfire == "run_latest":
+        return reachable[-1:] if reached_now else []
+    return reachable
 
 
 def audit(
@@ -213,7 +221,8 @@ def _audit_job(
     if not _move_mark(key, mark, through, failure_streak=streak):
         return
     # After the mark landed, so only the pass that reports a slot runs it: once each.
-    chosen = misfire_choice(job, [f.slot for f in reported if f.status == ExecutionStatus.MISSED], now)
+    missed = [f.slot for f in reported if f.status == ExecutionStatus.MISSED]
+    chosen = misfire_choice(job, missed, now, reached_now=through >= now)
     caught_up = [slot for slot in chosen if catch_up is not None and catch_up(slot)]
     for slot in caught_up:
         log.warning(

@@ -98,3 +98,27 @@ def test_a_bad_misfire_policy_is_refused_by_name():
         parse_scheduler_document(yaml.safe_load(textwrap.dedent(SCHEDULES % "    misfire: run_some\n")))
     [problem] = refused.value.problems
     assert problem.field == "misfire" and "run_latest" in str(problem)
+
+
+def test_run_latest_runs_the_newest_missed_slot_once_when_the_audit_is_far_behind(
+    cloud_tasks, ndb_client, tmp_path, clock, caplog
+):
+    """Issue 35 §3 F1: a pass judges at most 1,000 slots, oldest first, and says where it stopped
+    (its mark).  ``run_latest`` takes the newest missed slot once the passes reach now, never the
+    newest of a pass that stopped short: 20 hours of a per-minute job nobody delivered."""
+    every_minute = (SCHEDULES % "    misfire: run_latest\n").replace('"0 * * * *"', '"* * * * *"')
+    every_minute = every_minute.replace("invoice-hourly", "invoice-minutely")
+    site = schedule_site(tmp_path, JOBS, every_minute, clock, ndb_client)
+    caplog.set_level(logging.WARNING, logger="dedup.audit")
+    clock.advance(20 * 3600)
+    passes = [audit(site, caplog)[0] for _ in range(3)]  # the first stops 1,000 slots in; the second reaches now
+    caught = [s["schedule_time"] for answer in passes for s in answer["caught_up"]]
+    missed = [s["schedule_time"] for answer in passes for s in answer["missed"]]
+    assert len(caught) == 1 and len(cloud_tasks.tasks) == 1 and passes[0]["caught_up"] == []
+    assert len(missed) == len(set(missed)) and max(missed) < caught[0]  # each reported once; none newer
+    cloud_tasks.deliver(to_webtest(site))
+    page = site.get("/api/v1/jobs/invoice/executions", params={"since": at(19.5), "until": at(20)}).json
+    listed = [(e["schedule_time"], e["status"]) for e in page["executions"]]
+    newest_missed = max(i for i, (_, status) in enumerate(listed) if status != "due")
+    assert listed[newest_missed] == (caught[0], "completed")
+    assert {status for _, status in listed[:newest_missed]} == {"missed"}
