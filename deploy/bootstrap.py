@@ -181,8 +181,8 @@ def ttl_command(project: str | None, database: str | None) -> list[str]:
     return command
 
 
-def next_steps(project: str) -> list[str]:
-    """What follows the bootstrap: fill in, validate, deploy, schedule.
+def next_steps(project: str, region: str) -> list[str]:
+    """What follows the bootstrap: fill in, validate, deploy, schedule, and check one delivery.
 
     Printed as comments, so the plan's output run as a script sets the project up and
     deploys nothing.
@@ -198,5 +198,7 @@ def next_steps(project: str) -> list[str]:
         "# queue.yaml likewise replaces the app's whole queue list (its dedup-dispatch queue: catch-up).",
         shell_line(["gcloud", "app", "deploy", "queue.yaml", f"--project={project}"]),
         "python -m deploy scheduler apply",
+        "# Last, one forced Scheduler delivery, and what the app saw of it (docs/deploying.md, The smoke):",
+        shell_line(["python", "-m", "deploy", "smoke", f"--project={project}", f"--location={region}"]),
     ]
     return [step if step.startswith("#") else f"#   {step}" for step in steps]

@@ -1,9 +1,11 @@
 """``python -m deploy bootstrap|scheduler|firewall|ttl|iap|alerts``: print the gcloud commands; run them with --apply.
+``python -m deploy smoke``: force one Scheduler delivery and check what the app saw of it.
 
 A standalone Click group: it reads jobs.yaml itself and never builds the web
 app, so it needs no caller verification setting.  Plans that ask gcloud what
 exists (bootstrap, scheduler plan, firewall) need gcloud's credentials for the
-project, unless --assume-new; the others need none until --apply.
+project, unless --assume-new; the others need none until --apply.  The smoke
+calls Cloud Scheduler's and Cloud Logging's APIs with Application Default Credentials.
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ import subprocess
 
 import click
 
-from dedup.keys import PROJECT_ID
+from dedup.keys import PROJECT_ID, SCHEDULER_JOB_ID
 from deploy import bootstrap as project_setup
-from deploy.scheduler_config import gcloud_commands, pause_commands, shell_line, update_warnings
+from deploy import smoke as delivery_smoke
+from deploy.scheduler_config import app_service, gcloud_commands, pause_commands, shell_line, update_warnings
+from jobs.base import http_url
 from jobs.config import JobSpec, jobs_file_path, load_jobs
 from jobs.errors import JobsConfigError
+from jobs.kinds.google_api import DEFAULT_TIMEOUT_SECONDS, GoogleApi
 from schedules.config import (
     BREACH_OUTCOMES,
     DEFAULT_FILE,
@@ -32,6 +37,8 @@ from schedules.config import (
     load_scheduler_file,
     placeholder_project_problem,
 )
+from schedules.scheduler_api import BASE_SETTING as SCHEDULER_BASE_SETTING
+from schedules.scheduler_api import DEFAULT_API_BASE as SCHEDULER_API_BASE
 
 SCHEDULER_IPS = (
     ("0.1.0.2/32", "Cloud Scheduler App Engine jobs, Cloud Tasks and cron"),
@@ -202,21 +209,103 @@ def apply(file: str, assume_new: bool) -> None:
 def bootstrap(project: str, region: str, database_location: str | None, apply_: bool, assume_new: bool) -> None:
     """Plans only what the project lacks (asked of gcloud), so it is safe beside an existing app
     and can be run again; the deploy itself follows, printed as the next steps."""
-    problem = placeholder_project_problem(project) or (
-        None if PROJECT_ID.fullmatch(project) else f"{project!r} is not a project id"
-    )
-    if problem:
-        raise click.BadParameter(problem, param_hint="--project")
-    if not SCHEDULER_LOCATION.fullmatch(region):
-        raise click.BadParameter(f"{region!r} is not a Cloud region such as us-central1", param_hint="--region")
+    _check_project_and_region(project, region, "--region")
     try:
         state = project_setup.ProjectState() if assume_new else project_setup.probe(project)
         commands = project_setup.plan(project, region, database_location or region, state)
     except project_setup.BootstrapError as exc:
         raise click.ClickException(str(exc)) from None
     _print_and_maybe_run(commands, apply_)
-    for line in project_setup.next_steps(project):
+    for line in project_setup.next_steps(project, region):
         click.echo(line)
+
+
+def _check_project_and_region(project: str, region: str, region_flag: str) -> None:
+    problem = placeholder_project_problem(project) or (
+        None if PROJECT_ID.fullmatch(project) else f"{project!r} is not a project id"
+    )
+    if problem:
+        raise click.BadParameter(problem, param_hint="--project")
+    if not SCHEDULER_LOCATION.fullmatch(region):
+        raise click.BadParameter(f"{region!r} is not a Cloud region such as us-central1", param_hint=region_flag)
+
+
+def _api(flag: str, base: str) -> GoogleApi:
+    try:
+        return GoogleApi(http_url("command line", flag, base, query=False), DEFAULT_TIMEOUT_SECONDS)
+    except JobsConfigError as exc:
+        raise click.BadParameter(exc.reason, param_hint=flag) from None
+
+
+@cli.command(help="Force one Cloud Scheduler delivery to the deployed app; print and check what the app saw.")
+@click.option("--project", required=True, help="Google Cloud project of the app and its Scheduler jobs.")
+@click.option("--location", required=True, help="Cloud Scheduler location: the app's region, e.g. us-central1.")
+@click.option("--job", "job_id", help="Run this App Engine-target Scheduler job (default: a throwaway one).")
+@click.option(
+    "--target",
+    default=delivery_smoke.DEFAULT_TARGET,
+    show_default=True,
+    help="The jobs.yaml job the throwaway Scheduler job calls.",
+)
+@click.option("--service", help="App Engine service the throwaway job calls (default: app.yaml's).")
+@click.option("--timeout", type=click.FloatRange(min=0), default=300, show_default=True, help="Seconds to wait.")
+@click.option(
+    "--poll", type=click.FloatRange(min=0.01), default=5, show_default=True, help="Seconds between log reads."
+)
+@click.option(
+    "--scheduler-api-base",
+    envvar=SCHEDULER_BASE_SETTING,
+    default=SCHEDULER_API_BASE,
+    show_default=True,
+    show_envvar=True,
+    help="Cloud Scheduler API base URL.",
+)
+@click.option(
+    "--logging-api-base",
+    envvar=delivery_smoke.LOGGING_BASE_SETTING,
+    default=delivery_smoke.LOGGING_API_BASE,
+    show_default=True,
+    show_envvar=True,
+    help="Cloud Logging API base URL.",
+)
+def smoke(
+    project: str,
+    location: str,
+    job_id: str | None,
+    target: str,
+    service: str | None,
+    timeout: float,
+    poll: float,
+    scheduler_api_base: str,
+    logging_api_base: str,
+) -> None:
+    """Runs a Scheduler job now (jobs.run): the one --job names, or a throwaway job calling --target,
+    created and deleted (even on failure).  Then reads the app's line of that delivery in Cloud
+    Logging and prints what the app saw: the principal, the headers the run is keyed on, the answer.
+    Exits 1 when the delivery was refused (401, 403), keyed wrongly, failed, or never came."""
+    _check_project_and_region(project, location, "--location")
+    if job_id is not None and not SCHEDULER_JOB_ID.fullmatch(job_id):
+        raise click.BadParameter(f"{job_id!r} is not a Cloud Scheduler job id", param_hint="--job")
+    runner = delivery_smoke.Smoke(
+        _api("--scheduler-api-base", scheduler_api_base),
+        _api("--logging-api-base", logging_api_base),
+        project,
+        location,
+        say=click.echo,
+        warn=lambda line: click.echo(line, err=True),
+    )
+    try:
+        if job_id is not None:
+            runner.named(job_id, timeout, poll)
+            return
+        declared = _declared_jobs()
+        if target not in declared:
+            raise click.BadParameter(
+                f"no job {target!r} in the jobs file (it has {', '.join(sorted(declared))})", param_hint="--target"
+            )
+        runner.throwaway(target, declared[target].policy.lease_seconds, service or app_service(), timeout, poll)
+    except delivery_smoke.SmokeFailure as exc:
+        raise click.ClickException(f"smoke failed: {exc}") from None
 
 
 @cli.command(help="App Engine firewall: deny by default, allow Scheduler/cron/Tasks and admin ranges.")

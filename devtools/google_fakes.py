@@ -6,7 +6,10 @@ One HTTP server speaks the request and response shapes the code uses:
 - Workflows executions.create / executions.list (filter on a label);
 - Cloud Run v2 jobs.run (a long-running operation);
 - Cloud Build triggers.run (an operation carrying the build) / builds.list
-  (filter on a substitution).
+  (filter on a substitution);
+- Cloud Scheduler jobs.create, get, run, delete, pause and resume (a run delivers the
+  job through ``on_run``, the test's App Engine);
+- Cloud Logging entries.list (devtools/cloud_logging_fake.py).
 It records every call, checks the bearer token, and fails or answers late
 on demand.
 """
@@ -21,12 +24,14 @@ import re
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 from requests.structures import CaseInsensitiveDict
 
 from dedup.clock import Clock, SystemClock
 from devtools import POLL_SECONDS
+from devtools.cloud_logging_fake import APP_ENGINE_USER_AGENT, CloudLogging
 
 TOKEN = "fake-access-token"
 SERVICE_ACCOUNT = "dedup-app@fake-project.iam.gserviceaccount.com"
@@ -62,6 +67,12 @@ class GoogleFakes:
         self.builds: list[dict] = []
         # Cloud Scheduler jobs' states by resource name; a job not listed is ENABLED.
         self.scheduler_states: dict[str, str] = {}
+        # Cloud Scheduler jobs by resource name, as jobs.create made them (or a test put them).
+        self.scheduler_jobs: dict[str, dict] = {}
+        # What a jobs.run sends, as Cloud Scheduler does: called with the job and the request's
+        # headers (App Engine and the app are the test's).  None: the delivery never arrives.
+        self.on_run: Callable[[dict, dict[str, str]], None] | None = None
+        self.logging = CloudLogging()
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         # The API servers' clock: the tests' manual clock, so start times and
@@ -75,7 +86,7 @@ class GoogleFakes:
             def do_GET(self):
                 fakes._serve(self)
 
-            do_POST = do_GET
+            do_POST = do_DELETE = do_GET
 
             def log_message(self, *args):
                 pass
@@ -95,6 +106,9 @@ class GoogleFakes:
             self.run_operations.clear()
             self.builds.clear()
             self.scheduler_states.clear()
+            self.scheduler_jobs.clear()
+            self.on_run = None
+        self.logging.clear()
 
     def fail(self, path_part: str, **fault) -> None:
         with self._lock:
@@ -183,18 +197,61 @@ class GoogleFakes:
         return 404, b"not found", flavor
 
     def _scheduler(self, call: Call, name: str, action: str | None):
-        """Cloud Scheduler's jobs.get, jobs.pause and jobs.resume: a job must be ENABLED to pause, PAUSED to resume."""
+        """Cloud Scheduler's jobs.get, delete, run, pause and resume: a job must be ENABLED to pause,
+        PAUSED to resume; delete and run need a job jobs.create made (or the test put)."""
+        if action == "run" and call.method == "POST":
+            return self._run_scheduler_job(name)
         with self._lock:
             state = self.scheduler_states.get(name, "ENABLED")
+            job = self.scheduler_jobs.get(name)
             if action is None and call.method == "GET":
-                return 200, {"name": name, "state": state}, {}
+                return 200, {**(job or {"name": name}), "state": state}, {}
+            if action is None and call.method == "DELETE":
+                if self.scheduler_jobs.pop(name, None) is None:
+                    return _error(404, "NOT_FOUND", "Job not found.")
+                self.scheduler_states.pop(name, None)
+                return 200, {}, {}
             if call.method != "POST" or action is None:
                 return _error(404, "NOT_FOUND", f"no such method {call.method} {call.path}")
             wanted, needed = ("PAUSED", "ENABLED") if action == "pause" else ("ENABLED", "PAUSED")
             if state != needed:
                 return _error(400, "FAILED_PRECONDITION", f"Job must be {needed} to {action}; it is {state}.")
             self.scheduler_states[name] = wanted
-            return 200, {"name": name, "state": wanted}, {}
+            return 200, {**(job or {"name": name}), "state": wanted}, {}
+
+    def _create_scheduler_job(self, parent: str, job: Any):
+        """jobs.create: the job's name must be under ``parent``, and new."""
+        name = job.get("name") if isinstance(job, dict) else None
+        if not isinstance(name, str) or not re.fullmatch(rf"{re.escape(parent)}/jobs/[A-Za-z0-9_-]{{1,500}}", name):
+            return _error(400, "INVALID_ARGUMENT", f"Job name must be {parent}/jobs/JOB_ID, got {name!r}.")
+        targets = [t for t in ("appEngineHttpTarget", "httpTarget", "pubsubTarget") if t in job]
+        if len(targets) != 1 or not job.get("schedule"):
+            return _error(400, "INVALID_ARGUMENT", "A job needs a schedule and exactly one target.")
+        with self._lock:
+            if name in self.scheduler_jobs:
+                return _error(409, "ALREADY_EXISTS", f"Job {name} already exists.")
+            created = {**job, "state": "ENABLED", "userUpdateTime": _utc_text(self.clock.now())}
+            self.scheduler_jobs[name] = created
+        return 200, created, {}
+
+    def _run_scheduler_job(self, name: str):
+        """jobs.run: deliver the job now, with the headers Cloud Scheduler sends an App Engine target."""
+        with self._lock:
+            job = self.scheduler_jobs.get(name)
+        if job is None:
+            return _error(404, "NOT_FOUND", "Job not found.")
+        target = job.get("appEngineHttpTarget") or {}
+        headers = {
+            "User-Agent": APP_ENGINE_USER_AGENT,
+            **(target.get("headers") or {}),
+            "X-CloudScheduler": "true",
+            "X-CloudScheduler-JobName": name.rsplit("/", 1)[-1],
+            # A Force run's schedule time is not documented: this stand-in sends its own time.
+            "X-CloudScheduler-ScheduleTime": _utc_text(self.clock.now().replace(microsecond=0)),
+        }
+        if self.on_run is not None:
+            self.on_run(job, headers)
+        return 200, {**job, "lastAttemptTime": _utc_text(self.clock.now())}, {}
 
     def _api(self, call: Call):
         now = self.clock.now().isoformat().replace("+00:00", "Z")
@@ -222,10 +279,16 @@ class GoogleFakes:
             ]
             return 200, ({"executions": found} if found else {}), {}
         scheduler = re.fullmatch(
-            r"/v1/(projects/[^/]+/locations/[^/]+/jobs/[A-Za-z0-9_-]+)(?::(pause|resume))?", call.path
+            r"/v1/(projects/[^/]+/locations/[^/]+/jobs/[A-Za-z0-9_-]+)(?::(pause|resume|run))?", call.path
         )
         if scheduler:
             return self._scheduler(call, scheduler[1], scheduler[2])
+        new_job = re.fullmatch(r"/v1/(projects/[^/]+/locations/[^/]+)/jobs", call.path)
+        if new_job and call.method == "POST":
+            return self._create_scheduler_job(new_job[1], call.body)
+        if call.path == "/v2/entries:list" and call.method == "POST":
+            status, answer = self.logging.entries_list(call.body)
+            return status, answer, {}
         run = re.fullmatch(r"/v2/(projects/([^/]+)/locations/([^/]+)/jobs/([^/]+)):run", call.path)
         if run and call.method == "POST":
             operation = {
@@ -285,6 +348,10 @@ class GoogleFakes:
             )
             return 200, ({"builds": found} if found else {}), {}
         return _error(404, "NOT_FOUND", f"no such method: {call.method} {call.path}")
+
+
+def _utc_text(instant) -> str:
+    return instant.isoformat().replace("+00:00", "Z")
 
 
 def _error(code: int, status: str, message: str):

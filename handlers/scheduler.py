@@ -50,7 +50,14 @@ def deliver(job_id: str):
         return problem(400, "InvalidRequest", exc.message, field=exc.field)
     now = state.clock.now()
     key, force_run = delivered_key(state, job_id, key, now)
-    note_run(job_id=job_id, source=RunSource.FORCE_RUN if force_run else RunSource.SCHEDULER, run_id=key.run_id)
+    note_run(
+        job_id=job_id,
+        source=RunSource.FORCE_RUN if force_run else RunSource.SCHEDULER,
+        run_id=key.run_id,
+        # What the run is keyed on, as delivered: `python -m deploy smoke` reads it in Cloud Logging.
+        scheduler_job=key.scheduler_job_name,
+        schedule_time=key.schedule_time_text,
+    )
     if force_run:
         log.info("a Force run of %s: %s", key.scheduler_job_name, force_run)
     body = request.get_data(cache=False)
