@@ -192,6 +192,17 @@ PROBLEM_TYPES: tuple[ProblemType, ...] = (
         "state-changing request from another site. Nothing was read or written.",
     ),
     ProblemType(
+        "ForbiddenEvidence",
+        403,
+        "Evidence the caller may not send",
+        False,
+        "The request carries App Engine's internal markers (X-Appengine-Cron, X-AppEngine-QueueName, "
+        "X-AppEngine-TaskName, X-Appengine-User-Ip 0.1.0.2 or 0.1.0.1) beside a signed-in user "
+        "(X-Appengine-User-Email); the detail names which. App Engine lets a signed-in admin set its headers, "
+        "to test, so they mark its own requests only when no one is signed in. Nothing was read or written: "
+        "send the request without them.",
+    ),
+    ProblemType(
         "InternalError",
         500,
         "Internal error",

@@ -12,6 +12,7 @@ from dedup.errors import InvalidRunRequest
 from dedup.keys import check_schedule_time, parse_rfc3339
 from dedup.outcomes import RunOutcome
 from handlers.access import Principal, Role, requires
+from handlers.auth.appengine import from_task_queue
 from handlers.client_tokens import client_token_problem
 from handlers.cross_site import changes_state, json_body
 from handlers.idempotent import Fingerprint, GuardRejected
@@ -211,11 +212,14 @@ def task_body(
 
     ``names_who_asked``: the body says whose run it is (``requested_by``), which only the
     app's own queue may say: such a task must carry the queue's marker, which App Engine
-    strips from every request from outside, so another deliverer (a Scheduler job's OIDC
-    token aimed here, say) cannot start runs in an operator's name.
+    strips from every request from outside but a signed-in admin's, and no signed-in user,
+    so another deliverer (a Scheduler job's OIDC token aimed here, say) or a signed-in
+    Viewer cannot start runs in an operator's name.
     """
-    if names_who_asked and not request.headers.get("X-AppEngine-QueueName"):
-        return problem(403, "Forbidden", "this task names who asked for it: only the task queue sends it")
+    if names_who_asked and not from_task_queue(request.headers):
+        return problem(
+            403, "Forbidden", "this task names who asked for it: only the task queue sends it, with no one signed in"
+        )
     try:
         ask = json_payload()
     except InvalidJson as exc:

@@ -102,14 +102,16 @@ NOT_LOOPBACK_HOSTS = [
 
 
 # Everything a forger could claim: App Engine's internal callers, and the signed-in admin (an operator here).
+# Together they are refused wherever they are trusted (tests/test_internal_markers.py); what is served is
+# the internal callers' markers alone.
 SIGNED_IN = {"X-Appengine-User-Is-Admin": "1", "X-Appengine-User-Email": OPERATOR}
-FORGED = {
+INTERNAL = {
     **scheduler_headers(),
     "X-Appengine-Cron": "true",
     "X-AppEngine-QueueName": "default",
     "X-Appengine-User-Ip": "0.1.0.2",
-    **SIGNED_IN,
 }
+FORGED = {**INTERNAL, **SIGNED_IN}
 # The local App Engine mode as make devserver runs it (dev_appserver sets GAE_ENV=localdev).
 DEVSERVER = {**OFF_GAE, "GAE_ENV": "localdev", "DEDUP_AUTH": "appengine", "DEDUP_OPERATORS": OPERATOR}
 # Every mode that trusts forgeable headers, off App Engine.
@@ -191,7 +193,7 @@ def test_forged_markers_from_any_other_name_are_refused_on_every_route_and_nothi
 @pytest.mark.sample(2)
 def test_a_delivery_from_a_loopback_name_is_still_served(local_app):
     for number, host in enumerate(LOOPBACK):
-        headers = {**FORGED, **scheduler_headers(schedule_time=f"2025-10-17T23:{number:02}:00Z"), "Host": host}
+        headers = {**INTERNAL, **scheduler_headers(schedule_time=f"2025-10-17T23:{number:02}:00Z"), "Host": host}
         response = local_app.post("/jobs/invoice", headers=headers, status=200)
         assert response.json["duplicate"] is False, host
 
@@ -216,7 +218,7 @@ def test_on_app_engine_any_host_is_served(datastore, ndb_client, jobs_file, cloc
     settings = AuthSettings.from_environ(PRODUCTION)
     app = webtest.TestApp(create_app(jobs_file=jobs_file(JOBS), clock=clock, ndb_client=ndb_client, auth=settings))
     for number, host in enumerate(["acme-prod.appspot.com", "dedup.example.com:443", "evil.example"]):
-        headers = {**FORGED, **scheduler_headers(schedule_time=f"2025-10-17T23:{number:02}:00Z"), "Host": host}
+        headers = {**INTERNAL, **scheduler_headers(schedule_time=f"2025-10-17T23:{number:02}:00Z"), "Host": host}
         assert app.post("/jobs/invoice", headers=headers, status=200).json["duplicate"] is False
         app.get("/api/v1/runs", headers={**SIGNED_IN, "Host": host}, status=200)
 
@@ -277,12 +279,14 @@ def test_the_local_app_engine_mode_on_gunicorn(datastore, ndb_client, tmp_path):
                     assert (status, NOT_LOOPBACK in body) == (401, True), (method, path, host, status)
         with ndb_client.context():
             assert RunRecord.query().fetch() == []
-        status, body = raw_request(server.port, "POST", "/jobs/invoice", {**FORGED, "Host": f"127.0.0.1:{server.port}"})
+        status, body = raw_request(
+            server.port, "POST", "/jobs/invoice", {**INTERNAL, "Host": f"127.0.0.1:{server.port}"}
+        )
         assert status == 200, body
 
 
 @pytest.mark.live
 def test_app_engine_on_gunicorn_serves_any_host(emulator, tmp_path):
     with serving(emulator, tmp_path, JOBS, extra_env=PRODUCTION) as server:
-        status, body = raw_request(server.port, "POST", "/jobs/invoice", {**FORGED, "Host": "acme-prod.appspot.com"})
+        status, body = raw_request(server.port, "POST", "/jobs/invoice", {**INTERNAL, "Host": "acme-prod.appspot.com"})
         assert status == 200, body

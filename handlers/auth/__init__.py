@@ -5,8 +5,9 @@ request is served only on evidence its sender cannot forge, read by the
 modes DEDUP_AUTH lists (one or more, e.g. ``appengine,iap``), one module each:
 
 - ``appengine`` (``appengine.py``): markers that App Engine itself sets (cron,
-  task queues, the internal source IPs of Scheduler, Cloud Tasks and cron),
-  and the admin signed in behind ``login: admin``;
+  task queues, the internal source IPs of Scheduler, Cloud Tasks and cron), on
+  a request with no signed-in user (a 403 beside one), and the admin signed in
+  behind ``login: admin``;
 - ``iap`` (``iap.py``): the ``X-Goog-IAP-JWT-Assertion`` Identity-Aware Proxy signs (ES256);
 - ``oidc`` (``oidc.py``): a Google-signed ID token, as Cloud Scheduler HTTP targets send;
 - ``none`` (``none.py``): local development only; refused on App Engine.

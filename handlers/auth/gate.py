@@ -18,7 +18,7 @@ from handlers.auth.appengine import AppEngineMarkers
 from handlers.auth.iap import IapAssertions
 from handlers.auth.none import AnyCaller
 from handlers.auth.oidc import GoogleIdTokens
-from handlers.auth.verifier import AuthConfigError, RequestHeaders, Selection, Verifier
+from handlers.auth.verifier import AuthConfigError, ForbiddenEvidence, RequestHeaders, Selection, Verifier
 from handlers.signed_tokens import CertificatesUnavailable, InvalidToken
 
 # The logger this module's lines have always had (it was handlers/auth.py).
@@ -271,6 +271,9 @@ class CallerGate:
         for verifier in self.verifiers:
             try:
                 principal = verifier.identify(headers)
+            except ForbiddenEvidence as refused:
+                # Evidence no caller of this request may send: refused whatever else it carries.
+                return Rejection(403, "ForbiddenEvidence", refused.reason)
             except InvalidToken as refused:
                 refusals[verifier.mode] = refused.reason
                 outranked |= verifier.supersedes_refusals_of

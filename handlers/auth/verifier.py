@@ -21,6 +21,17 @@ class AuthConfigError(ValueError):
     """A bad DEDUP_AUTH configuration: the app refuses to start."""
 
 
+class ForbiddenEvidence(Exception):
+    """Evidence this request may not carry, whatever else it carries: the gate refuses it (a 403).
+
+    ``reason`` says why, naming headers, never what they hold.
+    """
+
+    @property
+    def reason(self) -> str:
+        return str(self.args[0])
+
+
 class RequestHeaders(Protocol):
     """The headers a verifier reads: a plain mapping (tests) or Werkzeug's ``Headers`` (the request)."""
 
@@ -86,6 +97,7 @@ class Verifier(abc.ABC):
         """The verified principal; None when the request carries none of this mode's evidence.
 
         Raises ``InvalidToken`` for evidence that is present but does not verify,
+        ``ForbiddenEvidence`` for evidence this request may not carry at all,
         and ``CertificatesUnavailable`` when it cannot be checked now.
         """
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from flask import Flask
+from werkzeug.routing import Rule
+
+from handlers.access import Role, role_of
 
 # A value for each URL parameter the app's routes take.
 PATH_VALUES = {
@@ -21,8 +24,26 @@ def every_route(app: Flask) -> list[tuple[str, list[str]]]:
     for rule in app.url_map.iter_rules():
         if rule.endpoint == "static":
             continue
-        path = rule.rule
-        for name in rule.arguments:
-            path = path.replace(f"<{name}>", PATH_VALUES[name])
-        found.setdefault(path, set()).update(rule.methods - {"HEAD", "OPTIONS"})
+        found.setdefault(concrete_path(rule), set()).update(served_methods(rule))
     return [(path, sorted(methods)) for path, methods in found.items()]
+
+
+def routes_needing(app: Flask, role: Role) -> list[tuple[str, str]]:
+    """(path, method) of every route whose view needs ``role`` (``@requires``; ``deliver`` unmarked)."""
+    return [
+        (concrete_path(rule), method)
+        for rule in app.url_map.iter_rules()
+        if rule.endpoint != "static" and role_of(app.view_functions[rule.endpoint]) is role
+        for method in sorted(served_methods(rule))
+    ]
+
+
+def concrete_path(rule: Rule) -> str:
+    path = rule.rule
+    for name in rule.arguments:
+        path = path.replace(f"<{name}>", PATH_VALUES[name])
+    return path
+
+
+def served_methods(rule: Rule) -> set[str]:
+    return set(rule.methods or ()) - {"HEAD", "OPTIONS"}
