@@ -2,42 +2,156 @@
 
 Each piece of work is a request to the app's own endpoint (as Cloud Tasks would make it),
 so it goes through caller verification and the ledger exactly as a task does; a task id
-seen before is refused, as a queue refuses it.
+seen before is refused, as a queue refuses it.  An answer a retry may cure (409 while another
+attempt holds the run or the job, 500 for a released run) is retried as queue.yaml's
+``retry_parameters`` bound Cloud Tasks: the same backoff, the same limits.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
+import datetime
 import json
 import logging
+import os
+import re
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
+import yaml
+
+from dedup.clock import Clock, SystemClock
 from dispatch import Dispatched, Work
+from jobs.http_status import is_retryable_status
 
 log = logging.getLogger(__name__)
 QUEUE_NAME = "in-process"
+QUEUE_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "queue.yaml")
+DISPATCH_QUEUE = "dedup-dispatch"  # app.yaml's DEDUP_TASKS_QUEUE: the queue whose retries this one plays
+# What App Engine takes for a retry parameter queue.yaml leaves out (queue.yaml's reference).
+DEFAULT_MIN_BACKOFF_SECONDS = 0.1
+DEFAULT_MAX_BACKOFF_SECONDS = 3600.0
+DEFAULT_MAX_DOUBLINGS = 16
+AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+AGE_LIMIT = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryParameters:
+    """A queue's retry_parameters: how long to wait before each retry, and when to stop.
+
+    Cloud Tasks stops only once both limits are reached (a limit left out is reached at once;
+    neither given: it retries for ever).  The wait starts at ``min_backoff``, doubles
+    ``max_doublings`` times, then grows by that last step each retry, up to ``max_backoff``."""
+
+    task_retry_limit: int | None = None
+    task_age_limit: float | None = None  # seconds since the first attempt
+    min_backoff: float = DEFAULT_MIN_BACKOFF_SECONDS
+    max_backoff: float = DEFAULT_MAX_BACKOFF_SECONDS
+    max_doublings: int = DEFAULT_MAX_DOUBLINGS
+
+    @classmethod
+    def of_queue(cls, path: str = QUEUE_FILE, name: str = DISPATCH_QUEUE) -> RetryParameters:
+        """Queue ``name``'s retry_parameters in the queue.yaml at ``path``."""
+        with open(path, encoding="utf-8") as handle:
+            queues = yaml.safe_load(handle)["queue"]
+        [queue] = [queue for queue in queues if queue["name"] == name]
+        given = queue.get("retry_parameters") or {}
+        age = given.get("task_age_limit")
+        return cls(
+            task_retry_limit=given.get("task_retry_limit"),
+            task_age_limit=None if age is None else _age_seconds(str(age)),
+            min_backoff=float(given.get("min_backoff_seconds", DEFAULT_MIN_BACKOFF_SECONDS)),
+            max_backoff=float(given.get("max_backoff_seconds", DEFAULT_MAX_BACKOFF_SECONDS)),
+            max_doublings=int(given.get("max_doublings", DEFAULT_MAX_DOUBLINGS)),
+        )
+
+    def backoff(self, retry: int) -> float:
+        """The wait before retry number ``retry`` (1 for the first)."""
+        step = retry - 1
+        doubled = min(step, self.max_doublings)
+        wait = self.min_backoff * 2.0**doubled * (1 + step - doubled)
+        return min(wait, self.max_backoff)
+
+    def gives_up(self, retries: int, age: datetime.timedelta) -> bool:
+        """Whether a task retried ``retries`` times, first tried ``age`` ago, is not retried again."""
+        if self.task_retry_limit is None and self.task_age_limit is None:
+            return False
+        retried_enough = self.task_retry_limit is None or retries >= self.task_retry_limit
+        old_enough = self.task_age_limit is None or age.total_seconds() >= self.task_age_limit
+        return retried_enough and old_enough
+
+
+def _age_seconds(text: str) -> float:
+    """queue.yaml's task_age_limit (a number and a unit: s, m, h or d) in seconds."""
+    match = AGE_LIMIT.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"task_age_limit {text!r} is not a number and a unit (s, m, h or d)")
+    return float(match[1]) * AGE_UNITS[match[2]]
 
 
 class InProcessDispatcher:
-    """Work done on this process's threads, through ``app`` (a WSGI app with Flask's test client)."""
+    """Work done on this process's threads, through ``app`` (a WSGI app with Flask's test client).
 
-    def __init__(self, workers: int = 2) -> None:
+    ``retry``: the queue's retry parameters (queue.yaml's by default).  ``clock`` and ``sleep``:
+    the time a retry waits by, which tests replace.  A task waiting for its retry holds no
+    worker: it waits on a thread of its own, as a queue holds a task apart until it is due."""
+
+    def __init__(
+        self,
+        workers: int = 2,
+        retry: RetryParameters | None = None,
+        clock: Clock | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="dispatch")
         self._seen: set[str] = set()
         self._lock = threading.Lock()
         self.app: Any = None  # set by create_app once the app exists
         self.futures: list[concurrent.futures.Future[int]] = []
+        self.retry = retry or RetryParameters.of_queue()
+        self.clock: Clock = clock or SystemClock()
+        self.sleep = sleep
 
     def dispatch(self, work: Work) -> Dispatched:
         with self._lock:
             if work.task_id in self._seen:
                 return Dispatched(work.task_id, already=True)
             self._seen.add(work.task_id)
-            self.futures.append(self._pool.submit(self._deliver, work))
+            settled: concurrent.futures.Future[int] = concurrent.futures.Future()
+            self.futures.append(settled)
+        self._pool.submit(self._attempt, work, 0, self.clock.now(), settled)
         return Dispatched(work.task_id)
 
-    def _deliver(self, work: Work) -> int:
+    def _attempt(
+        self, work: Work, retries: int, first: datetime.datetime, settled: concurrent.futures.Future[int]
+    ) -> None:
+        """One delivery of ``work``; an answer a retry may cure is retried after the queue's backoff."""
+        try:
+            status = self._deliver(work, retries)
+        except BaseException as exc:
+            settled.set_exception(exc)
+            return
+        if 200 <= status < 300:
+            settled.set_result(status)
+            return
+        if not is_retryable_status(status) or self.retry.gives_up(retries, self.clock.now() - first):
+            log.warning("dispatched task %s answered %s after %d retries: not retried", work.task_id, status, retries)
+            settled.set_result(status)
+            return
+        wait = self.retry.backoff(retries + 1)
+        log.info("dispatched task %s answered %s: retried in %gs", work.task_id, status, wait)
+
+        def later() -> None:
+            self.sleep(wait)
+            self._pool.submit(self._attempt, work, retries + 1, first, settled)
+
+        threading.Thread(target=later, name=f"dispatch-retry-{work.task_id[:24]}", daemon=True).start()
+
+    def _deliver(self, work: Work, retries: int) -> int:
         response = self.app.test_client().post(
             work.relative_uri,
             data=json.dumps(work.body),
@@ -45,14 +159,13 @@ class InProcessDispatcher:
                 "Content-Type": "application/json",
                 "X-AppEngine-QueueName": QUEUE_NAME,
                 "X-AppEngine-TaskName": work.task_id,
+                "X-AppEngine-TaskRetryCount": str(retries),
             },
         )
-        if response.status_code >= 300:
-            log.warning("dispatched task %s answered %s", work.task_id, response.status_code)
         return int(response.status_code)
 
     def wait(self, timeout: float | None = None) -> list[int]:
-        """Every status the work dispatched so far answered (tests, make run's shutdown)."""
+        """Every status the work dispatched so far settled with, retries included (tests, make run's shutdown)."""
         with self._lock:
             futures = list(self.futures)
         return [future.result(timeout) for future in futures]
