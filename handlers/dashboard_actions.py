@@ -20,9 +20,8 @@ from flask import Blueprint, redirect, render_template, request, url_for
 from werkzeug.exceptions import NotFound
 from werkzeug.wrappers import Response
 
-from dedup.errors import InvalidRunRequest
 from dedup.idempotency import fingerprint
-from dedup.keys import check_schedule_time, format_utc, is_run_id, parse_rfc3339
+from dedup.keys import format_utc, is_run_id
 from dedup.outcomes import (
     Conflict,
     Contended,
@@ -43,6 +42,7 @@ from handlers.history_range import BULK_LIMIT, HISTORY_PAGE, bulk_slots, history
 from handlers.idempotent import Fingerprint, GuardRejected
 from handlers.links import link
 from handlers.logs import note_run
+from handlers.request_times import BadTime, request_time
 from handlers.run_documents import may_retry
 from handlers.state import app_state, current_principal
 from handlers.strict_json import InvalidJson, strict_json
@@ -368,11 +368,11 @@ SLOT_RUN_FIELDS = frozenset({"scheduler_job", "project", "location", "attempt", 
 def asked_slot(job_id: str, schedule_time: str, fields: dict[str, str]) -> tuple[Slot, SlotRunRequest]:
     """The slot a slot run's form (or its confirmation's link) names, and what it asks; FormProblem if none."""
     try:
-        instant = check_schedule_time("schedule_time", parse_rfc3339(schedule_time, "schedule_time"))
+        instant = request_time("schedule_time", schedule_time)
         ask = SlotRunRequest.parse(fields.pop("attempt", None), fields.pop("force", None))
         found = find_slot(job_id, schedules_of(app_state(), job_id), instant, **fields)
-    except InvalidRunRequest:
-        raise FormProblem(400, "the schedule time must be an RFC 3339 timestamp from 2000 up to 2100") from None
+    except BadTime as bad:
+        raise FormProblem(400, bad.message) from None
     except InvalidSlotRun as refused:
         raise FormProblem(400, refused.message) from None
     except NotFound as missing:
@@ -556,6 +556,9 @@ def bulk_run(job_id: str) -> Response | tuple[str, int]:
     The form sent twice queues nothing twice: each task id is the slot's run id and attempt."""
     try:
         fields = form_fields(BULK_FIELDS)
+        for name in ("since", "until", "from"):  # the page it goes back to, held as the page holds them
+            if fields.get(name):
+                request_time(name, fields[name])
         entries = [line.split(" ") for line in fields.get("slots", "").splitlines() if line]
         if not entries or len(entries) > BULK_LIMIT or any(len(entry) != 5 for entry in entries):
             raise FormProblem(400, f"the form's slots must be 1 to {BULK_LIMIT} lines of 5 fields; reload its history")
@@ -567,6 +570,8 @@ def bulk_run(job_id: str) -> Response | tuple[str, int]:
         ]
     except FormProblem as problem:
         return problem_page(problem.status, problem.message)
+    except BadTime as bad:
+        return problem_page(400, bad.message)
     state = app_state()
     said = {"queued": 0, "answered": 0, "refused": 0}
     for slot, ask in asked:

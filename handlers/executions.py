@@ -14,10 +14,10 @@ import datetime
 
 from flask import Blueprint, jsonify, request
 
-from dedup.errors import InvalidRunRequest
-from dedup.keys import EARLIEST_SCHEDULE_TIME, check_schedule_time, format_utc, parse_rfc3339
+from dedup.keys import EARLIEST_SCHEDULE_TIME, format_utc
 from handlers.access import Role, requires
 from handlers.problems import problem
+from handlers.request_times import BadTime, request_time, time_problem
 from handlers.responses import outcome_response
 from handlers.run_documents import run_summaries
 from handlers.state import app_state, current_principal
@@ -36,12 +36,6 @@ blueprint = Blueprint("executions", __name__, url_prefix="/api/v1")
 DEFAULT_RANGE = datetime.timedelta(hours=24)
 
 
-def _time_problem(name: str, exc: InvalidRunRequest) -> str:
-    if "outside the accepted range" in exc.message:
-        return exc.message
-    return f"{name} must be an RFC 3339 timestamp such as 2026-11-29T00:00:00Z"
-
-
 @blueprint.get("/jobs/<job_id>/executions", provide_automatic_options=False)
 @requires(Role.VIEW)
 def list_executions(job_id: str):
@@ -53,9 +47,9 @@ def list_executions(job_id: str):
     for name in ("since", "until"):
         if request.args.get(name):
             try:
-                bounds[name] = check_schedule_time(name, parse_rfc3339(request.args[name], name))
-            except InvalidRunRequest as exc:
-                return problem(400, "InvalidParameterException", _time_problem(name, exc))
+                bounds[name] = request_time(name, request.args[name])
+            except BadTime as bad:
+                return time_problem(bad)
     until = bounds.get("until", now)
     since = bounds.get("since", max(until - DEFAULT_RANGE, EARLIEST_SCHEDULE_TIME))
     if since >= until:
@@ -88,9 +82,9 @@ def run_slot(job_id: str, schedule_time: str):
     """
     scheduler_jobs = schedules_of(app_state(), job_id)
     try:
-        instant = check_schedule_time("schedule_time", parse_rfc3339(schedule_time, "schedule_time"))
-    except InvalidRunRequest as exc:
-        return problem(400, "InvalidParameterException", _time_problem("schedule_time", exc))
+        instant = request_time("schedule_time", schedule_time)
+    except BadTime as bad:
+        return time_problem(bad)
     chosen = {name: request.args.get(name) for name in ("scheduler_job", "project", "location")}
     found = find_slot(job_id, scheduler_jobs, instant, **chosen)
     if isinstance(found, str):

@@ -10,8 +10,8 @@ from typing import Any
 
 from flask import abort, request
 
-from dedup.errors import InvalidRunRequest
-from dedup.keys import EARLIEST_SCHEDULE_TIME, LATEST_SCHEDULE_TIME, check_schedule_time, parse_rfc3339
+from dedup.keys import EARLIEST_SCHEDULE_TIME, LATEST_SCHEDULE_TIME
+from handlers.request_times import BadTime, request_time
 from handlers.use_cases import schedules_of
 from schedules.config import SchedulerJob, schedule_zone
 from schedules.slots import ExecutionStatus
@@ -104,11 +104,7 @@ def history_range(state: Any, job_id: str) -> HistoryRange:
 def _since_until() -> tuple[datetime.datetime, datetime.datetime]:
     if not (request.args.get("since") and request.args.get("until")):
         abort(400, "since and until go together: RFC 3339 times, such as 2030-01-01T00:00:00Z")
-    try:
-        since = check_schedule_time("since", parse_rfc3339(request.args["since"], "since"))
-        until = check_schedule_time("until", parse_rfc3339(request.args["until"], "until"))
-    except InvalidRunRequest as exc:
-        abort(400, exc.message)
+    since, until = _time("since"), _time("until")
     if not since < until <= since + MAX_RANGE:
         abort(400, f"until must come after since, by at most {MAX_RANGE.days} days")
     return since, until
@@ -118,7 +114,12 @@ def _from(since: datetime.datetime) -> datetime.datetime:
     """``from=``: where the next page of a range that holds more than one starts."""
     if not request.args.get("from"):
         return since
+    return max(since, _time("from"))
+
+
+def _time(field: str) -> datetime.datetime:
+    """The query's ``field``, a time within the bounds every request's time keeps (else 400)."""
     try:
-        return max(since, parse_rfc3339(request.args["from"], "from"))
-    except InvalidRunRequest as exc:
-        abort(400, exc.message)
+        return request_time(field, request.args[field])
+    except BadTime as bad:
+        abort(400, bad.message)

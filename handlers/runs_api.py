@@ -16,8 +16,7 @@ from flask import Blueprint, Response, jsonify, request
 from google.api_core import exceptions as google_exceptions
 from werkzeug.exceptions import NotFound
 
-from dedup.errors import InvalidRunRequest
-from dedup.keys import is_run_id, parse_rfc3339
+from dedup.keys import is_run_id
 from dedup.queries import RunFilter
 from dedup.runner import Waiting
 from handlers.access import Role, requires
@@ -26,6 +25,7 @@ from handlers.cross_site import json_body
 from handlers.idempotent import GuardRejected, preferred_wait
 from handlers.logs import note_run
 from handlers.problems import problem
+from handlers.request_times import BadTime, request_time, time_problem
 from handlers.responses import manual_run_response
 from handlers.run_documents import run_document, run_summaries
 from handlers.state import app_state, current_principal
@@ -99,9 +99,9 @@ def list_runs():
     for name in ("since", "until"):
         if args.get(name):
             try:
-                bounds[name] = parse_rfc3339(args[name], name)
-            except InvalidRunRequest:
-                return _bad(f"{name} must be an RFC 3339 timestamp such as 2026-11-29T00:00:00Z")
+                bounds[name] = request_time(name, args[name])
+            except BadTime as bad:
+                return time_problem(bad)
     try:
         run_filter = RunFilter(job_id=args.get("job") or None, status=status or None, source=source or None, **bounds)
     except ValueError as exc:

@@ -8,8 +8,6 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 from werkzeug.exceptions import NotFound
 
-from dedup.errors import InvalidRunRequest
-from dedup.keys import check_schedule_time, parse_rfc3339
 from dedup.outcomes import RunOutcome
 from handlers.access import Principal, Role, requires
 from handlers.auth.appengine import from_task_queue
@@ -18,6 +16,7 @@ from handlers.cross_site import changes_state, json_body
 from handlers.idempotent import Fingerprint, GuardRejected
 from handlers.logs import note_run
 from handlers.problems import problem
+from handlers.request_times import BadTime, request_time
 from handlers.responses import outcome_response
 from handlers.state import app_state
 from handlers.strict_json import InvalidJson, json_payload
@@ -141,7 +140,7 @@ def run_dispatched_slot():
         return ask
     state = app_state()
     try:
-        instant = check_schedule_time("schedule_time", parse_rfc3339(str(ask["schedule_time"]), "schedule_time"))
+        instant = request_time("schedule_time", ask["schedule_time"])
         slot = find_slot(
             str(ask["job_id"]),
             schedules_of(state, str(ask["job_id"])),
@@ -150,8 +149,8 @@ def run_dispatched_slot():
             str(ask["project"]),
             str(ask["location"]),
         )
-    except (InvalidRunRequest, NotFound) as exc:
-        return settled(400 if isinstance(exc, InvalidRunRequest) else 404, {"detail": str(exc)})
+    except (BadTime, NotFound) as exc:
+        return settled(400 if isinstance(exc, BadTime) else 404, {"detail": str(exc)})
     if isinstance(slot, str):
         return settled(400, {"detail": slot})
     # The run records who asked for the catch-up; the queue only carried it.
