@@ -1,15 +1,18 @@
 """``python -m deploy bootstrap``: what a fresh project needs before the first deploy.
 
-The APIs, the App Engine app, a Datastore-mode ``(default)`` database, a ``default``
-service (App Engine deploys no other service before one exists) and the app's own
-service account.  What exists already is asked of gcloud and left alone, so the plan is
-safe on a project that runs another app: nothing of it is replaced.
+The APIs, the App Engine app, a Datastore-mode database for the ledger (``(default)``, or the
+one DEDUP_DATABASE names, so a project whose default database is in Firestore native mode can
+host it), a ``default`` service (App Engine deploys no other service before one exists) and the
+app's own service account.  What exists already is asked of gcloud and left alone, so the plan
+is safe on a project that runs another app: nothing of it is replaced.  The database's
+concurrency mode is reported, with a warning for OPTIMISTIC_WITH_ENTITY_GROUPS.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 
@@ -43,6 +46,17 @@ _APP_ENGINE_REGIONS = {"us-central1": "us-central", "europe-west1": "europe-west
 _ABSENT = ("not found", "not_found", "does not exist", "has not been used", "service_disabled", "is disabled")
 
 
+DEFAULT_DATABASE = "(default)"
+DATABASE_SETTING = "DEDUP_DATABASE"
+# Firestore's database ids, as the app checks DEDUP_DATABASE: 4 to 63 lowercase letters, digits and
+# hyphens, starting with a letter and ending with a letter or digit.
+DATABASE_ID = re.compile(r"[a-z][a-z0-9-]{2,61}[a-z0-9]")
+DATASTORE_MODE = "DATASTORE_MODE"
+# Not recommended by Google: set on some databases upgraded from Cloud Datastore.  Conflicts are an
+# entity group's, not an entity's, which the ledger was neither built nor checked for.
+ENTITY_GROUPS_MODE = "OPTIMISTIC_WITH_ENTITY_GROUPS"
+
+
 class BootstrapError(Exception):
     """The project cannot be set up as asked; the message says why and what to do."""
 
@@ -52,9 +66,22 @@ class ProjectState:
     """What the project has already.  A new project: ProjectState()."""
 
     app_region: str | None = None  # the App Engine app's locationId (us-central, europe-west2)
-    database_type: str | None = None  # (default)'s type: DATASTORE_MODE, FIRESTORE_NATIVE
+    database_type: str | None = None  # the ledger's database's type: DATASTORE_MODE, FIRESTORE_NATIVE
+    # Its concurrency mode: PESSIMISTIC, OPTIMISTIC, OPTIMISTIC_WITH_ENTITY_GROUPS (None: not told).
+    concurrency_mode: str | None = None
     services: frozenset[str] = frozenset()
     service_account: bool = False
+
+
+def database_name(value: str | None) -> str:
+    """The ledger's database from DEDUP_DATABASE or --database: ``(default)`` when unset; else an id."""
+    name = (value or "").strip() or DEFAULT_DATABASE
+    if name != DEFAULT_DATABASE and not DATABASE_ID.fullmatch(name):
+        raise BootstrapError(
+            f"{name!r} is not a database id: 4 to 63 lowercase letters, digits and hyphens, starting with a "
+            f"letter and ending with a letter or digit, or {DEFAULT_DATABASE}"
+        )
+    return name
 
 
 def app_engine_region(region: str) -> str:
@@ -76,27 +103,37 @@ def _ask(command: list[str]) -> str | None:
     raise BootstrapError(f"{shell_line(command)} failed: {completed.stderr.strip()}")
 
 
-def probe(project: str) -> ProjectState:
-    """Ask gcloud what the project has: its app, its (default) database, its services, the account."""
+def probe(project: str, database: str = DEFAULT_DATABASE) -> ProjectState:
+    """Ask gcloud what the project has: its app, the ledger's database (its type and concurrency
+    mode: the Firestore Admin API's databases.get), its services, the account."""
     if shutil.which("gcloud") is None:
         raise BootstrapError("gcloud is not on PATH; install the Google Cloud CLI, or pass --assume-new")
     scope = f"--project={project}"
     region = _ask(["gcloud", "app", "describe", scope, "--format=value(locationId)"])
-    database = _ask(
-        ["gcloud", "firestore", "databases", "describe", "--database=(default)", scope, "--format=value(type)"]
+    described = _ask(
+        [
+            *("gcloud", "firestore", "databases", "describe", f"--database={database}", scope),
+            "--format=value(type,concurrencyMode)",
+        ]
     )
+    fields = (described or "").split()
+    database_type = fields[0] if fields else None
+    concurrency_mode = fields[1] if len(fields) > 1 else None
     services = (_ask(["gcloud", "app", "services", "list", scope, "--format=value(id)"]) if region else None) or ""
     email = service_account_email(project)
     account = _ask(["gcloud", "iam", "service-accounts", "describe", email, scope, "--format=value(email)"])
     return ProjectState(
         app_region=region or None,
-        database_type=database or None,
+        database_type=database_type,
+        concurrency_mode=concurrency_mode,
         services=frozenset(services.split()),
         service_account=account is not None,
     )
 
 
-def plan(project: str, region: str, database_location: str, state: ProjectState) -> list[list[str]]:
+def plan(
+    project: str, region: str, database_location: str, state: ProjectState, database: str = DEFAULT_DATABASE
+) -> list[list[str]]:
     """The gcloud commands that give the project what it lacks, in the order they must run."""
     scope = f"--project={project}"
     wanted_region = app_engine_region(region)
@@ -106,10 +143,16 @@ def plan(project: str, region: str, database_location: str, state: ProjectState)
             "cannot change; App Engine-target Scheduler jobs live in the app's region: pass that region "
             "(and set scheduler.yaml's location to it)"
         )
-    if state.database_type and state.database_type != "DATASTORE_MODE":
+    if state.database_type and state.database_type != DATASTORE_MODE:
+        instead = (
+            f"name another database for the ledger ({DATABASE_SETTING} or --database), which is created in "
+            "Datastore mode beside it"
+            if database == DEFAULT_DATABASE
+            else "name another one (a new name is created in Datastore mode)"
+        )
         raise BootstrapError(
-            f"the project's (default) database is {state.database_type}, and the app's ledger (NDB) needs "
-            "Firestore in Datastore mode; a database's mode cannot change once it holds data: use another project"
+            f"the project's {database} database is {state.database_type}, and the app's ledger (NDB) needs "
+            f"Firestore in Datastore mode; a database's mode cannot change once it holds data: {instead}"
         )
     commands = [["gcloud", "services", "enable", *APIS, scope]]
     if not state.app_region:
@@ -121,7 +164,7 @@ def plan(project: str, region: str, database_location: str, state: ProjectState)
                 "firestore",
                 "databases",
                 "create",
-                "--database=(default)",
+                f"--database={database}",
                 f"--location={database_location}",
                 "--type=datastore-mode",
                 scope,
@@ -129,7 +172,7 @@ def plan(project: str, region: str, database_location: str, state: ProjectState)
         )
     # Expired records deleted by Firestore's TTL policy by default: /tasks/cleanup is the fallback,
     # for a fleet of at most what one hourly call deletes (docs/retention-and-cost.md).
-    commands.append(ttl_command(project, None))
+    commands.append(ttl_command(project, None if database == DEFAULT_DATABASE else database))
     email = service_account_email(project)
     if not state.service_account:
         commands.append(
@@ -160,6 +203,24 @@ def plan(project: str, region: str, database_location: str, state: ProjectState)
     return commands
 
 
+def database_notes(database: str, state: ProjectState) -> list[str]:
+    """What the plan says of an existing database: its concurrency mode, and a warning where it is
+    OPTIMISTIC_WITH_ENTITY_GROUPS."""
+    if state.database_type is None:
+        return []
+    mode = state.concurrency_mode or "not reported"
+    notes = [f"note: the {database} database is {state.database_type}, concurrency mode {mode}"]
+    if mode == ENTITY_GROUPS_MODE:
+        notes.append(
+            f"warning: {ENTITY_GROUPS_MODE} is the mode of some databases upgraded from Cloud Datastore, which "
+            "Google does not recommend: conflicts are detected per entity group, not per entity, which the "
+            "ledger's transactions and version-fenced writes were neither built nor checked for. Change the "
+            "database's concurrencyMode (Firestore Admin API, databases.patch) if nothing else relies on it, "
+            f"or give the ledger a database of its own ({DATABASE_SETTING})"
+        )
+    return notes
+
+
 def ttl_command(project: str | None, database: str | None) -> list[str]:
     """Firestore's TTL policy on the run records' ``expire_at`` (enabling it again changes nothing)."""
     from models import RunRecord
@@ -181,17 +242,27 @@ def ttl_command(project: str | None, database: str | None) -> list[str]:
     return command
 
 
-def next_steps(project: str, region: str) -> list[str]:
+def next_steps(project: str, region: str, database: str = DEFAULT_DATABASE) -> list[str]:
     """What follows the bootstrap: fill in, validate, deploy, schedule, and check one delivery.
 
     Printed as comments, so the plan's output run as a script sets the project up and
-    deploys nothing.
+    deploys nothing.  A named database's indexes are created apart: ``gcloud app deploy
+    index.yaml`` makes them in ``(default)``.
     """
-    deploy_app = ["gcloud", "app", "deploy", "app.yaml", "index.yaml", f"--project={project}"]
+    scope = f"--project={project}"
+    account = f"--service-account={service_account_email(project)}"
+    if database == DEFAULT_DATABASE:
+        deploy = [shell_line(["gcloud", "app", "deploy", "app.yaml", "index.yaml", scope, account])]
+    else:
+        deploy = [
+            f"# The ledger is in {database}: set {DATABASE_SETTING}: {database} in app.yaml's env_variables.",
+            shell_line(["gcloud", "datastore", "indexes", "create", "index.yaml", f"--database={database}", scope]),
+            shell_line(["gcloud", "app", "deploy", "app.yaml", scope, account]),
+        ]
     steps = [
         "# Then fill in jobs.yaml and scheduler.yaml (validate says what is left), and deploy:",
         "python -m deploy scheduler validate",
-        shell_line([*deploy_app, f"--service-account={service_account_email(project)}"]),
+        *deploy,
         "# cron.yaml replaces the app's whole cron list: deploy it as it is only where the app has no",
         "# cron entries of its own; else merge them first (docs/deploying.md, Beside an existing app).",
         shell_line(["gcloud", "app", "deploy", "cron.yaml", f"--project={project}"]),

@@ -16,6 +16,8 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -45,6 +47,7 @@ SCHEDULER_IPS = (
     ("0.1.0.1/32", "App Engine cron jobs created with older tools"),
 )
 ADMIN_RANGE = "admin range"
+F = TypeVar("F", bound=Callable[..., Any])
 FIRST_PRIORITY = 1000
 
 
@@ -198,25 +201,44 @@ def apply(file: str, assume_new: bool) -> None:
     _print_and_maybe_run(_plan(file, assume_new), apply=True)
 
 
+def _setting_option(flag: str, setting: str, default: str, help: str) -> Callable[[F], F]:
+    """An option an environment variable gives too: the app's setting of the same thing."""
+    return click.option(flag, envvar=setting, default=default, show_default=True, show_envvar=True, help=help)
+
+
 @cli.command(help="A project's one-time set-up: APIs, the App Engine app, the database, the app's service account.")
 @click.option("--project", required=True, help="Google Cloud project (scheduler.yaml's project).")
 @click.option(
     "--region", required=True, help="Cloud region of the app and its Scheduler jobs, e.g. us-central1 (their location)."
 )
+@_setting_option(
+    "--database",
+    project_setup.DATABASE_SETTING,
+    project_setup.DEFAULT_DATABASE,
+    "The Datastore-mode database of the ledger (the app's DEDUP_DATABASE).",
+)
 @click.option("--database-location", help="Location of the Datastore-mode database (default: the region).")
 @click.option("--apply", "apply_", is_flag=True, help="Run the commands instead of printing them only.")
 @click.option("--assume-new", is_flag=True, help="Do not ask gcloud what the project has; plan everything.")
-def bootstrap(project: str, region: str, database_location: str | None, apply_: bool, assume_new: bool) -> None:
+def bootstrap(
+    project: str, region: str, database: str, database_location: str | None, apply_: bool, assume_new: bool
+) -> None:
     """Plans only what the project lacks (asked of gcloud), so it is safe beside an existing app
     and can be run again; the deploy itself follows, printed as the next steps."""
     _check_project_and_region(project, region, "--region")
     try:
-        state = project_setup.ProjectState() if assume_new else project_setup.probe(project)
-        commands = project_setup.plan(project, region, database_location or region, state)
+        database = project_setup.database_name(database)
+    except project_setup.BootstrapError as exc:
+        raise click.BadParameter(str(exc), param_hint="--database") from None
+    try:
+        state = project_setup.ProjectState() if assume_new else project_setup.probe(project, database)
+        commands = project_setup.plan(project, region, database_location or region, state, database)
     except project_setup.BootstrapError as exc:
         raise click.ClickException(str(exc)) from None
+    for note in project_setup.database_notes(database, state):
+        click.echo(note, err=True)
     _print_and_maybe_run(commands, apply_)
-    for line in project_setup.next_steps(project, region):
+    for line in project_setup.next_steps(project, region, database):
         click.echo(line)
 
 
@@ -252,21 +274,12 @@ def _api(flag: str, base: str) -> GoogleApi:
 @click.option(
     "--poll", type=click.FloatRange(min=0.01), default=5, show_default=True, help="Seconds between log reads."
 )
-@click.option(
-    "--scheduler-api-base",
-    envvar=SCHEDULER_BASE_SETTING,
-    default=SCHEDULER_API_BASE,
-    show_default=True,
-    show_envvar=True,
-    help="Cloud Scheduler API base URL.",
-)
-@click.option(
+@_setting_option("--scheduler-api-base", SCHEDULER_BASE_SETTING, SCHEDULER_API_BASE, "Cloud Scheduler API base URL.")
+@_setting_option(
     "--logging-api-base",
-    envvar=delivery_smoke.LOGGING_BASE_SETTING,
-    default=delivery_smoke.LOGGING_API_BASE,
-    show_default=True,
-    show_envvar=True,
-    help="Cloud Logging API base URL.",
+    delivery_smoke.LOGGING_BASE_SETTING,
+    delivery_smoke.LOGGING_API_BASE,
+    "Cloud Logging API base URL.",
 )
 def smoke(
     project: str,

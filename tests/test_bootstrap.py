@@ -61,8 +61,14 @@ def project(tmp_path, monkeypatch):
         if args[:2] == ["app", "describe"]:
             answer(state.get("app"), "ERROR: (gcloud.app.describe) Apps instance [acme-prod] not found")
         elif args[:3] == ["firestore", "databases", "describe"]:
-            answer(state.get("database"), "ERROR: (gcloud.firestore.databases.describe) PERMISSION_DENIED: "
-                   "Cloud Firestore API has not been used in project acme-prod before or it is disabled.")
+            # Each database's "TYPE<tab>CONCURRENCY_MODE", as --format=value(type,concurrencyMode) prints it.
+            name = next(a.split("=", 1)[1] for a in args if a.startswith("--database="))
+            if "databases" in state:
+                answer(state["databases"].get(name), "ERROR: (gcloud.firestore.databases.describe) NOT_FOUND: "
+                       f"Project 'acme-prod' or database '{{name}}' does not exist.")
+            else:
+                answer(state.get("database"), "ERROR: (gcloud.firestore.databases.describe) PERMISSION_DENIED: "
+                       "Cloud Firestore API has not been used in project acme-prod before or it is disabled.")
         elif args[:3] == ["app", "services", "list"]:
             answer("\\n".join(state.get("services", [])), "")
         elif args[:3] == ["iam", "service-accounts", "describe"]:
@@ -79,8 +85,8 @@ def project(tmp_path, monkeypatch):
     return have
 
 
-def bootstrap(*args: str):
-    return CliRunner().invoke(ops_cli, ["bootstrap", "--project=acme-prod", *args])
+def bootstrap(*args: str, env: dict | None = None):
+    return CliRunner().invoke(ops_cli, ["bootstrap", "--project=acme-prod", *args], env=env)
 
 
 def commands(output: str) -> list[str]:
@@ -172,3 +178,115 @@ def test_assume_new_asks_nothing(project):
     planned = bootstrap("--region=us-central1", "--assume-new")
     assert planned.exit_code == 0 and commands(planned.output)[: len(CREATE)] == CREATE
     assert calls() == []
+
+
+WITH_APP = {"app": "us-central", "services": ["default"], "account": SA}
+
+
+@pytest.mark.parametrize("mode", ["PESSIMISTIC", "OPTIMISTIC"])
+def test_the_databases_concurrency_mode_is_reported(project, mode):
+    calls = project({**WITH_APP, "database": f"DATASTORE_MODE\t{mode}"})
+    planned = bootstrap("--region=us-central1")
+    assert planned.exit_code == 0, planned.output
+    assert f"note: the (default) database is DATASTORE_MODE, concurrency mode {mode}" in planned.output
+    assert "warning" not in planned.output
+    # Firestore Admin's databases.get, through gcloud: the type and the concurrency mode.
+    described = [c for c in calls() if c[:3] == ["firestore", "databases", "describe"]]
+    assert described == [
+        [
+            "firestore",
+            "databases",
+            "describe",
+            "--database=(default)",
+            "--project=acme-prod",
+            "--format=value(type,concurrencyMode)",
+        ]
+    ]
+
+
+def test_optimistic_with_entity_groups_is_warned_of_and_the_plan_goes_on(project):
+    project({**WITH_APP, "database": "DATASTORE_MODE\tOPTIMISTIC_WITH_ENTITY_GROUPS"})
+    planned = bootstrap("--region=us-central1")
+    assert planned.exit_code == 0, planned.output
+    assert "concurrency mode OPTIMISTIC_WITH_ENTITY_GROUPS" in planned.output
+    assert "warning: OPTIMISTIC_WITH_ENTITY_GROUPS is the mode of some databases upgraded from Cloud Datastore" in (
+        planned.output
+    )
+    assert "databases.patch" in planned.output and "DEDUP_DATABASE" in planned.output
+    assert commands(planned.output) == [CREATE[0], CREATE[3], *CREATE[5:8]]
+
+
+NAMED_TTL = (
+    "gcloud firestore fields ttls update expire_at --collection-group=DedupRun --enable-ttl --project=acme-prod "
+    "--database=dedup-ledger"
+)
+
+
+@pytest.mark.parametrize("how", ["env", "flag"])
+def test_a_named_database_hosts_the_ledger_beside_a_native_default(project, how):
+    """DEDUP_DATABASE (or --database): the default database may be Firestore native; the ledger's is made."""
+    calls = project({**WITH_APP, "databases": {"(default)": "FIRESTORE_NATIVE\tPESSIMISTIC"}})
+    args, env = (["--region=us-central1"], {"DEDUP_DATABASE": "dedup-ledger"})
+    if how == "flag":
+        args, env = ["--region=us-central1", "--database=dedup-ledger"], None
+    planned = bootstrap(*args, env=env)
+    assert planned.exit_code == 0, planned.output
+    assert commands(planned.output) == [
+        CREATE[0],
+        "gcloud firestore databases create --database=dedup-ledger --location=us-central1 --type=datastore-mode "
+        "--project=acme-prod",
+        NAMED_TTL,
+        *CREATE[5:8],
+    ]
+    asked = [c[3] for c in calls() if c[:3] == ["firestore", "databases", "describe"]]
+    assert asked == ["--database=dedup-ledger"]  # the default database is not the ledger's business
+    # Its indexes go to it (app deploy's index.yaml makes them in (default)), and the app is told its name.
+    assert (
+        "#   gcloud datastore indexes create index.yaml --database=dedup-ledger --project=acme-prod" in planned.output
+    )
+    assert f"#   gcloud app deploy app.yaml --project=acme-prod --service-account={SA}" in planned.output
+    assert "set DEDUP_DATABASE: dedup-ledger in app.yaml's env_variables" in planned.output
+
+
+def test_an_existing_named_database_is_kept_and_reported(project):
+    project({**WITH_APP, "databases": {"dedup-ledger": "DATASTORE_MODE\tPESSIMISTIC"}})
+    planned = bootstrap("--region=us-central1", "--database=dedup-ledger")
+    assert planned.exit_code == 0, planned.output
+    assert "note: the dedup-ledger database is DATASTORE_MODE, concurrency mode PESSIMISTIC" in planned.output
+    assert commands(planned.output) == [CREATE[0], NAMED_TTL, *CREATE[5:8]]
+
+
+@pytest.mark.parametrize(
+    "database, words",
+    [
+        (
+            "(default)",
+            "(default) database is FIRESTORE_NATIVE, and the app's ledger (NDB) needs Firestore in "
+            "Datastore mode; a database's mode cannot change once it holds data: name another database for the "
+            "ledger (DEDUP_DATABASE or --database)",
+        ),
+        ("dedup-ledger", "the project's dedup-ledger database is FIRESTORE_NATIVE"),
+    ],
+)
+def test_a_native_mode_database_is_refused_with_what_to_do(project, database, words):
+    calls = project({**WITH_APP, "databases": {database: "FIRESTORE_NATIVE\tPESSIMISTIC"}})
+    refused = bootstrap("--region=us-central1", f"--database={database}", "--apply")
+    assert refused.exit_code == 1 and words in refused.output
+    assert not commands(refused.output)
+    assert all("describe" in c[:3] or "list" in c[:3] for c in calls())
+
+
+@pytest.mark.parametrize("database", ["Ledger", "abc", "dedup_ledger", "ledger-"])
+def test_a_database_name_firestore_would_refuse_is_refused_first(project, database):
+    calls = project(FRESH)
+    refused = bootstrap("--region=us-central1", f"--database={database}")
+    assert refused.exit_code == 2 and "is not a database id" in refused.output
+    assert calls() == []
+
+
+def test_assume_new_creates_the_named_database(project):
+    project({"broken": True})
+    planned = bootstrap("--region=us-central1", "--assume-new", env={"DEDUP_DATABASE": "dedup-ledger"})
+    assert planned.exit_code == 0, planned.output
+    assert "--database=dedup-ledger --location=us-central1 --type=datastore-mode" in planned.output
+    assert "note:" not in planned.output  # nothing was asked, so nothing is reported
