@@ -315,6 +315,11 @@ class RecordStore:
         return cls(ndb.get_context().client)
 
     @property
+    def database(self) -> str:
+        """The database's id ("" for the project's default)."""
+        return self._database
+
+    @property
     def fence(self) -> fence_check.FenceCheck:
         """What this process's check found of this database's version fence."""
         return fence_check.current(self._database_id)
@@ -370,9 +375,11 @@ class RecordStore:
         deleted, _ = transact(body, CLEANUP_PATIENCE_SECONDS, self)
         return deleted
 
-    def transaction(self, previous: bytes | None = None) -> Transaction:
-        """``previous``: a transaction of the same body that aborted (it keeps its place in line)."""
-        return Transaction(self._transport, self._project, self._database, self._metadata, previous)
+    def transaction(self, previous: bytes | None = None, begin_in_read: bool | None = None) -> Transaction:
+        """``previous``: a transaction of the same body that aborted (it keeps its place in line).
+        ``begin_in_read``: begun by its first Lookup (default: where the start-up check found it works)."""
+        begins = self.fence.begins_in_read if begin_in_read is None else begin_in_read
+        return Transaction(self._transport, self._project, self._database, self._metadata, previous, begins)
 
     def insert(self, record: RunRecord | entity_types.Entity) -> Write:
         """Write ``record`` (or its encoded entity) only if its key holds nothing: one round trip."""
@@ -492,18 +499,31 @@ class Transaction:
     until ``commit``; one that wrote nothing rolls back without waiting for the answer."""
 
     def __init__(
-        self, transport: Any, project: str, database: str, metadata: tuple[Any, ...], previous: bytes | None = None
+        self,
+        transport: Any,
+        project: str,
+        database: str,
+        metadata: tuple[Any, ...],
+        previous: bytes | None = None,
+        begin_in_read: bool = True,
     ) -> None:
         self._transport, self._project, self._database, self._metadata = transport, project, database, metadata
         self.id: bytes | None = None
         self.began: bytes | None = None  # its id, kept after it ended: the next try's ``previous``
         self._previous = previous
+        self._begin_in_read = begin_in_read
         self._mutations: list[datastore_types.Mutation] = []
         self._puts: list[ndb.Key | None] = []  # per mutation: the key put, None for a delete
         self.versions: dict[ndb.Key, int] = {}  # after the commit: what each put's write gave it
 
     def get(self, keys: list[ndb.Key]) -> list[Versioned | None]:
         """The entities of ``keys`` (in order; None where absent) as this transaction reads them."""
+
+        if self.id is None and not self._begin_in_read:  # a round trip of its own (dedup/fence_check.py)
+            request = datastore_types.BeginTransactionRequest(
+                project_id=self._project, database_id=self._database, transaction_options=self._options()
+            )
+            self.id = self.began = _call(self._transport.begin_transaction, request, self._metadata).transaction
 
         def options() -> datastore_types.ReadOptions:
             if self.id is not None:
@@ -526,6 +546,11 @@ class Transaction:
     def put(self, entity: Any) -> None:
         self._mutations.append(datastore_types.Mutation(upsert=encode(entity)))
         self._puts.append(entity.key)
+
+    def put_entity(self, entity: entity_types.Entity) -> None:
+        """An entity as stored (no model): its version is not kept."""
+        self._mutations.append(datastore_types.Mutation(upsert=entity))
+        self._puts.append(None)
 
     def delete(self, key: ndb.Key) -> None:
         self._mutations.append(datastore_types.Mutation(delete=key_pb(key)))

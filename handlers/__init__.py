@@ -12,7 +12,7 @@ from flask import Flask, Response, g, request
 from flask.json.provider import DefaultJSONProvider
 from google.cloud import ndb
 
-from dedup import fence_check
+from dedup import fence_probe
 from dedup.clock import Clock, SystemClock
 from dedup.finished_cache import FinishedRuns
 from dedup.ledger import Ledger
@@ -145,11 +145,11 @@ def create_app(
     app.register_blueprint(dashboard_actions.blueprint)
     app.register_blueprint(problem_pages.blueprint)
     # Flask's documented hook for WSGI middleware, typed as a method.
-    contexts = NdbContextMiddleware(app.wsgi_app, ndb_client)
+    contexts = NdbContextMiddleware(app.wsgi_app, ndb_client, database_from_environ(os.environ))
     app.wsgi_app = contexts  # type: ignore[method-assign]
     # Whether the database refuses a stale version, proved once per process off the request path;
     # until it answers (and wherever it does not hold) fenced writes go through transactions.
-    fence_check.verify_in_background(lambda: contexts.client)
+    fence_probe.verify_in_background(lambda: contexts.client)
     return app
 
 
@@ -177,6 +177,26 @@ def max_waiters_from_environ(environ: Mapping[str, str]) -> int:
     return whole_number_setting(
         environ, "DEDUP_MAX_WAITERS", DEFAULT_MAX_WAITERS, MAX_WAITERS_LIMIT, "Prefer: wait is never honoured"
     )
+
+
+# Firestore's database ids: 4 to 63 lowercase letters, digits and hyphens, starting with a letter
+# and ending with a letter or digit (gcloud firestore databases create --database).
+DATABASE_ID = re.compile(r"[a-z][a-z0-9-]{2,61}[a-z0-9]")
+
+
+def database_from_environ(environ: Mapping[str, str]) -> str | None:
+    """DEDUP_DATABASE: the Datastore-mode database that holds the ledger (unset or ``(default)``:
+    the project's default database).  A named one lets a project whose default database is in
+    Firestore native mode host the ledger (docs/deploying.md)."""
+    raw = environ.get("DEDUP_DATABASE", "").strip()
+    if raw in ("", "(default)"):
+        return None
+    if not DATABASE_ID.fullmatch(raw):
+        raise SettingError(
+            f"DEDUP_DATABASE={raw!r}: a database id is 4 to 63 lowercase letters, digits and hyphens, "
+            "starting with a letter and ending with a letter or digit, or (default)"
+        )
+    return raw
 
 
 MAX_FINISHED_CACHE_ENTRIES = 100_000
@@ -220,16 +240,18 @@ class NdbContextMiddleware:
     needs no credentials.
     """
 
-    def __init__(self, wsgi_app, client: ndb.Client | None = None) -> None:
+    def __init__(self, wsgi_app, client: ndb.Client | None = None, database: str | None = None) -> None:
+        """``database``: the Datastore-mode database the client made here uses (None: ``(default)``)."""
         self.wsgi_app = wsgi_app
         self._client = client
+        self._database = database
         self._lock = threading.Lock()
 
     @property
     def client(self) -> ndb.Client:
         with self._lock:
             if self._client is None:
-                self._client = ndb.Client()
+                self._client = ndb.Client(database=self._database)
             return self._client
 
     def __call__(self, environ, start_response):

@@ -18,6 +18,7 @@ from werkzeug.exceptions import NotFound
 
 from dedup.keys import is_run_id
 from dedup.queries import RunFilter
+from dedup.record_store import RecordStore
 from dedup.runner import Waiting
 from handlers.access import Role, requires
 from handlers.client_tokens import read_manual_run_request
@@ -123,6 +124,24 @@ def get_run(run_id: str):
     if record is None:
         raise NotFound(f"no run {run_id!r} (or it has expired)")
     return jsonify(run_document(record, state.clock.now()))
+
+
+@blueprint.get("/status", provide_automatic_options=False)
+@requires(Role.VIEW)
+def status():
+    """What this process runs on: the database, and which write path its fence check chose."""
+    store = RecordStore.of_context()
+    check = store.fence
+    return jsonify(
+        {
+            "datastore": {
+                "database": store.database or "(default)",
+                "fence": str(check.mode),
+                "reason": check.reason,
+                "round_trips_per_fresh_run": check.round_trips_per_fresh_run,
+            }
+        }
+    )
 
 
 @blueprint.get("/openapi.yaml", provide_automatic_options=False)

@@ -16,7 +16,7 @@ import pytest
 import webtest
 from google.cloud import ndb
 
-from dedup import fence_check
+from dedup import fence_probe
 from dedup.clock import ManualClock
 from devtools.emulator import FLAVORS, DatastoreEmulator
 from tests import job_targets
@@ -107,7 +107,7 @@ def datastore(emulator, datastore_flavor, request, monkeypatch):
             monkeypatch.setenv(name, value)  # clients and servers built in this test find it
     chosen.reset()
     job_targets.reset()
-    fence_check.verify(ndb_client_of(chosen))
+    fence_probe.verify(ndb_client_of(chosen))
     return chosen
 
 
