@@ -62,11 +62,13 @@ MAX_STORED_PARAMETER_BYTES = 256 * 1024
 
 
 class GuardRejected(Exception):
-    """Raised by key, scope and parameter callables: the request is refused with 400."""
+    """Raised by key, scope and parameter callables: the request is refused with 400 (naming
+    ``field``, when one field is at fault, as a member of the problem too)."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.field = field
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,8 +143,10 @@ class KeyFrom:
 
     ``KeyFrom.header()`` (the IETF draft's ``Idempotency-Key``), ``KeyFrom.field(name,
     header=...)`` (a JSON body field, optionally also a header: both given and
-    different is 400) or ``KeyFrom.function(f)``.  No key: 400 when ``required``, a
-    fresh UUID4 with ``generate``, otherwise the view runs unguarded.
+    different is 400) or ``KeyFrom.function(f, header=... or field=...)`` (naming where
+    ``f`` reads it).  No key: 400 when ``required``, naming the header or field to send; a
+    fresh UUID4 with ``generate``, otherwise the view runs unguarded.  A required key that
+    names neither is refused when it is declared (ValueError): its 400 could name nothing.
     """
 
     header_name: str | None = "Idempotency-Key"
@@ -163,8 +167,18 @@ class KeyFrom:
         return cls(header_name=header, field_name=name, **options)
 
     @classmethod
-    def function(cls, key: Callable[[], str | None], **options: Any) -> KeyFrom:
-        return cls(header_name=None, from_function=key, **options)
+    def function(
+        cls, key: Callable[[], str | None], header: str | None = None, field: str | None = None, **options: Any
+    ) -> KeyFrom:
+        """``key()`` reads the key; ``header`` or ``field`` names where, for the 400 a request without one gets."""
+        return cls(header_name=header, field_name=field, from_function=key, **options)
+
+    def __post_init__(self) -> None:
+        if self.required and not self.generate and not (self.header_name or self.field_name):
+            raise ValueError(
+                "KeyFrom: a required key names no header or body field, so a request without one "
+                "could not be told what to send: give header= or field= (KeyFrom.function(f, header=...))"
+            )
 
     def read(self) -> str | None:
         """The request's key, validated; None when it has none (GuardRejected when it is bad)."""
@@ -176,9 +190,11 @@ class KeyFrom:
             raise GuardRejected(problem)
         return token
 
-    def missing(self) -> str:
-        where = f"the {self.header_name} header" if self.header_name else f"the {self.field_name} field"
-        return f"{where} is required for this request"
+    def missing(self) -> GuardRejected:
+        """The 400 of a request without a key: it names each place a key may come from."""
+        places = [f"the {self.field_name} field"] if self.field_name else []
+        places += [f"the {self.header_name} header"] if self.header_name else []
+        return GuardRejected(f"{' or '.join(places)} is required for this request", self.field_name or self.header_name)
 
     def _from_request(self) -> str | None:
         from_field = from_header = None
@@ -325,7 +341,7 @@ def idempotent(
                 token, generated = key.read(), False
                 if token is None and not key.generate:
                     if key.required:
-                        raise GuardRejected(key.missing())
+                        raise key.missing()
                     return make_response(view(*args, **kwargs))
                 if token is None:
                     token, generated = str(uuid.uuid4()), True
@@ -334,7 +350,10 @@ def idempotent(
                 chosen_scope = scope() if scope is not None else _caller_scope()
                 chosen_policy = policy() if callable(policy) else policy
                 chosen_job = _checked_job_id(job_id()) if job_id else None
-            except (GuardRejected, InvalidJson) as exc:
+            except GuardRejected as exc:
+                named: dict[str, Any] = {"field": exc.field} if exc.field else {}
+                return problem(400, bad_request_error, exc.message, **named)
+            except InvalidJson as exc:
                 return problem(400, bad_request_error, exc.message)
             registry = guard_registry()
             wait = Waiting(preferred_wait(), registry.wait_slots)
