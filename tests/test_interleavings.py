@@ -46,7 +46,7 @@ from dedup.ledger import Ledger, RunDescription, RunPolicy
 from dedup.outcomes import Claimed, Finished, InProgress, Released, Renewed, Replayed, Stale
 from models import RunRecord, RunStatus
 
-pytestmark = pytest.mark.exhaustive
+pytestmark = [pytest.mark.exhaustive, pytest.mark.both_emulators]
 
 LEASE = 60
 POLICY = RunPolicy(lease_seconds=LEASE, retention_seconds=10 * 24 * 3600)

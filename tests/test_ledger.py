@@ -10,6 +10,9 @@ from dedup.ledger import Ledger, RunDescription, RunPolicy
 from dedup.outcomes import Claimed, Finished, InProgress, Released, Renewed, Replayed, Stale
 from models import RunRecord, RunStatus
 
+# The protocol holds on both of Google's emulators (tests/conftest.py).
+pytestmark = pytest.mark.both_emulators
+
 POLICY = RunPolicy(lease_seconds=60, retention_seconds=3600)
 DESCRIPTION = RunDescription(source="scheduler", job_id="invoice", scheduler_job_name="nightly")
 

@@ -20,6 +20,9 @@ from models.job_lock import JobLock
 from tests import job_targets
 from tests.support.deliveries import scheduler_headers
 
+# The protocol holds on both of Google's emulators (tests/conftest.py).
+pytestmark = pytest.mark.both_emulators
+
 LEASE = 60
 EXCLUSIVE = RunPolicy(LEASE, 3600, exclusive=True)
 JOBS = """
