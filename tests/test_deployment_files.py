@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from jobs.config import load_jobs
-from tests.support.shipped import filled_in
+from tests.support.shipped import deployed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -51,7 +51,7 @@ def test_dedup_scaling_names_the_scaling_type_app_yaml_declares():
 
 def test_gunicorn_timeout_exceeds_every_lease(tmp_path):
     timeout = int(re.search(r"--timeout (\d+)", app_yaml()["entrypoint"]).group(1))
-    jobs, _ = filled_in(tmp_path)
+    jobs, _ = deployed(tmp_path)  # whatever jobs.yaml holds: the jobs that deploy
     longest_lease = max(job.policy.lease_seconds for job in load_jobs(str(jobs)).values())
     assert timeout > longest_lease
 
@@ -173,12 +173,12 @@ def test_gcloud_uploads_the_app_and_nothing_else(tmp_path):
     assert uploaded == needed, (sorted(uploaded - needed), sorted(needed - uploaded))
     assert len(uploaded) < 200  # App Engine's cap is 10,000
 
-    # What is uploaded is enough: the app starts from those files alone (placeholders filled in).
+    # What is uploaded is enough: the app starts from those files alone, with the jobs that deploy.
     upload = tmp_path / "upload"
     for name in uploaded:
         (upload / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(tree / name, upload / name)
-    jobs, schedule = filled_in(tmp_path)
+    jobs, schedule = deployed(tmp_path)
     code = (
         "import sys, main\n"
         "print('\\n'.join(sorted(m.__file__ for m in list(sys.modules.values()) if getattr(m, '__file__', None))))"
@@ -190,7 +190,7 @@ def test_gcloud_uploads_the_app_and_nothing_else(tmp_path):
             **os.environ,
             "PYTHONPATH": str(upload),
             "DEDUP_JOBS_FILE": str(jobs),
-            "DEDUP_SCHEDULER_FILE": str(schedule),
+            **({"DEDUP_SCHEDULER_FILE": str(schedule)} if schedule else {}),
             "DEDUP_AUTH": "appengine",
             "DEDUP_APPENGINE_OFF_GAE": "trust-forgeable-headers",
             "DATASTORE_EMULATOR_HOST": "127.0.0.1:9",

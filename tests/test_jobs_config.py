@@ -10,11 +10,11 @@ import textwrap
 import pytest
 import yaml
 
-from jobs.config import DEFAULT_JOBS_FILE, load_jobs, parse_jobs
+from jobs.config import load_jobs, parse_jobs
 from jobs.errors import JobsConfigError
 from jobs.kinds.http import HttpJob
 from jobs.kinds.python import PythonJob
-from tests.support.shipped import filled_in
+from tests.support.shipped import EXAMPLE_JOBS, filled_in
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,7 +34,7 @@ def test_shipped_jobs_files_are_valid_once_filled_in(tmp_path):
 def test_the_shipped_jobs_yaml_stops_the_app_until_its_url_is_filled_in():
     """Its sync-crm calls crm.example.com, where no service answers: it would fail every run."""
     with pytest.raises(JobsConfigError) as caught:
-        load_jobs(DEFAULT_JOBS_FILE)
+        load_jobs(str(EXAMPLE_JOBS))
     assert str(caught.value).endswith(
         "job 'sync-crm': field 'url': 'crm.example.com' is a placeholder (a name reserved for examples, "
         "RFC 2606): fill in the address of the service the job calls"

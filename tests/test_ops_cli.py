@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from deploy.cli import cli as ops_cli
 from schedules.config import RetryConfig, retry_intervals
-from tests.support.shipped import filled_in
+from tests.support.shipped import EXAMPLE_JOBS, EXAMPLE_SCHEDULE, filled_in
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APP_JOBS = """
@@ -93,12 +93,12 @@ def test_the_shipped_files_are_valid_once_their_placeholders_are_filled_in(tmp_p
 def test_the_shipped_files_do_not_validate_or_plan_until_filled_in(tmp_path):
     """As shipped, they would deploy a job calling crm.example.com, failing every hour."""
     for command in (["scheduler", "validate"], ["scheduler", "plan", "--assume-new"]):
-        refused = ops(*command)
+        refused = ops("--jobs", str(EXAMPLE_JOBS), *command, str(EXAMPLE_SCHEDULE))
         assert refused.returncode == 1 and not refused.stdout  # no gcloud command printed
         assert "job 'sync-crm': field 'url': 'crm.example.com' is a placeholder" in refused.stderr
         assert "fill in the address of the service the job calls" in refused.stderr
     jobs, _ = filled_in(tmp_path)  # the URL filled in, the project not yet
-    refused = ops("--jobs", str(jobs), "scheduler", "plan", "--assume-new")
+    refused = ops("--jobs", str(jobs), "scheduler", "plan", "--assume-new", str(EXAMPLE_SCHEDULE))
     assert refused.returncode == 1 and not refused.stdout
     problems = refused.stderr.strip().splitlines()
     assert problems == [

@@ -2,10 +2,12 @@
 
 A shipped job once failed on every run (``ledger-digest`` passed an option
 google-cloud-ndb refuses) because nothing ran its code.  Each job declared
-in ``jobs.yaml`` and ``examples/local-jobs.yaml`` is delivered here as Cloud
-Scheduler delivers it; targets that live elsewhere are pointed at local
-stand-ins speaking the same protocol (the example downstream for ``http``
-jobs, the API fakes for the Google kinds), everything else kept as declared.
+in the example ``jobs.yaml`` as it ships (its copy, ``tests/fixtures/jobs.yaml``:
+the top-level file is the user's to replace) and ``examples/local-jobs.yaml``
+is delivered here as Cloud Scheduler delivers it; targets that live elsewhere
+are pointed at local stand-ins speaking the same protocol (the example
+downstream for ``http`` jobs, the API fakes for the Google kinds), everything
+else kept as declared.
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ from dedup.ledger import Ledger, RunDescription, RunPolicy
 from handlers import create_app
 from tests.support import POLL_SECONDS
 from tests.support.deliveries import scheduler_headers
-from tests.support.shipped import FILL_INS, filled_in
+from tests.support.shipped import EXAMPLE_JOBS, EXAMPLE_SCHEDULE, FIXTURES, filled_in
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHIPPED_FILES = ("jobs.yaml", "examples/local-jobs.yaml")
+SHIPPED_FILES = ("tests/fixtures/jobs.yaml", "examples/local-jobs.yaml")
 GOOGLE_KINDS = ("workflow", "cloud_run_job", "cloud_build_trigger")
 # What a delivery of a python job carries, where the job reads its body.
 BODIES = {"examples.demo_jobs:slow_report": b'{"seconds": 0}'}
@@ -112,7 +114,10 @@ def test_every_shipped_job_runs_to_completion(jobs_file_name, job_id, request, d
 
 
 # Each shipped scheduler file, and the jobs file it is checked against.
-SHIPPED_SCHEDULES = {"scheduler.yaml": "jobs.yaml", "examples/local-scheduler.yaml": "examples/local-jobs.yaml"}
+SHIPPED_SCHEDULES = {
+    "tests/fixtures/scheduler.yaml": "tests/fixtures/jobs.yaml",
+    "examples/local-scheduler.yaml": "examples/local-jobs.yaml",
+}
 
 
 def test_the_app_refuses_to_start_with_the_shipped_placeholders(tmp_path, ndb_client, clock):
@@ -121,7 +126,7 @@ def test_the_app_refuses_to_start_with_the_shipped_placeholders(tmp_path, ndb_cl
     from jobs.errors import JobsConfigError
     from schedules.config import ScheduleSettingError
 
-    shipped_jobs, shipped_schedule = os.path.join(ROOT, "jobs.yaml"), os.path.join(ROOT, "scheduler.yaml")
+    shipped_jobs, shipped_schedule = str(EXAMPLE_JOBS), str(EXAMPLE_SCHEDULE)
     with pytest.raises(JobsConfigError, match="'crm.example.com' is a placeholder"):
         create_app(jobs_file=shipped_jobs, scheduler_file=shipped_schedule, clock=clock, ndb_client=ndb_client)
     filled_jobs, _ = filled_in(tmp_path)
@@ -130,11 +135,15 @@ def test_the_app_refuses_to_start_with_the_shipped_placeholders(tmp_path, ndb_cl
 
 
 def test_shipped_files_are_all_covered():
-    """A new jobs or scheduler file under examples/ is shipped too: it must be listed above."""
+    """A new jobs or scheduler file under examples/ (or an example's copy in tests/fixtures/) is shipped
+    too: it must be listed above."""
     found = {
-        f"examples/{name}" for name in os.listdir(os.path.join(ROOT, "examples")) if name.endswith((".yaml", ".yml"))
+        f"{folder}/{name}"
+        for folder in ("examples", "tests/fixtures")
+        for name in os.listdir(os.path.join(ROOT, folder))
+        if name.endswith((".yaml", ".yml"))
     }
-    assert found | {"jobs.yaml", "scheduler.yaml"} == set(SHIPPED_FILES) | set(SHIPPED_SCHEDULES)
+    assert found == set(SHIPPED_FILES) | set(SHIPPED_SCHEDULES)
 
 
 @pytest.mark.parametrize("schedule, jobs", sorted(SHIPPED_SCHEDULES.items()))
@@ -145,7 +154,7 @@ def test_each_shipped_scheduler_file_loads_with_its_jobs(schedule, jobs, datasto
     from handlers import create_app
 
     jobs_file, scheduler_file = os.path.join(ROOT, jobs), os.path.join(ROOT, schedule)
-    if schedule in FILL_INS:
+    if os.path.dirname(scheduler_file) == str(FIXTURES):
         jobs_file, scheduler_file = map(str, filled_in(tmp_path))
     app = create_app(jobs_file=jobs_file, scheduler_file=scheduler_file, clock=clock, ndb_client=ndb_client)
     declared = app.extensions["dedup"].tracked_schedules.declared
