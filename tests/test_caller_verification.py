@@ -294,6 +294,7 @@ def test_every_route_declares_the_role_it_needs(appengine_app):
         "runs_api.list_runs": "view",
         "runs_api.get_run": "view",
         "runs_api.openapi_description": "view",
+        "runs_api.status": "view",
         "home.index": "view",
         "admin.dashboard": "view",
         "admin.run_page": "view",
