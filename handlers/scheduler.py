@@ -21,8 +21,7 @@ from handlers.state import app_state, current_principal
 from handlers.use_cases import delivered_key, late_delivery, run_scheduled
 from models import RunSource
 from schedules.config import history_id
-from schedules.pauses import pause_at, pauses_of
-from schedules.slots import declared_job
+from schedules.pauses import pause_at
 from schedules.tallies import DuplicateDelivery, tally_after_answer
 
 blueprint = Blueprint("scheduler", __name__)
@@ -49,7 +48,8 @@ def deliver(job_id: str):
     except InvalidRunRequest as exc:
         return problem(400, "InvalidRequest", exc.message, field=exc.field)
     now = state.clock.now()
-    key, force_run = delivered_key(state, job_id, key, now)
+    delivered = delivered_key(state, job_id, key, now)
+    key, force_run, declared = delivered.key, delivered.force_run, delivered.declared
     note_run(
         job_id=job_id,
         source=RunSource.FORCE_RUN if force_run else RunSource.SCHEDULER,
@@ -66,7 +66,6 @@ def deliver(job_id: str):
         state, current_principal(), job_id, job, key, body, skip_reason=skip_reason, force_run=bool(force_run)
     )
     response = outcome_response(outcome)
-    declared = declared_job(state.schedules, key.scheduler_job_name, key.project, key.location)
     if declared is not None and not force_run and isinstance(outcome, Replayed | InProgress):
         # A duplicate, absorbed: counted once its answer has gone, never on its path.
         delivery = DuplicateDelivery(now, INSTANCE, response.status_code)
@@ -74,9 +73,9 @@ def deliver(job_id: str):
             tally_after_answer, ndb.get_context().client, history_id(declared), key.schedule_time, delivery
         )
         response.call_on_close(count)
-    # After the run, off its path: a delivery during a pause (a tick racing it, a Force run) runs
-    # as usual, and says so.  A Force run is asked for now; a slot's delivery belongs to its time.
-    pause = pause_at(pauses_of(declared), now if force_run else key.schedule_time) if declared else None
+    # A delivery during a pause (a tick racing it, a Force run) runs as usual, and says so.  A
+    # Force run is asked for now; a slot's delivery belongs to its time.
+    pause = pause_at(delivered.pauses, now if force_run else key.schedule_time)
     if pause is not None:
         response.headers["X-Dedup-Schedule-Paused"] = format_utc(pause.since)
         log.info(

@@ -33,20 +33,22 @@ from jobs.base import RunContext
 from jobs.config import JobSpec
 from models import RunRecord, RunSource, RunStatus
 from schedules.config import SchedulerJob
-from schedules.pauses import Pause, change_pause, current, paused, pauses_of, resumed, with_pauses
+from schedules.pauses import Pause, change_pause, current, paused, pauses_of, pauses_read, resumed, with_pauses
 from schedules.slots import (
     CLOCK_SKEW_SECONDS,
     MAX_SLOTS,
     NEEDS_FORCE,
     ExecutionStatus,
-    ForceRun,
     Slot,
+    declared_job,
     delivery_scope,
     execution_document,
     execution_status,
     force_run_reason,
+    force_run_retry,
     is_slot,
     latest_slots,
+    may_be_force_run_retry,
     nearest_slots,
     schedule_at,
     slot_of_run,
@@ -102,25 +104,41 @@ def run_scheduled(
     )
 
 
-def delivered_key(
-    state: AppState, job_id: str, key: ScheduledRunKey, now: datetime.datetime
-) -> tuple[ScheduledRunKey, str | None]:
-    """The key a delivery runs under, and why it is a Force run (None for a slot's delivery).
+@dataclasses.dataclass(frozen=True)
+class Delivery:
+    """A Scheduler delivery as it is run: its key, why it is a Force run (None: a slot's delivery),
+    the declared Scheduler job it is of (None: none is), and that job's pause intervals."""
+
+    key: ScheduledRunKey
+    force_run: str | None
+    declared: SchedulerJob | None
+    pauses: list[Pause]
+
+
+def delivered_key(state: AppState, job_id: str, key: ScheduledRunKey, now: datetime.datetime) -> Delivery:
+    """The key a delivery runs under, why it is a Force run, and its Scheduler job's pauses.
 
     A Force run carrying a slot still to come is keyed apart (``ScheduledRunKey.as_force_run``),
-    so it never takes that slot, and the slot's own delivery still runs the slot.  Its
-    retries keep its schedule time and may come within the clock skew of it: a delivery
-    that early finds the Force run's record unfinished and is its retry (Scheduler never
-    has two executions of a job outstanding).  Only such early deliveries pay that lookup.
+    so it never takes that slot, and the slot's own delivery still runs the slot.  Its retries
+    keep its schedule time and may come at any time after it, within the skew before the slot,
+    at the slot or after: ``force_run_retry`` says which deliveries are its retries.  The Force
+    run's record is read only where a retry of one may come, in one lookup with the pause
+    intervals every delivery of a declared Scheduler job reads: no round trip more.
     """
     found = force_run_reason(key, job_id, state.schedules, now)
-    if found is None and key.schedule_time > now:
-        record = state.ledger.lookup(key.as_force_run().run_id)
-        if record is not None and record.status != RunStatus.COMPLETED:
-            found = ForceRun("a retry of the Force run that carried this slot's time", own_key=True)
+    declared = declared_job(state.schedules, key.scheduler_job_name, key.project, key.location)
+    own = declared if declared is not None and declared.target == job_id else None
+    forced_id = key.as_force_run().run_id if found is None and may_be_force_run_retry(key, own, now) else None
+    # Both reads sent before either is waited for: NDB sends them in one lookup.
+    read_pauses = pauses_read(declared) if declared is not None else None
+    read_forced = RunRecord.get_by_id_async(forced_id) if forced_id is not None else None
+    pauses = read_pauses() if read_pauses is not None else []
+    forced = read_forced.result() if read_forced is not None else None
+    if found is None and forced is not None and not forced.is_expired(now):
+        found = force_run_retry(key, forced, own, now)
     if found is None:
-        return key, None
-    return (key.as_force_run() if found.own_key else key), found.reason
+        return Delivery(key, None, declared, pauses)
+    return Delivery(key.as_force_run() if found.own_key else key, found.reason, declared, pauses)
 
 
 def late_delivery(job: JobSpec, key: ScheduledRunKey, now: datetime.datetime, force_run: bool = False) -> str | None:

@@ -134,7 +134,14 @@ def load_pauses(jobs: Sequence[SchedulerJob]) -> dict[str, list[Pause]]:
 
 def pauses_of(job: SchedulerJob) -> list[Pause]:
     """One job's pause intervals: one lookup (needs an NDB context)."""
-    return _read(_key(job).get())
+    return pauses_read(job)()
+
+
+def pauses_read(job: SchedulerJob) -> Callable[[], list[Pause]]:
+    """The read of one job's pause intervals sent now, and their intervals when called: NDB
+    sends it in one lookup with the other reads sent before either is waited for."""
+    future = _key(job).get_async()
+    return lambda: _read(future.result())
 
 
 def with_pauses(jobs: Sequence[SchedulerJob]) -> list[SchedulerJob]:

@@ -321,6 +321,62 @@ def force_run_reason(
     return None
 
 
+def may_be_force_run_retry(key: ScheduledRunKey, job: SchedulerJob | None, now: datetime.datetime) -> bool:
+    """Whether this delivery of a slot's time (no Force run by its time alone) may be a retry of a
+    Force run that carried the time: then that Force run's record is read (``force_run_retry``).
+
+    ``job``: the declared Scheduler job the delivery is of (None: none is known, nor its retries).
+    A Force run carrying the time came more than the skew before it, so its retries end a retry
+    window after that; a job Scheduler retries nothing of has none."""
+    if job is None:
+        return now < key.schedule_time
+    if not (job.retry.retry_count or job.retry.max_retry_duration):
+        return False
+    last = retry_window_seconds(job) + DELIVERY_GRACE_SECONDS - CLOCK_SKEW_SECONDS
+    return now < key.schedule_time + datetime.timedelta(seconds=last)
+
+
+def force_run_retry(
+    key: ScheduledRunKey, forced: RunRecord | None, job: SchedulerJob | None, now: datetime.datetime
+) -> ForceRun | None:
+    """Why this delivery of a slot's time is a retry of the Force run that carried the time
+    (``forced``, its record), or None: the slot's own delivery.
+
+    A Force run's retries carry its time, whenever they come.  Before that time no slot is
+    delivered, so a delivery that finds the Force run is its retry, whatever it came to (a
+    completed one whose answer was lost too).  At the time or after it, one that finds the Force
+    run still to finish (in progress, released) is its retry: Scheduler has one execution of a job
+    outstanding at a time, so the slot's own delivery does not come meanwhile.  A Force run that
+    finished leaves the deliveries from then on to the slot (its retry could not be told from the
+    slot's delivery then; either way the slot runs once).  ``job`` (its declared Scheduler job)
+    says whether Scheduler may still retry it: retries left, within the retry window from its
+    first attempt."""
+    if forced is None or (job is not None and not scheduler_may_retry(forced, job, now)):
+        return None
+    if now < key.schedule_time:
+        return ForceRun("a retry of the Force run that carried this slot's time, before that time", own_key=True)
+    if job is not None and forced.status in (RunStatus.IN_PROGRESS, RunStatus.RELEASED):
+        return ForceRun(
+            "a retry of the Force run that carried this slot's time, still to finish: Scheduler delivers "
+            "no other execution of the job meanwhile",
+            own_key=True,
+        )
+    return None
+
+
+def scheduler_may_retry(record: RunRecord, job: SchedulerJob, now: datetime.datetime) -> bool:
+    """Whether Cloud Scheduler may still deliver a retry of the execution ``record`` is the run of.
+
+    Within the retry window from its first attempt, while retries are left: ``retry_count`` of
+    them (each that took the run over began an attempt; a replay or a 409 began none, so this
+    counts short, on the side of a retry) or ``max_retry_duration`` from the first attempt."""
+    age = (now - record.created).total_seconds()
+    if age >= retry_window_seconds(job) + DELIVERY_GRACE_SECONDS:
+        return False
+    retry = job.retry
+    return int(record.attempt) - 1 < retry.retry_count or age < retry.max_retry_duration
+
+
 def execution_status(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> ExecutionStatus:
     """The slot's status: the run's own, or what its absence means at ``now``.
 

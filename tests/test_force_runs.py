@@ -17,6 +17,7 @@ import pytest
 import webtest
 
 from dedup.keys import format_utc, scheduled_run_key
+from devtools.rpc_counter import counting_client
 from handlers import create_app
 from schedules.slots import CLOCK_SKEW_SECONDS
 from tests import job_targets
@@ -40,6 +41,7 @@ jobs:
     target: tick
     schedule: "* * * * *"
     attempt_deadline: 60s
+    retry: {retry_count: 3, min_backoff: 5s, max_backoff: 60s}  # a Force run is retried too
 """
 T0 = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
 SCOPE = "?project=acme-prod&location=us-central1"
@@ -160,11 +162,67 @@ def test_a_retry_of_a_force_run_within_the_skew_of_its_time_is_its_retry_not_the
     assert [e["source"] for e in job_targets.EFFECTS] == ["force_run", "force_run", "scheduler"]
 
 
-def test_an_early_delivery_after_a_completed_force_run_is_the_slots(site, clock):
-    deliver(site, 60)  # 00:00:20: a Force run carrying 00:01:00, completed
-    clock.advance(35)  # 00:00:55: the slot's delivery, 5 s early (within the skew)
-    early = deliver(site, 60).json
-    assert early["run_id"] == slot_run_id(60) and early["duplicate"] is False
+def test_a_retry_of_a_completed_force_run_within_the_skew_is_its_duplicate_not_the_slot(site, clock):
+    """Issue 35 §3 F7: the Force run completed and its answer was lost; Scheduler's retry comes 5 s
+    before the time it carries.  It is answered from the Force run, and the slot's own delivery
+    still runs the slot."""
+    forced = deliver(site, 60).json  # 00:00:20: a Force run carrying 00:01:00, completed
+    clock.advance(35)  # 00:00:55
+    retried = deliver(site, 60).json
+    assert retried["run_id"] == forced["run_id"] and retried["duplicate"] is True
+    clock.advance(5)  # 00:01:00: the slot's own delivery
+    slot = deliver(site, 60).json
+    assert slot["run_id"] == slot_run_id(60) and slot["duplicate"] is False
+    assert [e["source"] for e in job_targets.EFFECTS] == ["force_run", "scheduler"]
+
+
+@pytest.mark.parametrize("arrives", [-5.0, 0.0, 25.0, 200.0])  # seconds from the slot's time
+def test_a_force_runs_retry_is_its_own_whenever_it_arrives_and_the_slot_runs_apart(site, clock, arrives):
+    """Issue 35 §3 F7: a Force run carrying 00:01:00 is released (500); Scheduler's retry comes
+    before the slot within the skew, at it, or after it, and takes the Force run over.  The slot's
+    own delivery then runs as its own run (skipped where it is later than max_delay_seconds)."""
+    job_targets.FAILURES["tick"] = ["retryable"]
+    first = deliver(site, 60, status=500).json  # 00:00:20
+    clock.advance(40 + arrives)
+    retried = deliver(site, 60).json
+    assert retried["run_id"] == first["run_id"] != slot_run_id(60)
+    assert retried["status"] == "completed" and retried["attempt"] == 2 and retried["duplicate"] is False
+    clock.advance(max(0.0, -arrives))  # the slot's own delivery, at its time or with the retry
+    slot = deliver(site, 60).json
+    assert slot["run_id"] == slot_run_id(60) and slot["duplicate"] is False
+    assert slot["status"] == ("skipped" if arrives > 30 else "completed")  # max_delay_seconds: 30
+    record = site.get(f"/api/v1/runs/{first['run_id']}", status=200).json
+    assert record["source"] == "force_run" and record["status"] == "completed" and record["attempt"] == 2
+
+
+def test_every_retry_of_a_force_run_is_one_run_until_scheduler_has_none_left(site, clock):
+    """Released at each of its first three attempts (before the slot, at it, after it), the fourth
+    completes it; once its Scheduler job's retries are used up, a delivery is the slot's."""
+    job_targets.FAILURES["tick"] = ["retryable"] * 3
+    runs = [deliver(site, 60, status=500).json["run_id"]]  # 00:00:20
+    for step in (35, 5, 10):  # 00:00:55, 00:01:00, 00:01:10
+        clock.advance(step)
+        runs.append(deliver(site, 60, status="*").json["run_id"])
+    assert set(runs) == {runs[0]} and runs[0] != slot_run_id(60)
+    record = site.get(f"/api/v1/runs/{runs[0]}", status=200).json
+    assert record["status"] == "completed" and record["attempt"] == 4
+    clock.advance(5)  # 00:01:15: the slot's delivery
+    slot = deliver(site, 60).json
+    assert slot["run_id"] == slot_run_id(60) and slot["status"] == "completed"
+    assert [e["source"] for e in job_targets.EFFECTS] == ["force_run"] * 4 + ["scheduler"]
+
+
+def test_a_released_force_run_with_no_retry_left_leaves_the_slot_to_its_delivery(site, clock):
+    """Scheduler retries an execution retry_count times: a Force run released at every one of its
+    four attempts is not retried again, so the slot's delivery that comes next runs the slot."""
+    job_targets.FAILURES["tick"] = ["retryable"] * 4
+    forced = deliver(site, 60, status=500).json  # 00:00:20
+    for step in (5, 10, 20):  # Scheduler's three retries: 00:00:25, 00:00:35, 00:00:55
+        clock.advance(step)
+        assert deliver(site, 60, status=500).json["run_id"] == forced["run_id"]
+    clock.advance(5)  # 00:01:00
+    slot = deliver(site, 60).json
+    assert slot["run_id"] == slot_run_id(60) and slot["status"] == "completed"
 
 
 def test_without_a_schedule_only_a_time_ahead_is_a_force_run(bare_site, clock):
@@ -190,3 +248,18 @@ def test_a_force_run_is_logged_with_its_source_and_why(site, caplog):
     assert "Force run of tick-every-minute" in line.getMessage() and "40s ahead" in line.getMessage()
     [request] = [r for r in caplog.records if r.name == "dedup.requests"]
     assert request.source == "force_run"
+
+
+def test_looking_for_the_force_run_costs_no_round_trip_more(datastore, tmp_path, clock):
+    """The Force run's record is read in one lookup with the pause intervals a declared Scheduler
+    job's delivery reads anyway: an on-time delivery costs what it did."""
+    client, counter = counting_client(datastore.project, datastore.host)
+    site = site_for(tmp_path, clock, client, SCHEDULES)
+    deliver(site, 0)  # 00:00:20: the first delivery reads the schedule's history too
+    clock.advance(40)  # 00:01:00: the slot's delivery, inside any Force run's retry window
+    counter.wait_until_idle()
+    counter.reset()
+    assert deliver(site, 60).json["run_id"] == slot_run_id(60)
+    counter.wait_until_idle()
+    assert counter.snapshot() == {"Lookup": 2, "Commit": 2}  # the claim's, and the pauses' with the Force run's
+    assert counter.entities["reads"] == 3
