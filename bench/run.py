@@ -24,6 +24,7 @@ import werkzeug.test
 from flask import Flask
 
 from bench.fleet import FLEETS, measure_fleet, render_fleet
+from dedup import fence_check, fence_probe
 from devtools.emulator import DatastoreEmulator
 from devtools.rpc_counter import counting_client
 
@@ -230,6 +231,9 @@ def measure_rows(emulator, datastore_host: str, requests_: int, first_minute: in
     from handlers import create_app
 
     client, counter = counting_client(emulator.project)
+    # The app checks the fence on a thread of its own; the rows wait for its answer, as a
+    # process serving traffic would have it.
+    fence = fence_probe.verify(client)
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         handle.write(BENCH_JOBS)
     jobs_path = handle.name
@@ -280,6 +284,19 @@ def measure_rows(emulator, datastore_host: str, requests_: int, first_minute: in
         )
 
     rows = [measure("fresh run", requests_, lambda i: deliver(at(i)), counter, 200)]
+    # Where the fence is not verified (dedup/fence_check.py), as production's Firestore backend may
+    # answer, and as the Firestore emulator does (whose transactions also begin on their own).
+    database = fence_check.database_of(client)
+    for begins_in_read, days, label in (
+        (True, 700, "fresh run, transactional path"),
+        (False, 800, "... begun by BeginTransaction"),
+    ):
+        fence_check.record(database, fence_check.FenceCheck(fence_check.FenceMode.TRANSACTION, "bench", begins_in_read))
+        start = base + datetime.timedelta(days=days)
+        rows.append(
+            measure(label, requests_, lambda i, s=start: deliver(s + datetime.timedelta(minutes=i)), counter, 200)
+        )
+    fence_check.record(database, fence)
     rows.append(measure("completed duplicate, this instance", requests_, lambda i: deliver(at(0)), counter, 200, True))
     rows.append(  # each delivery a run the other instance has not seen
         measure(

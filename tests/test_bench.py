@@ -40,6 +40,8 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
     assert counted["guarded endpoint"] == 2 and counted["guarded endpoint, retried"] == 0
     assert counted["bad input (400)"] == 0 and counted["same job without dedup"] == 0
     assert counted["fresh run over a released record"] == 3 and counted["overlap: forbid, fresh run"] == 3
+    # Where the fence is not verified: the finish is a transaction (begun by its read, or on its own).
+    assert counted["fresh run, transactional path"] == 3 and counted["... begun by BeginTransaction"] == 4
     # What each is billed (the cost model's inputs): reads and writes per fresh run, none per remembered replay.
     billed_row = r"^\| (fresh run|completed duplicate, another instance) \| [^|]+ \| [^|]+ \| [\d.]+ "
     billed = dict(re.findall(billed_row + r"\| ([\d.]+ \| [\d.]+) \|", report, re.M))
