@@ -26,6 +26,7 @@ import yaml
 from dedup.clock import Clock, SystemClock
 from dispatch import Dispatched, Work
 from jobs.http_status import is_retryable_status
+from schedules.config import backoff_seconds
 
 log = logging.getLogger(__name__)
 QUEUE_NAME = "in-process"
@@ -71,10 +72,7 @@ class RetryParameters:
 
     def backoff(self, retry: int) -> float:
         """The wait before retry number ``retry`` (1 for the first)."""
-        step = retry - 1
-        doubled = min(step, self.max_doublings)
-        wait = self.min_backoff * 2.0**doubled * (1 + step - doubled)
-        return min(wait, self.max_backoff)
+        return backoff_seconds(self.min_backoff, self.max_backoff, self.max_doublings, retry - 1)
 
     def gives_up(self, retries: int, age: datetime.timedelta) -> bool:
         """Whether a task retried ``retries`` times, first tried ``age`` ago, is not retried again."""

@@ -583,16 +583,20 @@ def schedule_period_seconds(schedule: str, time_zone: str, steps: int = EXHAUSTI
     return longest
 
 
+def backoff_seconds(min_backoff: float, max_backoff: float, max_doublings: int, index: int) -> float:
+    """The wait before retry ``index`` (0 for the first), as Cloud Scheduler and Cloud Tasks both
+    back off: from ``min_backoff``, doubling ``max_doublings`` times, then growing by the last
+    doubled wait each retry, capped at ``max_backoff``."""
+    doubled = min(index, max_doublings)
+    return min(min_backoff * 2.0**doubled * (index - doubled + 1), max_backoff)
+
+
 def retry_intervals(retry: RetryConfig) -> list[float]:
     """Scheduler's waits before each retry: doubling maxDoublings times, then linear, capped."""
-    intervals = []
-    for index in range(retry.retry_count):
-        if index <= retry.max_doublings:
-            wait = retry.min_backoff * 2**index
-        else:
-            wait = retry.min_backoff * 2**retry.max_doublings * (index - retry.max_doublings + 1)
-        intervals.append(min(wait, retry.max_backoff))
-    return intervals
+    return [
+        backoff_seconds(retry.min_backoff, retry.max_backoff, retry.max_doublings, index)
+        for index in range(retry.retry_count)
+    ]
 
 
 def retry_window_seconds(job: SchedulerJob) -> float:
