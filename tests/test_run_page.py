@@ -18,7 +18,7 @@ from handlers import create_app
 from handlers.admin import ACTION_ANSWERS
 from handlers.dashboard_actions import ANSWER_OF
 from tests import job_targets
-from tests.support.callers import OFF_GAE, settle, slot_confirmation
+from tests.support.callers import OFF_GAE, settle, slot_confirmation, without_retries
 from tests.support.deliveries import scheduler_headers
 from tests.support.schedule_sites import T0, at
 
@@ -149,6 +149,7 @@ def test_every_answer_an_action_gives_is_said_in_words():
 
 def test_running_a_slot_again_that_fails_retryably_is_released_for_the_queue_to_retry(site, clock):
     job_targets.FAILURES["invoice"] = ["permanent", "retryable"]
+    without_retries(site)  # the page as it stands before the queue's retry
     run_id = deliver(site, clock, 1).json["run_id"]
     page = site.get(f"/admin/runs/{run_id}", headers=OPERATOR)
     form = slot_confirmation(site, page, at(1), headers=OPERATOR)

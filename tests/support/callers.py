@@ -93,6 +93,14 @@ def settle(app) -> list[int]:
     return app.app.extensions["dedup"].dispatcher.wait(30)
 
 
+def without_retries(app) -> None:
+    """The in-process queue answers each task once, as Cloud Tasks' first attempt does: what a
+    released run leaves for the queue to retry stays to be seen (tests/test_dispatch.py retries)."""
+    from dispatch.in_process import RetryParameters
+
+    app.app.extensions["dedup"].dispatcher.retry = RetryParameters(task_retry_limit=0, task_age_limit=0)
+
+
 def nothing_written(ndb_client):
     with ndb_client.context():
         return RunRecord.query().fetch() == [] and job_targets.EFFECTS == []
