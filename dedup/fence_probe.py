@@ -11,14 +11,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 
+from google.api_core import exceptions as api_exceptions
 from google.cloud import ndb
 from google.cloud.datastore_v1.types import entity as entity_types
 
 from dedup.fence_check import FenceCheck, FenceMode, current_or_none, database_of, record
-from dedup.record_store import Applied, Conflict, RecordStore, Refused, Transaction, key_pb
+from dedup.record_store import Applied, Conflict, RecordStore, Refused, Transaction, Write, key_pb
 
 log = logging.getLogger(__name__)
 
@@ -35,21 +37,39 @@ class DedupFenceProbe(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has 
 PROBE_KIND = DedupFenceProbe._get_kind()
 
 
-def verify(client: ndb.Client, probe: Callable[[], FenceCheck] | None = None) -> FenceCheck:
-    """Check ``client``'s database once in this process (a later call returns the first answer),
-    log what it found, and keep it for every RecordStore of that database."""
+# One check at a time in a process: a second caller waits for the first's answer.
+_checking = threading.Lock()
+# A check that could not run (no client yet, Datastore unreachable) is tried again this often, this
+# many times, by the start-up thread; meanwhile the transactional path holds.
+RETRY_SECONDS = (1.0, 5.0, 15.0, 30.0, 60.0)
+COULD_NOT_RUN = "the check could not run"
+
+
+def verify(client: ndb.Client, probe: Callable[[], FenceCheck] | None = None, again: bool = False) -> FenceCheck:
+    """Check ``client``'s database once in this process (a later call returns the first answer;
+    ``again``: unless that answer was that the check could not run), log what it found, and
+    keep it for every RecordStore of that database."""
     database = database_of(client)
-    done = current_or_none(database)
-    if done is not None:
-        return done
-    with client.context():
-        try:
-            check = probe() if probe is not None else probe_fence()
-        except Exception as exc:  # the check could not run: the path safe under every reading
-            check = FenceCheck(
-                FenceMode.TRANSACTION, f"the check could not run ({type(exc).__name__}: {exc})", begins_in_read=False
-            )
-    record(database, check)
+    with _checking:
+        done = current_or_none(database)
+        if done is not None and not (again and done.reason.startswith(COULD_NOT_RUN)):
+            return done
+        with client.context():
+            try:
+                check = probe() if probe is not None else probe_fence()
+            except Exception as exc:  # the check could not run: the path safe under every reading
+                check = could_not_run(exc)
+        record(database, check)
+    report(check)
+    return check
+
+
+def could_not_run(exc: BaseException) -> FenceCheck:
+    return FenceCheck(FenceMode.TRANSACTION, f"{COULD_NOT_RUN} ({type(exc).__name__}: {exc})", begins_in_read=False)
+
+
+def report(check: FenceCheck) -> None:
+    """One line: INFO where the fence holds; a WARNING naming the cost where it does not."""
     if check.mode is FenceMode.VERSION:
         log.info("Datastore fence verified: %s", check.describe())
     else:
@@ -57,19 +77,27 @@ def verify(client: ndb.Client, probe: Callable[[], FenceCheck] | None = None) ->
             "Datastore fence not verified, every fenced write goes through a transaction that reads first: %s",
             check.describe(),
         )
-    return check
 
 
-def verify_in_background(client: Callable[[], ndb.Client]) -> threading.Thread:
+def verify_in_background(
+    client: Callable[[], ndb.Client], sleep: Callable[[float], object] = time.sleep
+) -> threading.Thread:
     """``verify`` on a thread of its own, so start-up and requests never wait for it (they take
     the transactional path until it answers).  ``client``: made on that thread, where credentials
-    may take a moment."""
+    may take a moment.  A check that could not run is tried again (RETRY_SECONDS)."""
 
     def check() -> None:
-        try:
-            verify(client())
-        except Exception:  # no client, no credentials: stay on the transactional path
-            log.warning("Datastore fence check failed to start; fenced writes go through transactions", exc_info=True)
+        for wait in (*RETRY_SECONDS, None):
+            try:
+                made = client()
+            except Exception as exc:  # no client yet, no credentials: the transactional path holds
+                report(could_not_run(exc))
+            else:
+                if not verify(made, again=True).reason.startswith(COULD_NOT_RUN):
+                    return
+            if wait is None:
+                return
+            sleep(wait)
 
     thread = threading.Thread(target=check, name="fence-check", daemon=True)
     thread.start()
@@ -100,6 +128,14 @@ def _probe_begin_in_read() -> bool:
     return True
 
 
+def refused_as_stale(answer: Write) -> bool:
+    """Whether ``answer`` says a stale version was refused, under either reading of the contract."""
+    return isinstance(answer, Conflict) or (
+        isinstance(answer, Refused)
+        and isinstance(answer.error, api_exceptions.FailedPrecondition | api_exceptions.InvalidArgument)
+    )
+
+
 def _probe_version_fence() -> FenceCheck:
     store = RecordStore.of_context()
     key = ndb.Key(PROBE_KIND, f"probe-{uuid.uuid4().hex}")
@@ -112,24 +148,25 @@ def _probe_version_fence() -> FenceCheck:
         found = store.lookup_entity(key)
         return None if found is None else int(found.properties["step"].integer_value)
 
-    first = store.insert(entity(1))
-    if not isinstance(first, Applied):
-        return FenceCheck(FenceMode.TRANSACTION, f"the scratch entity could not be written ({first})")
     try:
+        first = store.insert(entity(1))
+        if not isinstance(first, Applied):  # (one in doubt may have landed: deleted below)
+            return FenceCheck(FenceMode.TRANSACTION, f"the scratch entity could not be written ({first})")
         second = store.update(entity(2), first.version)
         if not isinstance(second, Applied):
             return FenceCheck(
                 FenceMode.TRANSACTION, f"an update fenced on the current version was not applied ({second})"
             )
-        # Refused means refused for sure (a conflict, or an error that says not applied); an answer
-        # in doubt proves nothing, and what is stored is read back either way.
+        # Refused as stale: a conflict, or the whole commit refused as the contract's other reading
+        # would (FAILED_PRECONDITION, INVALID_ARGUMENT).  An answer in doubt, or any other error
+        # (quota, permissions), proves nothing; what is stored is read back either way.
         stale_update = store.update(entity(3), first.version)
-        if not isinstance(stale_update, Conflict | Refused) or step_stored() != 2:
+        if not refused_as_stale(stale_update) or step_stored() != 2:
             return FenceCheck(
                 FenceMode.TRANSACTION, f"an update fenced on a stale version was not refused ({stale_update})"
             )
         stale_delete = store.delete_if(key, first.version)
-        if not isinstance(stale_delete, Conflict | Refused) or step_stored() != 2:
+        if not refused_as_stale(stale_delete) or step_stored() != 2:
             return FenceCheck(
                 FenceMode.TRANSACTION, f"a delete fenced on a stale version was not refused ({stale_delete})"
             )

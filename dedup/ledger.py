@@ -29,7 +29,7 @@ from dedup.finished_cache import FinishedRuns
 from dedup.outcomes import Attempt, Claimed, ClaimOutcome, Contended, Finished, Released, Renewed, Skipped, Stale
 from dedup.queries import RunFilter
 from dedup.record_store import Applied, RecordStore, Transaction, VersionFence, encode, transact
-from dedup.transactions import RETRYABLE_ERRORS, is_contention
+from dedup.transactions import is_contention
 from models import RunRecord, RunStatus
 from models.job_lock import JobLock
 
@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 # transaction a killed process left open (it expires after 60 s idle), and well inside
 # the request's deadline (10 minutes on App Engine standard).
 CLAIM_PATIENCE_SECONDS = 3.0
+# A claim that gives up after a write that may have landed releases it (``_withdraw``) this long.
+WITHDRAW_PATIENCE_SECONDS = 10.0
 FINISH_PATIENCE_SECONDS = 75.0
 
 
@@ -182,15 +184,17 @@ class Ledger:
                 log.info(
                     "run %s: claim not applied or in doubt (%s); settling it in a transaction", claim.run_id, error
                 )
-                return self._claim_in_transaction(claim)
+                return self._claim_in_transaction(claim, may_have_landed=True)
             case record_store.Exists() | record_store.Conflict() | record_store.Aborted():
                 return self._claim_in_transaction(claim)  # written by another since it was read
             case _:
                 assert_never(written)
 
-    def _claim_in_transaction(self, claim: ClaimRequest) -> ClaimOutcome | Skipped:
+    def _claim_in_transaction(self, claim: ClaimRequest, may_have_landed: bool = False) -> ClaimOutcome | Skipped:
+        """``may_have_landed``: this claim's own write (an insert in doubt) may already be stored."""
         record_key = ndb.Key(RunRecord, claim.run_id)
         lock_key = ndb.Key(JobLock, claim.job_lock) if claim.job_lock else None
+        wrote = may_have_landed
 
         def body(transaction: Transaction) -> ClaimOutcome | Skipped:
             found = transaction.get([record_key] + ([lock_key] if lock_key else []))
@@ -201,6 +205,8 @@ class Ledger:
                 return own
             decided = claim.decide(current, self.clock.now(), lock)
             if isinstance(decided, Claimed | Skipped):
+                nonlocal wrote
+                wrote = wrote or isinstance(decided, Claimed)
                 transaction.put(decided.record)
             if isinstance(decided, Claimed) and lock_key is not None:  # the run and the job's lock, in one commit
                 record = decided.record
@@ -216,7 +222,9 @@ class Ledger:
 
         try:
             outcome, transaction = transact(body, CLAIM_PATIENCE_SECONDS)
-        except RETRYABLE_ERRORS as exc:
+        except record_store.TRIED_AGAIN as exc:
+            if wrote:  # a commit of this claim may have landed: never leave a lease nobody holds
+                self._withdraw(claim, exc)
             if not is_contention(exc):
                 raise
             log.warning("run %s: claim lost to contention (%s); answering 409", claim.run_id, exc)
@@ -231,6 +239,36 @@ class Ledger:
                 outcome = dataclasses.replace(outcome, attempt=dataclasses.replace(outcome.attempt, fence=fence))
             _log_takeover(outcome)  # once, after the commit (the body may have run more than once)
         return outcome
+
+    def _withdraw(self, claim: ClaimRequest, error: Exception) -> None:
+        """Release this claim if it landed although its transaction could not be confirmed, so
+        the next delivery claims at once instead of waiting out a lease nobody holds.  It changes
+        only a record (and a lock) still carrying this claim's attempt id."""
+        record_key = ndb.Key(RunRecord, claim.run_id)
+        lock_key = ndb.Key(JobLock, claim.job_lock) if claim.job_lock else None
+
+        def body(transaction: Transaction) -> bool:
+            found = transaction.get([record_key] + ([lock_key] if lock_key else []))
+            current = found[0].record if found[0] else None
+            if current is None or current.attempt_id != claim.attempt_id or current.status != RunStatus.IN_PROGRESS:
+                return False
+            now = self.clock.now()
+            reason = {"type": "ClaimUnconfirmed", "message": f"the claim could not be confirmed ({error}); released"}
+            record_end(current, RunStatus.RELEASED, reason, now)
+            current.lease_expires = now
+            transaction.put(current)
+            lock = found[1].record if lock_key and found[1] else None
+            if lock is not None and lock.attempt_id == claim.attempt_id:
+                transaction.delete(lock.key)
+            return True
+
+        try:
+            released, _ = transact(body, WITHDRAW_PATIENCE_SECONDS)
+        except record_store.TRIED_AGAIN as exc:
+            log.error("run %s: a claim that may have landed could not be released (%s)", claim.run_id, exc)
+            return
+        if released:
+            log.warning("run %s: a claim that landed unconfirmed was released (%s)", claim.run_id, error)
 
     # -- an attempt's writes (each fenced) -------------------------------------
 

@@ -90,7 +90,8 @@ def expired_keys(
 def delete_expired_keys(store: RecordStore, keys: list[ndb.Key], clock_now: Callable[[], datetime.datetime]) -> int:
     """Delete those of ``keys`` still expired at ``now`` and under no live lease, each only if
     unchanged since it was read: two cleanups at once, or a claim racing one, never lose a live
-    record.  Two round trips, no transaction (so it never contends with a claim).  How many went."""
+    record.  Where the version fence is verified, two round trips and no transaction (so it never
+    contends with a claim); elsewhere small transactions (RecordStore.delete_unchanged).  How many went."""
     found = store.lookup_many(keys)
     now = clock_now()
     doomed = [

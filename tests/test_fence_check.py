@@ -82,27 +82,50 @@ def test_a_check_that_cannot_run_keeps_the_safe_path_and_says_why(datastore, unc
 
 
 class StaleCommitsError(grpc.UnaryUnaryClientInterceptor):
-    """A commit the emulator marks conflicting answers ``code`` instead: production refusing a
-    stale version as a whole-commit error (one reading of the contract)."""
+    """Every commit fenced on the probe's first version (the stale ones) answers ``code`` instead of
+    being sent: production refusing a stale version as a whole-commit error (one reading of the
+    contract), or a quota, or an answer lost (never sent, so it proves nothing either way)."""
 
     def __init__(self, code: grpc.StatusCode) -> None:
         self.code = code
+        self.first_version: int | None = None
+        self.current_update_sent = False
 
     def intercept_unary_unary(self, continuation, details, request):
-        call = continuation(details, request)
-        if details.method.endswith("/Commit") and call.exception() is None:
-            if any(result.conflict_detected for result in call.result().mutation_results):
+        if details.method.endswith("/Commit"):
+            fenced = [m.base_version for m in request.mutations if m.base_version]
+            if fenced and fenced[0] == self.first_version:
+                if not self.current_update_sent:  # the probe's update on the current version
+                    self.current_update_sent = True
+                    return continuation(details, request)
                 from tests.support.lost_answers import FailedCall
 
-                return FailedCall(self.code, "injected: a stale version refused as a whole commit")
-        return call
+                return FailedCall(self.code, "injected at a commit fenced on a stale version")
+            call = continuation(details, request)
+            if self.first_version is None and call.exception() is None:
+                self.first_version = call.result().mutation_results[0].version  # the scratch insert's
+            return call
+        return continuation(details, request)
 
 
-@pytest.mark.parametrize("code", [grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT])
-def test_a_stale_version_refused_as_an_error_counts_as_refused(datastore, datastore_flavor, unchecked, code):
+@pytest.mark.parametrize(
+    "code, proves",
+    [
+        (grpc.StatusCode.FAILED_PRECONDITION, True),  # the whole commit refused as stale
+        (grpc.StatusCode.INVALID_ARGUMENT, True),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, False),  # a quota says nothing of versions
+        (grpc.StatusCode.PERMISSION_DENIED, False),
+        (grpc.StatusCode.UNAVAILABLE, False),  # in doubt
+        (grpc.StatusCode.DEADLINE_EXCEEDED, False),
+    ],
+)
+def test_only_a_refusal_that_means_stale_proves_the_fence(datastore, unchecked, code, proves):
+    """On both emulators the stale commits never reach the database here: what decides is what
+    their answer says.  A refusal for another reason must not prove the fence (on the Firestore
+    emulator, which applies stale writes, that would be the fault the check exists to keep out)."""
     client = intercepted_client(datastore.project, StaleCommitsError(code))
     check = fence_probe.verify(client)
-    assert check.mode is EXPECTED[datastore_flavor]  # refused is refused, however it is said
+    assert check.mode is (FenceMode.VERSION if proves else FenceMode.TRANSACTION), check
 
 
 def test_a_stale_attempt_changes_nothing_on_the_path_chosen(datastore, datastore_flavor, clock):
@@ -160,6 +183,21 @@ def test_create_app_checks_the_fence_off_the_request_path(make_client, datastore
     deadline = time.monotonic() + 30
     while fence_check.current(unchecked) is fence_check.UNCHECKED and time.monotonic() < deadline:
         time.sleep(0.01)
+    assert fence_check.current(unchecked).mode is EXPECTED[datastore_flavor]
+
+
+def test_a_check_that_could_not_run_is_tried_again_in_the_background(datastore, datastore_flavor, unchecked):
+    attempts = []
+    waits: list[float] = []
+
+    def client():
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise RuntimeError("no credentials yet")
+        return ndb_client_of(datastore)
+
+    fence_probe.verify_in_background(client, sleep=waits.append).join(30)
+    assert len(attempts) == 3 and waits == list(fence_probe.RETRY_SECONDS[:2])
     assert fence_check.current(unchecked).mode is EXPECTED[datastore_flavor]
 
 

@@ -47,12 +47,16 @@ def deliver(server, schedule_time: str, body: dict) -> requests.Response:
 
 
 def wait_for_the_check(server, expected: str) -> None:
-    """Until the workers' start-up check has answered (it runs beside the requests)."""
+    """Until the workers' start-up checks have answered (they run beside the requests): every
+    answer of 20 (from both workers, gunicorn's two) names the path, and none says it is unchecked."""
+    from dedup.fence_check import UNCHECKED
+
     deadline = time.monotonic() + 30
-    seen = set()
+    seen: set[tuple[str, str]] = set()
     while time.monotonic() < deadline:
-        seen = {requests.get(f"{server.url}/api/v1/status", timeout=10).json()["datastore"]["fence"] for _ in range(6)}
-        if seen == {expected}:
+        answers = [requests.get(f"{server.url}/api/v1/status", timeout=10).json()["datastore"] for _ in range(20)]
+        seen = {(answer["fence"], answer["reason"]) for answer in answers}
+        if {fence for fence, _ in seen} == {expected} and UNCHECKED.reason not in {reason for _, reason in seen}:
             return
         time.sleep(0.1)
     raise AssertionError(f"the workers report {seen}, not {expected}")
