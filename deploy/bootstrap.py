@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import shutil
 import subprocess
 
+from dedup import database as ledger_database
 from deploy.scheduler_config import app_service, shell_line
 
 # The APIs a first deploy and the ops commands use: App Engine and the Cloud Build its
@@ -46,11 +46,8 @@ _APP_ENGINE_REGIONS = {"us-central1": "us-central", "europe-west1": "europe-west
 _ABSENT = ("not found", "not_found", "does not exist", "has not been used", "service_disabled", "is disabled")
 
 
-DEFAULT_DATABASE = "(default)"
-DATABASE_SETTING = "DEDUP_DATABASE"
-# Firestore's database ids, as the app checks DEDUP_DATABASE: 4 to 63 lowercase letters, digits and
-# hyphens, starting with a letter and ending with a letter or digit.
-DATABASE_ID = re.compile(r"[a-z][a-z0-9-]{2,61}[a-z0-9]")
+DEFAULT_DATABASE = ledger_database.DEFAULT
+DATABASE_SETTING = ledger_database.SETTING
 DATASTORE_MODE = "DATASTORE_MODE"
 # Not recommended by Google: set on some databases upgraded from Cloud Datastore.  Conflicts are an
 # entity group's, not an entity's, which the ledger was neither built nor checked for.
@@ -74,14 +71,11 @@ class ProjectState:
 
 
 def database_name(value: str | None) -> str:
-    """The ledger's database from DEDUP_DATABASE or --database: ``(default)`` when unset; else an id."""
-    name = (value or "").strip() or DEFAULT_DATABASE
-    if name != DEFAULT_DATABASE and not DATABASE_ID.fullmatch(name):
-        raise BootstrapError(
-            f"{name!r} is not a database id: 4 to 63 lowercase letters, digits and hyphens, starting with a "
-            f"letter and ending with a letter or digit, or {DEFAULT_DATABASE}"
-        )
-    return name
+    """The ledger's database from DEDUP_DATABASE or --database, by the app's own rule (dedup/database.py)."""
+    try:
+        return ledger_database.database_name(value)
+    except ledger_database.DatabaseNameError as exc:
+        raise BootstrapError(str(exc)) from None
 
 
 def app_engine_region(region: str) -> str:

@@ -12,7 +12,7 @@ from flask import Flask, Response, g, request
 from flask.json.provider import DefaultJSONProvider
 from google.cloud import ndb
 
-from dedup import fence_probe
+from dedup import database, fence_probe
 from dedup.clock import Clock, SystemClock
 from dedup.finished_cache import FinishedRuns
 from dedup.ledger import Ledger
@@ -179,24 +179,13 @@ def max_waiters_from_environ(environ: Mapping[str, str]) -> int:
     )
 
 
-# Firestore's database ids: 4 to 63 lowercase letters, digits and hyphens, starting with a letter
-# and ending with a letter or digit (gcloud firestore databases create --database).
-DATABASE_ID = re.compile(r"[a-z][a-z0-9-]{2,61}[a-z0-9]")
-
-
 def database_from_environ(environ: Mapping[str, str]) -> str | None:
-    """DEDUP_DATABASE: the Datastore-mode database that holds the ledger (unset or ``(default)``:
-    the project's default database).  A named one lets a project whose default database is in
-    Firestore native mode host the ledger (docs/deploying.md)."""
-    raw = environ.get("DEDUP_DATABASE", "").strip()
-    if raw in ("", "(default)"):
-        return None
-    if not DATABASE_ID.fullmatch(raw):
-        raise SettingError(
-            f"DEDUP_DATABASE={raw!r}: a database id is 4 to 63 lowercase letters, digits and hyphens, "
-            "starting with a letter and ending with a letter or digit, or (default)"
-        )
-    return raw
+    """DEDUP_DATABASE: the Datastore-mode database that holds the ledger (None: ``(default)``),
+    by the rule the deploy CLI applies too (dedup/database.py)."""
+    try:
+        return database.client_database(environ)
+    except database.DatabaseNameError as exc:
+        raise SettingError(f"{database.SETTING}: {exc}") from None
 
 
 MAX_FINISHED_CACHE_ENTRIES = 100_000
