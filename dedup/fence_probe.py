@@ -20,7 +20,7 @@ from google.cloud import ndb
 from google.cloud.datastore_v1.types import entity as entity_types
 
 from dedup.fence_check import FenceCheck, FenceMode, current_or_none, database_of, record
-from dedup.record_store import Applied, Conflict, RecordStore, Refused, Transaction, Write, key_pb
+from dedup.record_store import Applied, RecordStore, Refused, StaleVersion, Transaction, Write, key_pb
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def _probe_begin_in_read() -> bool:
 
 def refused_as_stale(answer: Write) -> bool:
     """Whether ``answer`` says a stale version was refused, under either reading of the contract."""
-    return isinstance(answer, Conflict) or (
+    return isinstance(answer, StaleVersion) or (
         isinstance(answer, Refused)
         and isinstance(answer.error, api_exceptions.FailedPrecondition | api_exceptions.InvalidArgument)
     )

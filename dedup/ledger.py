@@ -185,7 +185,7 @@ class Ledger:
                     "run %s: claim not applied or in doubt (%s); settling it in a transaction", claim.run_id, error
                 )
                 return self._claim_in_transaction(claim, may_have_landed=True)
-            case record_store.Exists() | record_store.Conflict() | record_store.Aborted():
+            case record_store.Exists() | record_store.StaleVersion() | record_store.Aborted():
                 return self._claim_in_transaction(claim)  # written by another since it was read
             case _:
                 assert_never(written)

@@ -16,7 +16,7 @@ declarations (``tests/test_record_store.py`` holds the two encodings together), 
 queries, the dashboard and the audit go on reading through NDB.
 
 What an answer means (``Write``): ``Applied`` carries the new version; ``Exists`` (an insert's
-key is taken), ``Conflict`` (a fenced update's version is old), ``Aborted`` and ``Refused`` (any
+key is taken), ``StaleVersion`` (a fenced update's version is old), ``Aborted`` and ``Refused`` (any
 other error: RESOURCE_EXHAUSTED, NOT_FOUND for a record deleted since it was read,
 FAILED_PRECONDITION, INVALID_ARGUMENT, ...) were not applied; ``Doubt`` (DEADLINE_EXCEEDED,
 UNAVAILABLE, INTERNAL, UNKNOWN) may have been.  No write here raises a Datastore status: the
@@ -93,7 +93,7 @@ class Exists:
 
 
 @dataclasses.dataclass(frozen=True)
-class Conflict:
+class StaleVersion:
     """A fenced update whose base version was not the entity's: not applied."""
 
 
@@ -117,7 +117,7 @@ class Doubt:
     error: Exception
 
 
-type Write = Applied | Exists | Conflict | Aborted | Refused | Doubt
+type Write = Applied | Exists | StaleVersion | Aborted | Refused | Doubt
 
 
 @dataclasses.dataclass(frozen=True)
@@ -489,7 +489,7 @@ class RecordStore:
             return Refused(error)  # never raised: the caller's transaction settles it
         result = datastore_types.CommitResponse.pb(response).mutation_results[0]
         if result.conflict_detected:
-            return Conflict()
+            return StaleVersion()
         return Applied(result.version)
 
     @staticmethod

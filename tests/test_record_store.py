@@ -17,7 +17,7 @@ from google.cloud.datastore_v1.types import datastore as datastore_types
 from google.cloud.datastore_v1.types.entity import Entity
 
 from dedup import record_store
-from dedup.record_store import Aborted, Applied, Conflict, Doubt, Exists, RecordStore, Refused, decode, encode
+from dedup.record_store import Aborted, Applied, Doubt, Exists, RecordStore, Refused, StaleVersion, decode, encode
 from devtools.rpc_counter import intercepted_client
 from models import RunRecord, RunStatus
 from tests.support.lost_answers import FailedCall
@@ -153,7 +153,7 @@ def test_an_update_fenced_on_an_old_version_is_not_applied(store, datastore_flav
     if not REFUSES_STALE[datastore_flavor]:  # the difference, recorded: applied
         assert isinstance(stale, Applied) and RunRecord.get_by_id(record.run_id).attempt == 5
         return
-    assert stale == Conflict()
+    assert stale == StaleVersion()
     assert RunRecord.get_by_id(record.run_id).attempt == 4
     found = store.lookup(record.run_id)
     assert found is not None and found.version == renewed.version
@@ -180,7 +180,7 @@ def test_a_record_an_ndb_put_overwrote_is_a_conflict_for_its_old_version(store, 
     if not REFUSES_STALE[datastore_flavor]:
         assert isinstance(store.update(record, written.version), Applied)
         return
-    assert store.update(record, written.version) == Conflict()
+    assert store.update(record, written.version) == StaleVersion()
     assert RunRecord.get_by_id(record.run_id).attempt_id == "e" * 32
 
 
@@ -398,7 +398,7 @@ def test_an_update_with_a_fenced_delete_lands_each_on_its_own_version(
         delete=(lock.key, lock_version if lock_current else lock_version - 1),
     )
     refuses = REFUSES_STALE[datastore_flavor]  # elsewhere every mutation lands: the path is the transaction's
-    assert isinstance(answer, Applied if record_current or not refuses else Conflict)
+    assert isinstance(answer, Applied if record_current or not refuses else StaleVersion)
     assert RunRecord.get_by_id(record.run_id).status == (
         RunStatus.COMPLETED if record_current or not refuses else RunStatus.IN_PROGRESS
     )
