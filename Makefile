@@ -56,7 +56,7 @@ test: $(STAMP) browser lint devserver-venv
 # 4 were no faster), one emulator each, idle workers stealing tests from busy ones.  Bytecode is
 # cached (pytest's rewritten asserts too), whatever the environment says, so collection is not redone.
 check: lint
-	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 3 --dist worksteal -m "not live and not browser and not exhaustive and not slow"
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 3 --dist worksteal -m "not live and not browser and not exhaustive and not slow and not firestore"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -20,7 +20,8 @@ from google.cloud import ndb
 from google.cloud.datastore_v1.types import entity as entity_types
 
 from dedup.fence_check import FenceCheck, FenceMode, current_or_none, database_of, record
-from dedup.record_store import Applied, RecordStore, Refused, StaleVersion, Transaction, Write, key_pb
+from dedup.record_store import RecordStore, Transaction, key_pb
+from dedup.store import Applied, Refused, StaleVersion, Write
 
 log = logging.getLogger(__name__)
 

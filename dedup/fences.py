@@ -17,7 +17,8 @@ from google.cloud import ndb
 
 from dedup.clock import Clock
 from dedup.outcomes import Attempt, Stale
-from dedup.record_store import Applied, Doubt, RecordStore, Refused, Transaction, Write, transact
+from dedup.record_store import RecordStore, transact
+from dedup.store import Applied, Doubt, Refused, Store, Transaction, Write
 from models import RunRecord, RunStatus
 from models.job_lock import JobLock
 
@@ -29,27 +30,25 @@ def fenced_write[T](
     patience_seconds: float,
     landed: Callable[[RunRecord | None], T | None] | None = None,
     keeps_running: bool = False,
+    store: Store | None = None,
 ) -> T | Stale:
     """Apply ``change`` (which edits the record and never writes it) while ``attempt`` owns the run:
-    what it returns, or Stale."""
+    what it returns, or Stale.  ``store``: where the record is (default: Datastore's, in context)."""
+    store = store if store is not None else RecordStore.of_context()
     write = FencedWrite(clock, attempt, change, landed, keeps_running)
     # A job's lock must still be this attempt's for it to go on running, and a version fences one
     # entity, not a commit: a renewal under a lock reads both in the transaction.  A finish need
     # not: it lands whoever holds the lock now, and frees the lock only if still its own.
     # The fast path only where this process verified that the database refuses a stale version
     # (dedup/fence_check.py): elsewhere a stale write could land, so the transaction decides.
-    if (
-        attempt.fence is not None
-        and (attempt.job_lock is None or not keeps_running)
-        and RecordStore.of_context().fenced
-    ):
-        fast = write_by_version(attempt, clock.now(), change)
+    if attempt.fence is not None and (attempt.job_lock is None or not keeps_running) and store.fenced:
+        fast = write_by_version(attempt, clock.now(), change, store)
         if isinstance(fast, Landed):
             return fast.outcome
         # Not applied, or in doubt: the transaction reads what is there and, where the write may
         # have landed (in doubt, or an error read either way), recognises it as this attempt's own.
         write.wrote = isinstance(fast, Doubt | Refused)
-    outcome, transaction = transact(write, patience_seconds)
+    outcome, transaction = transact(write, patience_seconds, store)
     if not isinstance(outcome, Stale) and attempt.fence is not None and write.written is not None:
         version = transaction.versions.get(write.written.key)
         lock_version = transaction.versions.get(ndb.Key(JobLock, attempt.job_lock)) if attempt.job_lock else None
@@ -118,7 +117,7 @@ class Landed[T]:
 
 
 def write_by_version[T](
-    attempt: Attempt, now: datetime.datetime, change: Callable[[RunRecord, datetime.datetime], T]
+    attempt: Attempt, now: datetime.datetime, change: Callable[[RunRecord, datetime.datetime], T], store: Store
 ) -> Landed[T] | Write | None:
     """``change`` applied to what this attempt last wrote, fenced on that write's version: what
     ``change`` returned when it landed, else the write's answer (None: nothing to fence on).
@@ -146,7 +145,7 @@ def write_by_version[T](
         lock = (ndb.Key(JobLock, attempt.job_lock), fence.lock_version)
     try:
         outcome = change(record, now)  # under a lock, only a finish comes here (fenced_write)
-        written = RecordStore.of_context().update(record, version, delete=lock)
+        written = store.update(record, version, delete=lock)
     except BaseException:
         fence.drop()  # it cannot vouch for what happened
         raise

@@ -28,7 +28,8 @@ from dedup.fences import fenced_write
 from dedup.finished_cache import FinishedRuns
 from dedup.outcomes import Attempt, Claimed, ClaimOutcome, Contended, Finished, Released, Renewed, Skipped, Stale
 from dedup.queries import RunFilter
-from dedup.record_store import Applied, RecordStore, Transaction, VersionFence, encode, transact
+from dedup.record_store import RecordStore, VersionFence, encode, transact
+from dedup.store import Aborted, Applied, Doubt, Exists, Refused, StaleVersion, Store, Transaction
 from dedup.transactions import is_contention
 from models import RunRecord, RunStatus
 from models.job_lock import JobLock
@@ -50,18 +51,24 @@ FINISH_PATIENCE_SECONDS = 75.0
 
 
 class Ledger:
-    def __init__(self, clock: Clock, finished: FinishedRuns | None = None) -> None:
-        """``finished``: this process's cache of completed runs (default: a new, bounded one)."""
+    def __init__(
+        self, clock: Clock, finished: FinishedRuns | None = None, store: Callable[[], Store] | None = None
+    ) -> None:
+        """``finished``: this process's cache of completed runs (default: a new, bounded one).
+        ``store``: where the records are, asked at each call (default: Datastore, through the
+        current NDB context's client; ``dedup.memory_store`` for tests of the decisions)."""
         self.clock = clock
         self.finished = finished if finished is not None else FinishedRuns()
+        self.store: Callable[[], Store] = store or RecordStore.of_context
 
     # -- reads ---------------------------------------------------------------
 
     def lookup(self, run_id: str) -> RunRecord | None:
         """One strongly consistent lookup; an expired record counts as absent."""
-        record: RunRecord | None = RunRecord.get_by_id(run_id)
-        if record is None or record.is_expired(self.clock.now()):
+        found = self.store().lookup(run_id)
+        if found is None or found.record.is_expired(self.clock.now()):
             return None
+        record: RunRecord = found.record
         return record
 
     def lookup_many(self, run_ids: list[str]) -> dict[str, RunRecord]:
@@ -69,8 +76,8 @@ class Ledger:
         if not run_ids:
             return {}
         now = self.clock.now()
-        records = ndb.get_multi([ndb.Key(RunRecord, run_id) for run_id in run_ids])
-        return {r.key.id(): r for r in records if r is not None and not r.is_expired(now)}
+        found = self.store().lookup_many([ndb.Key(RunRecord, run_id) for run_id in run_ids])
+        return {f.record.key.id(): f.record for f in found if f is not None and not f.record.is_expired(now)}
 
     def refusal(
         self, run_id: str, description: RunDescription, reopen_attempt: int | None = None
@@ -156,13 +163,13 @@ class Ledger:
         """The lookup and the insert of a fresh claim travel together; a record that is there but
         claimable (released, expired, a lost lease, reopened) is replaced by an update fenced on
         the version just read.  Anything those writes cannot settle goes to the transaction."""
-        store = RecordStore.of_context()
+        store = self.store()
         now = self.clock.now()
         decided = claim.decide(None, now)
         assert isinstance(decided, Claimed | Skipped)  # nothing refuses a claim of no record
         entity = encode(decided.record)
         found, written = store.lookup_and_insert(decided.record, entity)
-        if isinstance(written, record_store.Exists) and found is not None:
+        if isinstance(written, Exists) and found is not None:
             self.finished.remember(found.record)  # completed records only
             decided = claim.decide(found.record, now)
             if not isinstance(decided, Claimed | Skipped):
@@ -179,13 +186,13 @@ class Ledger:
                 claimed = dataclasses.replace(decided, attempt=dataclasses.replace(decided.attempt, fence=fence))
                 _log_takeover(claimed)
                 return claimed
-            case record_store.Doubt(error) | record_store.Refused(error):
+            case Doubt(error) | Refused(error):
                 # Its attempt id tells the transaction whether it landed.
                 log.info(
                     "run %s: claim not applied or in doubt (%s); settling it in a transaction", claim.run_id, error
                 )
                 return self._claim_in_transaction(claim, may_have_landed=True)
-            case record_store.Exists() | record_store.StaleVersion() | record_store.Aborted():
+            case Exists() | StaleVersion() | Aborted():
                 return self._claim_in_transaction(claim)  # written by another since it was read
             case _:
                 assert_never(written)
@@ -221,7 +228,7 @@ class Ledger:
             return decided
 
         try:
-            outcome, transaction = transact(body, CLAIM_PATIENCE_SECONDS)
+            outcome, transaction = transact(body, CLAIM_PATIENCE_SECONDS, self.store())
         except record_store.TRIED_AGAIN as exc:
             if wrote:  # a commit of this claim may have landed: never leave a lease nobody holds
                 self._withdraw(claim, exc)
@@ -263,7 +270,7 @@ class Ledger:
             return True
 
         try:
-            released, _ = transact(body, WITHDRAW_PATIENCE_SECONDS)
+            released, _ = transact(body, WITHDRAW_PATIENCE_SECONDS, self.store())
         except record_store.TRIED_AGAIN as exc:
             log.error("run %s: a claim that may have landed could not be released (%s)", claim.run_id, exc)
             return
@@ -369,7 +376,7 @@ class Ledger:
         again after the lease), so the owner persists.
         """
         patience = FINISH_PATIENCE_SECONDS if patience_seconds is None else patience_seconds
-        outcome = fenced_write(self.clock, attempt, change, patience, landed, keeps_running)
+        outcome = fenced_write(self.clock, attempt, change, patience, landed, keeps_running, self.store())
         if isinstance(outcome, Stale):
             current = outcome.current
             log.warning(

@@ -31,7 +31,6 @@ ledger takes the fenced writes only where it found the fence holds.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import logging
@@ -50,6 +49,8 @@ from google.cloud.datastore_v1.types import datastore as datastore_types
 from google.cloud.datastore_v1.types import entity as entity_types
 
 from dedup import fence_check
+from dedup.store import Aborted, Applied, Doubt, Exists, Refused, StaleVersion, Store, Versioned, Write
+from dedup.store import Transaction as StoreTransaction
 from dedup.transactions import RETRYABLE_ERRORS
 from models import RunRecord
 
@@ -80,52 +81,6 @@ _IN_DOUBT = (
     api_exceptions.InternalServerError,
     api_exceptions.Unknown,
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class Applied:
-    version: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Exists:
-    """An insert whose key was taken: not applied."""
-
-
-@dataclasses.dataclass(frozen=True)
-class StaleVersion:
-    """A fenced update whose base version was not the entity's: not applied."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Aborted:
-    """Contention: Datastore says the commit was not applied."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Refused:
-    """Any other error: Datastore says the commit failed, so it was not applied.  The transaction
-    that settles it reads the record all the same (safe whichever way the error is read)."""
-
-    error: Exception
-
-
-@dataclasses.dataclass(frozen=True)
-class Doubt:
-    """The answer was lost or late: the write may have landed."""
-
-    error: Exception
-
-
-type Write = Applied | Exists | StaleVersion | Aborted | Refused | Doubt
-
-
-@dataclasses.dataclass(frozen=True)
-class Versioned:
-    """A record as stored, with the version its last write gave it."""
-
-    record: RunRecord
-    version: int
 
 
 # -- the record's one definition, as the entity NDB writes -------------------------------
@@ -366,7 +321,7 @@ class RecordStore:
         for start in range(0, len(doomed), CLEANUP_TRANSACTION_KEYS):
             versions = {found.record.key: found.version for found in doomed[start : start + CLEANUP_TRANSACTION_KEYS]}
 
-            def body(transaction: Transaction, versions: dict[ndb.Key, int] = versions) -> int:
+            def body(transaction: StoreTransaction, versions: dict[ndb.Key, int] = versions) -> int:
                 keys = list(versions)
                 unchanged = [
                     key
@@ -664,8 +619,8 @@ def _call(method: Any, request: Any, metadata: tuple[Any, ...]) -> Any:
 
 
 def transact[T](
-    body: Callable[[Transaction], T], patience_seconds: float, store: RecordStore | None = None
-) -> tuple[T, Transaction]:
+    body: Callable[[StoreTransaction], T], patience_seconds: float, store: Store | None = None
+) -> tuple[T, StoreTransaction]:
     """``body`` in a transaction, committed; tried again in a new one on contention or a transient
     error until patience runs out.  A commit in doubt may have landed: every body of the ledger
     recognises its own landed write when it reads again, so trying again is safe.  Each new try

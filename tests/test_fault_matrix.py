@@ -75,6 +75,7 @@ class OneFault(grpc.UnaryUnaryClientInterceptor):
         return FailedCall(self.code, f"injected at the {self.armed}")
 
 
+@pytest.mark.sample(12)  # make check: a spread of the 96; make test: every one
 @pytest.mark.parametrize("exclusive", [False, True], ids=["overlap allow", "overlap forbid"])
 @pytest.mark.parametrize("site", list(SITES))
 @pytest.mark.parametrize("code", NOT_APPLIED + IN_DOUBT, ids=lambda code: code.name)

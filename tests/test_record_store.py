@@ -17,7 +17,8 @@ from google.cloud.datastore_v1.types import datastore as datastore_types
 from google.cloud.datastore_v1.types.entity import Entity
 
 from dedup import record_store
-from dedup.record_store import Aborted, Applied, Doubt, Exists, RecordStore, Refused, StaleVersion, decode, encode
+from dedup.record_store import RecordStore, decode, encode
+from dedup.store import Aborted, Applied, Doubt, Exists, Refused, StaleVersion
 from devtools.rpc_counter import intercepted_client
 from models import RunRecord, RunStatus
 from tests.support.lost_answers import FailedCall
