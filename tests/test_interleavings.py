@@ -43,6 +43,7 @@ from google.cloud import ndb
 from dedup.clock import ManualClock
 from dedup.finished_cache import FinishedRuns
 from dedup.ledger import Ledger, RunDescription, RunPolicy
+from dedup.memory_store import MemoryStore
 from dedup.outcomes import Claimed, Finished, InProgress, Released, Renewed, Replayed, Stale
 from models import RunRecord, RunStatus
 
@@ -234,14 +235,21 @@ class Explorer:
         self.stored = _CHANGED_BY_THE_END_CHECK
 
     def _read(self) -> RunRecord | None:
-        return RunRecord.get_by_id(self.run_id)
+        found = self.ledger.store().lookup(self.run_id)
+        return None if found is None else found.record
 
     def _restore(self, state: State) -> None:
         """Put the Datastore and the clock back as they were in ``state``."""
         self.clock.advance((self.start - self.clock.now()).total_seconds() + state.model.now)
         if self.stored is state.record:
             return  # the Datastore already holds it
-        if state.record is None:
+        store = self.ledger.store()
+        if isinstance(store, MemoryStore):
+            if state.record is None:
+                store.remove(ndb.Key(RunRecord, self.run_id))
+            else:
+                store.put(state.record)
+        elif state.record is None:
             ndb.Key(RunRecord, self.run_id).delete()
         else:
             state.record.put()
@@ -293,7 +301,13 @@ def orderings_of(sequences: dict[str, list[str]]) -> int:
 
 
 def explore_all(
-    ndb_client, ledger_class: type[Ledger], prefix: str, attempts: int, options: list[list[str]], expiries: int
+    ndb_client,
+    ledger_class: type[Ledger],
+    prefix: str,
+    attempts: int,
+    options: list[list[str]],
+    expiries: int,
+    in_memory: bool = False,
 ) -> tuple[int, int]:
     """Explore every ordering for every choice of each attempt's steps among ``options``.
 
@@ -302,7 +316,9 @@ def explore_all(
     releases, or the other way round) has the same orderings renamed: one
     choice per multiset is explored and counted for all of its renamings.
     Each explored choice is its own run with its own clock, in a thread of its
-    own: the time goes into Datastore round trips, which overlap.
+    own: the time goes into Datastore round trips, which overlap.  ``in_memory``: the ledger's
+    records in a MemoryStore of each choice's own (dedup/memory_store.py), ``ndb_client`` an
+    offline one: the same decisions, at the speed of the process.
     """
     names = [chr(ord("A") + i) for i in range(attempts)]
 
@@ -311,7 +327,9 @@ def explore_all(
         clock = ManualClock()
         with ndb_client.context():
             # No memory of completed runs: the explorer puts records back between orderings.
-            explorer = Explorer(ledger_class(clock, FinishedRuns(0)), clock, f"{prefix}-{number}", sequences)
+            memory = MemoryStore()
+            store = {"store": lambda: memory} if in_memory else {}
+            explorer = Explorer(ledger_class(clock, FinishedRuns(0), **store), clock, f"{prefix}-{number}", sequences)
             found = explorer.explore()
         assert found == orderings_of(sequences), sequences  # the graph stands for every ordering
         renamings = math.factorial(attempts) // math.prod(math.factorial(choice.count(i)) for i in set(choice))
@@ -340,6 +358,44 @@ def test_every_ordering_of_three_attempts(datastore, ndb_client):
     orderings, played = explore_all(ndb_client, Ledger, "three", 3, finishing("complete", "release"), expiries=2)
     assert orderings == 8 * math.factorial(14) // (24 * 24 * 24 * 2)  # 8 combinations x 3,153,150
     print(f"three attempts: {orderings:,} orderings checked with {played:,} ledger steps")
+
+
+def offline_client() -> ndb.Client:
+    """For the memory store: NDB builds keys in a context; this client never calls out."""
+    from google.auth.credentials import AnonymousCredentials
+
+    return ndb.Client(project="interleavings", credentials=AnonymousCredentials())
+
+
+def test_every_ordering_of_two_attempts_on_the_memory_store():
+    """The same exploration, the ledger's store in memory (tests/test_store_contract.py holds it
+    to the Datastore store's contract): the decision layer alone, in seconds."""
+    options = finishing("complete", "fail", "release")
+    orderings, played = explore_all(offline_client(), Ledger, "two", 2, options, expiries=2, in_memory=True)
+    assert orderings == 9 * math.factorial(10) // (4 * 3 * 2 * 4 * 3 * 2 * 2)
+
+
+def test_every_ordering_of_three_attempts_that_complete_or_fail_on_the_memory_store():
+    """Three attempts where the emulator's exploration has completions and releases: here
+    completions and permanent failures, racing each other (only one may land)."""
+    options = finishing("complete", "fail")
+    orderings, _ = explore_all(offline_client(), Ledger, "three", 3, options, expiries=2, in_memory=True)
+    assert orderings == 8 * math.factorial(14) // (24 * 24 * 24 * 2)
+
+
+def test_the_checker_catches_an_unfenced_completion_on_the_memory_store():
+    """The memory store's exploration can fail too: a completion that skips the fence breaks it."""
+
+    class Unfenced(Ledger):
+        def complete_run(self, attempt, result, policy):
+            store = self.store()
+            record = store.lookup(attempt.run_id).record
+            record.status, record.result = RunStatus.COMPLETED, result
+            store.put(record)
+            return Finished(record)
+
+    with pytest.raises(AssertionError, match=r"Finished\("):
+        explore_all(offline_client(), Unfenced, "unfenced", 2, [["claim", "complete"]], 1, in_memory=True)
 
 
 def test_the_checker_catches_a_protocol_without_a_fence(datastore, ndb_client):
