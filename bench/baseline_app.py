@@ -8,9 +8,10 @@ from flask import Flask, jsonify
 
 from handlers import NdbContextMiddleware
 from jobs import RunContext
-from jobs.config import jobs_file_path, load_jobs
+from jobs.config import load_jobs
+from settings import jobs_file
 
-jobs = load_jobs(jobs_file_path(os.environ))
+jobs = load_jobs(jobs_file(os.environ))
 app = Flask(__name__)
 
 

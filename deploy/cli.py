@@ -21,12 +21,13 @@ from typing import Any, TypeVar
 
 import click
 
+import settings
 from dedup.keys import PROJECT_ID, SCHEDULER_JOB_ID
 from deploy import bootstrap as project_setup
 from deploy import smoke as delivery_smoke
 from deploy.scheduler_config import app_service, gcloud_commands, pause_commands, shell_line, update_warnings
 from jobs.base import http_url
-from jobs.config import JobSpec, jobs_file_path, load_jobs
+from jobs.config import JobSpec, load_jobs
 from jobs.errors import JobsConfigError
 from jobs.kinds.google_api import DEFAULT_TIMEOUT_SECONDS, GoogleApi
 from schedules.config import (
@@ -55,7 +56,7 @@ FIRST_PRIORITY = 1000
 @click.option(
     "--jobs",
     "jobs_file",
-    default=lambda: jobs_file_path(os.environ),
+    default=lambda: settings.jobs_file(os.environ),
     show_default="DEDUP_JOBS_FILE, else jobs.yaml",
     help="The jobs file scheduler.yaml is checked against.",
 )

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
-from collections.abc import Mapping
 
 from flask import Flask, Response, g, request
 from flask.json.provider import DefaultJSONProvider
 from google.cloud import ndb
 
-from dedup import database, fence_probe
+import settings as settings_module
+from dedup import fence_probe
 from dedup.clock import Clock, SystemClock
 from dedup.finished_cache import FinishedRuns
 from dedup.ledger import Ledger
@@ -23,10 +22,16 @@ from handlers.access import role_of
 from handlers.auth import Admission, AuthSettings, CallerGate
 from handlers.idempotent import install_guard
 from handlers.state import AppState, current_principal
-from jobs.config import jobs_file_path, load_jobs
+from jobs.config import load_jobs
 from schedules.config import SchedulerJob, load_app_schedules, scheduler_file_path
 from schedules.history import TrackedSchedules
 from schedules.scheduler_api import SchedulerApi
+from settings import CACHE_SHARE_OF_MEMORY as CACHE_SHARE_OF_MEMORY
+from settings import MAX_FINISHED_CACHE_ENTRIES as MAX_FINISHED_CACHE_ENTRIES
+from settings import MAX_FINISHED_CACHE_MIB as MAX_FINISHED_CACHE_MIB
+from settings import MAX_WAITERS_LIMIT as MAX_WAITERS_LIMIT
+from settings import SettingError as SettingError
+from settings import Settings
 
 
 def create_app(
@@ -37,6 +42,7 @@ def create_app(
     max_waiters: int | None = None,
     scheduler_file: str | None = None,
     dispatcher: Dispatcher | None = None,
+    settings: Settings | None = None,
 ) -> Flask:
     """Build the app; a bad jobs file or setting raises here, before serving.
 
@@ -46,6 +52,8 @@ def create_app(
     DEDUP_SCHEDULER_FILE, else the scheduler.yaml beside the jobs file; absent: none).
     ``dispatcher``: where work is dispatched (default: the Cloud Tasks queue DEDUP_TASKS_QUEUE
     names, else this process's threads, as under ``make run``).
+    ``settings``: the DEDUP_* settings (default: ``Settings.from_environ(os.environ)``, read here
+    once; a bad one raises ``SettingError``); the arguments above take precedence over them.
     """
     from dedup.runner import WaitSlots
     from handlers import (
@@ -66,20 +74,23 @@ def create_app(
     from handlers.cross_site import refuse_cross_site_requests
     from handlers.request_limits import limit_requests
 
+    settings = settings or Settings.from_environ(os.environ)
     clock = clock or SystemClock()
     gate = CallerGate(auth or AuthSettings.from_environ(os.environ))
     tracing.configure_tracing(os.environ)
-    jobs_path = jobs_file or jobs_file_path(os.environ)
+    jobs_path = jobs_file or settings.jobs_file
     jobs = load_jobs(jobs_path)
-    required = scheduler_file is not None or bool(os.environ.get("DEDUP_SCHEDULER_FILE"))
-    schedules = load_app_schedules(scheduler_file or scheduler_file_path(os.environ, jobs_path), jobs, required)
-    wait_slots = WaitSlots(max_waiters if max_waiters is not None else max_waiters_from_environ(os.environ))
+    required = scheduler_file is not None or settings.scheduler_file is not None
+    schedules = load_app_schedules(
+        scheduler_file_path(scheduler_file or settings.scheduler_file, jobs_path), jobs, required
+    )
+    wait_slots = WaitSlots(max_waiters if max_waiters is not None else settings.max_waiters)
     app = Flask(__name__)
     assert isinstance(app.json, DefaultJSONProvider)  # Flask's own, which sorts keys unless told not to
     app.json.sort_keys = False
     finished = FinishedRuns(
-        max_entries=finished_cache_entries_from_environ(os.environ),
-        max_bytes=finished_cache_bytes_from_environ(os.environ),
+        max_entries=settings.finished_cache_entries,
+        max_bytes=settings.finished_cache_bytes,
     )
     ledger = Ledger(clock, finished)
     # Guarded keys are per principal: one caller never gets another's stored answer.
@@ -104,7 +115,7 @@ def create_app(
     in_process = app.extensions["dedup"].dispatcher
     if isinstance(in_process, InProcessDispatcher):
         in_process.app = app
-        if os.environ.get("GAE_ENV") == "standard":
+        if settings.on_app_engine:
             logging.getLogger(__name__).warning(
                 "DEDUP_TASKS_QUEUE is unset: catch-up work runs on this instance's threads, where App Engine "
                 "may stop it; set it to queue.yaml's queue (docs/schedules.md, Dispatched work)"
@@ -145,7 +156,7 @@ def create_app(
     app.register_blueprint(dashboard_actions.blueprint)
     app.register_blueprint(problem_pages.blueprint)
     # Flask's documented hook for WSGI middleware, typed as a method.
-    contexts = NdbContextMiddleware(app.wsgi_app, ndb_client, database_from_environ(os.environ))
+    contexts = NdbContextMiddleware(app.wsgi_app, ndb_client, settings.database)
     app.wsgi_app = contexts  # type: ignore[method-assign]
     # Whether the database refuses a stale version, proved once per process off the request path;
     # until it answers (and wherever it does not hold) fenced writes go through transactions.
@@ -153,73 +164,12 @@ def create_app(
     return app
 
 
-MAX_WAITERS_LIMIT = 64
-
-
-class SettingError(ValueError):
-    """A bad DEDUP_* setting: the app refuses to start."""
-
-
-def whole_number_setting(environ: Mapping[str, str], name: str, default: int, limit: int, zero_means: str) -> int:
-    """A DEDUP_* setting that is a whole number from 0 to ``limit`` (unset: ``default``)."""
-    raw = environ.get(name, "").strip()
-    if not raw:
-        return default
-    if not re.fullmatch(r"[0-9]{1,7}", raw) or int(raw) > limit:
-        raise SettingError(f"{name}={raw!r}: a whole number from 0 ({zero_means}) to {limit}")
-    return int(raw)
-
-
-def max_waiters_from_environ(environ: Mapping[str, str]) -> int:
-    """DEDUP_MAX_WAITERS: keep it a small share of gunicorn's --threads."""
-    from handlers.idempotent import DEFAULT_MAX_WAITERS
-
-    return whole_number_setting(
-        environ, "DEDUP_MAX_WAITERS", DEFAULT_MAX_WAITERS, MAX_WAITERS_LIMIT, "Prefer: wait is never honoured"
-    )
-
-
-def database_from_environ(environ: Mapping[str, str]) -> str | None:
-    """DEDUP_DATABASE: the Datastore-mode database that holds the ledger (None: ``(default)``),
-    by the rule the deploy CLI applies too (dedup/database.py)."""
-    try:
-        return database.client_database(environ)
-    except database.DatabaseNameError as exc:
-        raise SettingError(f"{database.SETTING}: {exc}") from None
-
-
-MAX_FINISHED_CACHE_ENTRIES = 100_000
-MAX_FINISHED_CACHE_MIB = 1024
-# Of the instance's memory (App Engine's GAE_MEMORY_MB: 384 MB on an F1, 768 on an F2), what one
-# worker's cache may take: a quarter, so app.yaml's two workers leave half for the requests.
-CACHE_SHARE_OF_MEMORY = 4
-
-
-def finished_cache_entries_from_environ(environ: Mapping[str, str]) -> int:
-    """DEDUP_FINISHED_CACHE_ENTRIES: completed runs each process remembers."""
-    from dedup.finished_cache import MAX_ENTRIES
-
-    return whole_number_setting(
-        environ, "DEDUP_FINISHED_CACHE_ENTRIES", MAX_ENTRIES, MAX_FINISHED_CACHE_ENTRIES, "no cache"
-    )
-
-
-def finished_cache_bytes_from_environ(environ: Mapping[str, str]) -> int:
-    """DEDUP_FINISHED_CACHE_MIB: what each process's cache may hold, refused when it cannot fit the
-    instance class (a quarter of GAE_MEMORY_MB, which App Engine sets to the class's memory)."""
-    from dedup.finished_cache import MAX_BYTES
-
-    mib = whole_number_setting(
-        environ, "DEDUP_FINISHED_CACHE_MIB", MAX_BYTES // 2**20, MAX_FINISHED_CACHE_MIB, "no cache"
-    )
-    memory = environ.get("GAE_MEMORY_MB", "")
-    if memory.isascii() and memory.isdigit() and mib * CACHE_SHARE_OF_MEMORY > int(memory):
-        raise SettingError(
-            f"DEDUP_FINISHED_CACHE_MIB={mib}: more than a quarter of this instance's {memory} MB "
-            f"(GAE_MEMORY_MB) for one worker's cache; at most {int(memory) // CACHE_SHARE_OF_MEMORY}, "
-            "or a larger instance_class in app.yaml"
-        )
-    return mib * 2**20
+# The settings' rules are settings.py's; these names are kept for the callers that import them here.
+whole_number_setting = settings_module.whole_number_setting
+max_waiters_from_environ = settings_module.max_waiters
+database_from_environ = settings_module.database_of
+finished_cache_entries_from_environ = settings_module.finished_cache_entries
+finished_cache_bytes_from_environ = settings_module.finished_cache_bytes
 
 
 class NdbContextMiddleware:

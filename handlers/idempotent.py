@@ -42,6 +42,7 @@ from handlers.responses import guarded_response, note_outcome
 from handlers.strict_json import InvalidJson, json_payload, strict_json
 from jobs.config import MAX_JOB_ID_CHARS  # a guard's namespace and job_id(), as jobs.yaml's job ids
 from models import RunSource
+from settings import DEFAULT_MAX_WAITERS
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +50,6 @@ GUARD_EXTENSION = "dedup.idempotency"
 # What a guard guards by default: the methods that change things (GET, HEAD and OPTIONS are safe).
 GUARDED_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 MAX_WAIT_SECONDS = 60  # Prefer: wait=N is capped here
-# How many requests of a process may wait at once (Prefer: wait) unless the app
-# says otherwise: a quarter of the 8 threads app.yaml gives each worker.
-DEFAULT_MAX_WAITERS = 2
 _PREFER_WAIT = re.compile(r'^\s*wait\s*=\s*"?(\d+)"?\s*$', re.IGNORECASE)
 # A kept response must fit in the record beside everything else.
 MAX_KEPT_BODY_BYTES = 256 * 1024

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -54,10 +54,6 @@ class JobSpec:
     # A delivery whose schedule time is older than this is skipped, not run (Quartz's misfire
     # threshold, Kubernetes' startingDeadlineSeconds); None: every delivery runs, however late.
     max_delay_seconds: float | None = None
-
-
-def jobs_file_path(environ: Mapping[str, str] = os.environ) -> str:
-    return environ.get("DEDUP_JOBS_FILE") or DEFAULT_JOBS_FILE
 
 
 def load_jobs(path: str) -> dict[str, JobSpec]:

@@ -744,9 +744,9 @@ class ScheduleSettingError(ValueError):
     """The scheduler file the app was given does not validate: the app refuses to start."""
 
 
-def scheduler_file_path(environ: Mapping[str, str], jobs_file: str) -> str:
-    """DEDUP_SCHEDULER_FILE, else the scheduler.yaml beside the jobs file (absent: no schedule features)."""
-    return environ.get("DEDUP_SCHEDULER_FILE") or os.path.join(os.path.dirname(jobs_file) or ".", DEFAULT_FILE)
+def scheduler_file_path(named: str | None, jobs_file: str) -> str:
+    """``named`` (DEDUP_SCHEDULER_FILE), else the scheduler.yaml beside the jobs file (absent: no schedule features)."""
+    return named or os.path.join(os.path.dirname(jobs_file) or ".", DEFAULT_FILE)
 
 
 def load_app_schedules(path: str, app_jobs: Mapping[str, JobSpec], required: bool = False) -> tuple[SchedulerJob, ...]:

@@ -96,6 +96,7 @@ def test_the_app_deploys_as_its_own_service_and_its_cron_entries_go_there():
 APP_PACKAGES = ("dedup", "dispatch", "handlers", "jobs", "models", "schedules")
 APP_FILES = (
     "main.py",
+    "settings.py",
     "jobs.yaml",
     "scheduler.yaml",
     "requirements.txt",
