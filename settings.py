@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 from dedup import database
 from dedup.finished_cache import MAX_BYTES, MAX_ENTRIES
+from jobs.base import http_url
 from jobs.config import DEFAULT_JOBS_FILE
+from jobs.errors import JobsConfigError
 
 # App Engine's standard environment sets GAE_ENV to this.
 PRODUCTION_GAE_ENV = "standard"
@@ -29,6 +31,13 @@ MAX_FINISHED_CACHE_MIB = 1024
 # Of the instance's memory (App Engine's GAE_MEMORY_MB: 384 MB on an F1, 768 on an F2), what one
 # worker's cache may take: a quarter, so app.yaml's two workers leave half for the requests.
 CACHE_SHARE_OF_MEMORY = 4
+TASKS_QUEUE_SETTING = "DEDUP_TASKS_QUEUE"
+TASKS_LOCATION_SETTING = "DEDUP_TASKS_LOCATION"
+TASKS_API_BASE_SETTING = "DEDUP_TASKS_API_BASE"
+QUEUE_ID = re.compile(r"[A-Za-z0-9-]{1,100}")
+QUEUE_NAME = re.compile(r"projects/[a-z0-9.:-]+/locations/[a-z0-9-]+/queues/[A-Za-z0-9-]{1,100}")
+DEFAULT_SCHEDULER_API_BASE = "https://cloudscheduler.googleapis.com"
+SCHEDULER_API_BASE_SETTING = "DEDUP_SCHEDULER_API_BASE"
 
 
 class SettingError(ValueError):
@@ -53,10 +62,19 @@ class Settings:
     # None: the scheduler.yaml beside the jobs file, if there is one.
     scheduler_file: str | None = dataclasses.field(default=None, metadata={"variable": "DEDUP_SCHEDULER_FILE"})
     on_app_engine: bool = dataclasses.field(default=False, metadata={"variable": "GAE_ENV"})
+    # The Cloud Tasks queue work is dispatched to, by its whole name (None: this process's threads).
+    tasks_queue: str | None = dataclasses.field(default=None, metadata={"variable": TASKS_QUEUE_SETTING})
+    tasks_api_base: str | None = dataclasses.field(default=None, metadata={"variable": TASKS_API_BASE_SETTING})
+    # This app's App Engine service, which dispatched tasks are routed to.
+    service: str | None = dataclasses.field(default=None, metadata={"variable": "GAE_SERVICE"})
+    scheduler_api_base: str = dataclasses.field(
+        default=DEFAULT_SCHEDULER_API_BASE, metadata={"variable": SCHEDULER_API_BASE_SETTING}
+    )
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Settings:
         """Read and check every setting of ``environ``; the first bad one raises ``SettingError``."""
+        queue = tasks_queue(environ)
         return cls(
             max_waiters=max_waiters(environ),
             finished_cache_entries=finished_cache_entries(environ),
@@ -65,6 +83,11 @@ class Settings:
             jobs_file=jobs_file(environ),
             scheduler_file=environ.get("DEDUP_SCHEDULER_FILE") or None,
             on_app_engine=environ.get("GAE_ENV") == PRODUCTION_GAE_ENV,
+            tasks_queue=queue,
+            # Read only when a queue is: unused otherwise.
+            tasks_api_base=tasks_api_base(environ) if queue else None,
+            service=environ.get("GAE_SERVICE") or None,
+            scheduler_api_base=scheduler_api_base(environ),
         )
 
 
@@ -120,3 +143,52 @@ def finished_cache_bytes(environ: Mapping[str, str]) -> int:
             "or a larger instance_class in app.yaml"
         )
     return mib * 2**20
+
+
+def tasks_queue_name(queue: str) -> str:
+    """``queue`` if it is a Cloud Tasks queue's whole name, else ``SettingError``."""
+    if not QUEUE_NAME.fullmatch(queue):
+        raise SettingError(
+            f"{TASKS_QUEUE_SETTING} must be projects/PROJECT/locations/LOCATION/queues/QUEUE, got {queue!r}"
+        )
+    return queue
+
+
+def tasks_queue(environ: Mapping[str, str]) -> str | None:
+    """The queue DEDUP_TASKS_QUEUE names, by its whole name; None when it is unset (or names a bare
+    queue id where no project is known: off App Engine, as under make devserver).
+
+    DEDUP_TASKS_QUEUE is the queue's resource name, or its id: then the project is
+    GOOGLE_CLOUD_PROJECT (App Engine sets it) and the location DEDUP_TASKS_LOCATION.
+    """
+    queue = environ.get(TASKS_QUEUE_SETTING)
+    if not queue:
+        return None
+    if QUEUE_ID.fullmatch(queue):
+        project, location = environ.get("GOOGLE_CLOUD_PROJECT"), environ.get(TASKS_LOCATION_SETTING)
+        if not project and environ.get("GAE_ENV") != PRODUCTION_GAE_ENV:
+            return None
+        if not project or not location:
+            raise SettingError(
+                f"{TASKS_QUEUE_SETTING}={queue!r} is a queue id: it needs GOOGLE_CLOUD_PROJECT and "
+                f"{TASKS_LOCATION_SETTING} (the queue's region, e.g. us-central1), or give the queue's whole name"
+            )
+        queue = f"projects/{project}/locations/{location}/queues/{queue}"
+    return tasks_queue_name(queue)
+
+
+def tasks_api_base(environ: Mapping[str, str]) -> str | None:
+    """DEDUP_TASKS_API_BASE: the Cloud Tasks API's base URL (None: Google's)."""
+    base = environ.get(TASKS_API_BASE_SETTING) or None
+    if base is not None and not re.fullmatch(r"https?://[^/?#\s]+", base):
+        raise SettingError(f"{TASKS_API_BASE_SETTING} must be an http(s) base URL, got {base!r}")
+    return base
+
+
+def scheduler_api_base(environ: Mapping[str, str]) -> str:
+    """DEDUP_SCHEDULER_API_BASE: the Cloud Scheduler API's base URL (unset: Google's)."""
+    base = environ.get(SCHEDULER_API_BASE_SETTING) or DEFAULT_SCHEDULER_API_BASE
+    try:
+        return http_url("environment", SCHEDULER_API_BASE_SETTING, base, query=False)
+    except JobsConfigError as exc:
+        raise SettingError(f"{SCHEDULER_API_BASE_SETTING}: {exc.reason}") from None

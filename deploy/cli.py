@@ -40,8 +40,8 @@ from schedules.config import (
     load_scheduler_file,
     placeholder_project_problem,
 )
-from schedules.scheduler_api import BASE_SETTING as SCHEDULER_BASE_SETTING
-from schedules.scheduler_api import DEFAULT_API_BASE as SCHEDULER_API_BASE
+from settings import DEFAULT_SCHEDULER_API_BASE as SCHEDULER_API_BASE
+from settings import SCHEDULER_API_BASE_SETTING as SCHEDULER_BASE_SETTING
 
 SCHEDULER_IPS = (
     ("0.1.0.2/32", "Cloud Scheduler App Engine jobs, Cloud Tasks and cron"),

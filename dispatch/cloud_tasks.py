@@ -10,7 +10,6 @@ from outside requests).
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -21,27 +20,17 @@ from google.api_core.client_options import ClientOptions
 from google.cloud import tasks_v2
 
 from dispatch import Dispatched, DispatchError, Work
+from settings import SettingError, Settings, tasks_queue_name
 
-QUEUE_SETTING = "DEDUP_TASKS_QUEUE"
-LOCATION_SETTING = "DEDUP_TASKS_LOCATION"
-API_BASE_SETTING = "DEDUP_TASKS_API_BASE"
-QUEUE_ID = re.compile(r"[A-Za-z0-9-]{1,100}")
-QUEUE_NAME = re.compile(r"projects/[a-z0-9.:-]+/locations/[a-z0-9-]+/queues/[A-Za-z0-9-]{1,100}")
-
-
-class DispatchSettingError(ValueError):
-    """A bad DEDUP_TASKS_* setting: the app refuses to start."""
+# The app's one setting error: a bad DEDUP_TASKS_* setting stops the app (settings.py's rules).
+DispatchSettingError = SettingError
 
 
 class CloudTasksDispatcher:
     """Work as App Engine tasks on one queue, routed to ``service`` (this app's)."""
 
     def __init__(self, queue: str, service: str | None = None, api_base: str | None = None, client: Any = None) -> None:
-        if not QUEUE_NAME.fullmatch(queue):
-            raise DispatchSettingError(
-                f"{QUEUE_SETTING} must be projects/PROJECT/locations/LOCATION/queues/QUEUE, got {queue!r}"
-            )
-        self.queue = queue
+        self.queue = tasks_queue_name(queue)
         self.service = service
         self.api_base = api_base
         self._client = client
@@ -58,30 +47,16 @@ class CloudTasksDispatcher:
             return self._client
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> CloudTasksDispatcher | None:
-        """The dispatcher DEDUP_TASKS_QUEUE names, or None when it is unset (or names a bare queue id
-        where no project is known: off App Engine, as under make devserver).
-
-        DEDUP_TASKS_QUEUE is the queue's resource name, or its id: then the project is
-        GOOGLE_CLOUD_PROJECT (App Engine sets it) and the location DEDUP_TASKS_LOCATION.
-        """
-        queue = environ.get(QUEUE_SETTING)
-        if not queue:
+    def from_settings(cls, settings: Settings) -> CloudTasksDispatcher | None:
+        """The dispatcher of the queue DEDUP_TASKS_QUEUE names, or None when none is (settings.py)."""
+        if settings.tasks_queue is None:
             return None
-        if QUEUE_ID.fullmatch(queue):
-            project, location = environ.get("GOOGLE_CLOUD_PROJECT"), environ.get(LOCATION_SETTING)
-            if not project and environ.get("GAE_ENV") != "standard":
-                return None
-            if not project or not location:
-                raise DispatchSettingError(
-                    f"{QUEUE_SETTING}={queue!r} is a queue id: it needs GOOGLE_CLOUD_PROJECT and {LOCATION_SETTING} "
-                    "(the queue's region, e.g. us-central1), or give the queue's whole name"
-                )
-            queue = f"projects/{project}/locations/{location}/queues/{queue}"
-        base = environ.get(API_BASE_SETTING) or None
-        if base is not None and not re.fullmatch(r"https?://[^/?#\s]+", base):
-            raise DispatchSettingError(f"{API_BASE_SETTING} must be an http(s) base URL, got {base!r}")
-        return cls(queue, service=environ.get("GAE_SERVICE") or None, api_base=base)
+        return cls(settings.tasks_queue, service=settings.service, api_base=settings.tasks_api_base)
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> CloudTasksDispatcher | None:
+        """``from_settings`` of the settings ``environ`` holds."""
+        return cls.from_settings(Settings.from_environ(environ))
 
     def dispatch(self, work: Work) -> Dispatched:
         request = tasks_v2.AppEngineHttpRequest(

@@ -95,7 +95,7 @@ def create_app(
     ledger = Ledger(clock, finished)
     # Guarded keys are per principal: one caller never gets another's stored answer.
     install_guard(app, ledger, wait_slots, caller=lambda: current_principal().name)
-    scheduler_api = SchedulerApi.from_environ(os.environ)
+    scheduler_api = SchedulerApi(settings.scheduler_api_base)
 
     def file_pause(job: SchedulerJob, pause: bool) -> None:
         """scheduler.yaml's paused, changed by this version: Cloud Scheduler made to match."""
@@ -110,7 +110,7 @@ def create_app(
         wait_slots=wait_slots,
         tracked_schedules=TrackedSchedules(schedules, clock, file_pause),
         scheduler_api=scheduler_api,
-        dispatcher=dispatcher or CloudTasksDispatcher.from_environ(os.environ) or InProcessDispatcher(),
+        dispatcher=dispatcher or CloudTasksDispatcher.from_settings(settings) or InProcessDispatcher(),
     )
     in_process = app.extensions["dedup"].dispatcher
     if isinstance(in_process, InProcessDispatcher):

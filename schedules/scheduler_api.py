@@ -8,20 +8,11 @@ service by default).  A failure is reported with the gcloud command that does th
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
 
 from dedup.errors import PermanentJobError, RetryableJobError
-from jobs.base import http_url
-from jobs.errors import JobsConfigError
 from jobs.kinds.google_api import DEFAULT_TIMEOUT_SECONDS, GoogleApi
 from schedules.config import SchedulerJob
-
-DEFAULT_API_BASE = "https://cloudscheduler.googleapis.com"
-BASE_SETTING = "DEDUP_SCHEDULER_API_BASE"
-
-
-class SchedulerApiSettingError(ValueError):
-    """DEDUP_SCHEDULER_API_BASE is not an http(s) base URL: the app refuses to start."""
+from settings import DEFAULT_SCHEDULER_API_BASE
 
 
 def gcloud_command(job: SchedulerJob, action: str) -> str:
@@ -34,16 +25,10 @@ def gcloud_command(job: SchedulerJob, action: str) -> str:
 class SchedulerApi:
     """The Cloud Scheduler API at a base URL."""
 
-    def __init__(self, base_url: str = DEFAULT_API_BASE, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> None:
+    def __init__(
+        self, base_url: str = DEFAULT_SCHEDULER_API_BASE, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    ) -> None:
         self._api = GoogleApi(base_url, timeout_seconds)
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> SchedulerApi:
-        base = environ.get(BASE_SETTING) or DEFAULT_API_BASE
-        try:
-            return cls(http_url("environment", BASE_SETTING, base, query=False))
-        except JobsConfigError as exc:
-            raise SchedulerApiSettingError(f"{BASE_SETTING}: {exc.reason}") from None
 
     def set_paused(self, job: SchedulerJob, paused: bool) -> str | None:
         """Pause or resume the Cloud Scheduler job; None when done (or so already), else why not.

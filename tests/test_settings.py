@@ -16,6 +16,7 @@ import pytest
 from handlers import create_app
 from settings import SettingError, Settings
 
+QUEUE = "projects/acme-prod/locations/us-central1/queues/dedup-dispatch"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # field -> environments whose value for it is refused; each message names the field's variable.
@@ -28,9 +29,20 @@ BAD = {
         {"DEDUP_FINISHED_CACHE_MIB": "200", "GAE_MEMORY_MB": "384"},  # more than a quarter of an F1
     ],
     "database": [{"DEDUP_DATABASE": v} for v in ("Ledger", "a", "-ledger", "ledger-", "led_ger")],
+    "tasks_queue": [
+        {"DEDUP_TASKS_QUEUE": "projects/acme-prod/queues/q"},
+        {"DEDUP_TASKS_QUEUE": "a queue"},
+        {"DEDUP_TASKS_QUEUE": "dedup-dispatch", "GAE_ENV": "standard", "GOOGLE_CLOUD_PROJECT": "acme-prod"},
+    ],
+    "tasks_api_base": [
+        {"DEDUP_TASKS_QUEUE": QUEUE, "DEDUP_TASKS_API_BASE": base} for base in ("ftp://x", "http://x/path")
+    ],
+    "scheduler_api_base": [
+        {"DEDUP_SCHEDULER_API_BASE": base} for base in ("ftp://x", "http://x?q=1", "https://example.com")
+    ],
 }
 # Fields any value of which is taken: a path (a missing file is the jobs' or schedules' error), a flag.
-ANY_VALUE = {"jobs_file", "scheduler_file", "on_app_engine"}
+ANY_VALUE = {"jobs_file", "scheduler_file", "on_app_engine", "service"}
 
 
 def variable(field: str) -> str:
@@ -77,6 +89,12 @@ def test_the_values_are_read():
         "DEDUP_JOBS_FILE": "/srv/jobs.yaml",
         "DEDUP_SCHEDULER_FILE": "/srv/scheduler.yaml",
         "GAE_ENV": "standard",
+        "GOOGLE_CLOUD_PROJECT": "acme-prod",
+        "DEDUP_TASKS_QUEUE": "dedup-dispatch",
+        "DEDUP_TASKS_LOCATION": "us-central1",
+        "DEDUP_TASKS_API_BASE": "http://127.0.0.1:8123",
+        "GAE_SERVICE": "dedup",
+        "DEDUP_SCHEDULER_API_BASE": "http://127.0.0.1:8124",
     }
     assert Settings.from_environ(environ) == Settings(
         max_waiters=5,
@@ -86,6 +104,10 @@ def test_the_values_are_read():
         jobs_file="/srv/jobs.yaml",
         scheduler_file="/srv/scheduler.yaml",
         on_app_engine=True,
+        tasks_queue=QUEUE,
+        tasks_api_base="http://127.0.0.1:8123",
+        service="dedup",
+        scheduler_api_base="http://127.0.0.1:8124",
     )
 
 
@@ -94,7 +116,6 @@ def test_the_values_are_read():
 # (so it leaves this list when it moves), and the list only shrinks.
 SCANNED = ("handlers", "dispatch", "schedules", "jobs")
 NOT_YET_MOVED = {
-    "dispatch/cloud_tasks.py",  # DEDUP_TASKS_QUEUE, _LOCATION, _API_BASE
     "handlers/access.py",  # DEDUP_OPERATORS, DEDUP_VIEWERS
     "handlers/auth/appengine.py",  # DEDUP_APPENGINE_OFF_GAE, DEDUP_APPENGINE_TRUSTED
     "handlers/auth/gate.py",  # DEDUP_AUTH
@@ -103,7 +124,6 @@ NOT_YET_MOVED = {
     "handlers/logs.py",  # DEDUP_LOG_FORMAT
     "handlers/tracing.py",  # DEDUP_TRACE_EXPORT
     "jobs/config.py",  # DEDUP_SCALING
-    "schedules/scheduler_api.py",  # DEDUP_SCHEDULER_API_BASE
 }
 
 
