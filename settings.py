@@ -38,6 +38,7 @@ QUEUE_ID = re.compile(r"[A-Za-z0-9-]{1,100}")
 QUEUE_NAME = re.compile(r"projects/[a-z0-9.:-]+/locations/[a-z0-9-]+/queues/[A-Za-z0-9-]{1,100}")
 DEFAULT_SCHEDULER_API_BASE = "https://cloudscheduler.googleapis.com"
 SCHEDULER_API_BASE_SETTING = "DEDUP_SCHEDULER_API_BASE"
+TRACE_EXPORTS = ("cloud-trace", "none")
 
 
 class SettingError(ValueError):
@@ -70,6 +71,8 @@ class Settings:
     scheduler_api_base: str = dataclasses.field(
         default=DEFAULT_SCHEDULER_API_BASE, metadata={"variable": SCHEDULER_API_BASE_SETTING}
     )
+    # Where spans go: one of TRACE_EXPORTS.
+    trace_export: str = dataclasses.field(default="none", metadata={"variable": "DEDUP_TRACE_EXPORT"})
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Settings:
@@ -88,6 +91,7 @@ class Settings:
             tasks_api_base=tasks_api_base(environ) if queue else None,
             service=environ.get("GAE_SERVICE") or None,
             scheduler_api_base=scheduler_api_base(environ),
+            trace_export=trace_export(environ),
         )
 
 
@@ -192,3 +196,12 @@ def scheduler_api_base(environ: Mapping[str, str]) -> str:
         return http_url("environment", SCHEDULER_API_BASE_SETTING, base, query=False)
     except JobsConfigError as exc:
         raise SettingError(f"{SCHEDULER_API_BASE_SETTING}: {exc.reason}") from None
+
+
+def trace_export(environ: Mapping[str, str]) -> str:
+    """Where spans go: DEDUP_TRACE_EXPORT, else Cloud Trace on App Engine and nowhere elsewhere."""
+    default = "cloud-trace" if environ.get("GAE_ENV") == PRODUCTION_GAE_ENV else "none"
+    export = (environ.get("DEDUP_TRACE_EXPORT") or default).strip().lower()
+    if export not in TRACE_EXPORTS:
+        raise SettingError(f"DEDUP_TRACE_EXPORT must be one of {', '.join(TRACE_EXPORTS)}")
+    return export

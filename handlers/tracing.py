@@ -30,25 +30,17 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from werkzeug.datastructures import Headers
 
 from handlers.logs import parse_trace_context
+from settings import SettingError
+from settings import trace_export as trace_export
 
-EXPORTS = ("cloud-trace", "none")
 _W3C = TraceContextTextMapPropagator()
 _configured = threading.Lock()
 tracer = trace.get_tracer("dedup.requests")
 log = logging.getLogger(__name__)
 
 
-class TracingConfigError(ValueError):
-    """DEDUP_TRACE_EXPORT names no exporter: the app refuses to start."""
-
-
-def trace_export(environ: Mapping[str, str]) -> str:
-    """Where spans go: DEDUP_TRACE_EXPORT, else Cloud Trace on App Engine and nowhere elsewhere."""
-    default = "cloud-trace" if environ.get("GAE_ENV") == "standard" else "none"
-    export = (environ.get("DEDUP_TRACE_EXPORT") or default).strip().lower()
-    if export not in EXPORTS:
-        raise TracingConfigError(f"DEDUP_TRACE_EXPORT must be one of {', '.join(EXPORTS)}")
-    return export
+# The app's one setting error: DEDUP_TRACE_EXPORT naming no exporter stops the app (settings.py's rule).
+TracingConfigError = SettingError
 
 
 def cloud_trace_processor(environ: Mapping[str, str], client: Any = None) -> SpanProcessor:

@@ -37,6 +37,7 @@ BAD = {
     "tasks_api_base": [
         {"DEDUP_TASKS_QUEUE": QUEUE, "DEDUP_TASKS_API_BASE": base} for base in ("ftp://x", "http://x/path")
     ],
+    "trace_export": [{"DEDUP_TRACE_EXPORT": v} for v in ("zipkin", "yes", "cloud_trace")],
     "scheduler_api_base": [
         {"DEDUP_SCHEDULER_API_BASE": base} for base in ("ftp://x", "http://x?q=1", "https://example.com")
     ],
@@ -108,6 +109,7 @@ def test_the_values_are_read():
         tasks_api_base="http://127.0.0.1:8123",
         service="dedup",
         scheduler_api_base="http://127.0.0.1:8124",
+        trace_export="cloud-trace",
     )
 
 
@@ -122,7 +124,6 @@ NOT_YET_MOVED = {
     "handlers/auth/iap.py",  # DEDUP_IAP_AUDIENCE, DEDUP_IAP_CERTS_URL
     "handlers/auth/oidc.py",  # DEDUP_OIDC_AUDIENCE, _ALLOWED_EMAILS, _CERTS_URL
     "handlers/logs.py",  # DEDUP_LOG_FORMAT
-    "handlers/tracing.py",  # DEDUP_TRACE_EXPORT
     "jobs/config.py",  # DEDUP_SCALING
 }
 
