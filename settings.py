@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from dedup import database
 from dedup.finished_cache import MAX_BYTES, MAX_ENTRIES
 from jobs.base import http_url
-from jobs.config import DEFAULT_JOBS_FILE
+from jobs.config import DEFAULT_JOBS_FILE, DEFAULT_REQUEST_TIMEOUT, REQUEST_TIMEOUT_SECONDS
 from jobs.errors import JobsConfigError
 
 # App Engine's standard environment sets GAE_ENV to this.
@@ -71,6 +71,8 @@ class Settings:
     scheduler_api_base: str = dataclasses.field(
         default=DEFAULT_SCHEDULER_API_BASE, metadata={"variable": SCHEDULER_API_BASE_SETTING}
     )
+    # The service's request timeout, by its scaling type: a job's max_run_seconds unless it gives one.
+    request_timeout: float = dataclasses.field(default=DEFAULT_REQUEST_TIMEOUT, metadata={"variable": "DEDUP_SCALING"})
     # Where spans go: one of TRACE_EXPORTS.
     trace_export: str = dataclasses.field(default="none", metadata={"variable": "DEDUP_TRACE_EXPORT"})
 
@@ -91,6 +93,7 @@ class Settings:
             tasks_api_base=tasks_api_base(environ) if queue else None,
             service=environ.get("GAE_SERVICE") or None,
             scheduler_api_base=scheduler_api_base(environ),
+            request_timeout=request_timeout(environ),
             trace_export=trace_export(environ),
         )
 
@@ -205,3 +208,11 @@ def trace_export(environ: Mapping[str, str]) -> str:
     if export not in TRACE_EXPORTS:
         raise SettingError(f"DEDUP_TRACE_EXPORT must be one of {', '.join(TRACE_EXPORTS)}")
     return export
+
+
+def request_timeout(environ: Mapping[str, str]) -> float:
+    """The request timeout of DEDUP_SCALING, app.yaml's scaling type (unset: automatic)."""
+    scaling = environ.get("DEDUP_SCALING", "automatic")
+    if scaling not in REQUEST_TIMEOUT_SECONDS:
+        raise SettingError(f"DEDUP_SCALING={scaling!r}: one of {', '.join(REQUEST_TIMEOUT_SECONDS)}")
+    return REQUEST_TIMEOUT_SECONDS[scaling]

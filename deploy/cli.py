@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import click
 
-import settings
+import settings as app_settings
 from dedup.keys import PROJECT_ID, SCHEDULER_JOB_ID
 from deploy import bootstrap as project_setup
 from deploy import smoke as delivery_smoke
@@ -56,7 +56,7 @@ FIRST_PRIORITY = 1000
 @click.option(
     "--jobs",
     "jobs_file",
-    default=lambda: settings.jobs_file(os.environ),
+    default=lambda: app_settings.jobs_file(os.environ),
     show_default="DEDUP_JOBS_FILE, else jobs.yaml",
     help="The jobs file scheduler.yaml is checked against.",
 )
@@ -70,8 +70,8 @@ def _declared_jobs() -> dict[str, JobSpec]:
     settings = click.get_current_context().find_object(dict)
     assert settings is not None, "cli() sets it for every command"
     try:
-        return load_jobs(settings["jobs_file"])
-    except JobsConfigError as exc:
+        return load_jobs(settings["jobs_file"], app_settings.request_timeout(os.environ))
+    except (JobsConfigError, app_settings.SettingError) as exc:
         raise click.ClickException(str(exc)) from None
 
 

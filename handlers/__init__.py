@@ -79,7 +79,7 @@ def create_app(
     gate = CallerGate(auth or AuthSettings.from_environ(os.environ))
     tracing.configure_tracing(os.environ)
     jobs_path = jobs_file or settings.jobs_file
-    jobs = load_jobs(jobs_path)
+    jobs = load_jobs(jobs_path, settings.request_timeout)
     required = scheduler_file is not None or settings.scheduler_file is not None
     schedules = load_app_schedules(
         scheduler_file_path(scheduler_file or settings.scheduler_file, jobs_path), jobs, required

@@ -37,6 +37,7 @@ COMMON_KEYS = frozenset(
 )
 # The request timeout of the service's scaling type (DEDUP_SCALING): how long a run may last.
 REQUEST_TIMEOUT_SECONDS = {"automatic": 600, "basic": 24 * 3600, "manual": 24 * 3600}
+DEFAULT_REQUEST_TIMEOUT = REQUEST_TIMEOUT_SECONDS["automatic"]
 # Served at /jobs/<job_id>: keep ids to URL-safe characters.
 MAX_JOB_ID_CHARS = 100
 _JOB_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_-]{{0,{MAX_JOB_ID_CHARS - 1}}}")
@@ -56,8 +57,11 @@ class JobSpec:
     max_delay_seconds: float | None = None
 
 
-def load_jobs(path: str) -> dict[str, JobSpec]:
-    """Read and validate a jobs file; raise JobsConfigError naming job and field."""
+def load_jobs(path: str, request_timeout: float = DEFAULT_REQUEST_TIMEOUT) -> dict[str, JobSpec]:
+    """Read and validate a jobs file; raise JobsConfigError naming job and field.
+
+    ``request_timeout``: the service's (Settings.request_timeout, of DEDUP_SCALING), a job's
+    max_run_seconds when it gives none."""
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
@@ -66,12 +70,12 @@ def load_jobs(path: str) -> dict[str, JobSpec]:
     except UnicodeDecodeError as exc:
         raise JobsConfigError(None, None, f"not UTF-8 text: {exc}", path) from None
     try:
-        return parse_jobs(text)
+        return parse_jobs(text, request_timeout)
     except JobsConfigError as exc:
         raise exc.in_file(path) from None
 
 
-def parse_jobs(text: str) -> dict[str, JobSpec]:
+def parse_jobs(text: str, request_timeout: float = DEFAULT_REQUEST_TIMEOUT) -> dict[str, JobSpec]:
     try:
         document = load_strict_yaml(text)
     except DuplicateKeyError as exc:
@@ -87,10 +91,10 @@ def parse_jobs(text: str) -> dict[str, JobSpec]:
     declared = document["jobs"]
     if not isinstance(declared, dict) or not declared:
         raise JobsConfigError(None, "jobs", "must map at least one job id to its settings")
-    return {str(job_id): _parse_job(job_id, settings) for job_id, settings in declared.items()}
+    return {str(job_id): _parse_job(job_id, settings, request_timeout) for job_id, settings in declared.items()}
 
 
-def _parse_job(job_id: Any, settings: Any) -> JobSpec:
+def _parse_job(job_id: Any, settings: Any, request_timeout: float) -> JobSpec:
     if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
         raise JobsConfigError(
             str(job_id),
@@ -133,7 +137,7 @@ def _parse_job(job_id: Any, settings: Any) -> JobSpec:
     heartbeat = settings.get("heartbeat", True)
     if not isinstance(heartbeat, bool):
         raise JobsConfigError(job_id, "heartbeat", f"must be true or false, got {heartbeat!r}")
-    max_run = positive_number(job_id, "max_run_seconds", settings.get("max_run_seconds", _request_timeout()))
+    max_run = positive_number(job_id, "max_run_seconds", settings.get("max_run_seconds", request_timeout))
     exclude = settings.get("fingerprint_exclude", [])
     if not isinstance(exclude, list) or not all(isinstance(name, str) and name for name in exclude):
         raise JobsConfigError(job_id, "fingerprint_exclude", "must be a list of parameter names")
@@ -153,13 +157,6 @@ def _parse_job(job_id: Any, settings: Any) -> JobSpec:
         frozenset(exclude),
         max_delay,
     )
-
-
-def _request_timeout() -> float:
-    scaling = os.environ.get("DEDUP_SCALING", "automatic")
-    if scaling not in REQUEST_TIMEOUT_SECONDS:
-        raise JobsConfigError(None, None, f"DEDUP_SCALING={scaling!r}: one of {', '.join(REQUEST_TIMEOUT_SECONDS)}")
-    return REQUEST_TIMEOUT_SECONDS[scaling]
 
 
 class DuplicateKeyError(yaml.YAMLError):

@@ -37,6 +37,7 @@ BAD = {
     "tasks_api_base": [
         {"DEDUP_TASKS_QUEUE": QUEUE, "DEDUP_TASKS_API_BASE": base} for base in ("ftp://x", "http://x/path")
     ],
+    "request_timeout": [{"DEDUP_SCALING": v} for v in ("", "auto", "Basic")],
     "trace_export": [{"DEDUP_TRACE_EXPORT": v} for v in ("zipkin", "yes", "cloud_trace")],
     "scheduler_api_base": [
         {"DEDUP_SCHEDULER_API_BASE": base} for base in ("ftp://x", "http://x?q=1", "https://example.com")
@@ -95,6 +96,7 @@ def test_the_values_are_read():
         "DEDUP_TASKS_LOCATION": "us-central1",
         "DEDUP_TASKS_API_BASE": "http://127.0.0.1:8123",
         "GAE_SERVICE": "dedup",
+        "DEDUP_SCALING": "basic",
         "DEDUP_SCHEDULER_API_BASE": "http://127.0.0.1:8124",
     }
     assert Settings.from_environ(environ) == Settings(
@@ -109,6 +111,7 @@ def test_the_values_are_read():
         tasks_api_base="http://127.0.0.1:8123",
         service="dedup",
         scheduler_api_base="http://127.0.0.1:8124",
+        request_timeout=24 * 3600,
         trace_export="cloud-trace",
     )
 
@@ -124,7 +127,6 @@ NOT_YET_MOVED = {
     "handlers/auth/iap.py",  # DEDUP_IAP_AUDIENCE, DEDUP_IAP_CERTS_URL
     "handlers/auth/oidc.py",  # DEDUP_OIDC_AUDIENCE, _ALLOWED_EMAILS, _CERTS_URL
     "handlers/logs.py",  # DEDUP_LOG_FORMAT
-    "jobs/config.py",  # DEDUP_SCALING
 }
 
 
