@@ -73,6 +73,10 @@ class Settings:
     )
     # The service's request timeout, by its scaling type: a job's max_run_seconds unless it gives one.
     request_timeout: float = dataclasses.field(default=DEFAULT_REQUEST_TIMEOUT, metadata={"variable": "DEDUP_SCALING"})
+    # The Google Cloud project (App Engine sets it): where the run pages' log links point.
+    project: str | None = dataclasses.field(default=None, metadata={"variable": "GOOGLE_CLOUD_PROJECT"})
+    # "json" (App Engine's structured logs) or "text".
+    log_format: str = dataclasses.field(default="text", metadata={"variable": "DEDUP_LOG_FORMAT"})
     # Where spans go: one of TRACE_EXPORTS.
     trace_export: str = dataclasses.field(default="none", metadata={"variable": "DEDUP_TRACE_EXPORT"})
 
@@ -95,6 +99,8 @@ class Settings:
             scheduler_api_base=scheduler_api_base(environ),
             request_timeout=request_timeout(environ),
             trace_export=trace_export(environ),
+            project=environ.get("GOOGLE_CLOUD_PROJECT") or None,
+            log_format=log_format(environ),
         )
 
 
@@ -216,3 +222,10 @@ def request_timeout(environ: Mapping[str, str]) -> float:
     if scaling not in REQUEST_TIMEOUT_SECONDS:
         raise SettingError(f"DEDUP_SCALING={scaling!r}: one of {', '.join(REQUEST_TIMEOUT_SECONDS)}")
     return REQUEST_TIMEOUT_SECONDS[scaling]
+
+
+def log_format(environ: Mapping[str, str]) -> str:
+    """DEDUP_LOG_FORMAT: "json" (the default where GAE_ENV is set, as on App Engine) or "text"
+    (anything else)."""
+    fmt = (environ.get("DEDUP_LOG_FORMAT") or ("json" if environ.get("GAE_ENV") else "text")).lower()
+    return "json" if fmt == "json" else "text"

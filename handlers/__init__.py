@@ -111,6 +111,7 @@ def create_app(
         tracked_schedules=TrackedSchedules(schedules, clock, file_pause),
         scheduler_api=scheduler_api,
         dispatcher=dispatcher or CloudTasksDispatcher.from_settings(settings) or InProcessDispatcher(),
+        project=settings.project,
     )
     in_process = app.extensions["dedup"].dispatcher
     if isinstance(in_process, InProcessDispatcher):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import statistics
 import urllib.parse
 from collections.abc import Sequence
@@ -252,7 +251,7 @@ def run_page(run_id: str):
         may_retry=may(Role.OPERATE) and may_retry(record, state.jobs),
         # A scheduled run that failed or was skipped may be run again under its slot's key.
         run_again=slot if slot and may(Role.OPERATE) and status in RUNNABLE else None,
-        logs_url=logs_query_url(run_id, record.project or os.environ.get("GOOGLE_CLOUD_PROJECT")),
+        logs_url=logs_query_url(run_id, record.project or state.project),
         # The run took another send's parameters (a form resent with others before its task ran).
         sent_other=sent_fingerprint(request.args.get("sent")) not in (None, record.fingerprint),
         answer=ACTION_ANSWERS["queued"]

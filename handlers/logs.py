@@ -28,6 +28,8 @@ from typing import Any, TextIO
 from flask import Flask, Response, g, request
 from opentelemetry import trace
 
+from settings import log_format
+
 TRACE_FIELD = "logging.googleapis.com/trace"
 SPAN_FIELD = "logging.googleapis.com/spanId"
 SAMPLED_FIELD = "logging.googleapis.com/trace_sampled"
@@ -235,7 +237,7 @@ class TraceFilter(logging.Filter):
 
 def configure_logging(environ: Mapping[str, str] = os.environ, stream: TextIO | None = None) -> None:
     """JSON on App Engine (or with DEDUP_LOG_FORMAT=json), readable text otherwise."""
-    fmt = (environ.get("DEDUP_LOG_FORMAT") or ("json" if environ.get("GAE_ENV") else "text")).lower()
+    fmt = log_format(environ)
     handler = logging.StreamHandler(stream or sys.stdout)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     handler.addFilter(TraceFilter(environ.get("GOOGLE_CLOUD_PROJECT")))

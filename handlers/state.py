@@ -41,6 +41,9 @@ class AppState:
     # Where work is dispatched to be done in a request of its own (dispatch: Cloud Tasks, or in-process).
     dispatcher: Dispatcher = dataclasses.field(default_factory=InProcessDispatcher)
 
+    # The Google Cloud project (GOOGLE_CLOUD_PROJECT, as start-up read it): where log links point.
+    project: str | None = None
+
     @property
     def schedules(self) -> tuple[SchedulerJob, ...]:
         """The Scheduler jobs bound to their histories (the first use in a process records them: needs NDB)."""

@@ -44,7 +44,7 @@ BAD = {
     ],
 }
 # Fields any value of which is taken: a path (a missing file is the jobs' or schedules' error), a flag.
-ANY_VALUE = {"jobs_file", "scheduler_file", "on_app_engine", "service"}
+ANY_VALUE = {"jobs_file", "scheduler_file", "on_app_engine", "service", "project", "log_format"}
 
 
 def variable(field: str) -> str:
@@ -113,6 +113,8 @@ def test_the_values_are_read():
         scheduler_api_base="http://127.0.0.1:8124",
         request_timeout=24 * 3600,
         trace_export="cloud-trace",
+        project="acme-prod",
+        log_format="json",
     )
 
 
@@ -126,7 +128,6 @@ NOT_YET_MOVED = {
     "handlers/auth/gate.py",  # DEDUP_AUTH
     "handlers/auth/iap.py",  # DEDUP_IAP_AUDIENCE, DEDUP_IAP_CERTS_URL
     "handlers/auth/oidc.py",  # DEDUP_OIDC_AUDIENCE, _ALLOWED_EMAILS, _CERTS_URL
-    "handlers/logs.py",  # DEDUP_LOG_FORMAT
 }
 
 
