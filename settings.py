@@ -4,6 +4,9 @@
 and its bounds, and raises ``SettingError`` naming the variable, what is wrong and what to
 write; ``create_app`` reads it once and hands the values on, so no module reads the
 environment for them afterwards.  The ops CLI and the tests check settings through it too.
+
+Not here yet: caller verification's settings (DEDUP_AUTH, each mode's, DEDUP_OPERATORS and
+DEDUP_VIEWERS), which ``AuthSettings.from_environ`` (handlers/auth) reads once, at start-up, too.
 """
 
 from __future__ import annotations
