@@ -218,3 +218,23 @@ def test_the_queue_the_app_dispatches_to_calls_this_apps_service():
     assert queue["target"] == app["service"]
     assert app["env_variables"]["DEDUP_TASKS_QUEUE"] == queue["name"]
     assert queue["retry_parameters"]["task_retry_limit"] > 0
+
+
+def test_app_yaml_env_variables_are_settings_the_app_accepts():
+    """What app.yaml ships is read by the one settings check (settings.py) and the caller gate's,
+    as App Engine starts the app: a bad value there would stop every instance at start-up."""
+    from handlers.auth import AuthSettings
+    from settings import Settings
+
+    config = app_yaml()
+    memory = INSTANCE_MEMORY_MB[config["instance_class"]]
+    environ = {
+        **{name: str(value) for name, value in config["env_variables"].items()},
+        "GAE_ENV": "standard",  # what App Engine adds
+        "GAE_MEMORY_MB": str(memory),
+        "GAE_SERVICE": config["service"],
+        "GOOGLE_CLOUD_PROJECT": "acme-prod",
+    }
+    settings = Settings.from_environ(environ)
+    assert settings.tasks_queue is not None  # the queue app.yaml names is taken
+    AuthSettings.from_environ(environ)

@@ -159,3 +159,10 @@ def test_views_import_helpers_and_use_cases_never_the_app_factory_or_each_other(
         if module != "handlers" and imported & (views | {"handlers"})
     }
     assert wrong == {}  # only create_app (handlers/__init__.py) imports the views
+
+
+def test_the_settings_module_imports_no_layer_above_the_ones_it_serves():
+    """settings.py is read by the app, the ops CLI and the tests alike: never Flask, never
+    handlers/ or deploy/ (which both import it)."""
+    found = imported_packages(os.path.join(ROOT, "settings.py")) & {"flask", "werkzeug", "handlers", "deploy"}
+    assert found == set()
