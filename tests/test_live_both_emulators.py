@@ -16,17 +16,10 @@ import pytest
 import requests
 
 from tests.support.live import serving
-from tests.test_live_gunicorn import effects
+from tests.test_live_gunicorn import JOBS, effects  # the same jobs, "effect" among them
 
 pytestmark = [pytest.mark.live, pytest.mark.both_emulators]
 
-JOBS = """
-jobs:
-  effect:
-    kind: python
-    target: tests.job_targets:file_effect
-    lease_seconds: 30
-"""
 PATH = {"legacy": "version", "firestore": "transaction"}
 
 
