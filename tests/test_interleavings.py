@@ -370,9 +370,10 @@ def test_every_ordering_of_two_attempts_on_the_memory_store():
 
 def test_every_ordering_of_three_attempts_on_the_memory_store():
     """Three attempts, each completing or releasing, racing each other (only one completion
-    may land; failing is a fenced finish like completing, explored with two attempts above).  On the memory store: tests/test_store_contract.py holds it to the
-    Datastore store's contract on both emulators, and the two-attempt exploration above runs
-    on both, so the emulator's run of this (a minute and a quarter) would prove nothing more."""
+    may land; failing is a fenced finish like completing, explored with two attempts above).
+    On the memory store: tests/test_store_contract.py holds it to the Datastore store's
+    contract on both emulators, and the two-attempt exploration above runs on both, so the
+    emulators' run of this (a minute and a quarter) would prove nothing more."""
     options = finishing("complete", "release")
     orderings, played = explore_all(offline_client(), Ledger, "three", 3, options, expiries=2, in_memory=True)
     assert orderings == 8 * math.factorial(14) // (24 * 24 * 24 * 2)  # 8 combinations x 3,153,150
