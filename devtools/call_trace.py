@@ -115,7 +115,7 @@ def wait_for_fence_check(database: Any, timeout: float = 60) -> None:
 
 def trace_delivery(ndb_client: Any, jobs_path: str) -> Trace:
     """Deliver one slot to warm up, then trace the delivery of the next one."""
-    import webtest
+    import webtest  # type: ignore[import-untyped]  # a dev tool: webtest is a dev requirement
 
     from dedup import fence_check
     from handlers import create_app

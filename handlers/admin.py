@@ -27,6 +27,7 @@ from handlers.history_range import DAYS, HISTORY_PAGE, HistoryRange, bulk_slots,
 from handlers.job_rows import job_rows
 from handlers.links import link
 from handlers.run_documents import deliveries_of, duration_seconds, may_retry, run_document, scheduler_job_document
+from handlers.slot_statuses import LEGEND, MARK_SHAPES
 from handlers.state import app_state, may
 from handlers.use_cases import executions_between, runs_of_token
 from models import RunRecord, RunSource, RunStatus
@@ -55,49 +56,6 @@ RUNS_PER_JOB = 50
 CHART_WIDTH, CHART_LEFT, CHART_ROW = 960, 170, 30
 CARD_SLOTS = 48  # the expected executions a job card looks at (the newest of the last day)
 CARD_RUNNING = 10  # the runs in progress a card names (it counts them all; every stuck one is named)
-
-
-# A timeline mark's shape per status, so no status is told by colour alone (in a deuteranopia
-# simulation completed and failed look alike): an SVG path about 12 px across, around (0, 0).
-# Every status the legend lists has one, because a run's mark says its slot's status (late,
-# overdue, missed, paused...), and a mark without a shape would be drawn as nothing.
-# Rings and frames are drawn with the even-odd rule (base.html), so they show as outlines.
-MARK_SHAPES: dict[str, str] = {
-    "completed": "M0,-6A6,6 0 1,1 0,6A6,6 0 1,1 0,-6Z",  # a disc
-    "failed": "M-6,-3.5L-3.5,-6L0,-2.5L3.5,-6L6,-3.5L2.5,0L6,3.5L3.5,6L0,2.5L-3.5,6L-6,3.5L-2.5,0Z",  # a cross
-    "in_progress": "M-5,-6L6,0L-5,6Z",  # a triangle, pointing on
-    "stuck": "M-5.5,-5.5H5.5V5.5H-5.5Z",  # a square
-    "released": "M0,-7L7,0L0,7L-7,0Z",  # a diamond
-    "skipped": "M-6,-2.5H6V2.5H-6Z",  # a bar
-    # a ring
-    "missed": "M0,-6.5A6.5,6.5 0 1,1 0,6.5A6.5,6.5 0 1,1 0,-6.5ZM0,-3.5A3.5,3.5 0 1,0 0,3.5A3.5,3.5 0 1,0 0,-3.5Z",
-    "due": "M0,-3A3,3 0 1,1 0,3A3,3 0 1,1 0,-3Z",  # a dot
-    "upcoming": "M0,-6A6,6 0 1,1 0,6A6,6 0 1,1 0,-6ZM0,-4.8A4.8,4.8 0 1,0 0,4.8A4.8,4.8 0 1,0 0,-4.8Z",  # a thin ring
-    "late": "M-3,-6H3L6,0L3,6H-3L-6,0Z",  # a hexagon
-    "overdue": "M0,-7L1.8,-2.3L6.7,-2.2L2.9,0.9L4.1,5.7L0,3L-4.1,5.7L-2.9,0.9L-6.7,-2.2L-1.8,-2.3Z",  # a star
-    "paused": "M-5,-6H-1.5V6H-5ZM1.5,-6H5V6H1.5Z",  # two bars, the pause sign
-    "unknown": "M-6,-6H6V6H-6ZM-3.5,-3.5V3.5H3.5V-3.5Z",  # a square frame
-    "untracked": "M-6,-1H6V1H-6Z",  # a thin line
-    "conflict": "M-6,-5H6L0,6Z",  # a triangle, pointing down
-}
-# Every status a badge or a mark shows, with what it means: the legend lists them all.
-LEGEND: tuple[tuple[str, str], ...] = (
-    ("completed", "ran, once"),
-    ("failed", "ran and failed for good"),
-    ("in_progress", "running, its lease still held"),
-    ("stuck", "its lease is over and it never finished"),
-    ("released", "failed in a way a retry may cure; the next delivery runs it again"),
-    ("skipped", "delivered later than its job allows: not run"),
-    ("missed", "an expected execution that never ran"),
-    ("due", "expected, its retry window still open"),
-    ("upcoming", "not yet due"),
-    ("late", "completed after its finish_within"),
-    ("overdue", "not completed, its finish_within passed"),
-    ("paused", "its Scheduler job was paused: nothing was to be delivered"),
-    ("unknown", "older than the job's retention: its record may have expired"),
-    ("untracked", "before the app knew the schedule: never expected of it"),
-    ("conflict", "another job's run holds the slot's key"),
-)
 
 
 # The statuses a run can be shown with, and those only a slot without a run has.

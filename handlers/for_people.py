@@ -16,6 +16,7 @@ from cron_descriptor import ExpressionDescriptor, Options
 from flask import Flask
 from markupsafe import Markup, escape
 
+from handlers.slot_statuses import STATUS_STYLESHEET
 from handlers.state import app_state
 
 
@@ -100,5 +101,10 @@ def in_words(schedule: str) -> str:
 
 def install(app: Flask) -> None:
     app.jinja_env.globals.update(
-        when=when, duration=duration, short_id=short_id, copy_button=copy_button, in_words=in_words
+        when=when,
+        duration=duration,
+        short_id=short_id,
+        copy_button=copy_button,
+        in_words=in_words,
+        status_stylesheet=Markup(STATUS_STYLESHEET),  # the statuses' colours (handlers/slot_statuses.py)
     )

@@ -12,9 +12,9 @@ from flask import abort, request
 
 from dedup.keys import EARLIEST_SCHEDULE_TIME, LATEST_SCHEDULE_TIME
 from handlers.request_times import BadTime, request_time
+from handlers.slot_statuses import RUNS_IN_BULK
 from handlers.use_cases import schedules_of
 from schedules.config import SchedulerJob, schedule_zone
-from schedules.slots import ExecutionStatus
 
 HISTORY_PAGE = 288  # a day of a 5-minute job, slot by slot; a day with more is shown by the hour
 DAYS = datetime.timedelta(days=1)
@@ -22,7 +22,7 @@ DAYS = datetime.timedelta(days=1)
 
 # The slots a history page offers to run in bulk (each under its own key), and at most how many at once:
 # a 5-minute job's day; a per-minute job's day is run an hour at a time.
-BULK_STATUSES = (ExecutionStatus.MISSED, ExecutionStatus.FAILED)
+BULK_STATUSES = RUNS_IN_BULK  # handlers/slot_statuses.py
 BULK_LIMIT = 288
 
 

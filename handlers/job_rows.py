@@ -19,6 +19,7 @@ from google.cloud import ndb
 
 from dedup.keys import format_utc
 from dedup.ledger import Ledger
+from handlers.slot_statuses import NEEDS_ATTENTION
 from models.audit import AuditMark
 from schedules.config import SchedulerJob, history_id
 from schedules.slots import ExecutionStatus, execution_document, latest_slots, ran_once_or_more, slots_between
@@ -29,14 +30,8 @@ DAY = datetime.timedelta(hours=24)
 # is counted over its newest ROW_SLOTS, and its row says over how long: a view's reads stay
 # bounded by what it shows until per-job summaries kept as runs finish replace the reads.
 ROW_SLOTS = 288
-# What a row counts over its last 24 hours, and what makes it need attention.
-COUNTED = (
-    ExecutionStatus.MISSED,
-    ExecutionStatus.FAILED,
-    ExecutionStatus.LATE,
-    ExecutionStatus.OVERDUE,
-    ExecutionStatus.STUCK,
-)
+# What a row counts over its last 24 hours, and what makes it need attention (handlers/slot_statuses.py).
+COUNTED = NEEDS_ATTENTION
 
 
 def job_rows(ledger: Ledger, jobs: Sequence[SchedulerJob], now: datetime.datetime) -> list[dict[str, Any]]:
