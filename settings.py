@@ -2,11 +2,19 @@
 
 ``Settings.from_environ(os.environ)`` reads and checks every setting it holds, with its default
 and its bounds, and raises ``SettingError`` naming the variable, what is wrong and what to
-write; ``create_app`` reads it once and hands the values on, so no module reads the
-environment for them afterwards.  The ops CLI and the tests check settings through it too.
+write; ``main.py`` (and each entry point) reads it once and hands it to ``configure_logging`` and
+``create_app``, which hand the values on, so no module reads the environment for a setting
+afterwards.  The ops CLI (``python -m deploy check``) and the tests check settings through it too.
 
-Not here yet: caller verification's settings (DEDUP_AUTH, each mode's, DEDUP_OPERATORS and
-DEDUP_VIEWERS), which ``AuthSettings.from_environ`` (handlers/auth) reads once, at start-up, too.
+Caller verification's variables (DEDUP_AUTH, each mode's, DEDUP_OPERATORS and DEDUP_VIEWERS) are
+read here too, as written; what one means beside the others (which modes DEDUP_AUTH combines,
+on App Engine or not) is checked by ``AuthSettings.from_settings`` (handlers/auth), which the app
+and ``python -m deploy check`` both call on this object: its ``AuthConfigError`` is a ``SettingError``.
+
+Read elsewhere, on purpose, and no setting (tests/test_settings.py's scan lists them): App Engine's
+GAE_INSTANCE (``dedup.claims.INSTANCE``), this process's identity in a record's attempt history,
+like its host name and process id, which no one configures; and dedupctl's DEDUP_TOKEN, a client's
+credential on the caller's machine, never the app's.
 """
 
 from __future__ import annotations
@@ -42,6 +50,12 @@ QUEUE_NAME = re.compile(r"projects/[a-z0-9.:-]+/locations/[a-z0-9-]+/queues/[A-Z
 DEFAULT_SCHEDULER_API_BASE = "https://cloudscheduler.googleapis.com"
 SCHEDULER_API_BASE_SETTING = "DEDUP_SCHEDULER_API_BASE"
 TRACE_EXPORTS = ("cloud-trace", "none")
+# Caller verification's defaults (handlers/auth): Google's signing keys, and the value of
+# DEDUP_APPENGINE_OFF_GAE with which tests and local tools say they trust forgeable markers.
+DEFAULT_OIDC_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"
+DEFAULT_IAP_CERTS_URL = "https://www.gstatic.com/iap/verify/public_key"
+OFF_APP_ENGINE_SETTING = "DEDUP_APPENGINE_OFF_GAE"
+OFF_APP_ENGINE_VALUE = "trust-forgeable-headers"
 
 
 class SettingError(ValueError):
@@ -82,6 +96,34 @@ class Settings:
     log_format: str = dataclasses.field(default="text", metadata={"variable": "DEDUP_LOG_FORMAT"})
     # Where spans go: one of TRACE_EXPORTS.
     trace_export: str = dataclasses.field(default="none", metadata={"variable": "DEDUP_TRACE_EXPORT"})
+    # Caller verification, as written (stripped); AuthSettings.from_settings checks what each means.
+    # The modes, comma-separated ("": App Engine's default there, refused elsewhere).
+    auth: str = dataclasses.field(default="", metadata={"variable": "DEDUP_AUTH"})
+    # IAM members, comma-separated (None: unset; an empty list is not unset for viewers).
+    operators: str | None = dataclasses.field(default=None, metadata={"variable": "DEDUP_OPERATORS"})
+    viewers: str | None = dataclasses.field(default=None, metadata={"variable": "DEDUP_VIEWERS"})
+    oidc_audience: str = dataclasses.field(default="", metadata={"variable": "DEDUP_OIDC_AUDIENCE"})
+    # Lowercased.
+    oidc_allowed_emails: frozenset[str] = dataclasses.field(
+        default=frozenset(), metadata={"variable": "DEDUP_OIDC_ALLOWED_EMAILS"}
+    )
+    oidc_certs_url: str = dataclasses.field(
+        default=DEFAULT_OIDC_CERTS_URL, metadata={"variable": "DEDUP_OIDC_CERTS_URL"}
+    )
+    iap_audience: str = dataclasses.field(default="", metadata={"variable": "DEDUP_IAP_AUDIENCE"})
+    iap_certs_url: str = dataclasses.field(default=DEFAULT_IAP_CERTS_URL, metadata={"variable": "DEDUP_IAP_CERTS_URL"})
+    # Lowercased marker names (None: unset, every marker the modes allow; empty: set to none, refused).
+    appengine_trusted: frozenset[str] | None = dataclasses.field(
+        default=None, metadata={"variable": "DEDUP_APPENGINE_TRUSTED"}
+    )
+    # DEDUP_APPENGINE_OFF_GAE=trust-forgeable-headers: tests and local tools take App Engine's markers
+    # off App Engine, where anyone can send them (then only loopback is served).
+    appengine_off_app_engine: bool = dataclasses.field(default=False, metadata={"variable": OFF_APP_ENGINE_SETTING})
+
+    @classmethod
+    def variable(cls, field: str) -> str:
+        """The environment variable ``field`` is read from."""
+        return str(next(f for f in dataclasses.fields(cls) if f.name == field).metadata["variable"])
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Settings:
@@ -104,7 +146,24 @@ class Settings:
             trace_export=trace_export(environ),
             project=environ.get("GOOGLE_CLOUD_PROJECT") or None,
             log_format=log_format(environ),
+            auth=environ.get("DEDUP_AUTH", "").strip(),
+            operators=environ.get("DEDUP_OPERATORS"),
+            viewers=environ.get("DEDUP_VIEWERS"),
+            oidc_audience=environ.get("DEDUP_OIDC_AUDIENCE", "").strip(),
+            oidc_allowed_emails=listed(environ.get("DEDUP_OIDC_ALLOWED_EMAILS")) or frozenset(),
+            oidc_certs_url=environ.get("DEDUP_OIDC_CERTS_URL", "").strip() or DEFAULT_OIDC_CERTS_URL,
+            iap_audience=environ.get("DEDUP_IAP_AUDIENCE", "").strip(),
+            iap_certs_url=environ.get("DEDUP_IAP_CERTS_URL", "").strip() or DEFAULT_IAP_CERTS_URL,
+            appengine_trusted=listed(environ.get("DEDUP_APPENGINE_TRUSTED")),
+            appengine_off_app_engine=environ.get(OFF_APP_ENGINE_SETTING) == OFF_APP_ENGINE_VALUE,
         )
+
+
+def listed(raw: str | None) -> frozenset[str] | None:
+    """A comma-separated setting's entries, stripped and lowercased (None: unset)."""
+    if raw is None:
+        return None
+    return frozenset(entry.strip().lower() for entry in raw.split(",") if entry.strip())
 
 
 def whole_number_setting(environ: Mapping[str, str], name: str, default: int, limit: int, zero_means: str) -> int:

@@ -1,8 +1,11 @@
 """``python -m deploy bootstrap|scheduler|firewall|ttl|iap|alerts``: print the gcloud commands; run them with --apply.
 ``python -m deploy smoke``: force one Scheduler delivery and check what the app saw of it.
+``python -m deploy check``: the app's settings, checked as an instance checks them at start-up.
 
 A standalone Click group: it reads jobs.yaml itself and never builds the web
-app, so it needs no caller verification setting.  Plans that ask gcloud what
+app, so it needs no caller verification setting but to check it.  The settings it
+takes from the environment (DEDUP_JOBS_FILE, DEDUP_SCALING, DEDUP_DATABASE, ...) it
+reads as the app does, once, into the app's ``Settings``.  Plans that ask gcloud what
 exists (bootstrap, scheduler plan, firewall) need gcloud's credentials for the
 project, unless --assume-new; the others need none until --apply.  The smoke
 calls Cloud Scheduler's and Cloud Logging's APIs with Application Default Credentials.
@@ -21,7 +24,6 @@ from typing import Any, TypeVar
 
 import click
 
-import settings as app_settings
 from dedup.keys import PROJECT_ID, SCHEDULER_JOB_ID
 from deploy import bootstrap as project_setup
 from deploy import smoke as delivery_smoke
@@ -40,8 +42,7 @@ from schedules.config import (
     load_scheduler_file,
     placeholder_project_problem,
 )
-from settings import DEFAULT_SCHEDULER_API_BASE as SCHEDULER_API_BASE
-from settings import SCHEDULER_API_BASE_SETTING as SCHEDULER_BASE_SETTING
+from settings import SettingError, Settings
 
 SCHEDULER_IPS = (
     ("0.1.0.2/32", "Cloud Scheduler App Engine jobs, Cloud Tasks and cron"),
@@ -56,22 +57,39 @@ FIRST_PRIORITY = 1000
 @click.option(
     "--jobs",
     "jobs_file",
-    default=lambda: app_settings.jobs_file(os.environ),
     show_default="DEDUP_JOBS_FILE, else jobs.yaml",
     help="The jobs file scheduler.yaml is checked against.",
 )
 @click.pass_context
-def cli(context: click.Context, jobs_file: str) -> None:
+def cli(context: click.Context, jobs_file: str | None) -> None:
     context.obj = {"jobs_file": jobs_file}
+
+
+def _settings() -> Settings:
+    """The environment's settings, read once per command by the app's own reading (settings.py);
+    only when a command needs one, so a command that needs none never fails on another's."""
+    options = click.get_current_context().find_object(dict)
+    assert options is not None, "cli() sets it for every command"
+    if "settings" not in options:
+        try:
+            options["settings"] = Settings.from_environ(os.environ)
+        except SettingError as exc:
+            raise click.ClickException(str(exc)) from None
+    settings: Settings = options["settings"]
+    return settings
+
+
+def _jobs_file() -> str:
+    options = click.get_current_context().find_object(dict)
+    assert options is not None, "cli() sets it for every command"
+    return options["jobs_file"] or _settings().jobs_file
 
 
 def _declared_jobs() -> dict[str, JobSpec]:
     """jobs.yaml, parsed and validated as the app does at start-up."""
-    settings = click.get_current_context().find_object(dict)
-    assert settings is not None, "cli() sets it for every command"
     try:
-        return load_jobs(settings["jobs_file"], app_settings.request_timeout(os.environ))
-    except (JobsConfigError, app_settings.SettingError) as exc:
+        return load_jobs(_jobs_file(), _settings().request_timeout)
+    except JobsConfigError as exc:
         raise click.ClickException(str(exc)) from None
 
 
@@ -112,6 +130,23 @@ def _validated(file: str) -> list[SchedulerJob]:
 def validate(file: str) -> None:
     jobs = _validated(file)
     click.echo(f"{file}: {len(jobs)} job(s) valid")
+
+
+@cli.command(
+    help="Check the app's settings in this environment as an instance does at start-up; exit 1 naming a bad one."
+)
+def check() -> None:
+    """The app's own checks, not a copy: ``Settings.from_environ``, caller verification's
+    (``AuthSettings.from_settings``) and the jobs file's, as ``create_app`` runs them before it
+    serves.  scheduler.yaml has its own command (``scheduler validate``)."""
+    from handlers.auth import AuthSettings  # the rules of DEDUP_AUTH's modes are caller verification's
+
+    try:
+        auth = AuthSettings.from_settings(_settings())
+    except SettingError as exc:
+        raise click.ClickException(str(exc)) from None
+    jobs = _declared_jobs()
+    click.echo(f"settings valid: DEDUP_AUTH={auth.mode}, {len(jobs)} job(s) in {_jobs_file()}")
 
 
 def _existing_jobs(project: str, location: str) -> dict[str, tuple[str, str]]:
@@ -202,9 +237,15 @@ def apply(file: str, assume_new: bool) -> None:
     _print_and_maybe_run(_plan(file, assume_new), apply=True)
 
 
-def _setting_option(flag: str, setting: str, default: str, help: str) -> Callable[[F], F]:
-    """An option an environment variable gives too: the app's setting of the same thing."""
-    return click.option(flag, envvar=setting, default=default, show_default=True, show_envvar=True, help=help)
+def _setting_option(flag: str, field: str, help: str, unset: str | None = None) -> Callable[[F], F]:
+    """An option whose default is the app's setting of the same thing: ``Settings``' ``field``
+    (``unset``: what None there means)."""
+    return click.option(
+        flag,
+        default=lambda: getattr(_settings(), field) or unset,
+        show_default=f"{Settings.variable(field)}, else {getattr(Settings(), field) or unset}",
+        help=help,
+    )
 
 
 @cli.command(help="A project's one-time set-up: APIs, the App Engine app, the database, the app's service account.")
@@ -214,9 +255,9 @@ def _setting_option(flag: str, setting: str, default: str, help: str) -> Callabl
 )
 @_setting_option(
     "--database",
-    project_setup.DATABASE_SETTING,
-    project_setup.DEFAULT_DATABASE,
+    "database",
     "The Datastore-mode database of the ledger (the app's DEDUP_DATABASE).",
+    unset=project_setup.DEFAULT_DATABASE,
 )
 @click.option("--database-location", help="Location of the Datastore-mode database (default: the region).")
 @click.option("--apply", "apply_", is_flag=True, help="Run the commands instead of printing them only.")
@@ -275,12 +316,14 @@ def _api(flag: str, base: str) -> GoogleApi:
 @click.option(
     "--poll", type=click.FloatRange(min=0.01), default=5, show_default=True, help="Seconds between log reads."
 )
-@_setting_option("--scheduler-api-base", SCHEDULER_BASE_SETTING, SCHEDULER_API_BASE, "Cloud Scheduler API base URL.")
-@_setting_option(
+@_setting_option("--scheduler-api-base", "scheduler_api_base", "Cloud Scheduler API base URL.")
+@click.option(
     "--logging-api-base",
-    delivery_smoke.LOGGING_BASE_SETTING,
-    delivery_smoke.LOGGING_API_BASE,
-    "Cloud Logging API base URL.",
+    envvar=delivery_smoke.LOGGING_BASE_SETTING,  # the smoke's own: the app calls no Cloud Logging
+    default=delivery_smoke.LOGGING_API_BASE,
+    show_default=True,
+    show_envvar=True,
+    help="Cloud Logging API base URL.",
 )
 def smoke(
     project: str,

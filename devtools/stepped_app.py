@@ -13,6 +13,7 @@ import os
 
 from handlers import create_app
 from handlers.logs import configure_logging
+from settings import Settings
 
 CLOCK_FILE_VARIABLE = "DEDUP_STEPPED_CLOCK"
 
@@ -38,8 +39,9 @@ class FileClock:
 
 
 def _app():  # type: ignore[no-untyped-def]  # gunicorn loads this module's ``app``
-    configure_logging()
-    return create_app(clock=FileClock(os.environ[CLOCK_FILE_VARIABLE]))
+    settings = Settings.from_environ(os.environ)  # read once, as main.py does
+    configure_logging(settings)
+    return create_app(clock=FileClock(os.environ[CLOCK_FILE_VARIABLE]), settings=settings)
 
 
 if os.environ.get(CLOCK_FILE_VARIABLE):

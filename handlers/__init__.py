@@ -52,8 +52,9 @@ def create_app(
     DEDUP_SCHEDULER_FILE, else the scheduler.yaml beside the jobs file; absent: none).
     ``dispatcher``: where work is dispatched (default: the Cloud Tasks queue DEDUP_TASKS_QUEUE
     names, else this process's threads, as under ``make run``).
-    ``settings``: the DEDUP_* settings (default: ``Settings.from_environ(os.environ)``, read here
-    once; a bad one raises ``SettingError``); the arguments above take precedence over them.
+    ``settings``: every setting (default: ``Settings.from_environ(os.environ)``, the one reading of
+    the environment, here; a bad one raises ``SettingError``); the arguments above take precedence
+    over them, as ``auth`` over the caller verification they hold.
     """
     from dedup.runner import WaitSlots
     from handlers import (
@@ -76,8 +77,8 @@ def create_app(
 
     settings = settings or Settings.from_environ(os.environ)
     clock = clock or SystemClock()
-    gate = CallerGate(auth or AuthSettings.from_environ(os.environ))
-    tracing.configure_tracing(os.environ)
+    gate = CallerGate(auth or AuthSettings.from_settings(settings))
+    tracing.configure_tracing(settings)
     jobs_path = jobs_file or settings.jobs_file
     jobs = load_jobs(jobs_path, settings.request_timeout)
     required = scheduler_file is not None or settings.scheduler_file is not None

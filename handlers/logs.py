@@ -17,18 +17,16 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-import os
 import re
 import sys
 import time
-from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, TextIO
 
 from flask import Flask, Response, g, request
 from opentelemetry import trace
 
-from settings import log_format
+from settings import Settings
 
 TRACE_FIELD = "logging.googleapis.com/trace"
 SPAN_FIELD = "logging.googleapis.com/spanId"
@@ -235,12 +233,12 @@ class TraceFilter(logging.Filter):
         return True
 
 
-def configure_logging(environ: Mapping[str, str] = os.environ, stream: TextIO | None = None) -> None:
-    """JSON on App Engine (or with DEDUP_LOG_FORMAT=json), readable text otherwise."""
-    fmt = log_format(environ)
+def configure_logging(settings: Settings, stream: TextIO | None = None) -> None:
+    """JSON on App Engine (or with DEDUP_LOG_FORMAT=json), readable text otherwise: ``settings.log_format``,
+    read with every other setting before the app is built (main.py)."""
     handler = logging.StreamHandler(stream or sys.stdout)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
-    handler.addFilter(TraceFilter(environ.get("GOOGLE_CLOUD_PROJECT")))
+    handler.setFormatter(JsonFormatter() if settings.log_format == "json" else TextFormatter())
+    handler.addFilter(TraceFilter(settings.project))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)

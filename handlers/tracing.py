@@ -30,8 +30,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from werkzeug.datastructures import Headers
 
 from handlers.logs import parse_trace_context
-from settings import SettingError
-from settings import trace_export as trace_export
+from settings import SettingError, Settings
 
 _W3C = TraceContextTextMapPropagator()
 _configured = threading.Lock()
@@ -43,36 +42,34 @@ log = logging.getLogger(__name__)
 TracingConfigError = SettingError
 
 
-def cloud_trace_processor(environ: Mapping[str, str], client: Any = None) -> SpanProcessor:
+def cloud_trace_processor(settings: Settings, client: Any = None) -> SpanProcessor:
     """Spans to Cloud Trace, in batches from a background thread (never on the request's time)."""
     from opentelemetry.exporter.cloud_trace import CloudTraceSpanExporter
 
-    return BatchSpanProcessor(CloudTraceSpanExporter(project_id=environ.get("GOOGLE_CLOUD_PROJECT"), client=client))
+    return BatchSpanProcessor(CloudTraceSpanExporter(project_id=settings.project, client=client))
 
 
 def configure_tracing(
-    environ: Mapping[str, str],
-    processor_for: Callable[[Mapping[str, str]], SpanProcessor] = cloud_trace_processor,
+    settings: Settings,
+    processor_for: Callable[[Settings], SpanProcessor] = cloud_trace_processor,
 ) -> TracerProvider:
-    """The process's tracer provider, made once (OpenTelemetry allows one per process)."""
-    export = trace_export(environ)  # validated on every call: a bad setting stops each app at start-up
+    """The process's tracer provider, made once (OpenTelemetry allows one per process), as
+    ``settings.trace_export`` says (checked by ``Settings.from_environ``: a bad one stops the app)."""
     with _configured:
         current = trace.get_tracer_provider()
         if isinstance(current, TracerProvider):
             return current
-        provider = new_provider(environ, export, processor_for)
+        provider = new_provider(settings, processor_for)
         trace.set_tracer_provider(provider)
         return provider
 
 
-def new_provider(
-    environ: Mapping[str, str], export: str, processor_for: Callable[[Mapping[str, str]], SpanProcessor]
-) -> TracerProvider:
-    """A provider exporting as ``export`` says; one whose exporter cannot be built exports nothing."""
-    provider = TracerProvider(resource=Resource.create({"service.name": environ.get("GAE_SERVICE") or "dedup"}))
-    if export == "cloud-trace":
+def new_provider(settings: Settings, processor_for: Callable[[Settings], SpanProcessor]) -> TracerProvider:
+    """A provider exporting as ``settings.trace_export`` says; one whose exporter cannot be built exports nothing."""
+    provider = TracerProvider(resource=Resource.create({"service.name": settings.service or "dedup"}))
+    if settings.trace_export == "cloud-trace":
         try:
-            provider.add_span_processor(processor_for(environ))
+            provider.add_span_processor(processor_for(settings))
         except google.auth.exceptions.DefaultCredentialsError as exc:
             # Traces are for looking: a missing credential must not stop the app serving runs.
             log.error("spans will not be exported to Cloud Trace: %s", exc)

@@ -237,9 +237,10 @@ def _span_exporter():
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from handlers.tracing import configure_tracing
+    from settings import Settings
 
     exporter = InMemorySpanExporter()
-    configure_tracing(os.environ).add_span_processor(SimpleSpanProcessor(exporter))
+    configure_tracing(Settings.from_environ(os.environ)).add_span_processor(SimpleSpanProcessor(exporter))
     return exporter
 
 

@@ -29,6 +29,7 @@ from handlers.auth import (
     mode_names,
 )
 from handlers.signed_tokens import InvalidToken
+from settings import Settings
 from tests.support.callers import (  # noqa: F401 - fixtures
     ADMIN,
     AUDIENCE,
@@ -320,17 +321,34 @@ def test_every_route_declares_the_role_it_needs(appengine_app):
 
 
 @dataclasses.dataclass(frozen=True)
+class KeySettings(Settings):
+    """The settings with the made-up mode's variable: a new mode's is a field of ``Settings``
+    (settings.py), read in ``Settings.from_environ``."""
+
+    test_key: str = dataclasses.field(default="", metadata={"variable": "DEDUP_TEST_KEY"})
+
+    @classmethod
+    def from_environ(cls, environ):
+        return dataclasses.replace(super().from_environ(environ), test_key=environ.get("DEDUP_TEST_KEY", ""))
+
+
+def key_settings(environ, registry):
+    return AuthSettings.from_settings(KeySettings.from_environ(environ), registry)
+
+
+@dataclasses.dataclass(frozen=True)
 class SharedKey(Verifier):
-    """``key``, a made-up mode: all a new mode is (its own module in handlers/auth/, and a line in VERIFIERS)."""
+    """``key``, a made-up mode: all a new mode is (its own module in handlers/auth/, its variable in
+    settings.py, and a line in VERIFIERS)."""
 
     mode: ClassVar[str] = "key"
     key: str = ""
 
     @classmethod
-    def from_environ(cls, environ, selection):
-        if not environ.get("DEDUP_TEST_KEY"):
+    def from_settings(cls, settings, selection):
+        if not getattr(settings, "test_key", ""):
             raise AuthConfigError("DEDUP_AUTH=key needs DEDUP_TEST_KEY")
-        return cls(key=environ["DEDUP_TEST_KEY"])
+        return cls(key=settings.test_key)
 
     @property
     def wanted(self):
@@ -345,17 +363,17 @@ class SharedKey(Verifier):
         return Principal(name="key:ci", granted=frozenset({Role.DELIVER}))
 
 
-def test_a_new_mode_is_one_class_and_one_registration_line(datastore, ndb_client, jobs_file, clock):
+def test_a_new_mode_is_one_class_its_variables_and_one_registration_line(datastore, ndb_client, jobs_file, clock):
     registry = (*VERIFIERS, SharedKey)  # the registration line
     assert mode_names(registry) == (*MODES, "key")
     with pytest.raises(AuthConfigError, match="must be one of appengine, iap, oidc, none$"):
         AuthSettings.from_environ({"DEDUP_AUTH": "key"})  # not in the shipped registry
     with pytest.raises(AuthConfigError, match="must be one of appengine, iap, oidc, none, key$"):
-        AuthSettings.from_environ({"DEDUP_AUTH": "kee"}, registry)
+        key_settings({"DEDUP_AUTH": "kee"}, registry)
     with pytest.raises(AuthConfigError, match="needs DEDUP_TEST_KEY"):
-        AuthSettings.from_environ({"DEDUP_AUTH": "key"}, registry)  # the mode parses its own settings
+        key_settings({"DEDUP_AUTH": "key"}, registry)  # the mode checks its own settings
     environ = {**OFF_GAE, "DEDUP_AUTH": "appengine,key", "DEDUP_TEST_KEY": "s3cret"}
-    settings = AuthSettings.from_environ(environ, registry)
+    settings = key_settings(environ, registry)
     assert settings.mode == "appengine,key" and settings.verifier(SharedKey).key == "s3cret"
     app = webtest.TestApp(create_app(jobs_file=jobs_file(JOBS), clock=clock, ndb_client=ndb_client, auth=settings))
     app.post("/jobs/invoice", headers=scheduler_headers(**{"X-Test-Key": "s3cret"}), status=200)
@@ -377,7 +395,7 @@ def test_what_a_mode_supersedes_is_data_on_its_class():
 
     def settings(verifier, **environ):
         environ = {**OFF_GAE, "DEDUP_AUTH": f"appengine,{verifier.mode}", "DEDUP_TEST_KEY": "s3cret", **environ}
-        return AuthSettings.from_environ(environ, (*VERIFIERS, verifier))
+        return key_settings(environ, (*VERIFIERS, verifier))
 
     admin_and_key = {**ADMIN, "X-Test-Key": "s3cret", "Host": "localhost"}
     beside = CallerGate(settings(SharedKey)).admit(admin_and_key, Role.VIEW)

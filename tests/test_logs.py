@@ -6,6 +6,7 @@ import io
 import logging
 
 from handlers.logs import configure_logging
+from settings import Settings
 from tests import job_targets
 from tests.support.deliveries import JOBS, scheduler_headers
 from tests.support.logs import TRACE, json_logs, request_lines, text_logs  # noqa: F401 - fixtures
@@ -48,7 +49,7 @@ def test_plain_text_by_default_outside_app_engine():
     stream = io.StringIO()
     saved = logging.getLogger().handlers[:]
     try:
-        configure_logging({}, stream)
+        configure_logging(Settings(), stream)
         logging.getLogger("dedup.test").warning("hello", extra={"run_id": "r1", "attempt": 2})
     finally:
         logging.getLogger().handlers[:] = saved

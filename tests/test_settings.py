@@ -2,6 +2,9 @@
 
 Each field of ``Settings`` has its bad values here (or is listed as taking any value), found by
 enumerating the dataclass: a new setting without its refusals fails ``test_every_setting_is_tested``.
+A bad value is refused by the one check the app runs at start-up (``Settings.from_environ``, then
+caller verification's ``AuthSettings.from_settings``), and by ``python -m deploy check`` with the
+same message: one validation, two callers.
 """
 
 from __future__ import annotations
@@ -12,10 +15,16 @@ import os
 import re
 
 import pytest
+from click.testing import CliRunner
 
+from deploy.cli import cli as ops_cli
 from handlers import create_app
+from handlers.auth import AuthSettings
 from settings import SettingError, Settings
 
+OFF_GAE = {"DEDUP_APPENGINE_OFF_GAE": "trust-forgeable-headers"}
+OIDC = {"DEDUP_AUTH": "oidc", "DEDUP_OIDC_AUDIENCE": "https://dedup.example", "DEDUP_OIDC_ALLOWED_EMAILS": "s@x.iam"}
+BACKEND = "/projects/1/global/backendServices/2"  # IAP before a load balancer, where markers can be forged
 QUEUE = "projects/acme-prod/locations/us-central1/queues/dedup-dispatch"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,13 +51,52 @@ BAD = {
     "scheduler_api_base": [
         {"DEDUP_SCHEDULER_API_BASE": base} for base in ("ftp://x", "http://x?q=1", "https://example.com")
     ],
+    # Caller verification's: refused where what they mean is checked (the modes DEDUP_AUTH selects).
+    "auth": [
+        {"DEDUP_AUTH": "sometimes"},
+        {"DEDUP_AUTH": ""},  # off App Engine it must be chosen
+        {**OIDC, "DEDUP_AUTH": "oidc,oidc"},
+        {"DEDUP_AUTH": "none,appengine", **OFF_GAE},
+        {"DEDUP_AUTH": "none", "GAE_ENV": "standard"},
+    ],
+    "operators": [
+        {"DEDUP_AUTH": "none", "DEDUP_OPERATORS": member}
+        for member in ("group:ops@example.com", "alice", "serviceAccount:alice@example.com", "domain:x")
+    ],
+    "viewers": [{"DEDUP_AUTH": "none", "DEDUP_VIEWERS": member} for member in ("group:ops@example.com", "user:")],
+    "oidc_audience": [{**OIDC, "DEDUP_OIDC_AUDIENCE": value} for value in ("", " ")],
+    "oidc_allowed_emails": [{**OIDC, "DEDUP_OIDC_ALLOWED_EMAILS": value} for value in ("", " , ")],
+    "iap_audience": [
+        {"DEDUP_AUTH": "iap", "DEDUP_IAP_AUDIENCE": value} for value in ("", "123", "/projects/acme/apps/acme")
+    ]
+    + [{"DEDUP_AUTH": "appengine,iap", "GAE_ENV": "standard", "DEDUP_IAP_AUDIENCE": BACKEND}],
+    "appengine_trusted": [
+        {"DEDUP_AUTH": "appengine", **OFF_GAE, "DEDUP_APPENGINE_TRUSTED": value} for value in ("cron,everyone", "", ",")
+    ],
+    # Off App Engine, appengine is refused unless this variable says the one value.
+    "appengine_off_app_engine": [{"DEDUP_AUTH": "appengine", "DEDUP_APPENGINE_OFF_GAE": v} for v in ("", "yes", "1")],
 }
-# Fields any value of which is taken: a path (a missing file is the jobs' or schedules' error), a flag.
-ANY_VALUE = {"jobs_file", "scheduler_file", "on_app_engine", "service", "project", "log_format"}
+# Fields any value of which is taken: a path (a missing file is the jobs' or schedules' error), a flag,
+# a name, a URL fetched at the first request (the signing keys: a 500 until they can be fetched).
+ANY_VALUE = {
+    "jobs_file",
+    "scheduler_file",
+    "on_app_engine",
+    "service",
+    "project",
+    "log_format",
+    "oidc_certs_url",
+    "iap_certs_url",
+}
 
 
 def variable(field: str) -> str:
-    return str(next(f for f in dataclasses.fields(Settings) if f.name == field).metadata["variable"])
+    return Settings.variable(field)
+
+
+def check(environ) -> None:
+    """What the app checks at start-up (create_app), and ``python -m deploy check`` too."""
+    AuthSettings.from_settings(Settings.from_environ(environ))
 
 
 def test_every_setting_is_tested():
@@ -70,7 +118,27 @@ def test_unset_is_the_defaults():
 @pytest.mark.parametrize("field, environ", [(field, environ) for field, bad in BAD.items() for environ in bad])
 def test_a_bad_value_is_refused_naming_its_variable(field, environ):
     with pytest.raises(SettingError, match=re.escape(variable(field))):
-        Settings.from_environ(environ)
+        check(environ)
+
+
+@pytest.mark.parametrize("field, environ", [(field, environ) for field, bad in BAD.items() for environ in bad])
+def test_the_ops_cli_refuses_what_the_app_refuses_with_its_message(monkeypatch, field, environ):
+    """``python -m deploy check`` runs the app's own check: the same refusal, the same words."""
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingError) as refused:
+        check(os.environ)
+    result = CliRunner().invoke(ops_cli, ["check"])
+    assert result.exit_code == 1 and f"Error: {refused.value}" in result.output
+
+
+def test_the_ops_cli_passes_what_the_app_takes(monkeypatch, jobs_file):
+    monkeypatch.setenv("DEDUP_AUTH", "appengine")
+    monkeypatch.setenv("DEDUP_APPENGINE_OFF_GAE", "trust-forgeable-headers")
+    jobs = jobs_file("jobs:\n  invoice:\n    kind: python\n    target: tests.job_targets:record\n")
+    result = CliRunner().invoke(ops_cli, ["--jobs", jobs, "check"])
+    assert result.exit_code == 0, result.output
+    assert result.output == f"settings valid: DEDUP_AUTH=appengine, 1 job(s) in {jobs}\n"
 
 
 @pytest.mark.parametrize("field, environ", [(field, bad[0]) for field, bad in BAD.items()])
@@ -118,24 +186,31 @@ def test_the_values_are_read():
     )
 
 
-# No module of the app reads a DEDUP_ variable from the environment but settings.py.  The modules
-# below still do, for settings Settings does not hold yet (issue 36 §4): each must still read one
-# (so it leaves this list when it moves), and the list only shrinks.
-SCANNED = ("handlers", "dispatch", "schedules", "jobs")
-NOT_YET_MOVED = {
-    "handlers/access.py",  # DEDUP_OPERATORS, DEDUP_VIEWERS
-    "handlers/auth/appengine.py",  # DEDUP_APPENGINE_OFF_GAE, DEDUP_APPENGINE_TRUSTED
-    "handlers/auth/gate.py",  # DEDUP_AUTH
-    "handlers/auth/iap.py",  # DEDUP_IAP_AUDIENCE, DEDUP_IAP_CERTS_URL
-    "handlers/auth/oidc.py",  # DEDUP_OIDC_AUDIENCE, _ALLOWED_EMAILS, _CERTS_URL
+# No module of the app or its CLIs reads the environment but settings.py: an entry point hands
+# ``os.environ`` to ``Settings.from_environ`` and nothing else.  The modules below read it on
+# purpose, each for a value that is no setting of the app (so settings.py does not hold it): each
+# must still read one (so it leaves this list when it stops), and a new reader fails the scan.
+SCANNED = ("handlers", "dispatch", "schedules", "jobs", "dedup", "models", "service", "deploy", "dedupctl", "main.py")
+READ_ON_PURPOSE = {
+    # GAE_INSTANCE: App Engine's name for this instance, the process's identity in a record's attempt
+    # history (else host name and process id); no one configures it.
+    "dedup/claims.py",
+    # The rule of DEDUP_DATABASE over a mapping, which Settings.from_environ applies (the deploy
+    # CLI's --database takes the same rule through it).
+    "dedup/database.py",
+    # DEDUP_TOKEN: a client's credential on the caller's machine, never the app's setting.
+    "dedupctl/cli.py",
+    # DEDUP_LOGGING_API_BASE (click's envvar): the smoke command's own option; the app calls no Cloud Logging.
+    "deploy/cli.py",
 }
 
 
-def reads_a_setting(path: str) -> bool:
-    """Whether ``path`` calls ``.get(...)`` or subscripts with a DEDUP_ name (a literal or a constant
-    holding one), the way a module reads an environment mapping."""
-    with open(path, encoding="utf-8") as handle:
-        tree = ast.parse(handle.read(), path)
+def reads_the_environment(source: str, path: str = "<source>") -> bool:
+    """Whether ``source`` reads the environment other than by handing ``os.environ`` to
+    ``Settings.from_environ``: ``os.environ`` or ``os.getenv`` anywhere else, a click option's
+    ``envvar``, or ``.get(...)`` or a subscript with a DEDUP_ name (a literal or a constant holding
+    one), the way a module reads an environment mapping it was given."""
+    tree = ast.parse(source, path)
     constants = {
         target.id
         for node in ast.walk(tree)
@@ -146,6 +221,16 @@ def reads_a_setting(path: str) -> bool:
         for target in node.targets
         if isinstance(target, ast.Name)
     }
+    handed_over = {
+        id(argument)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "from_environ"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "Settings"
+        for argument in node.args
+    }
 
     def names_a_setting(node: ast.expr) -> bool:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -153,6 +238,14 @@ def reads_a_setting(path: str) -> bool:
         return isinstance(node, ast.Name) and node.id in constants
 
     for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv") and id(node) not in handed_over:
+            if isinstance(node.value, ast.Name) and node.value.id == "os":
+                return True
+        if isinstance(node, ast.ImportFrom) and node.module == "os":
+            if {alias.name for alias in node.names} & {"environ", "getenv"}:
+                return True
+        if isinstance(node, ast.keyword) and node.arg == "envvar":
+            return True
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
             if node.args and names_a_setting(node.args[0]):
                 return True
@@ -161,13 +254,38 @@ def reads_a_setting(path: str) -> bool:
     return False
 
 
-def test_only_settings_reads_the_environment_for_a_setting():
+def scanned_modules():
+    for entry in SCANNED:
+        if entry.endswith(".py"):
+            yield os.path.join(ROOT, entry)
+        for folder, _, files in os.walk(os.path.join(ROOT, entry)):
+            yield from (os.path.join(folder, name) for name in files if name.endswith(".py"))
+
+
+def test_only_settings_reads_the_environment():
     readers = set()
-    for package in SCANNED:
-        for folder, _, files in os.walk(os.path.join(ROOT, package)):
-            for name in files:
-                path = os.path.join(folder, name)
-                if name.endswith(".py") and reads_a_setting(path):
-                    readers.add(os.path.relpath(path, ROOT).replace(os.sep, "/"))
-    assert readers == NOT_YET_MOVED
-    assert reads_a_setting(os.path.join(ROOT, "settings.py"))  # the scan sees a reading
+    for path in scanned_modules():
+        with open(path, encoding="utf-8") as handle:
+            if reads_the_environment(handle.read(), path):
+                readers.add(os.path.relpath(path, ROOT).replace(os.sep, "/"))
+    assert readers == READ_ON_PURPOSE, "read a new setting in settings.py (Settings), and take it from there"
+    with open(os.path.join(ROOT, "settings.py"), encoding="utf-8") as handle:
+        assert reads_the_environment(handle.read())  # the scan sees settings.py's reading
+
+
+@pytest.mark.parametrize(
+    "source, reads",
+    [
+        ("import os\nos.environ.get('HOME')", True),
+        ("import os\nos.getenv('PORT')", True),
+        ("from os import environ", True),
+        ("import os\nf(os.environ)", True),
+        ("def f(environ):\n    return environ['DEDUP_X']", True),
+        ("SETTING = 'DEDUP_X'\ndef f(environ):\n    return environ.get(SETTING)", True),
+        ("import click\nclick.option('--x', envvar='X')", True),
+        ("import os\nsettings = Settings.from_environ(os.environ)", False),
+        ("import os\nos.path.join('a', 'b')", False),
+    ],
+)
+def test_the_scan_sees_each_way_of_reading(source, reads):
+    assert reads_the_environment(source) is reads

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 from opentelemetry import trace
 
-from handlers.tracing import TracingConfigError, cloud_trace_processor, incoming_context, trace_export
+from handlers.tracing import TracingConfigError, cloud_trace_processor, incoming_context
+from settings import Settings, trace_export
 from tests.support.deliveries import scheduler_headers
 
 JOBS = """
@@ -88,7 +89,7 @@ def test_spans_go_to_cloud_trace_on_app_engine_and_nowhere_by_default_elsewhere(
     assert trace_export({}) == "none" and trace_export({"GAE_ENV": "localdev"}) == "none"
     assert trace_export({"DEDUP_TRACE_EXPORT": "cloud-trace"}) == "cloud-trace"
     client = TraceServiceClient(credentials=AnonymousCredentials())
-    processor = cloud_trace_processor({"GOOGLE_CLOUD_PROJECT": "acme-prod"}, client=client)
+    processor = cloud_trace_processor(Settings(project="acme-prod"), client=client)
     try:
         assert isinstance(processor.span_exporter, CloudTraceSpanExporter)
         assert processor.span_exporter.project_id == "acme-prod"
@@ -109,18 +110,18 @@ def test_without_credentials_spans_are_not_exported_and_the_app_still_serves(cap
 
     from handlers.tracing import new_provider
 
-    def no_credentials(environ):
+    def no_credentials(settings):
         raise google.auth.exceptions.DefaultCredentialsError("no ADC here")
 
-    provider = new_provider({"GAE_ENV": "standard"}, "cloud-trace", no_credentials)
+    on_app_engine = Settings.from_environ({"GAE_ENV": "standard"})
+    provider = new_provider(on_app_engine, no_credentials)
     assert provider._active_span_processor._span_processors == ()
     assert "spans will not be exported to Cloud Trace: no ADC here" in caplog.text
     exported = []
-    provider = new_provider({}, "cloud-trace", lambda environ: exported.append(environ) or _NullProcessor())
-    assert exported == [{}] and len(provider._active_span_processor._span_processors) == 1
-    assert (
-        new_provider({}, "none", lambda environ: exported.append(environ))._active_span_processor._span_processors == ()
-    )
+    to_cloud_trace = Settings(trace_export="cloud-trace")
+    provider = new_provider(to_cloud_trace, lambda settings: exported.append(settings) or _NullProcessor())
+    assert exported == [to_cloud_trace] and len(provider._active_span_processor._span_processors) == 1
+    assert new_provider(Settings(), exported.append)._active_span_processor._span_processors == ()
 
 
 class _NullProcessor:

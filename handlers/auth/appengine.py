@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import ClassVar, Self
 
 from handlers.access import Principal, Role, normal_email
 from handlers.auth.verifier import AuthConfigError, ForbiddenEvidence, RequestHeaders, Selection, Verifier
+from settings import OFF_APP_ENGINE_SETTING as OFF_APP_ENGINE_SETTING
+from settings import OFF_APP_ENGINE_VALUE as OFF_APP_ENGINE_VALUE
+from settings import Settings
 
 # App Engine markers this app can trust in `appengine` mode (DEDUP_APPENGINE_TRUSTED chooses; all by default).
 # "admin" names the signed-in admin as a person, whose roles DEDUP_VIEWERS and DEDUP_OPERATORS decide;
@@ -72,9 +74,8 @@ def signed_in_markers(headers: RequestHeaders) -> str | None:
 
 
 # App Engine's markers are only as good as App Engine stripping client-sent copies: outside it
-# `appengine` is refused, unless tests and local tools say they know (then only loopback is served).
-OFF_APP_ENGINE_SETTING = "DEDUP_APPENGINE_OFF_GAE"
-OFF_APP_ENGINE_VALUE = "trust-forgeable-headers"
+# `appengine` is refused, unless tests and local tools say they know (OFF_APP_ENGINE_SETTING set to
+# OFF_APP_ENGINE_VALUE, settings.py's appengine_off_app_engine; then only loopback is served).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,21 +87,20 @@ class AppEngineMarkers(Verifier):
     trusted_markers: frozenset[str] = frozenset(APPENGINE_MARKERS)
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str], selection: Selection) -> Self:
-        if not selection.on_app_engine and environ.get(OFF_APP_ENGINE_SETTING) != OFF_APP_ENGINE_VALUE:
+    def from_settings(cls, settings: Settings, selection: Selection) -> Self:
+        if not selection.on_app_engine and not settings.appengine_off_app_engine:
             raise AuthConfigError(
                 "DEDUP_AUTH=appengine trusts X-Appengine-* headers, which only App Engine strips from "
                 "client requests; outside App Engine (GAE_ENV not standard: unset, or localdev under "
                 "dev_appserver) anyone can send them. Choose iap or oidc there (tests and local tools may "
                 f"set {OFF_APP_ENGINE_SETTING}={OFF_APP_ENGINE_VALUE}, and are served on loopback only)"
             )
-        raw = environ.get("DEDUP_APPENGINE_TRUSTED")
-        if raw is None:
+        markers = settings.appengine_trusted
+        if markers is None:
             if selection.people_superseded(cls.mode):
                 # Behind IAP people come with a signed assertion; an unsigned signed-in-user header alone is no one.
                 return cls(trusted_markers=frozenset(APPENGINE_MARKERS) - {"admin"})
             return cls()
-        markers = frozenset(m.strip().lower() for m in raw.split(",") if m.strip())
         unknown = sorted(markers - set(APPENGINE_MARKERS))
         if unknown or not markers:
             raise AuthConfigError(

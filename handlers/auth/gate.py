@@ -20,6 +20,8 @@ from handlers.auth.none import AnyCaller
 from handlers.auth.oidc import GoogleIdTokens
 from handlers.auth.verifier import AuthConfigError, ForbiddenEvidence, RequestHeaders, Selection, Verifier
 from handlers.signed_tokens import CertificatesUnavailable, InvalidToken
+from settings import PRODUCTION_GAE_ENV as PRODUCTION_GAE_ENV
+from settings import Settings
 
 # The logger this module's lines have always had (it was handlers/auth.py).
 log = logging.getLogger("handlers.auth")
@@ -46,9 +48,9 @@ def mode_names(registry: Sequence[type[Verifier]]) -> tuple[str, ...]:
 
 
 MODES = mode_names(VERIFIERS)
-# GAE_ENV on App Engine standard, whose front end strips client-sent X-Appengine-* headers.  Anywhere
-# else it is unset, or "localdev" under dev_appserver.py, which passes client-sent copies through.
-PRODUCTION_GAE_ENV = "standard"
+# PRODUCTION_GAE_ENV (settings.py): GAE_ENV on App Engine standard, whose front end strips client-sent
+# X-Appengine-* headers.  Anywhere else it is unset, or "localdev" under dev_appserver.py, which
+# passes client-sent copies through.
 
 # Refusals: fixed per kind of failure.
 UNTRUSTED_HEADERS = "X-CloudScheduler-* headers alone are not trusted"
@@ -77,7 +79,7 @@ class Admission:
 class AuthSettings:
     """The modes DEDUP_AUTH selects, each with its settings, in the order DEDUP_AUTH names them.
 
-    Built by ``from_environ``; or directly, from ``verifiers`` or from ``modes``
+    Built by ``from_settings`` (the app's ``Settings``); or directly, from ``verifiers`` or from ``modes``
     and their settings as keywords: ``AuthSettings(modes=("oidc",), audience=..., allowed_emails=...)``.
     """
 
@@ -104,7 +106,7 @@ class AuthSettings:
             stray = sorted(set(settings) - names)
             if stray:
                 raise TypeError(f"AuthSettings() got unexpected keyword arguments {stray}")
-            verifiers = [by_mode[mode].from_settings(settings) for mode in modes or ()]
+            verifiers = [by_mode[mode].from_keywords(settings) for mode in modes or ()]
         elif modes is not None or settings:
             raise TypeError("AuthSettings() takes verifiers, or modes and their settings, not both")
         object.__setattr__(self, "verifiers", tuple(verifiers))
@@ -112,23 +114,29 @@ class AuthSettings:
         object.__setattr__(self, "on_app_engine", on_app_engine)
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str], registry: Sequence[type[Verifier]] = VERIFIERS) -> AuthSettings:
-        """DEDUP_AUTH and each selected mode's settings; raises ``AuthConfigError`` for a bad one.
+    def from_settings(cls, settings: Settings, registry: Sequence[type[Verifier]] = VERIFIERS) -> AuthSettings:
+        """The modes DEDUP_AUTH selects, each checking its own settings; raises ``AuthConfigError``
+        (a ``SettingError``) for a bad one.  The app and ``python -m deploy check`` both call it.
 
         ``registry``: the modes there are (``VERIFIERS``), in the order error messages name them.
         """
-        on_app_engine = environ.get("GAE_ENV") == PRODUCTION_GAE_ENV
-        selection = _selection(environ.get("DEDUP_AUTH", ""), on_app_engine, registry)
-        access = _access(environ)
-        # Each mode parses its own settings; in the registry's order, so which of two bad ones is named is fixed.
+        on_app_engine = settings.on_app_engine
+        selection = _selection(settings.auth, on_app_engine, registry)
+        access = _access(settings)
+        # Each mode checks its own settings; in the registry's order, so which of two bad ones is named is fixed.
         parsed = {
-            verifier: verifier.from_environ(environ, selection)
+            verifier: verifier.from_settings(settings, selection)
             for verifier in registry
             if verifier in selection.verifiers
         }
         return cls(
             verifiers=[parsed[verifier] for verifier in selection.verifiers], access=access, on_app_engine=on_app_engine
         )
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str], registry: Sequence[type[Verifier]] = VERIFIERS) -> AuthSettings:
+        """``from_settings`` of ``Settings.from_environ(environ)``: the same one reading, for a test's mapping."""
+        return cls.from_settings(Settings.from_environ(environ), registry)
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -181,9 +189,9 @@ def _selection(raw: str, on_app_engine: bool, registry: Sequence[type[Verifier]]
     return Selection(verifiers=selected, on_app_engine=on_app_engine)
 
 
-def _access(environ: Mapping[str, str]) -> AccessPolicy:
+def _access(settings: Settings) -> AccessPolicy:
     try:
-        return AccessPolicy.from_environ(environ)
+        return AccessPolicy.parse(settings.operators, settings.viewers)
     except AccessConfigError as exc:
         raise AuthConfigError(str(exc)) from None
 

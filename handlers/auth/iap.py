@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
 from typing import ClassVar, Self
 
 from handlers.access import Principal, normal_domain, normal_email
 from handlers.auth.verifier import AuthConfigError, RequestHeaders, Selection, Verifier
 from handlers.signed_tokens import InvalidToken, SignedTokens, TokenKind
+from settings import DEFAULT_IAP_CERTS_URL as DEFAULT_IAP_CERTS_URL
+from settings import Settings
 
-DEFAULT_IAP_CERTS_URL = "https://www.gstatic.com/iap/verify/public_key"
 IAP_ISSUER = "https://cloud.google.com/iap"
 IAP_HEADER = "X-Goog-IAP-JWT-Assertion"
 # IAP's audiences: App Engine's, and a backend service's (IAP in front of a load balancer).
@@ -41,8 +41,8 @@ class IapAssertions(Verifier):
         object.__setattr__(self, "_tokens", SignedTokens(IAP_ASSERTION, self.iap_certs_url))
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str], selection: Selection) -> Self:
-        audience = environ.get("DEDUP_IAP_AUDIENCE", "").strip()
+    def from_settings(cls, settings: Settings, selection: Selection) -> Self:
+        audience = settings.iap_audience
         if not IAP_AUDIENCE_SHAPE.fullmatch(audience):
             raise AuthConfigError(
                 "DEDUP_AUTH=iap needs DEDUP_IAP_AUDIENCE, IAP's audience for this app: "
@@ -54,8 +54,7 @@ class IapAssertions(Verifier):
                 "DEDUP_IAP_AUDIENCE names a backend service (a load balancer), where App Engine's markers can "
                 "be forged: DEDUP_AUTH=appengine is for an app App Engine serves (/projects/N/apps/ID)"
             )
-        certs_url = environ.get("DEDUP_IAP_CERTS_URL", "").strip() or DEFAULT_IAP_CERTS_URL
-        return cls(iap_audience=audience, iap_certs_url=certs_url)
+        return cls(iap_audience=audience, iap_certs_url=settings.iap_certs_url)
 
     @property
     def wanted(self) -> str:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import ClassVar, Self
 
 from handlers.access import Principal, Role
 from handlers.auth.verifier import RequestHeaders, Selection, Verifier
+from settings import Settings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,7 +20,7 @@ class AnyCaller(Verifier):
     refused_on_app_engine: ClassVar[str | None] = "is for local development"
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str], selection: Selection) -> Self:
+    def from_settings(cls, settings: Settings, selection: Selection) -> Self:
         return cls()
 
     @property

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import ClassVar, Self
 
 from handlers.access import Principal, Role, normal_domain, normal_email
 from handlers.auth.verifier import AuthConfigError, RequestHeaders, Selection, Verifier
 from handlers.signed_tokens import InvalidToken, SignedTokens, TokenKind
+from settings import DEFAULT_OIDC_CERTS_URL as DEFAULT_CERTS_URL
+from settings import Settings
 
-DEFAULT_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"
 GOOGLE_ISSUERS = frozenset({"accounts.google.com", "https://accounts.google.com"})
 ID_TOKEN = TokenKind("ID token", "RS256", {"iss": str, "aud": str, "email": str, "email_verified": bool, "hd": str})
 
@@ -39,17 +39,13 @@ class GoogleIdTokens(Verifier):
         object.__setattr__(self, "_tokens", SignedTokens(ID_TOKEN, self.certs_url))
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str], selection: Selection) -> Self:
-        audience = environ.get("DEDUP_OIDC_AUDIENCE", "").strip()
-        emails = frozenset(
-            e.strip().lower() for e in environ.get("DEDUP_OIDC_ALLOWED_EMAILS", "").split(",") if e.strip()
-        )
+    def from_settings(cls, settings: Settings, selection: Selection) -> Self:
+        audience, emails = settings.oidc_audience, settings.oidc_allowed_emails
         if not audience:
             raise AuthConfigError("DEDUP_AUTH=oidc needs DEDUP_OIDC_AUDIENCE (the URL Scheduler puts in the token)")
         if not emails:
             raise AuthConfigError("DEDUP_AUTH=oidc needs DEDUP_OIDC_ALLOWED_EMAILS (the callers' service accounts)")
-        certs_url = environ.get("DEDUP_OIDC_CERTS_URL", "").strip() or DEFAULT_CERTS_URL
-        return cls(audience=audience, allowed_emails=emails, certs_url=certs_url)
+        return cls(audience=audience, allowed_emails=emails, certs_url=settings.oidc_certs_url)
 
     @property
     def wanted(self) -> str:

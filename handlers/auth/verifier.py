@@ -1,7 +1,8 @@
 """What a DEDUP_AUTH mode is: a Verifier subclass, the Selection its settings see, AuthConfigError.
 
-A mode is one frozen dataclass: its fields are its settings, ``from_environ``
-parses them (a bad one stops the app at start-up), ``identify`` turns a
+A mode is one frozen dataclass: its fields are its settings, ``from_settings``
+takes them from the app's ``Settings`` (settings.py reads its variables) and checks them
+(a bad one stops the app at start-up), ``identify`` turns a
 request's headers into a ``Principal``.  How it combines with the other
 modes is data on the class (``alone``, ``supersedes_refusals_of``, ...), read
 by the gate, so the gate names no mode.
@@ -15,10 +16,11 @@ from collections.abc import Mapping
 from typing import ClassVar, Protocol, Self, overload
 
 from handlers.access import Principal
+from settings import SettingError, Settings
 
 
-class AuthConfigError(ValueError):
-    """A bad DEDUP_AUTH configuration: the app refuses to start."""
+class AuthConfigError(SettingError):
+    """A bad DEDUP_AUTH configuration: the app refuses to start (a ``SettingError``, as every bad setting)."""
 
 
 class ForbiddenEvidence(Exception):
@@ -84,8 +86,9 @@ class Verifier(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def from_environ(cls, environ: Mapping[str, str], selection: Selection) -> Self:
-        """This mode's settings; raises ``AuthConfigError`` naming the variable that is wrong (never its value)."""
+    def from_settings(cls, settings: Settings, selection: Selection) -> Self:
+        """This mode's settings, from the app's; raises ``AuthConfigError`` naming the variable that is
+        wrong (never its value)."""
 
     @property
     @abc.abstractmethod
@@ -111,6 +114,6 @@ class Verifier(abc.ABC):
         return frozenset(field.name for field in dataclasses.fields(cls) if field.init)
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, object]) -> Self:
+    def from_keywords(cls, keywords: Mapping[str, object]) -> Self:
         """This mode with the given settings (the others default): ``AuthSettings``' keyword form."""
-        return cls(**{name: value for name, value in settings.items() if name in cls.setting_names()})
+        return cls(**{name: value for name, value in keywords.items() if name in cls.setting_names()})

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from handlers.logs import configure_logging
+from settings import Settings
 
 TRACE = "105445aa7843bc8bf206b12000100000/1;o=1"
 
@@ -39,7 +40,7 @@ def capture_logs(environ: dict[str, str], parse: Callable[[str], list]) -> Itera
     root = logging.getLogger()
     saved = root.handlers[:], root.level
     captured = CapturedLogs(parse)
-    configure_logging(environ, captured.stream)
+    configure_logging(Settings.from_environ(environ), captured.stream)
     root.addHandler(captured)
     try:
         yield captured
