@@ -35,7 +35,9 @@ from models.job_lock import JobLock
 
 # A finished record's preview of its result or error, in characters.
 PREVIEW_CHARS = 200
-# Attempt history kept on each record, and who this process is in it.
+# Attempt history kept on each record, and who this process is in it: App Engine's name for this
+# instance (its runtime identity, like the host name and process id elsewhere: no setting, so read
+# here and not by settings.py; tests/test_settings.py's scan lists it as read on purpose).
 MAX_ATTEMPT_HISTORY = 10
 INSTANCE = os.environ.get("GAE_INSTANCE") or f"{socket.gethostname()}:{os.getpid()}"
 REOPENED = frozenset({RunStatus.FAILED, RunStatus.SKIPPED})  # what an operator's run replaces
