@@ -11,6 +11,8 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+from pydantic import BaseModel
+
 from dedup.clock import Clock, SystemClock
 from dedup.errors import PermanentJobError
 from dedup.outcomes import Attempt
@@ -126,21 +128,14 @@ class RunContext:
 class JobKind(abc.ABC):
     """One kind of job (``python``, ``http``, ...).
 
-    A kind declares the keys it accepts in jobs.yaml, builds itself from
-    them once at start-up (raising JobsConfigError that names the field), and
-    runs: return a JSON-serialisable result, or raise PermanentJobError /
-    RetryableJobError (any other exception counts as retryable).  Kinds never
-    touch the ledger.
+    A kind declares the keys it takes in jobs.yaml (``declaration``: a jobs.declared.JobDeclaration
+    with its ``kind``, its keys and its rules, which builds the kind once at start-up), and runs: return a
+    JSON-serialisable result, or raise PermanentJobError / RetryableJobError (any other
+    exception counts as retryable).  Kinds never touch the ledger.
     """
 
     name: ClassVar[str]
-    required_keys: ClassVar[frozenset[str]] = frozenset()
-    optional_keys: ClassVar[frozenset[str]] = frozenset()
-
-    @classmethod
-    @abc.abstractmethod
-    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> JobKind:
-        """Validate ``options`` (only this kind's keys) and build the job."""
+    declaration: ClassVar[type[BaseModel]]  # a jobs.declared.JobDeclaration (which imports this module)
 
     @abc.abstractmethod
     def run(self, context: RunContext) -> Any:
@@ -159,45 +154,38 @@ MAX_SECONDS = 10 * 365 * 24 * 3600
 MAX_BODY_BYTES = 1024 * 1024
 
 
-def positive_number(job_id: str, field: str, value: Any) -> float:
-    """A number of seconds > 0 and at most ten years (booleans are not numbers here)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value <= MAX_SECONDS):
-        raise JobsConfigError(
-            job_id, field, f"must be a positive number of seconds, at most {MAX_SECONDS}, got {value!r}"
-        )
-    return value
-
-
-def text_value(job_id: str, field: str, value: Any) -> str:
+def http_url(job_id: str, field: str, value: Any, query: bool = True) -> str:
+    """An absolute http(s) URL with a host (and, unless ``query``, no query), or a JobsConfigError."""
     if not isinstance(value, str) or not value.strip():
         raise JobsConfigError(job_id, field, f"must be a non-empty string, got {value!r}")
+    problem = url_problem(value, query)
+    if problem:
+        raise JobsConfigError(job_id, field, problem)
     return value
 
 
-def http_url(job_id: str, field: str, value: Any, query: bool = True) -> str:
-    """An absolute http(s) URL with a host (and, unless ``query``, no query), or a JobsConfigError.
+def url_problem(url: str, query: bool = True) -> str | None:
+    """What is wrong with ``url`` as an absolute http(s) URL with a host (and, unless ``query``,
+    no query), or None.
 
-    One check for every kind's URLs: urlsplit itself raises ValueError for some
-    strings (an unclosed IPv6 bracket, a host NFKC normalisation changes, a port
-    out of range), which must end as an error naming the field, not a traceback.
+    One check for every URL the files and settings give: urlsplit itself raises ValueError for
+    some strings (an unclosed IPv6 bracket, a host NFKC normalisation changes, a port out of
+    range), which must end as an error naming the field, not a traceback.
     """
-    url = text_value(job_id, field, value)
     try:
         parsed = urllib.parse.urlsplit(url)
         parsed.port  # noqa: B018 - raises for a port out of range
     except ValueError as exc:
-        raise JobsConfigError(job_id, field, f"{url!r} is not a URL: {exc}") from None
+        return f"{url!r} is not a URL: {exc}"
     if parsed.scheme not in ("http", "https") or not parsed.hostname or (parsed.query and not query):
         wanted = "an absolute http(s) URL" if query else "an http(s) base URL, without a query"
-        raise JobsConfigError(job_id, field, f"must be {wanted}, got {url!r}")
+        return f"must be {wanted}, got {url!r}"
     if is_placeholder_host(parsed.hostname):
-        raise JobsConfigError(
-            job_id,
-            field,
+        return (
             f"{parsed.hostname!r} is a placeholder (a name reserved for examples, RFC 2606): "
-            f"fill in the address of the service the job calls",
+            f"fill in the address of the service the job calls"
         )
-    return url
+    return None
 
 
 # RFC 2606's names for documentation: no real service answers there, so a URL naming one
@@ -212,14 +200,3 @@ def is_placeholder_host(host: str) -> bool:
     return host.rsplit(".", 1)[-1] in _PLACEHOLDER_TLDS or any(
         host == domain or host.endswith("." + domain) for domain in _PLACEHOLDER_DOMAINS
     )
-
-
-def checked_mapping(job_id: str, field: str, value: Any, problem: Callable[[Any, Any], str | None]) -> dict[str, Any]:
-    """A mapping whose every (name, value) passes ``problem`` (which says what is wrong, or None)."""
-    if not isinstance(value, dict):
-        raise JobsConfigError(job_id, field, "must be a mapping")
-    for name, item in value.items():
-        reason = problem(name, item)
-        if reason:
-            raise JobsConfigError(job_id, field, reason)
-    return dict(value)

@@ -8,39 +8,29 @@ scheduled run costs a missed execution.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 import os
-import re
 from collections.abc import Hashable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
+import pydantic
 import yaml
+from pydantic_core import ErrorDetails
 
 from dedup.ledger import RunPolicy
-from jobs.base import JobKind, positive_number, text_value
+from jobs.base import JobKind
+from jobs.declared import Declaration, JobDeclaration, error_field, reason
 from jobs.errors import JobsConfigError
 from jobs.kinds import KINDS
 
 DEFAULT_JOBS_FILE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "jobs.yaml")
-DEFAULT_LEASE_SECONDS = 600  # the automatic-scaling request timeout
-DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600
-COMMON_KEYS = frozenset(
-    {
-        "kind",
-        "lease_seconds",
-        "retention_seconds",
-        "fingerprint_exclude",
-        "heartbeat",
-        "max_run_seconds",
-        "max_delay_seconds",
-        "overlap",
-    }
-)
 # The request timeout of the service's scaling type (DEDUP_SCALING): how long a run may last.
 REQUEST_TIMEOUT_SECONDS = {"automatic": 600, "basic": 24 * 3600, "manual": 24 * 3600}
 DEFAULT_REQUEST_TIMEOUT = REQUEST_TIMEOUT_SECONDS["automatic"]
 # Served at /jobs/<job_id>: keep ids to URL-safe characters.
 MAX_JOB_ID_CHARS = 100
-_JOB_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_-]{{0,{MAX_JOB_ID_CHARS - 1}}}")
+JOB_ID_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9_-]{{0,{MAX_JOB_ID_CHARS - 1}}}$"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,77 +76,75 @@ def parse_jobs(text: str, request_timeout: float = DEFAULT_REQUEST_TIMEOUT) -> d
         ) from None
     except yaml.YAMLError as exc:
         raise JobsConfigError(None, None, f"not valid YAML: {exc}") from None
-    if not isinstance(document, dict) or set(document) != {"jobs"}:
-        raise JobsConfigError(None, None, "must be a mapping with the single key 'jobs'")
-    declared = document["jobs"]
-    if not isinstance(declared, dict) or not declared:
-        raise JobsConfigError(None, "jobs", "must map at least one job id to its settings")
-    return {str(job_id): _parse_job(job_id, settings, request_timeout) for job_id, settings in declared.items()}
+    try:
+        declared = jobs_file_model().model_validate(document)
+    except pydantic.ValidationError as exc:
+        raise _config_error(exc.errors()[0]) from None
+    return {job_id: _spec(job_id, job, request_timeout) for job_id, job in declared.jobs.items()}
 
 
-def _parse_job(job_id: Any, settings: Any, request_timeout: float) -> JobSpec:
-    if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
-        raise JobsConfigError(
-            str(job_id),
-            None,
-            "job ids are 1 to 100 letters, digits, '-' and '_', starting with a letter or digit",
-        )
-    if not isinstance(settings, dict):
-        raise JobsConfigError(job_id, None, "settings must be a mapping")
-    if "kind" not in settings:
-        raise JobsConfigError(job_id, "kind", f"missing; one of {', '.join(sorted(KINDS))}")
-    kind_name = settings["kind"]
-    kind = KINDS.get(kind_name) if isinstance(kind_name, str) else None
-    if kind is None:
-        raise JobsConfigError(job_id, "kind", f"unknown kind {kind_name!r}; one of {', '.join(sorted(KINDS))}")
-    allowed = COMMON_KEYS | kind.required_keys | kind.optional_keys
-    for key in settings:
-        if key not in allowed:
-            raise JobsConfigError(
-                job_id,
-                str(key),
-                f"unknown key for kind {kind_name!r}; allowed: {', '.join(sorted(allowed))}",
-            )
-    for key in sorted(kind.required_keys):
-        if key not in settings:
-            raise JobsConfigError(job_id, key, f"missing; kind {kind_name!r} requires it")
-    lease = positive_number(job_id, "lease_seconds", settings.get("lease_seconds", DEFAULT_LEASE_SECONDS))
-    # The default retention outlives any lease by a day, so a long lease alone is never an error.
-    retention = positive_number(
-        job_id,
-        "retention_seconds",
-        settings.get("retention_seconds", max(DEFAULT_RETENTION_SECONDS, lease + 24 * 3600)),
+class JobsFile(Declaration):
+    """The jobs this app serves, each at /jobs/<job_id> (docs/jobs.md)."""
+
+    jobs: dict[str, JobDeclaration]
+
+
+@functools.cache
+def jobs_file_model() -> type[JobsFile]:
+    """jobs.yaml as a model: ``jobs``, each job declared by its kind's declaration (KINDS)."""
+    declarations = functools.reduce(operator.or_, (kind.declaration for kind in KINDS.values()))
+    job = cast(Any, Annotated)[declarations, pydantic.Field(discriminator="kind")]
+    job_id = Annotated[str, pydantic.StringConstraints(pattern=JOB_ID_PATTERN)]
+    jobs = cast(Any, Annotated)[dict[job_id, job], pydantic.Field(min_length=1)]  # type: ignore[valid-type]
+    return pydantic.create_model(
+        "JobsFile",
+        __base__=JobsFile,
+        __doc__=JobsFile.__doc__,
+        jobs=(jobs, ...),
     )
-    if retention <= lease:
-        raise JobsConfigError(
+
+
+def _config_error(error: ErrorDetails) -> JobsConfigError:
+    """The first thing wrong in jobs.yaml, as the file's readers were always told it."""
+    place, kind = error["loc"], error["type"]
+    kinds = ", ".join(sorted(KINDS))
+    if place[:1] != ("jobs",) or (place == ("jobs",) and kind == "missing"):
+        return JobsConfigError(None, None, "must be a mapping with the single key 'jobs'")
+    if place == ("jobs",):
+        return JobsConfigError(None, "jobs", "must map at least one job id to its settings")
+    job_id = str(place[1])
+    if place[2:] == ("[key]",):
+        return JobsConfigError(
             job_id,
-            "retention_seconds",
-            f"must be longer than lease_seconds ({lease}): a record must outlive the attempt "
-            "that holds it and the retries after it",
+            None,
+            f"job ids are 1 to {MAX_JOB_ID_CHARS} letters, digits, '-' and '_', starting with a letter or digit",
         )
-    heartbeat = settings.get("heartbeat", True)
-    if not isinstance(heartbeat, bool):
-        raise JobsConfigError(job_id, "heartbeat", f"must be true or false, got {heartbeat!r}")
-    max_run = positive_number(job_id, "max_run_seconds", settings.get("max_run_seconds", request_timeout))
-    exclude = settings.get("fingerprint_exclude", [])
-    if not isinstance(exclude, list) or not all(isinstance(name, str) and name for name in exclude):
-        raise JobsConfigError(job_id, "fingerprint_exclude", "must be a list of parameter names")
-    overlap = settings.get("overlap", "allow")
-    if overlap not in ("allow", "forbid"):
-        raise JobsConfigError(job_id, "overlap", f"must be allow or forbid, got {overlap!r}")
-    max_delay = settings.get("max_delay_seconds")
-    if max_delay is not None:
-        max_delay = positive_number(job_id, "max_delay_seconds", max_delay)
-    options = {key: value for key, value in settings.items() if key not in COMMON_KEYS}
-    runner = kind.from_config(job_id, options, lease)
-    return JobSpec(
-        job_id,
-        text_value(job_id, "kind", kind_name),
-        RunPolicy(lease, retention, heartbeat=heartbeat, max_run_seconds=max_run, exclusive=overlap == "forbid"),
-        runner,
-        frozenset(exclude),
-        max_delay,
+    if kind == "union_tag_not_found":
+        return JobsConfigError(job_id, "kind", f"missing; one of {kinds}")
+    if kind == "union_tag_invalid":
+        return JobsConfigError(job_id, "kind", f"unknown kind {error['input']['kind']!r}; one of {kinds}")
+    if len(place) == 2:
+        return JobsConfigError(job_id, None, "settings must be a mapping")
+    kind_name = str(place[2])
+    field = error_field(error, skip=3)
+    if kind == "missing":
+        return JobsConfigError(job_id, field, f"missing; kind {kind_name!r} requires it")
+    if kind == "extra_forbidden":
+        allowed = ", ".join(sorted(KINDS[kind_name].declaration.model_fields))
+        return JobsConfigError(job_id, field, f"unknown key for kind {kind_name!r}; allowed: {allowed}")
+    return JobsConfigError(job_id, field, reason(error))
+
+
+def _spec(job_id: str, job: JobDeclaration, request_timeout: float) -> JobSpec:
+    policy = RunPolicy(
+        job.lease_seconds,
+        job.retention,
+        heartbeat=job.heartbeat,
+        max_run_seconds=job.max_run_seconds or request_timeout,
+        exclusive=job.overlap == "forbid",
     )
+    runner = job.build(job_id)
+    return JobSpec(job_id, job.kind, policy, runner, frozenset(job.fingerprint_exclude), job.max_delay_seconds)
 
 
 class DuplicateKeyError(yaml.YAMLError):

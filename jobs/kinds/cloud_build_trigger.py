@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import model_validator
 
 from dedup.errors import PermanentJobError
 from dedup.keys import format_utc
-from jobs.base import JobKind, RunContext, checked_mapping
-from jobs.errors import JobsConfigError
-from jobs.kinds.google_api import GoogleApi, resource_name
+from jobs.base import JobKind, RunContext
+from jobs.declared import BaseUrl, Text, check, field_problem, mapping_of
+from jobs.kinds.google_api import GoogleApi, GoogleApiDeclaration, resource_name, resource_parts
 
 DEFAULT_API_BASE = "https://cloudbuild.googleapis.com"
 KEY_SUBSTITUTION = "_IDEMPOTENCY_KEY"
@@ -39,10 +41,41 @@ def substitution_problem(name: Any, value: Any) -> str | None:
     return None
 
 
+class CloudBuildTriggerDeclaration(GoogleApiDeclaration):
+    """A cloud_build_trigger job: run a Cloud Build trigger, once per run."""
+
+    calls_per_attempt = 3  # triggers.get (first run only), builds.list, triggers.run
+    kind: Literal["cloud_build_trigger"]
+    trigger: Annotated[str, resource_name("triggers")]
+    """projects/PROJECT/locations/LOCATION/triggers/NAME"""
+    substitutions: Annotated[dict[str, str], check(mapping_of(substitution_problem), dict[str, str])] = {}
+    """User substitutions (_NAME: value); _IDEMPOTENCY_KEY and _SCHEDULE_TIME are the app's."""
+    branch: Text | None = None
+    """The branch to build (at most one of branch, tag and commit)."""
+    tag: Text | None = None
+    """The tag to build."""
+    commit: Text | None = None
+    """The commit to build."""
+    api_base: BaseUrl = DEFAULT_API_BASE
+
+    @model_validator(mode="after")
+    def one_revision(self) -> Self:
+        if len(self.revision()) > 1:
+            raise field_problem("branch", "give at most one of branch, tag and commit")
+        return self
+
+    def revision(self) -> dict[str, str]:
+        given = {"branchName": self.branch, "tagName": self.tag, "commitSha": self.commit}
+        return {field: value for field, value in given.items() if value is not None}
+
+    def build(self, job_id: str) -> CloudBuildTriggerJob:
+        parts = resource_parts(self.trigger, "triggers")
+        return CloudBuildTriggerJob(self.trigger, parts, self.substitutions, self.revision(), self.api())
+
+
 class CloudBuildTriggerJob(JobKind):
     name = "cloud_build_trigger"
-    required_keys = frozenset({"trigger"})
-    optional_keys = frozenset({"substitutions", "branch", "tag", "commit", "api_base", "timeout_seconds"})
+    declaration = CloudBuildTriggerDeclaration
 
     def __init__(
         self,
@@ -61,20 +94,6 @@ class CloudBuildTriggerJob(JobKind):
 
     def calls(self) -> str:
         return f"a build of the Cloud Build trigger {self.trigger}"
-
-    @classmethod
-    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> CloudBuildTriggerJob:
-        trigger, parts = resource_name(job_id, "trigger", options["trigger"], "triggers")
-        substitutions = checked_mapping(job_id, "substitutions", options.get("substitutions", {}), substitution_problem)
-        revision = {}
-        for key, field in (("branch", "branchName"), ("tag", "tagName"), ("commit", "commitSha")):
-            if key in options:
-                revision[field] = _text(job_id, key, options[key])
-        if len(revision) > 1:
-            raise JobsConfigError(job_id, "branch", "give at most one of branch, tag and commit")
-        # triggers.get (first run only), builds.list, triggers.run
-        api = GoogleApi.from_config(job_id, options, lease_seconds, DEFAULT_API_BASE, calls_per_attempt=3)
-        return cls(trigger, parts, substitutions, revision, api)
 
     def run(self, context: RunContext) -> Any:
         substitutions = dict(self.substitutions)
@@ -152,9 +171,3 @@ class CloudBuildTriggerJob(JobKind):
 def _carries(found: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
     """The build carries every substitution this run sends (Cloud Build may add built-in ones)."""
     return all(found.get(name) == value for name, value in wanted.items())
-
-
-def _text(job_id: str, field: str, value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise JobsConfigError(job_id, field, "must be a non-empty string")
-    return value

@@ -13,23 +13,53 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from dedup.errors import PermanentJobError
 from dedup.keys import format_utc
-from jobs.base import JobKind, RunContext, checked_mapping
-from jobs.errors import JobsConfigError
-from jobs.kinds.google_api import GoogleApi, resource_name
+from jobs.base import JobKind, RunContext
+from jobs.declared import BaseUrl, check, mapping_of
+from jobs.kinds.google_api import GoogleApi, GoogleApiDeclaration, resource_name
 
 DEFAULT_API_BASE = "https://run.googleapis.com"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 RESERVED_ENV = frozenset({"IDEMPOTENCY_KEY", "SCHEDULE_TIME"})
 
 
+def _args(value: Any) -> list[str] | None:
+    if value is not None and not (isinstance(value, list) and all(isinstance(a, str) for a in value)):
+        raise ValueError("must be a list of strings")
+    return value
+
+
+def _container(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError("must be the name of the container to override")
+    return value
+
+
+class CloudRunJobDeclaration(GoogleApiDeclaration):
+    """A cloud_run_job job: run a Cloud Run job, once per run."""
+
+    kind: Literal["cloud_run_job"]
+    job: Annotated[str, resource_name("jobs")]
+    """projects/PROJECT/locations/LOCATION/jobs/NAME"""
+    args: Annotated[list[str] | None, check(_args, list[str] | None)] = None
+    """The container's arguments, instead of its own ([] clears them)."""
+    env: Annotated[dict[str, Any], check(mapping_of(env_problem), dict[str, str | int | float | bool])] = {}
+    """Environment variables set for the execution (IDEMPOTENCY_KEY and SCHEDULE_TIME are the app's)."""
+    container: Annotated[str | None, check(_container, str | None)] = None
+    """The container to override, when the job has several."""
+    api_base: BaseUrl = DEFAULT_API_BASE
+
+    def build(self, job_id: str) -> CloudRunJob:
+        env = {name: str(value) for name, value in self.env.items()}
+        return CloudRunJob(self.job, self.args, env, self.container, self.api())
+
+
 class CloudRunJob(JobKind):
     name = "cloud_run_job"
-    required_keys = frozenset({"job"})
-    optional_keys = frozenset({"args", "env", "container", "api_base", "timeout_seconds"})
+    declaration = CloudRunJobDeclaration
 
     def __init__(
         self, job: str, args: list[str] | None, env: Mapping[str, str], container: str | None, api: GoogleApi
@@ -42,24 +72,6 @@ class CloudRunJob(JobKind):
 
     def calls(self) -> str:
         return f"an execution of the Cloud Run job {self.job}"
-
-    @classmethod
-    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> CloudRunJob:
-        job, _ = resource_name(job_id, "job", options["job"], "jobs")
-        args = options.get("args")
-        if args is not None and not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
-            raise JobsConfigError(job_id, "args", "must be a list of strings")
-        env = checked_mapping(job_id, "env", options.get("env", {}), env_problem)
-        container = options.get("container")
-        if container is not None and not isinstance(container, str):
-            raise JobsConfigError(job_id, "container", "must be the name of the container to override")
-        return cls(
-            job,
-            args,
-            {k: str(v) for k, v in env.items()},
-            container,
-            GoogleApi.from_config(job_id, options, lease_seconds, DEFAULT_API_BASE),
-        )
 
     def run(self, context: RunContext) -> Any:
         if context.downstream:

@@ -12,16 +12,16 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any, ClassVar, Self
 
 import google.auth
 import google.auth.exceptions
 import requests
 from google.auth.transport.requests import AuthorizedSession
+from pydantic import Field, PlainValidator, model_validator
 
 from dedup.errors import PermanentJobError, RetryableJobError
-from jobs.base import http_url, positive_number, text_value
-from jobs.errors import JobsConfigError
+from jobs.declared import BaseUrl, JobDeclaration, Seconds, check, field_problem, non_empty
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 RETRYABLE_API_STATUSES = frozenset(
@@ -47,18 +47,57 @@ def _session() -> AuthorizedSession:
     return session
 
 
-def resource_name(job_id: str, field: str, value: Any, collection: str) -> tuple[str, dict[str, str]]:
-    """Validate ``projects/P/locations/L/<collection>/N``; return it and its parts."""
-    text = text_value(job_id, field, value)
-    match = re.fullmatch(
-        rf"projects/(?P<project>[a-z0-9.:-]+)/locations/(?P<location>[a-z0-9-]+)/{collection}/(?P<name>[A-Za-z0-9_-]+)",
-        text,
+def _resource_pattern(collection: str) -> str:
+    return (
+        rf"projects/(?P<project>[a-z0-9.:-]+)/locations/(?P<location>[a-z0-9-]+)/{collection}/(?P<name>[A-Za-z0-9_-]+)"
     )
-    if match is None:
-        raise JobsConfigError(
-            job_id, field, f"must look like projects/PROJECT/locations/LOCATION/{collection}/NAME, got {text!r}"
-        )
-    return text, match.groupdict()
+
+
+def resource_name(collection: str) -> PlainValidator:
+    """The check of a ``projects/P/locations/L/<collection>/N`` name."""
+
+    def name(value: Any) -> str:
+        if not re.fullmatch(_resource_pattern(collection), non_empty(value)):
+            raise ValueError(f"must look like projects/PROJECT/locations/LOCATION/{collection}/NAME, got {value!r}")
+        return str(value)
+
+    schema = rf"^projects/[a-z0-9.:-]+/locations/[a-z0-9-]+/{collection}/[A-Za-z0-9_-]+$"
+    return check(name, Annotated[str, Field(pattern=schema)])
+
+
+def resource_parts(name: str, collection: str) -> dict[str, str]:
+    """project, location and name of a resource name resource_name accepted."""
+    match = re.fullmatch(_resource_pattern(collection), name)
+    assert match is not None
+    return match.groupdict()
+
+
+class GoogleApiDeclaration(JobDeclaration):
+    """The keys of a job calling a Google Cloud API: where, and how long a call may take."""
+
+    # How many calls an attempt makes in a row: all must end inside the lease.
+    calls_per_attempt: ClassVar[int] = 1
+    api_base: BaseUrl
+    """The API's base URL (production's by default; a stand-in's in tests)."""
+    timeout_seconds: Seconds | None = None
+    """How long a call may take, in seconds: by default 30, or a share of a shorter lease."""
+
+    @property
+    def timeout(self) -> float:
+        return self.timeout_seconds or min(DEFAULT_TIMEOUT_SECONDS, self.lease_seconds / (self.calls_per_attempt + 1))
+
+    @model_validator(mode="after")
+    def calls_end_inside_lease(self) -> Self:
+        if self.timeout * self.calls_per_attempt >= self.lease_seconds:
+            raise field_problem(
+                "timeout_seconds",
+                f"{self.calls_per_attempt} call(s) of up to {self.timeout}s must end inside "
+                f"lease_seconds ({self.lease_seconds})",
+            )
+        return self
+
+    def api(self) -> GoogleApi:
+        return GoogleApi(self.api_base, self.timeout)
 
 
 class GoogleApi:
@@ -67,30 +106,6 @@ class GoogleApi:
     def __init__(self, base_url: str, timeout_seconds: float) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_seconds = timeout_seconds
-
-    @classmethod
-    def from_config(
-        cls,
-        job_id: str,
-        options: Mapping[str, Any],
-        lease_seconds: float,
-        default_base: str,
-        calls_per_attempt: int = 1,
-    ) -> GoogleApi:
-        """``calls_per_attempt`` calls in a row must all fit in the lease."""
-        base = http_url(job_id, "api_base", options.get("api_base", default_base), query=False)
-        timeout = positive_number(
-            job_id,
-            "timeout_seconds",
-            options.get("timeout_seconds", min(DEFAULT_TIMEOUT_SECONDS, lease_seconds / (calls_per_attempt + 1))),
-        )
-        if timeout * calls_per_attempt >= lease_seconds:
-            raise JobsConfigError(
-                job_id,
-                "timeout_seconds",
-                f"{calls_per_attempt} call(s) of up to {timeout}s must end inside lease_seconds ({lease_seconds})",
-            )
-        return cls(base, timeout)
 
     def call(
         self,

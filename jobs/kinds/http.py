@@ -11,16 +11,16 @@ import base64
 import json
 import time
 import urllib.parse
-from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any, Literal, Self
 
 import requests
 import urllib3
+from pydantic import model_validator
 
 from dedup.errors import PermanentJobError, RetryableJobError
 from dedup.keys import format_utc
-from jobs.base import JobKind, RunContext, http_url, positive_number
-from jobs.errors import JobsConfigError
+from jobs.base import JobKind, RunContext
+from jobs.declared import HttpUrl, JobDeclaration, Seconds, check, field_problem, mapping_of
 from jobs.http_status import is_retryable_status
 
 DEFAULT_TIMEOUT_SECONDS = 30
@@ -43,10 +43,65 @@ RESERVED_HEADERS = frozenset(
 )
 
 
+def _method(value: Any) -> str:
+    if not isinstance(value, str) or value.upper() not in METHODS:
+        raise ValueError(f"must be one of {', '.join(METHODS)}, got {value!r}")
+    return value.upper()
+
+
+def header_problem(name: Any, value: Any) -> str | None:
+    """What is wrong with a header an http job is configured to send, or None."""
+    if not isinstance(name, str) or not name or not all(33 <= ord(c) <= 126 and c != ":" for c in name):
+        return f"{name!r} is not a valid header name"
+    if name.lower() in RESERVED_HEADERS:
+        return f"{name!r} is set by the app and cannot be configured"
+    if not isinstance(value, str):
+        return f"the value of {name!r} must be a string"
+    try:
+        value.encode("latin-1")
+        requests.utils.check_header_validity((name, value))
+    except (UnicodeEncodeError, requests.exceptions.InvalidHeader):
+        return f"the value of {name!r} must be Latin-1 text without control characters or leading/trailing whitespace"
+    return None
+
+
+class HttpDeclaration(JobDeclaration):
+    """An http job: forward each run to a URL, with its key (Idempotency-Key) and its times."""
+
+    kind: Literal["http"]
+    url: HttpUrl
+    """The absolute http(s) URL each run is sent to."""
+    method: Annotated[str, check(_method)] = "POST"
+    """POST, PUT, PATCH, GET or DELETE."""
+    timeout_seconds: Seconds | None = None
+    """How long a call may take, in seconds: by default 30, or half a shorter lease."""
+    headers: Annotated[
+        dict[str, str], check(mapping_of(header_problem, "must be a mapping of header names to values"), dict[str, str])
+    ] = {}
+    """Headers sent with every call, besides the ones the app sets."""
+
+    @property
+    def timeout(self) -> float:
+        # The whole call must end inside the lease: the default follows a short lease.
+        return self.timeout_seconds or min(DEFAULT_TIMEOUT_SECONDS, self.lease_seconds / 2)
+
+    @model_validator(mode="after")
+    def call_ends_inside_lease(self) -> Self:
+        if self.timeout >= self.lease_seconds:
+            raise field_problem(
+                "timeout_seconds",
+                f"must be shorter than lease_seconds ({self.lease_seconds}): a call still waiting "
+                "when the lease ends would overlap the attempt that takes over",
+            )
+        return self
+
+    def build(self, job_id: str) -> HttpJob:
+        return HttpJob(self.url, self.method, self.timeout, dict(self.headers))
+
+
 class HttpJob(JobKind):
     name = "http"
-    required_keys = frozenset({"url"})
-    optional_keys = frozenset({"method", "timeout_seconds", "headers"})
+    declaration = HttpDeclaration
 
     def __init__(self, url: str, method: str, timeout_seconds: float, headers: dict[str, str]) -> None:
         self.url = url
@@ -59,47 +114,6 @@ class HttpJob(JobKind):
         parts = urllib.parse.urlsplit(self.url)
         shown = f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}{parts.path or '/'}"
         return f"{self.method} {shown}" + (" (with its query)" if parts.query else "")
-
-    @classmethod
-    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> HttpJob:
-        url = http_url(job_id, "url", options["url"])
-        method = options.get("method", "POST")
-        if not isinstance(method, str) or method.upper() not in METHODS:
-            raise JobsConfigError(job_id, "method", f"must be one of {', '.join(METHODS)}, got {method!r}")
-        # The whole call must end inside the lease: the default follows a short lease.
-        timeout = positive_number(
-            job_id,
-            "timeout_seconds",
-            options.get("timeout_seconds", min(DEFAULT_TIMEOUT_SECONDS, lease_seconds / 2)),
-        )
-        if timeout >= lease_seconds:
-            raise JobsConfigError(
-                job_id,
-                "timeout_seconds",
-                f"must be shorter than lease_seconds ({lease_seconds}): a call still waiting "
-                "when the lease ends would overlap the attempt that takes over",
-            )
-        headers = options.get("headers", {})
-        if not isinstance(headers, dict):
-            raise JobsConfigError(job_id, "headers", "must be a mapping of header names to values")
-        for name, value in headers.items():
-            if not isinstance(name, str) or not name or not all(33 <= ord(c) <= 126 and c != ":" for c in name):
-                raise JobsConfigError(job_id, "headers", f"{name!r} is not a valid header name")
-            if name.lower() in RESERVED_HEADERS:
-                raise JobsConfigError(job_id, "headers", f"{name!r} is set by the app and cannot be configured")
-            if not isinstance(value, str):
-                raise JobsConfigError(job_id, "headers", f"the value of {name!r} must be a string")
-            try:
-                value.encode("latin-1")
-                requests.utils.check_header_validity((name, value))
-            except (UnicodeEncodeError, requests.exceptions.InvalidHeader):
-                raise JobsConfigError(
-                    job_id,
-                    "headers",
-                    f"the value of {name!r} must be Latin-1 text without control characters "
-                    "or leading/trailing whitespace",
-                ) from None
-        return cls(url, method.upper(), timeout, dict(headers))
 
     def run(self, context: RunContext) -> Any:
         schedule_time = format_utc(context.schedule_time) if context.schedule_time else None

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from dedup.keys import format_utc
 from jobs.base import JobKind, RunContext
-from jobs.errors import JobsConfigError
-from jobs.kinds.google_api import GoogleApi, resource_name
+from jobs.declared import BaseUrl, check
+from jobs.kinds.google_api import GoogleApi, GoogleApiDeclaration, resource_name
 
 DEFAULT_API_BASE = "https://workflowexecutions.googleapis.com"
 LABEL_KEY = "idempotency_key"  # "-" would read as negation in a list filter
@@ -31,10 +31,34 @@ def label_value(run_id: str) -> str:
     return safe[:MAX_LABEL_LENGTH]
 
 
+def _argument(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError("must be a mapping (the workflow's JSON argument)")
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"must be JSON-serialisable: {exc}") from None
+    return value
+
+
+class WorkflowDeclaration(GoogleApiDeclaration):
+    """A workflow job: start a Workflows execution, once per run."""
+
+    calls_per_attempt = 2  # executions.list, executions.create
+    kind: Literal["workflow"]
+    workflow: Annotated[str, resource_name("workflows")]
+    """projects/PROJECT/locations/LOCATION/workflows/NAME"""
+    argument: Annotated[dict[str, Any], check(_argument, dict[str, Any])] = {}
+    """The execution's JSON argument; the run's parameters and key are added to it."""
+    api_base: BaseUrl = DEFAULT_API_BASE
+
+    def build(self, job_id: str) -> WorkflowJob:
+        return WorkflowJob(self.workflow, self.argument, self.api())
+
+
 class WorkflowJob(JobKind):
     name = "workflow"
-    required_keys = frozenset({"workflow"})
-    optional_keys = frozenset({"argument", "api_base", "timeout_seconds"})
+    declaration = WorkflowDeclaration
 
     def __init__(self, workflow: str, argument: Mapping[str, Any], api: GoogleApi) -> None:
         self.workflow = workflow
@@ -43,19 +67,6 @@ class WorkflowJob(JobKind):
 
     def calls(self) -> str:
         return f"a new execution of the workflow {self.workflow}"
-
-    @classmethod
-    def from_config(cls, job_id: str, options: Mapping[str, Any], lease_seconds: float) -> WorkflowJob:
-        workflow, _ = resource_name(job_id, "workflow", options["workflow"], "workflows")
-        argument = options.get("argument", {})
-        if not isinstance(argument, dict):
-            raise JobsConfigError(job_id, "argument", "must be a mapping (the workflow's JSON argument)")
-        try:
-            json.dumps(argument)
-        except (TypeError, ValueError) as exc:
-            raise JobsConfigError(job_id, "argument", f"must be JSON-serialisable: {exc}") from None
-        api = GoogleApi.from_config(job_id, options, lease_seconds, DEFAULT_API_BASE, calls_per_attempt=2)
-        return cls(workflow, argument, api)
 
     def run(self, context: RunContext) -> Any:
         label = label_value(context.run_id)
