@@ -25,22 +25,17 @@ make a consumer Google account with an address at any domain).
 from __future__ import annotations
 
 import dataclasses
-import enum
 import re
 from collections.abc import Callable
 from typing import Any
 
-SERVICE_ACCOUNT_SUFFIX = ".gserviceaccount.com"
+# The principal and the roles are the service layer's (a service call acts for one); re-exported for the gate.
+from service.principal import SERVICE_ACCOUNT_SUFFIX, Principal, Role, is_service_account
+
 # An email as the evidence names it: printable ASCII without spaces, one @, a dotted domain.
 EMAIL = re.compile(r"[!-?A-~]+@(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9-]{2,63}")
 DOMAIN = re.compile(r"(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9-]{2,63}")
 MAX_EMAIL_CHARS = 254  # RFC 5321's path limit
-
-
-class Role(enum.Enum):
-    DELIVER = "deliver"
-    VIEW = "view"
-    OPERATE = "operate"
 
 
 # What a role lets a caller do, for the 403 that says which role was missing.
@@ -75,34 +70,6 @@ def normal_email(value: str) -> str | None:
     if len(email) > MAX_EMAIL_CHARS or not EMAIL.fullmatch(email):
         return None
     return email
-
-
-def is_service_account(email: str) -> bool:
-    return email.endswith(SERVICE_ACCOUNT_SUFFIX)
-
-
-@dataclasses.dataclass(frozen=True)
-class Principal:
-    """A verified caller.
-
-    ``name`` is what records and logs say (``user:alice@example.com``,
-    ``serviceAccount:…``, ``appengine:cron``, ``local``); ``granted`` is what the
-    evidence alone grants; ``admitted`` marks a person a Google front end let in;
-    ``hosted_domain`` is the Workspace domain a signed token vouches for (``hd``).
-    """
-
-    name: str
-    email: str = ""
-    granted: frozenset[Role] = frozenset()
-    admitted: bool = False
-    hosted_domain: str = ""
-
-    @classmethod
-    def person(
-        cls, email: str, *, granted: frozenset[Role] = frozenset(), admitted: bool, hosted_domain: str = ""
-    ) -> Principal:
-        kind = "serviceAccount" if is_service_account(email) else "user"
-        return cls(name=f"{kind}:{email}", email=email, granted=granted, admitted=admitted, hosted_domain=hosted_domain)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,11 +133,9 @@ class AccessPolicy:
     viewers: tuple[Member, ...] | None = None  # None: every admitted person views
 
     @classmethod
-    def parse(cls, operators: str | None, viewers: str | None) -> AccessPolicy:
-        """From DEDUP_OPERATORS and DEDUP_VIEWERS as written (``Settings.operators``, ``.viewers``)."""
-        return cls(
-            operators=parse_members(operators, "DEDUP_OPERATORS") or (), viewers=parse_members(viewers, "DEDUP_VIEWERS")
-        )
+    def from_environ(cls, environ: Any) -> AccessPolicy:
+        operators = parse_members(environ.get("DEDUP_OPERATORS"), "DEDUP_OPERATORS") or ()
+        return cls(operators=operators, viewers=parse_members(environ.get("DEDUP_VIEWERS"), "DEDUP_VIEWERS"))
 
     def roles_of(self, principal: Principal) -> frozenset[Role]:
         roles = set(principal.granted)

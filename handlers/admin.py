@@ -29,7 +29,6 @@ from handlers.links import link
 from handlers.run_documents import deliveries_of, duration_seconds, may_retry, run_document, scheduler_job_document
 from handlers.slot_statuses import LEGEND, MARK_SHAPES
 from handlers.state import app_state, may
-from handlers.use_cases import executions_between, runs_of_token
 from models import RunRecord, RunSource, RunStatus
 from schedules.config import SchedulerJob, history_id, schedule_zone
 from schedules.pauses import with_pauses
@@ -43,6 +42,8 @@ from schedules.slots import (
     slot_of_run,
 )
 from schedules.tallies import DELIVERIES_LISTED, deliveries_of_slot
+from service.runs import runs_of_token
+from service.slots import executions_between
 
 blueprint = Blueprint("admin", __name__, url_prefix="/admin", template_folder="templates")
 # ``/``: where a browser pointed at the app's address lands.

@@ -2,7 +2,7 @@
 
 Read from the run API's request (``read_manual_run_request``) and checked by the same
 rule as the dashboard's forms (``client_token_problem``), whose tokens are made when the
-page is rendered (``new_form_token``).  The run itself is ``use_cases.run_manually``.
+page is rendered (``new_form_token``).  The run itself is ``service.runs.run_manually``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from handlers.idempotent import Fingerprint, GuardRejected, KeyFrom
 from handlers.strict_json import json_payload
-from handlers.use_cases import ManualRunRequest
+from service.runs import ManualRunRequest
 
 MAX_TOKEN_LENGTH = 64
 BODY_KEYS = frozenset({"clientToken", "parameters"})

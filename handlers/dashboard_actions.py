@@ -17,7 +17,6 @@ import json
 from typing import Any, assert_never
 
 from flask import Blueprint, redirect, render_template, request, url_for
-from werkzeug.exceptions import NotFound
 from werkzeug.wrappers import Response
 
 from dedup.idempotency import fingerprint
@@ -42,35 +41,28 @@ from handlers.history_range import BULK_LIMIT, HISTORY_PAGE, bulk_slots, history
 from handlers.idempotent import Fingerprint, GuardRejected
 from handlers.links import link
 from handlers.logs import note_run
+from handlers.problems import TYPES_BY_ERROR
 from handlers.request_times import BadTime, request_time
+from handlers.responses import note_outcome
 from handlers.run_documents import may_retry
 from handlers.state import app_state, current_principal
 from handlers.strict_json import InvalidJson, strict_json
-from handlers.use_cases import (
-    CATCH_UP,
-    InvalidSlotRun,
-    ManualRunRequest,
-    SlotRunRefused,
-    SlotRunRequest,
-    catch_up,
-    check_slot_run,
-    executions_between,
-    find_slot,
-    last_pause,
-    manual_run_id,
-    manual_run_work,
-    run_manually,
-    run_slot_now,
-    scheduler_job_named,
-    schedules_of,
-    set_schedule_paused,
-    slot_run_work,
-    starts_a_run,
-)
 from jobs.config import JobSpec
 from models import RunSource
 from schedules.pauses import PauseRefused, check_note, with_pauses
 from schedules.slots import NEEDS_FORCE, Slot, execution_status
+from service.errors import Declined, Invalid, NotFound
+from service.pauses import CATCH_UP, catch_up, last_pause, scheduler_job_named, set_schedule_paused
+from service.runs import ManualRunRequest, manual_run_id, manual_run_work, run_manually, starts_a_run
+from service.slots import (
+    SlotRunRequest,
+    check_slot_run,
+    executions_between,
+    find_slot,
+    run_slot_now,
+    schedules_of,
+    slot_run_work,
+)
 
 blueprint = Blueprint("dashboard_actions", __name__, url_prefix="/admin", template_folder="templates")
 
@@ -247,6 +239,7 @@ def form_parameters(text: str) -> dict[str, Any]:
 
 def answer(outcome: RunOutcome, job_id: str, ask: ManualRunRequest) -> Response | tuple[str, int]:
     """303 to the run's page whenever there is a run to see; a page saying why otherwise."""
+    note_outcome(outcome)
     resend = {"job_id": job_id, "token": ask.client_token, "parameters": json.dumps(ask.parameters)}
     match outcome:
         case Conflict():
@@ -319,6 +312,8 @@ def run_slot(job_id: str, schedule_time: str) -> Response | tuple[str, int]:
     refusal, record = check_slot_run(state, found, ask)
     if refusal is not None or not starts_a_run(record, state.clock.now(), reopen_attempt=ask.seen_attempt):
         # Refused, or answered by its record (done, running): nothing is queued.
+        if refusal is None:
+            note_run(job_id=job_id, source=RunSource.SCHEDULER, run_id=found.run_id)
         return slot_answer(refusal or run_slot_now(state, current_principal(), job_id, found, ask))
     seen = record.attempt if record else 0
     try:
@@ -373,20 +368,19 @@ def asked_slot(job_id: str, schedule_time: str, fields: dict[str, str]) -> tuple
         found = find_slot(job_id, schedules_of(app_state(), job_id), instant, **fields)
     except BadTime as bad:
         raise FormProblem(400, bad.message) from None
-    except InvalidSlotRun as refused:
+    except Invalid as refused:
         raise FormProblem(400, refused.message) from None
     except NotFound as missing:
-        raise FormProblem(404, str(missing.description)) from None
-    if isinstance(found, str):
-        raise FormProblem(400, found)
+        raise FormProblem(404, missing.message) from None
     return found, ask
 
 
-def slot_answer(outcome: RunOutcome | SlotRunRefused) -> Response | tuple[str, int]:
+def slot_answer(outcome: RunOutcome | Declined) -> Response | tuple[str, int]:
     """303 to the slot's run page when the slot's own run answered; a page saying why otherwise."""
     match outcome:
-        case SlotRunRefused():
-            return problem_page(outcome.http_status, outcome.message + "; reload the page to see the slot as it is")
+        case Declined():
+            status = TYPES_BY_ERROR[outcome.kind].status
+            return problem_page(status, outcome.message + "; reload the page to see the slot as it is")
         case JobMismatch():
             return problem_page(
                 422,
@@ -441,9 +435,12 @@ def confirm_resume(name: str) -> str | tuple[str, int]:
 
 def _confirm_paused(name: str, pause: bool) -> str | tuple[str, int]:
     state = app_state()
-    job = scheduler_job_named(state, name, request.args.get("project") or None, request.args.get("location") or None)
-    if isinstance(job, str):
-        return problem_page(400, job)
+    try:
+        job = scheduler_job_named(
+            state, name, request.args.get("project") or None, request.args.get("location") or None
+        )
+    except Invalid as invalid:
+        return problem_page(400, invalid.message)
     scheduler_name = f"projects/{job.project}/locations/{job.location}/jobs/{job.name}"
     facts = (
         [f"Cloud Scheduler stops delivering {job.name}; its slots until the resume are paused, not missed."]
@@ -485,9 +482,10 @@ def _set_paused(name: str, allowed: frozenset[str], pause: bool) -> Response | t
     if mode not in CATCH_UP:
         return problem_page(400, f"catch up must be one of {', '.join(CATCH_UP)}")
     state = app_state()
-    job = scheduler_job_named(state, name, fields.get("project") or None, fields.get("location") or None)
-    if isinstance(job, str):
-        return problem_page(400, job)
+    try:
+        job = scheduler_job_named(state, name, fields.get("project") or None, fields.get("location") or None)
+    except Invalid as invalid:
+        return problem_page(400, invalid.message)
     change = set_schedule_paused(state, current_principal(), job, pause, note)
     if not pause:
         [bound] = with_pauses([job])

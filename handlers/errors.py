@@ -18,6 +18,8 @@ from flask import Flask, Response, render_template, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from handlers.problems import MEDIA_TYPE, TYPE_PREFIX, problem
+from handlers.responses import refusal_problem
+from service.errors import Refusal
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,10 @@ def register(app: Flask) -> None:
             allowed = [m for m in exc.valid_methods if m not in ("HEAD", "OPTIONS")]
             response.headers["Allow"] = ", ".join(sorted(allowed))
         return response
+
+    @app.errorhandler(Refusal)
+    def refused(exc: Refusal) -> Response:
+        return refusal_problem(exc)  # the service's own refusals (not found, invalid), as every surface answers them
 
     @app.after_request
     def problem_page_for_browsers(response: Response) -> Response:

@@ -16,20 +16,15 @@ from flask import Blueprint, jsonify, request
 
 from dedup.keys import EARLIEST_SCHEDULE_TIME, format_utc
 from handlers.access import Role, requires
+from handlers.logs import note_run
 from handlers.problems import problem
 from handlers.request_times import BadTime, request_time, time_problem
-from handlers.responses import outcome_response
+from handlers.responses import outcome_response, refusal_problem
 from handlers.run_documents import run_summaries
 from handlers.state import app_state, current_principal
-from handlers.use_cases import (
-    InvalidSlotRun,
-    SlotRunRefused,
-    SlotRunRequest,
-    executions_between,
-    find_slot,
-    run_slot_now,
-    schedules_of,
-)
+from models import RunSource
+from service.errors import Declined
+from service.slots import SlotRunRequest, executions_between, find_slot, run_slot_now, schedules_of
 
 blueprint = Blueprint("executions", __name__, url_prefix="/api/v1")
 
@@ -86,14 +81,10 @@ def run_slot(job_id: str, schedule_time: str):
     except BadTime as bad:
         return time_problem(bad)
     chosen = {name: request.args.get(name) for name in ("scheduler_job", "project", "location")}
-    found = find_slot(job_id, scheduler_jobs, instant, **chosen)
-    if isinstance(found, str):
-        return problem(400, "InvalidParameterException", found)
-    try:
-        ask = SlotRunRequest.parse(request.args.get("attempt"), request.args.get("force"))
-    except InvalidSlotRun as refused:
-        return problem(400, "InvalidParameterException", refused.message)
+    found = find_slot(job_id, scheduler_jobs, instant, **chosen)  # NotFound, Invalid: the service's refusals
+    ask = SlotRunRequest.parse(request.args.get("attempt"), request.args.get("force"))
+    note_run(job_id=job_id, source=RunSource.SCHEDULER, run_id=found.run_id)
     outcome = run_slot_now(app_state(), current_principal(), job_id, found, ask)
-    if isinstance(outcome, SlotRunRefused):
-        return problem(outcome.http_status, outcome.error, outcome.message, **outcome.details)
+    if isinstance(outcome, Declined):
+        return refusal_problem(outcome)
     return outcome_response(outcome)

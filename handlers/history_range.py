@@ -13,8 +13,8 @@ from flask import abort, request
 from dedup.keys import EARLIEST_SCHEDULE_TIME, LATEST_SCHEDULE_TIME
 from handlers.request_times import BadTime, request_time
 from handlers.slot_statuses import RUNS_IN_BULK
-from handlers.use_cases import schedules_of
 from schedules.config import SchedulerJob, schedule_zone
+from service.slots import schedules_of
 
 HISTORY_PAGE = 288  # a day of a 5-minute job, slot by slot; a day with more is shown by the hour
 DAYS = datetime.timedelta(days=1)

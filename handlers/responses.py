@@ -41,9 +41,10 @@ from dedup.outcomes import (
 )
 from dedup.runner import Waiting
 from handlers.logs import note_run
-from handlers.problems import problem
+from handlers.problems import TYPES_BY_ERROR, problem
 from handlers.replayed_response import StoredResponse
 from models import DELIVERED_SOURCES, RunRecord, RunStatus
+from service.errors import Declined, Invalid, NotFound, Refusal
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,22 @@ def _outcome_response(outcome: RunOutcome) -> Response:
             return busy_response(outcome)
         case _ as unreachable:
             assert_never(unreachable)
+
+
+INVALID = "InvalidParameterException"
+
+
+def refusal_problem(refusal: Refusal) -> Response:
+    """A service refusal as a problem: 404 for what is not there, 400 for a broken rule, and a
+    refused request with its kind's own status (``handlers.problems``) and details."""
+    match refusal:
+        case NotFound():
+            return problem(404, "NotFound", refusal.message)
+        case Invalid():
+            return problem(400, INVALID, refusal.message)
+        case Declined():
+            return problem(TYPES_BY_ERROR[refusal.kind].status, refusal.kind, refusal.message, **refusal.details)
+    raise TypeError(f"not a refusal the app answers: {refusal!r}")
 
 
 def job_mismatch_response(outcome: JobMismatch) -> Response:
@@ -333,6 +350,7 @@ def manual_run_response(
     same token and parameters again, 422 for a failure (kept) or other
     parameters, 500 for a released run, 409 while one is in progress.
     """
+    note_outcome(outcome)
     ran_here = isinstance(outcome, (Finished, Released, Stale))
     match outcome:
         case Finished() | Replayed() if StoredResponse.is_document(_kept(outcome.record)):

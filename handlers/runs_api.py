@@ -31,9 +31,9 @@ from handlers.responses import manual_run_response
 from handlers.run_documents import run_document, run_summaries
 from handlers.state import app_state, current_principal
 from handlers.strict_json import InvalidJson
-from handlers.use_cases import run_manually
 from jobs.config import JobSpec
 from models import RunSource, RunStatus
+from service.runs import run_manually
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Pausing is an operator's action, so a paused job's slots are ``paused``, never ``missed``
 (schedules/pauses.py).  Each pause and resume is recorded by the app and done in Cloud
-Scheduler too (use_cases.set_schedule_paused).
+Scheduler too (service.pauses.set_schedule_paused).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from handlers.problems import problem
 from handlers.run_documents import scheduler_job_document
 from handlers.state import app_state, current_principal
 from handlers.strict_json import InvalidJson, json_payload
-from handlers.use_cases import (
+from schedules.pauses import PauseRefused, check_note, with_pauses
+from service.pauses import (
     CATCH_UP,
     CaughtUp,
     PauseChange,
@@ -28,7 +29,6 @@ from handlers.use_cases import (
     scheduler_job_named,
     set_schedule_paused,
 )
-from schedules.pauses import PauseRefused, check_note, with_pauses
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,6 @@ def _change(name: str, pause: bool):
         return problem(400, refused.error, refused.message)
     state = app_state()
     job = scheduler_job_named(state, name, request.args.get("project"), request.args.get("location"))
-    if isinstance(job, str):
-        return problem(400, INVALID, job)
     change = set_schedule_paused(state, current_principal(), job, pause, note)
     if pause:
         return _answer(change, "paused")

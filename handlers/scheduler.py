@@ -18,11 +18,11 @@ from handlers.logs import note_run
 from handlers.problems import problem
 from handlers.responses import outcome_response
 from handlers.state import app_state, current_principal
-from handlers.use_cases import delivered_key, late_delivery, run_scheduled
 from models import RunSource
 from schedules.config import history_id
 from schedules.pauses import pause_at
 from schedules.tallies import DuplicateDelivery, tally_after_answer
+from service.runs import delivered_key, late_delivery, run_scheduled
 
 blueprint = Blueprint("scheduler", __name__)
 log = logging.getLogger(__name__)

@@ -6,7 +6,6 @@ from collections.abc import Callable
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
-from werkzeug.exceptions import NotFound
 
 from dedup.outcomes import RunOutcome
 from handlers.access import Principal, Role, requires
@@ -15,29 +14,20 @@ from handlers.client_tokens import client_token_problem
 from handlers.cross_site import changes_state, json_body
 from handlers.idempotent import Fingerprint, GuardRejected
 from handlers.logs import note_run
-from handlers.problems import problem
+from handlers.problems import TYPES_BY_ERROR, problem
 from handlers.request_times import BadTime, request_time
 from handlers.responses import outcome_response
 from handlers.state import app_state
 from handlers.strict_json import InvalidJson, json_payload
-from handlers.use_cases import (
-    AUDIT_SHARE_SIZE,
-    ManualRunRequest,
-    SlotRunRefused,
-    SlotRunRequest,
-    audit_share,
-    failure_streak_pause,
-    find_slot,
-    misfire_catch_up,
-    run_manually,
-    run_slot_now,
-    schedules_of,
-    split_audit,
-)
 from models import RunSource
 from schedules.audit import ReportedSlot, audit
 from schedules.config import SchedulerJob
 from schedules.pauses import with_pauses
+from service.audits import AUDIT_SHARE_SIZE, audit_share, misfire_catch_up, split_audit
+from service.errors import Declined, Invalid, NotFound
+from service.pauses import failure_streak_pause
+from service.runs import ManualRunRequest, run_manually
+from service.slots import SlotRunRequest, find_slot, run_slot_now, schedules_of
 
 blueprint = Blueprint("tasks", __name__, url_prefix="/tasks")
 
@@ -77,7 +67,7 @@ def audit_missed_executions():
 @json_body
 @requires(Role.DELIVER)
 def audit_dispatched_share():
-    """A share of an audit pass (use_cases.split_audit): ``count`` Scheduler jobs from ``first``.
+    """A share of an audit pass (service.audits.split_audit): ``count`` Scheduler jobs from ``first``.
 
     An exception is a 500, which Cloud Tasks retries; a share that names no declared job
     (the file changed since) is settled, as a retry cannot change it."""
@@ -121,7 +111,7 @@ SLOT_RUN_FIELDS = {"job_id", "schedule_time", "scheduler_job", "project", "locat
 @json_body
 @requires(Role.DELIVER)
 def run_dispatched_slot():
-    """A dispatched run of a slot (use_cases.slot_run_work), under the slot's own key.
+    """A dispatched run of a slot (service.slots.slot_run_work), under the slot's own key.
 
     Cloud Tasks retries any answer but 2xx, so a settled outcome (completed, failed, a
     duplicate, a refusal) is 200 with the answer inside, and only what a retry may cure
@@ -132,7 +122,7 @@ def run_dispatched_slot():
             set(ask) - {"force"} == SLOT_RUN_FIELDS
             and isinstance(ask["attempt"], int)
             and ask.get("force", True) is True
-        ),  # present only as true (use_cases.slot_run_work)
+        ),  # present only as true (service.slots.slot_run_work)
         ", ".join(sorted(SLOT_RUN_FIELDS)),
         names_who_asked=True,
     )
@@ -149,15 +139,19 @@ def run_dispatched_slot():
             str(ask["project"]),
             str(ask["location"]),
         )
-    except (BadTime, NotFound) as exc:
-        return settled(400 if isinstance(exc, BadTime) else 404, {"detail": str(exc)})
-    if isinstance(slot, str):
-        return settled(400, {"detail": slot})
+    except BadTime as exc:
+        return settled(400, {"detail": str(exc)})
+    except NotFound as exc:
+        return settled(404, {"detail": exc.message})
+    except Invalid as exc:
+        return settled(400, {"detail": exc.message})
     # The run records who asked for the catch-up; the queue only carried it.
-    asked_by = Principal(name=str(ask["requested_by"]), granted=frozenset())
+    asked_by = Principal.named(str(ask["requested_by"]))
+    note_run(job_id=str(ask["job_id"]), source=RunSource.SCHEDULER, run_id=slot.run_id)
     outcome = run_slot_now(state, asked_by, str(ask["job_id"]), slot, SlotRunRequest(ask["attempt"], "force" in ask))
-    if isinstance(outcome, SlotRunRefused):
-        return settled(outcome.http_status, {"error": outcome.error, "detail": outcome.message})
+    if isinstance(outcome, Declined):
+        status = TYPES_BY_ERROR[outcome.kind].status
+        return settled(status, {"error": outcome.kind, "detail": outcome.message})
     return task_answer(outcome)
 
 
@@ -168,7 +162,7 @@ MANUAL_RUN_FIELDS = {"job_id", "client_token", "parameters", "requested_by"}
 @json_body
 @requires(Role.DELIVER)
 def run_dispatched_manual_run():
-    """A dispatched manual run (use_cases.manual_run_work): the dashboard's Run now and Retry,
+    """A dispatched manual run (service.runs.manual_run_work): the dashboard's Run now and Retry,
     under the client token the form carried, for the operator who confirmed it.
 
     Answered as ``/tasks/run-slot`` is: a settled outcome is 200 with the answer inside, and
@@ -194,7 +188,7 @@ def run_dispatched_manual_run():
         return settled(400, {"detail": token_problem})
     note_run(job_id=ask["job_id"], source=RunSource.API)
     # The run records who confirmed it; the queue only carried it.
-    asked_by = Principal(name=ask["requested_by"], granted=frozenset())
+    asked_by = Principal.named(ask["requested_by"])
     try:  # as bounded as the form's and the API's (the queue carries what the dashboard checked)
         parameters = Fingerprint.of(lambda: ask["parameters"]).parameters()
     except GuardRejected as exc:

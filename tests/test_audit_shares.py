@@ -16,7 +16,8 @@ import webtest
 
 from bench.fleet import fleet_files
 from devtools.cloud_tasks_fake import to_webtest
-from handlers import create_app, tasks, use_cases
+from handlers import create_app, tasks
+from service import audits
 
 CRON = {"X-Appengine-Cron": "true"}
 QUEUE = {"X-AppEngine-QueueName": "dedup-dispatch"}
@@ -24,8 +25,8 @@ QUEUE = {"X-AppEngine-QueueName": "dedup-dispatch"}
 
 @pytest.fixture
 def fleet(datastore, clock, tmp_path, ndb_client, monkeypatch, caplog):
-    # The share's size, as the split (use_cases) and the share's own check (tasks) read it.
-    monkeypatch.setattr(use_cases, "AUDIT_SHARE_SIZE", 2)
+    # The share's size, as the split (service.audits) and the share's own check (tasks) read it.
+    monkeypatch.setattr(audits, "AUDIT_SHARE_SIZE", 2)
     monkeypatch.setattr(tasks, "AUDIT_SHARE_SIZE", 2)
     caplog.set_level(logging.WARNING, logger="dedup.audit")
     clock.advance(12 * 3600)  # 12:00: each job's slot of the day (00:00 to 00:04) passed, none delivered

@@ -93,7 +93,7 @@ def test_the_app_deploys_as_its_own_service_and_its_cron_entries_go_there():
 
 # What App Engine needs: the app's packages, its entry point, the two files it reads at
 # start-up, what pip installs, and the App Engine configs.
-APP_PACKAGES = ("dedup", "dispatch", "handlers", "jobs", "models", "schedules")
+APP_PACKAGES = ("dedup", "dispatch", "handlers", "jobs", "models", "schedules", "service")
 APP_FILES = (
     "main.py",
     "settings.py",

@@ -1,0 +1,99 @@
+"""Audit passes: a pass split in shares a task each, and what the audit does of its own accord
+(the misfire policy's catch-up)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from dedup.keys import format_utc
+from dispatch import Dispatched, DispatchError, Work, task_id
+from schedules.config import SchedulerJob
+from schedules.slots import Slot
+from service.slots import slot_run_work
+from service.state import AppState
+
+log = logging.getLogger(__name__)
+
+
+AUDIT_SHARE_TASK = "/tasks/audit-share"  # the endpoint a dispatched share of an audit pass calls
+
+# The Scheduler jobs one request audits.  A pass over 1,000 takes about 7 s at a 10 ms round trip
+# (bench/fleet.py), far inside App Engine's 10-minute request timeout; a larger fleet (Cloud
+# Scheduler allows 5,000 jobs a region, and one app may serve several regions) is split.
+AUDIT_SHARE_SIZE = 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditShare:
+    """Scheduler jobs of one pass audited by a task of their own: ``count`` from ``first``, in
+    scheduler.yaml's order.  ``dispatched`` is None where the queue could not take it."""
+
+    first: str
+    count: int
+    dispatched: Dispatched | None
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "first": self.first,
+            "count": self.count,
+            "task_id": self.dispatched.task_id if self.dispatched else None,
+            "already_dispatched": bool(self.dispatched and self.dispatched.already),
+        }
+
+
+def split_audit(state: AppState, jobs: Sequence[SchedulerJob]) -> tuple[tuple[SchedulerJob, ...], list[AuditShare]]:
+    """The first AUDIT_SHARE_SIZE Scheduler jobs, for this request to audit, and the rest
+    dispatched in shares of that size (``/tasks/audit-share``).
+
+    A share names its first job's key and a count, not every key: its task stays small
+    whatever the names.  If a deploy changes the file before a share runs, it may audit a
+    job twice or leave one to the next pass; both are harmless, since each job's mark says
+    what it has already judged.  The task id holds the pass's minute, so cron's retry of the
+    same pass is refused by the queue; a share the queue refused outright is audited by the
+    next pass, whose slots it has not judged yet."""
+    pass_minute = format_utc(state.clock.now().replace(second=0, microsecond=0))
+    shares = []
+    for start in range(AUDIT_SHARE_SIZE, len(jobs), AUDIT_SHARE_SIZE):
+        share = jobs[start : start + AUDIT_SHARE_SIZE]
+        body = {"first": share[0].key, "count": len(share)}
+        work = Work(task_id("audit-share", pass_minute, share[0].key, str(len(share))), AUDIT_SHARE_TASK, body)
+        dispatched: Dispatched | None
+        try:
+            dispatched = state.dispatcher.dispatch(work)
+        except DispatchError:
+            log.exception("%d Scheduler jobs from %s wait for the next audit pass", len(share), share[0].key)
+            dispatched = None
+        shares.append(AuditShare(share[0].key, len(share), dispatched))
+    return tuple(jobs[:AUDIT_SHARE_SIZE]), shares
+
+
+def audit_share(jobs: Sequence[SchedulerJob], first: str, count: int) -> tuple[SchedulerJob, ...] | None:
+    """The ``count`` Scheduler jobs from the one declared as ``first``; None if none is."""
+    keys = [job.key for job in jobs]
+    if first not in keys:
+        return None
+    start = keys.index(first)
+    return tuple(jobs[start : start + count])
+
+
+MISFIRE_PRINCIPAL = "misfire-policy"  # requested_by of a run the audit's misfire policy dispatched
+
+
+def misfire_catch_up(state: AppState) -> Callable[[Slot], bool]:
+    """The audit's catch-up (schedules.audit.CatchUp): dispatch a missed slot to run under its key."""
+
+    def dispatch_slot(slot: Slot) -> bool:
+        # Never raises: the audit's mark has moved, and its lines must still be written.
+        try:
+            record = state.ledger.lookup(slot.run_id)
+            work = slot_run_work(slot.job.target, slot, record.attempt if record else 0, MISFIRE_PRINCIPAL)
+            state.dispatcher.dispatch(work)
+        except Exception:
+            log.warning("the misfire policy could not dispatch %s: reported as missed", slot.run_id, exc_info=True)
+            return False
+        return True
+
+    return dispatch_slot

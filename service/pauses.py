@@ -1,0 +1,163 @@
+"""Pauses: a Scheduler job paused and resumed, in the app's record and in Cloud Scheduler,
+and the catch-up of a pause's slots that never ran."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from dedup.keys import format_utc
+from dispatch import Dispatched
+from schedules.config import SchedulerJob
+from schedules.pauses import Pause, change_pause, current, paused, pauses_of, resumed
+from schedules.slots import ExecutionStatus, Slot, execution_status, latest_slots, slot_pages
+from service.errors import Invalid, NotFound
+from service.principal import Principal
+from service.slots import NO_SCHEDULE, slot_run_work
+from service.state import AppState
+
+log = logging.getLogger(__name__)
+
+
+def scheduler_job_named(state: AppState, name: str, project: str | None, location: str | None) -> SchedulerJob:
+    """The declared Scheduler job ``name`` (in ``project`` and ``location`` when several share it):
+    NotFound when there is none, Invalid when the choice is ambiguous."""
+    if not state.schedules:
+        raise NotFound(NO_SCHEDULE)
+    found = [
+        job
+        for job in state.schedules
+        if job.name == name and project in (None, job.project) and location in (None, job.location)
+    ]
+    if not found:
+        raise NotFound(f"no Scheduler job {name!r} is declared in scheduler.yaml")
+    if len(found) > 1:
+        places = ", ".join(sorted(f"{job.project}/{job.location}" for job in found))
+        raise Invalid(
+            f"Scheduler job {name!r} is declared in several places ({places}): choose with project and location"
+        )
+    return found[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class PauseChange:
+    """What a pause or resume did: the job's pause after it, whether it changed, and Cloud Scheduler's part."""
+
+    job: SchedulerJob
+    pause: Pause | None  # the lasting pause; None once resumed
+    changed: bool
+    scheduler_problem: str | None  # why Cloud Scheduler's job was not paused or resumed, with the command
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "scheduler_job": self.job.name,
+            "project": self.job.project,
+            "location": self.job.location,
+            "paused": self.pause is not None,
+            "pause": self.pause.document() if self.pause else None,
+            "changed": self.changed,
+        }
+
+
+def set_schedule_paused(
+    state: AppState, principal: Principal, job: SchedulerJob, pause: bool, note: str | None = None
+) -> PauseChange:
+    """Pause (or resume) ``job`` in the app's record, then in Cloud Scheduler.
+
+    The record comes first: a pause Scheduler missed still keeps its slots from being
+    called missed (and a delivery during it runs, saying so); a resume Scheduler missed
+    lets the audit report the slots it then misses.  Both are idempotent, so a request
+    sent again after a lost answer or a Scheduler failure only does what is left.
+    """
+    now = state.clock.now()
+    seen: list[list[Pause]] = []
+
+    def change(pauses: list[Pause]) -> list[Pause]:
+        seen.append(pauses)
+        return paused(pauses, now, principal.name, note) if pause else resumed(pauses, now, principal.name)
+
+    after = change_pause(job, change)
+    problem = state.scheduler_api.set_paused(job, pause)
+    # A pause and a resume at once (two clicks, two operators) may reach Scheduler in the other
+    # order than the record: make Scheduler match the record as it stands now.
+    standing = current(pauses_of(job))
+    if (standing is not None) != pause:
+        problem = state.scheduler_api.set_paused(job, standing is not None)
+        after = [standing] if standing else []
+    return PauseChange(job, current(after), after != seen[-1], problem)
+
+
+def last_pause(job: SchedulerJob) -> Pause | None:
+    """The job's most recent pause interval, lasting or ended."""
+    return job.pauses[-1] if job.pauses else None
+
+
+CATCH_UP = ("none", "latest", "all")
+
+
+@dataclasses.dataclass(frozen=True)
+class CaughtUp:
+    """A slot a catch-up dispatched: its time, its run id, and the task (``already``: dispatched before)."""
+
+    slot: Slot
+    dispatched: Dispatched
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "schedule_time": format_utc(self.slot.schedule_time),
+            "run_id": self.slot.run_id,
+            "task_id": self.dispatched.task_id,
+            "already_dispatched": self.dispatched.already,
+        }
+
+
+def catch_up(state: AppState, principal: Principal, job: SchedulerJob, interval: Pause, mode: str) -> list[CaughtUp]:
+    """Dispatch the slots of a pause ``interval`` that never ran: none, the latest, or all of them,
+    as far back as the job's catchup_window.  Each runs under its own key, so a late Scheduler
+    retry of a caught-up slot is the same run; the queue refuses the same catch-up twice."""
+    if mode == "none":
+        return []
+    now = state.clock.now()
+    since = max(interval.since, now - datetime.timedelta(seconds=job.catchup_window))
+    until = min(interval.until or now, now)
+    pages: Iterable[list[Slot]]
+    if mode == "latest":
+        # The pause's newest slot, read from the newest end: only that one, and only while it has
+        # not run, so the resume sent again after it ran takes no older slot in its place.
+        newest = latest_slots([job], until - datetime.timedelta(microseconds=1), 1)
+        pages = [[slot for slot in newest if slot.schedule_time >= since]]
+    else:
+        pages = slot_pages([job], since, until)  # the whole range, however many slots: none left paused
+    caught_up = []
+    for slots in pages:
+        records = state.ledger.lookup_many([slot.run_id for slot in slots])
+        for slot in slots:
+            record = records.get(slot.run_id)
+            if execution_status(slot, record, now) != ExecutionStatus.PAUSED:
+                continue
+            work = slot_run_work(job.target, slot, record.attempt if record else 0, principal.name)
+            caught_up.append(CaughtUp(slot, state.dispatcher.dispatch(work)))
+    return caught_up
+
+
+FAILURE_STREAK_PRINCIPAL = "failure-streak"  # who paused a job its pause_after_consecutive_failures paused
+
+
+def failure_streak_pause(state: AppState) -> Callable[[SchedulerJob, str], bool]:
+    """The audit's pause (schedules.audit.Pause): the job paused in the app and in Cloud Scheduler."""
+
+    def pause(job: SchedulerJob, note: str) -> bool:
+        who = Principal.named(FAILURE_STREAK_PRINCIPAL)
+        try:  # never raises: the audit's mark has moved, and its lines must still be written
+            change = set_schedule_paused(state, who, job, True, note)
+        except Exception:
+            log.exception("%s could not be paused after its failure streak", job.name)
+            return False
+        if change.scheduler_problem:
+            log.error("%s: %s", job.name, change.scheduler_problem, extra={"scheduler_job": job.name})
+        return change.pause is not None
+
+    return pause

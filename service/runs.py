@@ -1,0 +1,227 @@
+"""Runs: a scheduled delivery's run, and a manual run under a client token.
+
+``run_scheduled`` runs a Scheduler delivery (or an operator's run of a slot) once under its
+key; ``delivered_key`` and ``late_delivery`` decide what a delivery is (a slot's, a Force
+run) and whether it came too late.  ``run_manually`` runs a job once per client token, and
+``manual_run_work`` queues such a run to be done later.  Each takes the app's state and the
+principal it acts for as parameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any
+
+from dedup.claims import REOPENED, RunDescription, RunPolicy
+from dedup.clock import Clock
+from dedup.idempotency import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS, IdempotencyGuard, fingerprint
+from dedup.keys import ScheduledRunKey
+from dedup.outcomes import Attempt, RunOutcome
+from dedup.runner import Waiting, run_once
+from dispatch import Work, task_id
+from jobs.base import RunContext
+from jobs.config import JobSpec
+from models import RunRecord, RunSource, RunStatus
+from schedules.config import SchedulerJob
+from schedules.pauses import Pause, pauses_read
+from schedules.slots import declared_job, force_run_reason, force_run_retry, may_be_force_run_retry
+from service.principal import Principal
+from service.state import AppState
+
+
+def run_scheduled(
+    state: AppState,
+    principal: Principal,
+    job_id: str,
+    job: JobSpec,
+    key: ScheduledRunKey,
+    body: bytes,
+    *,
+    skip_reason: str | None = None,
+    reopen_attempt: int | None = None,
+    force_run: bool = False,
+) -> RunOutcome:
+    """Run a scheduled execution once under its key, for ``principal``: a delivery's path, and an
+    operator's run of a slot.  ``force_run``: recorded as a Force run (its key may be its own)."""
+    source = RunSource.FORCE_RUN if force_run or key.force_run else RunSource.SCHEDULER
+    description = RunDescription(
+        source=source,
+        job_id=job_id,
+        scheduler_job_name=key.scheduler_job_name,
+        schedule_time=key.schedule_time,
+        project=key.project,
+        location=key.location,
+        requested_by=principal.name,
+    )
+
+    def work(attempt: Attempt) -> Any:
+        return job.runner.run(
+            RunContext.for_attempt(
+                attempt,
+                job_id,
+                source=source,
+                scheduler_job_name=key.scheduler_job_name,
+                schedule_time=key.schedule_time,
+                body=body,
+                project=key.project,
+                location=key.location,
+                clock=state.clock,
+            )
+        )
+
+    return run_once(
+        state.ledger, key.run_id, description, job.policy, work, skip_reason=skip_reason, reopen_attempt=reopen_attempt
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Delivery:
+    """A Scheduler delivery as it is run: its key, why it is a Force run (None: a slot's delivery),
+    the declared Scheduler job it is of (None: none is), and that job's pause intervals."""
+
+    key: ScheduledRunKey
+    force_run: str | None
+    declared: SchedulerJob | None
+    pauses: list[Pause]
+
+
+def delivered_key(state: AppState, job_id: str, key: ScheduledRunKey, now: datetime.datetime) -> Delivery:
+    """The key a delivery runs under, why it is a Force run, and its Scheduler job's pauses.
+
+    A Force run carrying a slot still to come is keyed apart (``ScheduledRunKey.as_force_run``),
+    so it never takes that slot, and the slot's own delivery still runs the slot.  Its retries
+    keep its schedule time and may come at any time after it, within the skew before the slot,
+    at the slot or after: ``force_run_retry`` says which deliveries are its retries.  The Force
+    run's record is read only where a retry of one may come, in one lookup with the pause
+    intervals every delivery of a declared Scheduler job reads: no round trip more.
+    """
+    found = force_run_reason(key, job_id, state.schedules, now)
+    declared = declared_job(state.schedules, key.scheduler_job_name, key.project, key.location)
+    own = declared if declared is not None and declared.target == job_id else None
+    forced_id = key.as_force_run().run_id if found is None and may_be_force_run_retry(key, own, now) else None
+    # Both reads sent before either is waited for: NDB sends them in one lookup.
+    read_pauses = pauses_read(declared) if declared is not None else None
+    read_forced = RunRecord.get_by_id_async(forced_id) if forced_id is not None else None
+    pauses = read_pauses() if read_pauses is not None else []
+    forced = read_forced.result() if read_forced is not None else None
+    if found is None and forced is not None and not forced.is_expired(now):
+        found = force_run_retry(key, forced, own, now)
+    if found is None:
+        return Delivery(key, None, declared, pauses)
+    return Delivery(key.as_force_run() if found.own_key else key, found.reason, declared, pauses)
+
+
+def late_delivery(job: JobSpec, key: ScheduledRunKey, now: datetime.datetime, force_run: bool = False) -> str | None:
+    """Why this delivery is too late to run (its job's max_delay_seconds), or None.
+
+    A Force run is asked for now, whatever time it carries: never late."""
+    if job.max_delay_seconds is None or force_run or key.force_run:
+        return None
+    delay = (now - key.schedule_time).total_seconds()
+    if delay <= job.max_delay_seconds:
+        return None
+    return (
+        f"delivered {delay:.0f}s after its schedule time, later than the job's max_delay_seconds "
+        f"({job.max_delay_seconds:g}s): not run; an operator can run the slot by hand"
+    )
+
+
+MANUAL_RUN_NAMESPACE = "manual-run"
+
+
+def manual_run_policy(job: JobSpec) -> RunPolicy:
+    """The job's lease, heartbeat and run limit, with the client-token lifetime (ECS)."""
+    return dataclasses.replace(
+        job.policy,
+        retention_seconds=TOKEN_LIFETIME_SECONDS,
+        finished_retention_seconds=FINISHED_TOKEN_LIFETIME_SECONDS,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ManualRunRequest:
+    """A manual run as asked: its client token (given or generated) and its parameters."""
+
+    client_token: str
+    parameters: dict[str, Any]
+
+    def context(self, attempt: Attempt, job_id: str, clock: Clock) -> RunContext:
+        return RunContext.for_attempt(
+            attempt,
+            job_id,
+            source=RunSource.API,
+            parameters=self.parameters,
+            client_token=self.client_token,
+            clock=clock,
+        )
+
+
+def run_manually(
+    state: AppState,
+    principal: Principal,
+    job_id: str,
+    job: JobSpec,
+    ask: ManualRunRequest,
+    wait: Waiting | None = None,
+) -> RunOutcome:
+    """Run ``job`` once per client token, for ``principal``: the API's and the dashboard's one path."""
+    guard = IdempotencyGuard(state.ledger, MANUAL_RUN_NAMESPACE, manual_run_policy(job), RunSource.API)
+    return guard.run(
+        ask.client_token,
+        lambda attempt: job.runner.run(ask.context(attempt, job_id, state.clock)),
+        scope=job_id,
+        parameters=ask.parameters,
+        exclude=job.fingerprint_exclude,
+        wait=wait,
+        job_id=job_id,
+        requested_by=principal.name,
+    )
+
+
+MANUAL_RUN_TASK = "/tasks/manual-run"  # the endpoint a dispatched manual run calls (handlers/tasks.py)
+
+
+def manual_run_id(state: AppState, job_id: str, job: JobSpec, client_token: str) -> str:
+    """The run id a manual run of ``job`` under ``client_token`` has: known before it starts."""
+    return IdempotencyGuard(state.ledger, MANUAL_RUN_NAMESPACE, manual_run_policy(job), RunSource.API).run_id(
+        client_token, scope=job_id
+    )
+
+
+def runs_of_token(state: AppState, client_token: str) -> list[RunRecord]:
+    """The manual runs ``client_token`` names, a run per job at most: one batched lookup."""
+    ids = [manual_run_id(state, job_id, job, client_token) for job_id, job in sorted(state.jobs.items())]
+    found = state.ledger.lookup_many(ids)
+    return [found[run_id] for run_id in ids if run_id in found]
+
+
+def manual_run_work(
+    state: AppState, job_id: str, job: JobSpec, ask: ManualRunRequest, requested_by: str, seen_attempt: int = 0
+) -> Work:
+    """A manual run dispatched to be done later (run_manually, under its client token).  The task
+    id is its run id, the attempt seen (0: none) and the parameters' fingerprint, so the queue
+    refuses the same request twice, a task delivered twice is one run, a released run sent again
+    is new work, and a form resent with other parameters is not silently dropped: its task runs,
+    and the token's one run takes whichever claims first (the other is refused as a conflict)."""
+    body = {
+        "job_id": job_id,
+        "client_token": ask.client_token,
+        "parameters": ask.parameters,
+        "requested_by": requested_by,
+    }
+    run_id = manual_run_id(state, job_id, job, ask.client_token)
+    sent = fingerprint(ask.parameters, job.fingerprint_exclude)
+    return Work(task_id("manual-run", run_id, str(seen_attempt), sent), MANUAL_RUN_TASK, body)
+
+
+def starts_a_run(record: RunRecord | None, now: datetime.datetime, reopen_attempt: int | None = None) -> bool:
+    """Whether asking for this run would start an attempt (and so is dispatched to the queue):
+    no record, one released, one whose lease ran out, or one failed or skipped at
+    ``reopen_attempt`` (a slot's run replacing the attempt the operator saw).  Otherwise the
+    record answers at once (done, running, or already replaced): nothing is queued."""
+    if record is None or record.status == RunStatus.RELEASED:
+        return True
+    if record.status in REOPENED:
+        return bool(reopen_attempt == record.attempt)
+    return record.status == RunStatus.IN_PROGRESS and not record.lease_is_live(now)

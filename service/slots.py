@@ -1,0 +1,265 @@
+"""Slots: a Scheduler job's expected executions, and an operator's run of one.
+
+``schedules_of`` and ``find_slot`` say which slot a request names, ``check_slot_run`` whether it
+may run as asked (a ``Declined`` otherwise), ``run_slot_now`` runs it under the key a Scheduler
+delivery of it carries, and ``slot_run_work`` queues such a run.  ``executions_between`` is a
+page of the executions listing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any
+
+from dedup.claims import REOPENED
+from dedup.keys import ScheduledRunKey, format_utc, scheduled_run_key
+from dedup.outcomes import RunOutcome
+from dedup.queries import RunFilter
+from dispatch import Work, task_id
+from models import RunRecord
+from schedules.config import SchedulerJob
+from schedules.pauses import with_pauses
+from schedules.slots import (
+    CLOCK_SKEW_SECONDS,
+    MAX_SLOTS,
+    NEEDS_FORCE,
+    ExecutionStatus,
+    Slot,
+    delivery_scope,
+    execution_document,
+    execution_status,
+    is_slot,
+    nearest_slots,
+    schedule_at,
+    slot_of_run,
+    slot_page,
+)
+from service.errors import Declined, Invalid, NotFound, RefusalKind
+from service.principal import Principal
+from service.runs import run_scheduled
+from service.state import AppState
+
+MAX_SEEN_ATTEMPT = 10**6  # far above any attempt number a run reaches
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotRunRequest:
+    """An operator's run of a slot: the attempt they saw (0 for none), and whether they force an unknown one.
+
+    The attempt is the reopen's precondition: a failed or skipped slot is run
+    again only while it is still that attempt, so the same request sent again
+    (a double click, a lost answer, a client's timeout) is answered from the
+    attempt it started instead of starting another.
+    """
+
+    seen_attempt: int | None
+    force: bool = False
+
+    @classmethod
+    def parse(cls, attempt: str | None, force: str | None) -> SlotRunRequest:
+        seen = None
+        if attempt is not None:
+            if not attempt.isascii() or not attempt.isdigit() or len(attempt) > 7 or int(attempt) > MAX_SEEN_ATTEMPT:
+                raise Invalid(
+                    f"attempt must be the slot's attempt number as listed (0 to {MAX_SEEN_ATTEMPT}; 0 for none)"
+                )
+            seen = int(attempt)
+        if force not in (None, "true", "false"):
+            raise Invalid("force must be true or false")
+        return cls(seen, force == "true")
+
+
+NO_SCHEDULE = "no schedule is loaded: the app reads DEDUP_SCHEDULER_FILE, else the scheduler.yaml beside the jobs file"
+
+
+def schedules_of(state: AppState, job_id: str) -> list[SchedulerJob]:
+    """The Scheduler jobs that target ``job_id``, with their pauses; NotFound when the job is
+    unknown or no schedule is loaded."""
+    if job_id not in state.jobs:
+        raise NotFound(f"no job {job_id!r} is declared in the jobs file")
+    if not state.schedules:
+        raise NotFound(NO_SCHEDULE)
+    return with_pauses([job for job in state.schedules if job.target == job_id])
+
+
+def find_slot(
+    job_id: str,
+    scheduler_jobs: list[SchedulerJob],
+    instant: datetime.datetime,
+    scheduler_job: str | None = None,
+    project: str | None = None,
+    location: str | None = None,
+) -> Slot:
+    """The slot of ``job_id`` at ``instant``; NotFound naming the nearest slots, Invalid when several have it.
+
+    ``scheduler_job``, ``project`` and ``location`` pick among several Scheduler jobs
+    (one job id may be declared in several projects or locations).
+    """
+    picked = [
+        job
+        for job in scheduler_jobs
+        if scheduler_job in (None, job.name) and project in (None, job.project) and location in (None, job.location)
+    ]
+    if not picked:
+        wanted = ", ".join(
+            f"{k}={v!r}"
+            for k, v in (("scheduler_job", scheduler_job), ("project", project), ("location", location))
+            if v is not None
+        )
+        raise NotFound(f"no Scheduler job with {wanted} targets job {job_id!r}")
+    scheduler_jobs = picked
+    matching = [job for job in scheduler_jobs if is_slot(job, instant)]
+    if not matching:
+        nearest = "; ".join(
+            f"{job.name}: {format_utc(before)} or {format_utc(after)}"
+            for job in scheduler_jobs
+            for before, after in [nearest_slots(job, instant)]
+        )
+        raise NotFound(
+            f"{format_utc(instant)} is not a slot of {job_id!r}'s schedule; the nearest: {nearest or 'none'}"
+        )
+    if len(matching) > 1:
+        names = ", ".join(sorted(f"{job.name} in {job.project}/{job.location}" for job in matching))
+        raise Invalid(
+            f"several Scheduler jobs have this slot ({names}): choose with scheduler_job, project and location"
+        )
+    return Slot(schedule_at(matching[0], instant), instant)
+
+
+def slot_key(slot: Slot) -> ScheduledRunKey:
+    """The key Cloud Scheduler's delivery of ``slot`` carries."""
+    project, location = delivery_scope(slot.job)
+    return scheduled_run_key(
+        slot.job.name, format_utc(slot.schedule_time), query_project=project, query_location=location
+    )
+
+
+def check_slot_run(state: AppState, slot: Slot, ask: SlotRunRequest) -> tuple[Declined | None, RunRecord | None]:
+    """Why ``slot`` may not be run as ``ask`` says (None: it may), and its record (one lookup).
+
+    A slot that has not come is refused (``SLOT_NOT_DUE``): taking it now would answer its
+    own delivery as a duplicate.  Without the attempt the operator saw, a failed
+    or skipped slot is not reopened (``PRECONDITION_REQUIRED``, naming its attempt); a slot whose record
+    the ledger may have forgotten (``unknown``) runs only when forced, since it may have run.
+    """
+    now = state.clock.now()
+    if (slot.schedule_time - now).total_seconds() > CLOCK_SKEW_SECONDS:
+        return Declined(
+            RefusalKind.SLOT_NOT_DUE,
+            f"this slot is due at {format_utc(slot.schedule_time)}, {slot.schedule_time - now} from now: "
+            "Cloud Scheduler delivers it then, and running it now would answer that delivery as a duplicate. "
+            "To run the job now, start a manual run",
+            {"execution_status": ExecutionStatus.UPCOMING},
+        ), None
+    record = state.ledger.lookup(slot_key(slot).run_id)
+    status = execution_status(slot, record, now)
+    if status in NEEDS_FORCE and not ask.force:
+        if status == ExecutionStatus.UNTRACKED:
+            assert slot.job.expected_from is not None  # an untracked slot lies before a known time
+            why = (
+                f"this slot is before {slot.job.name}'s slots are expected from "
+                f"({format_utc(slot.job.expected_from)}: when the app first knew its schedule), so the app "
+                "was not expecting it and cannot say it did not run"
+            )
+        else:
+            why = (
+                f"no record of this slot is left: the ledger keeps a run {slot.job.retention_seconds:g}s past its "
+                "schedule time, so it may have completed"
+            )
+        return Declined(
+            RefusalKind.EXECUTION_UNKNOWN,
+            f"{why}; running it may run the job twice. Send force=true to run it anyway",
+            {
+                "execution_status": status,
+                "remembered_until": format_utc(slot.remembered_until) if slot.remembered_until else None,
+            },
+        ), record
+    if ask.seen_attempt is None and record is not None and record.status in REOPENED:
+        return Declined(
+            RefusalKind.PRECONDITION_REQUIRED,
+            f"this slot {record.status} at attempt {record.attempt}; to run it again send attempt={record.attempt}, "
+            "so that sending the same request again cannot run it a second time",
+            {"execution_status": status, "attempt": record.attempt},
+        ), record
+    return None, record
+
+
+def run_slot_now(
+    state: AppState, principal: Principal, job_id: str, slot: Slot, ask: SlotRunRequest
+) -> RunOutcome | Declined:
+    """Run ``slot`` under its Scheduler key as ``ask`` says: the API's and the dashboard's one path
+    (the dashboard's through a task: ``check_slot_run`` first, then ``slot_run_work``)."""
+    key = slot_key(slot)
+    refused, _ = check_slot_run(state, slot, ask)
+    if refused is not None:
+        return refused
+    body = (slot.job.body or "").encode("utf-8")  # what Scheduler sends for this job
+    return run_scheduled(state, principal, job_id, state.jobs[job_id], key, body, reopen_attempt=ask.seen_attempt)
+
+
+SLOT_RUN_TASK = "/tasks/run-slot"  # the endpoint a dispatched run of a slot calls (handlers/tasks.py)
+
+
+def slot_run_work(job_id: str, slot: Slot, seen_attempt: int, requested_by: str, force: bool = False) -> Work:
+    """A run of ``slot`` dispatched to be done later, under the slot's own key (run_slot_now).
+
+    The task id is the run id and the attempt seen: the queue refuses the same catch-up twice,
+    and a slot reopened after a later failure is new work.  ``force``: an operator confirmed
+    running a slot whose record may have expired (it rides only when set)."""
+    body = {
+        "job_id": job_id,
+        "schedule_time": format_utc(slot.schedule_time),
+        "scheduler_job": slot.job.name,
+        "project": slot.job.project,
+        "location": slot.job.location,
+        "attempt": seen_attempt,
+        "requested_by": requested_by,
+        **({"force": True} if force else {}),
+    }
+    return Work(task_id("slot-run", slot.run_id, str(seen_attempt)), SLOT_RUN_TASK, body)
+
+
+MAX_UNSCHEDULED = 100
+
+MAX_UNSCHEDULED_PAGES = 5  # the run pages read to find MAX_UNSCHEDULED runs that match no slot
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutionsPage:
+    """The expected executions of a range, oldest first, each as the listing documents it; the runs
+    of the job created in the range that match no slot; and where the next page starts, if the
+    cap cut the range."""
+
+    executions: list[dict[str, Any]]
+    unscheduled: list[RunRecord]
+    next_since: datetime.datetime | None
+
+
+def executions_between(
+    state: AppState,
+    scheduler_jobs: list[SchedulerJob],
+    job_id: str,
+    since: datetime.datetime,
+    until: datetime.datetime,
+    limit: int = MAX_SLOTS,
+) -> ExecutionsPage:
+    """A page of the executions listing (the API's and the history page's): every slot in [since,
+    until) up to ``limit``, their records in one batched lookup, and the runs apart from them."""
+    now = state.clock.now()
+    slots, next_since = slot_page(scheduler_jobs, since, until, limit)
+    records = state.ledger.lookup_many([slot.run_id for slot in slots])
+    unscheduled: list[RunRecord] = []
+    cursor = None
+    # The runs apart from the slots of this page's own span: the next page lists those after it.
+    spanned = RunFilter(job_id=job_id, since=since, until=next_since or until)
+    for _ in range(MAX_UNSCHEDULED_PAGES):
+        found, cursor = state.ledger.find_runs(spanned, 100, cursor)
+        unscheduled += [record for record in found if slot_of_run(record, scheduler_jobs) is None]
+        if cursor is None or len(unscheduled) >= MAX_UNSCHEDULED:
+            break
+    return ExecutionsPage(
+        [execution_document(slot, records.get(slot.run_id), now) for slot in slots],
+        unscheduled[:MAX_UNSCHEDULED],
+        next_since,
+    )

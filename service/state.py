@@ -1,0 +1,46 @@
+"""The app's state: what every service call reads (jobs, clock, ledger, schedules, queue).
+
+Built once by ``create_app`` and passed to each service function as a parameter, so the
+service never reaches into a request or an app object to find it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from dedup.clock import Clock, SystemClock
+from dedup.ledger import Ledger
+from dedup.runner import WaitSlots
+from dispatch import Dispatcher
+from dispatch.in_process import InProcessDispatcher
+from jobs.config import JobSpec
+from schedules.config import SchedulerJob
+from schedules.history import TrackedSchedules
+from schedules.scheduler_api import SchedulerApi
+
+
+@dataclasses.dataclass(frozen=True)
+class AppState:
+    """Built once by ``create_app``; the same for every request."""
+
+    jobs: Mapping[str, JobSpec]
+    clock: Clock
+    ledger: Ledger  # the one ledger: scheduled runs, manual runs and guarded views share it
+    wait_slots: WaitSlots  # the bound on this process's requests waiting at once (Prefer: wait)
+    # scheduler.yaml's jobs, validated against ``jobs``, bound to their histories on first use.
+    tracked_schedules: TrackedSchedules = dataclasses.field(default_factory=lambda: TrackedSchedules((), SystemClock()))
+
+    # Cloud Scheduler's own pause and resume (DEDUP_SCHEDULER_API_BASE).
+    scheduler_api: SchedulerApi = dataclasses.field(default_factory=SchedulerApi)
+
+    # Where work is dispatched to be done in a request of its own (dispatch: Cloud Tasks, or in-process).
+    dispatcher: Dispatcher = dataclasses.field(default_factory=InProcessDispatcher)
+
+    # The Google Cloud project (GOOGLE_CLOUD_PROJECT, as start-up read it): where log links point.
+    project: str | None = None
+
+    @property
+    def schedules(self) -> tuple[SchedulerJob, ...]:
+        """The Scheduler jobs bound to their histories (the first use in a process records them: needs NDB)."""
+        return self.tracked_schedules.get()
