@@ -133,9 +133,11 @@ class AccessPolicy:
     viewers: tuple[Member, ...] | None = None  # None: every admitted person views
 
     @classmethod
-    def from_environ(cls, environ: Any) -> AccessPolicy:
-        operators = parse_members(environ.get("DEDUP_OPERATORS"), "DEDUP_OPERATORS") or ()
-        return cls(operators=operators, viewers=parse_members(environ.get("DEDUP_VIEWERS"), "DEDUP_VIEWERS"))
+    def parse(cls, operators: str | None, viewers: str | None) -> AccessPolicy:
+        """From DEDUP_OPERATORS and DEDUP_VIEWERS as written (``Settings.operators``, ``.viewers``)."""
+        return cls(
+            operators=parse_members(operators, "DEDUP_OPERATORS") or (), viewers=parse_members(viewers, "DEDUP_VIEWERS")
+        )
 
     def roles_of(self, principal: Principal) -> frozenset[Role]:
         roles = set(principal.granted)
