@@ -17,8 +17,9 @@ from google.cloud import ndb
 
 from dedup.clock import Clock
 from dedup.outcomes import Attempt, Stale
-from dedup.record_store import RecordStore, transact
+from dedup.record_store import RecordStore
 from dedup.store import Applied, Doubt, Refused, Store, Transaction, Write
+from dedup.transactions import transact
 from models import RunRecord, RunStatus
 from models.job_lock import JobLock
 

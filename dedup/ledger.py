@@ -21,16 +21,16 @@ from typing import Any, assert_never
 
 from google.cloud import ndb
 
-from dedup import queries, record_store
+from dedup import queries
 from dedup.claims import ClaimRequest, RunDescription, RunPolicy, finish_landed, record_end, refusal, seconds
 from dedup.clock import Clock
 from dedup.fences import fenced_write
 from dedup.finished_cache import FinishedRuns
 from dedup.outcomes import Attempt, Claimed, ClaimOutcome, Contended, Finished, Released, Renewed, Skipped, Stale
 from dedup.queries import RunFilter
-from dedup.record_store import RecordStore, VersionFence, encode, transact
+from dedup.record_store import RecordStore, VersionFence, encode
 from dedup.store import Aborted, Applied, Doubt, Exists, Refused, StaleVersion, Store, Transaction
-from dedup.transactions import is_contention
+from dedup.transactions import TRIED_AGAIN, is_contention, transact
 from models import RunRecord, RunStatus
 from models.job_lock import JobLock
 
@@ -38,7 +38,7 @@ __all__ = ["CLAIM_PATIENCE_SECONDS", "FINISH_PATIENCE_SECONDS", "Ledger", "RunDe
 log = logging.getLogger(__name__)
 
 # Transactions on one hot record abort under contention; they are retried
-# (dedup.record_store.transact).  A claimer that still loses after
+# (dedup.transactions.transact).  A claimer that still loses after
 # CLAIM_PATIENCE_SECONDS is told to come back (409), never given a 500; the
 # owner finishing a run it has already performed keeps trying for
 # FINISH_PATIENCE_SECONDS: longer than a pessimistic database holds the lock of a
@@ -229,7 +229,7 @@ class Ledger:
 
         try:
             outcome, transaction = transact(body, CLAIM_PATIENCE_SECONDS, self.store())
-        except record_store.TRIED_AGAIN as exc:
+        except TRIED_AGAIN as exc:
             if wrote:  # a commit of this claim may have landed: never leave a lease nobody holds
                 self._withdraw(claim, exc)
             if not is_contention(exc):
@@ -271,7 +271,7 @@ class Ledger:
 
         try:
             released, _ = transact(body, WITHDRAW_PATIENCE_SECONDS, self.store())
-        except record_store.TRIED_AGAIN as exc:
+        except TRIED_AGAIN as exc:
             log.error("run %s: a claim that may have landed could not be released (%s)", claim.run_id, exc)
             return
         if released:

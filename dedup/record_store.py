@@ -34,9 +34,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-import random
 import threading
-import time
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -49,9 +47,9 @@ from google.cloud.datastore_v1.types import datastore as datastore_types
 from google.cloud.datastore_v1.types import entity as entity_types
 
 from dedup import fence_check
-from dedup.store import Aborted, Applied, Doubt, Exists, Refused, StaleVersion, Store, Versioned, Write
+from dedup.store import Aborted, Applied, Doubt, Exists, Refused, StaleVersion, Versioned, Write
 from dedup.store import Transaction as StoreTransaction
-from dedup.transactions import RETRYABLE_ERRORS
+from dedup.transactions import transact
 from models import RunRecord
 
 log = logging.getLogger(__name__)
@@ -64,17 +62,12 @@ CLEANUP_TRANSACTION_KEYS = 25
 # Each hot write's own deadline.  A call that outlives it is a Doubt, which the ledger settles
 # by reading the record in its transactional path (with that path's patience).
 CALL_TIMEOUT_SECONDS = 10.0
+# The most keys Datastore takes in one Lookup (NDB splits its batches at it too).
+LOOKUP_KEYS = 1000
 # NDB marks a compressed blob with this meaning (google.appengine's ZLIB), and reads one by
 # zlib's header either way.
 COMPRESSED_MEANING = 22
-# A transaction is tried again on these.  Its commit is all-or-none: the transient errors may have
-# landed (the body recognises its own write), the others say nothing was applied, and a retry
-# reads and decides afresh (a record deleted since, a transaction a pessimistic database expired).
-# A refusal that may be deterministic is tried again only REFUSALS_TRIED times, not for the whole
-# patience: a request that cannot succeed is answered, not held.
-REFUSALS = (api_exceptions.NotFound, api_exceptions.FailedPrecondition, api_exceptions.InvalidArgument)
-REFUSALS_TRIED = 2
-TRIED_AGAIN = (*RETRYABLE_ERRORS, *REFUSALS)
+# A hot write that failed with one of these may have landed (``Doubt``).
 _IN_DOUBT = (
     api_exceptions.DeadlineExceeded,
     api_exceptions.ServiceUnavailable,
@@ -132,6 +125,10 @@ def _set_integer(value: Any, target: Any) -> None:
     target.integer_value = int(value)
 
 
+def _set_boolean(value: Any, target: Any) -> None:
+    target.boolean_value = bool(value)
+
+
 def _set_string(value: Any, target: Any) -> None:
     target.string_value = str(value)
 
@@ -160,6 +157,8 @@ def _plan_of(model: type[Any]) -> _Plan:
             setter = _set_json(bool(prop._compressed))
         elif isinstance(prop, ndb.DateTimeProperty):
             setter = _set_timestamp
+        elif isinstance(prop, ndb.BooleanProperty):
+            setter = _set_boolean
         elif isinstance(prop, ndb.IntegerProperty):
             setter = _set_integer
         elif isinstance(prop, ndb.StringProperty | ndb.TextProperty):
@@ -185,6 +184,8 @@ def _decoded(prop: Any, value: Any) -> Any:
         return _EPOCH + datetime.timedelta(seconds=stamp.seconds, microseconds=stamp.nanos // 1000)
     if kind == "integer_value":
         return value.integer_value
+    if kind == "boolean_value":
+        return value.boolean_value
     if kind == "string_value":
         return value.string_value
     raise TypeError(f"{prop._code_name}: stored as {kind}")
@@ -290,7 +291,8 @@ class RecordStore:
         return self._found(_call_future(self._lookup_call(ndb.Key(RunRecord, run_id))))
 
     def lookup_many(self, keys: list[ndb.Key]) -> list[Versioned | None]:
-        """The records of ``keys`` (in order; None where absent) and their versions: one round trip."""
+        """The entities of ``keys`` (any model's; in order, None where absent) and their versions:
+        one round trip per LOOKUP_KEYS."""
         found, _ = _read(self._transport, self._metadata, self._project, self._database, keys, lambda: None)
         return found
 
@@ -577,16 +579,18 @@ def _read(
     options: Callable[[], datastore_types.ReadOptions | None],
 ) -> tuple[list[Versioned | None], bytes | None]:
     """The entities of ``keys`` (in order; None where absent), each as its model reads it, asking
-    again for any key Datastore defers; and the transaction the first Lookup began, if it did.
-    ``options``: the read options of each pass (a transaction begun by the first, then used)."""
+    again for any key Datastore defers, LOOKUP_KEYS at most per Lookup; and the transaction the
+    first Lookup began, if it did.  ``options``: the read options of each pass (a transaction
+    begun by the first, then used)."""
     wanted = list(keys)
     found: dict[tuple[str, Any], Versioned] = {}
     begun: bytes | None = None
     models = {key.kind(): ndb.Model._lookup_model(key.kind()) for key in keys}
     while wanted:
+        asked, later = wanted[:LOOKUP_KEYS], wanted[LOOKUP_KEYS:]
         read_options = options() if begun is None else datastore_types.ReadOptions(transaction=begun)
         request = datastore_types.LookupRequest(
-            project_id=project, database_id=database, keys=[key_pb(key) for key in wanted]
+            project_id=project, database_id=database, keys=[key_pb(key) for key in asked]
         )
         if read_options is not None:
             request.read_options = read_options
@@ -598,7 +602,7 @@ def _read(
                 decode(result.entity, models[element.kind]), result.version
             )
         deferred = {(key.path[-1].kind, key.path[-1].name or key.path[-1].id) for key in response.deferred}
-        wanted = [key for key in wanted if (key.kind(), key.id()) in deferred]
+        wanted = [key for key in asked if (key.kind(), key.id()) in deferred] + later
     return [found.get((key.kind(), key.id())) for key in keys], begun
 
 
@@ -611,46 +615,11 @@ def _call_future(call: Any) -> Any:
 
 
 def _call(method: Any, request: Any, metadata: tuple[Any, ...]) -> Any:
-    """A unary call, its gRPC error raised as google-api-core's (what the retry loops know)."""
+    """A unary call, its gRPC error raised as google-api-core's (what the retry loop knows: dedup/transactions.py)."""
     try:
         return method(request, timeout=CALL_TIMEOUT_SECONDS, metadata=metadata)
     except grpc.RpcError as exc:
         raise api_exceptions.from_grpc_error(exc) from None  # type: ignore[no-untyped-call]
-
-
-def transact[T](
-    body: Callable[[StoreTransaction], T], patience_seconds: float, store: Store | None = None
-) -> tuple[T, StoreTransaction]:
-    """``body`` in a transaction, committed; tried again in a new one on contention or a transient
-    error until patience runs out.  A commit in doubt may have landed: every body of the ledger
-    recognises its own landed write when it reads again, so trying again is safe.  Each new try
-    try after an abort names the one that aborted (``previous_transaction``), so a pessimistic
-    database keeps its place in line."""
-    store = store or RecordStore.of_context()
-    deadline = time.monotonic() + patience_seconds
-    delay = 0.02
-    previous: bytes | None = None
-    refusals = 0
-    while True:
-        transaction = store.transaction(previous)
-        try:
-            result = body(transaction)
-            transaction.commit()
-            return result, transaction
-        except TRIED_AGAIN as exc:
-            transaction.rollback()
-            # Only an abort says for sure the transaction ended unapplied: a try in doubt may have
-            # committed, and naming a committed transaction is a question nobody documents.
-            previous = transaction.began if isinstance(exc, api_exceptions.Aborted) else None
-            refusals += isinstance(exc, REFUSALS)
-            if time.monotonic() + delay > deadline or refusals > REFUSALS_TRIED:
-                raise
-            log.info("transaction failed (%s); trying again", type(exc).__name__)
-            time.sleep(random.uniform(delay / 2, delay))
-            delay = min(delay * 2, 1.0)
-        except BaseException:
-            transaction.rollback()
-            raise
 
 
 class VersionFence:

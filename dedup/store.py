@@ -1,7 +1,8 @@
 """The one storage interface the protocol needs, apart from how any database does it.
 
 ``dedup.record_store.RecordStore`` is its Datastore implementation (the v1 API: the codec, the
-calls, one retry loop, the fence check); ``dedup.memory_store.MemoryStore`` keeps records in
+calls, the fence check); ``dedup.transactions.transact`` is the one retry loop of any store's
+transactions; ``dedup.memory_store.MemoryStore`` keeps records in
 this process, for fast, deterministic tests of the decision layer.  Both are held to one
 contract suite (tests/test_store_contract.py).  The ledger asks only this.
 
@@ -114,3 +115,9 @@ class Store(Protocol):
     def delete_unchanged(self, doomed: list[Versioned]) -> int: ...
 
     def transaction(self, previous: bytes | None = None, begin_in_read: bool | None = None) -> Transaction: ...
+
+
+def get_many(store: Store, keys: list[ndb.Key]) -> list[Any | None]:
+    """The entities of ``keys`` (any model's; in order, None where absent) without their versions:
+    what a read that fences nothing needs (the audit's marks, the tallies, the schedule histories)."""
+    return [found.record if found else None for found in store.lookup_many(keys)] if keys else []

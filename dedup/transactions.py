@@ -1,9 +1,11 @@
-"""NDB transactions off the hot path (pauses, the audit's marks, the cleanup): which errors to
-retry, and the loop that retries them.
+"""The one retry loop: every transaction the app runs, on any store (dedup/store.py), is tried
+here, and these are the errors it tries again.
 
-NDB's own backoff starts at a second and doubles; an answer is due within seconds, so the
-retries here are short and jittered, and bounded by a patience the caller chooses.  The run
-records' own transactions are dedup.record_store's, on the same errors.
+The run records' claims and fenced writes, the cleanup's deletes, the pauses, the audit's
+marks, the duplicate tallies and the schedule histories all go through ``transact``: one
+place says what is retried (contention, a deadline, an outage, a commit in doubt), for how
+long (a patience the caller chooses), and how it waits (short, jittered, doubling up to a
+second: NDB's own backoff starts at a second, and an answer is due within seconds).
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ import time
 from collections.abc import Callable
 
 from google.api_core import exceptions as api_exceptions
-from google.cloud import ndb
+
+from dedup.store import Store, Transaction
 
 log = logging.getLogger(__name__)
 
-# A commit that failed with one of these may still have been applied (only
-# Aborted says for sure it was not): every write of the ledger recognises its
-# own landed commit when it tries again, so trying again is always safe.
+# A commit that failed with one of these may still have been applied (only Aborted says for sure
+# it was not): every body recognises its own landed commit when it reads again, so trying again
+# is always safe.
 RETRYABLE_ERRORS = (
     api_exceptions.Aborted,
     api_exceptions.ServiceUnavailable,
@@ -30,10 +33,18 @@ RETRYABLE_ERRORS = (
     api_exceptions.ResourceExhausted,
     api_exceptions.RetryError,
 )
+# These say nothing was applied, and a retry reads and decides afresh (a record deleted since, a
+# transaction a pessimistic database expired).  One that may be deterministic is tried again only
+# REFUSALS_TRIED times, not for the whole patience: a request that cannot succeed is answered, not held.
+REFUSALS = (api_exceptions.NotFound, api_exceptions.FailedPrecondition, api_exceptions.InvalidArgument)
+REFUSALS_TRIED = 2
+TRIED_AGAIN = (*RETRYABLE_ERRORS, *REFUSALS)
+FIRST_DELAY_SECONDS = 0.02
+LONGEST_DELAY_SECONDS = 1.0
 
 
 def is_contention(exc: Exception) -> bool:
-    """Aborted transactions, also when NDB gave up retrying them (RetryError wraps the cause).
+    """Aborted transactions, also when a client gave up retrying them (RetryError wraps the cause).
 
     Datastore being unavailable is not contention: that stays an error (500).
     """
@@ -42,27 +53,33 @@ def is_contention(exc: Exception) -> bool:
     return isinstance(exc, api_exceptions.Aborted)
 
 
-def run_transaction[T](callback: Callable[[], T], patience_seconds: float) -> T:
-    """One NDB transaction, tried again on contention and transient errors until patience runs out."""
+def transact[T](body: Callable[[Transaction], T], patience_seconds: float, store: Store) -> tuple[T, Transaction]:
+    """``body`` in a transaction of ``store``, committed: what it returned, and the transaction
+    (its ``versions``).  Tried again in a new transaction on TRIED_AGAIN until patience runs out,
+    then that error is raised.  A commit in doubt may have landed: every body recognises its own
+    landed write when it reads again, so trying again is safe.  Each try after an abort names the
+    one that aborted (``previous_transaction``), so a pessimistic database keeps its place in line."""
     deadline = time.monotonic() + patience_seconds
-    delay = 0.02
+    delay = FIRST_DELAY_SECONDS
+    previous: bytes | None = None
+    refusals = 0
     while True:
+        transaction = store.transaction(previous)
         try:
-            try:
-                committed: T = ndb.transaction(callback, retries=0)  # what callback returned
-                return committed
-            except api_exceptions.GoogleAPICallError as exc:
-                # NDB rolls back after a failed commit.  When the commit was in
-                # fact applied, the rollback fails too ("transaction has expired
-                # or is invalid") and its error hides the commit's: the commit's
-                # error is the one that says what happened.
-                if not isinstance(exc, RETRYABLE_ERRORS) and isinstance(exc.__context__, RETRYABLE_ERRORS):
-                    commit_error, exc.__context__ = exc.__context__, None  # no cycle in the chain
-                    raise commit_error from exc
-                raise
-        except RETRYABLE_ERRORS as exc:
-            if time.monotonic() + delay > deadline:
+            result = body(transaction)
+            transaction.commit()
+            return result, transaction
+        except TRIED_AGAIN as exc:
+            transaction.rollback()
+            # Only an abort says for sure the transaction ended unapplied: a try in doubt may have
+            # committed, and naming a committed transaction is a question nobody documents.
+            previous = transaction.began if isinstance(exc, api_exceptions.Aborted) else None
+            refusals += isinstance(exc, REFUSALS)
+            if time.monotonic() + delay > deadline or refusals > REFUSALS_TRIED:
                 raise
             log.info("transaction failed (%s); trying again", type(exc).__name__)
             time.sleep(random.uniform(delay / 2, delay))
-            delay = min(delay * 2, 1.0)
+            delay = min(delay * 2, LONGEST_DELAY_SECONDS)
+        except BaseException:
+            transaction.rollback()
+            raise

@@ -19,6 +19,7 @@ from google.cloud import ndb
 
 from dedup.keys import format_utc
 from dedup.ledger import Ledger
+from dedup.store import get_many
 from handlers.slot_statuses import NEEDS_ATTENTION
 from models.audit import AuditMark
 from schedules.config import SchedulerJob, history_id
@@ -49,7 +50,7 @@ def job_rows(ledger: Ledger, jobs: Sequence[SchedulerJob], now: datetime.datetim
     # The audit's marks and the duplicate tallies of the slots' hours, in one batch.
     mark_keys = [ndb.Key(AuditMark, history_id(job)) for job in jobs]
     wanted_tallies = [key for job in jobs for key in tally_keys(history_id(job), hours[id(job)])]
-    found = ndb.get_multi(mark_keys + wanted_tallies) if jobs else []
+    found = get_many(ledger.store(), mark_keys + wanted_tallies)
     marks = found[: len(mark_keys)]
     tallies = dict(zip(wanted_tallies, found[len(mark_keys) :], strict=True))
     rows = []

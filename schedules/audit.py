@@ -25,7 +25,8 @@ from google.cloud import ndb
 
 from dedup.keys import format_utc
 from dedup.ledger import Ledger
-from dedup.transactions import run_transaction
+from dedup.store import Store, Transaction, get_many
+from dedup.transactions import transact
 from models.audit import AuditMark
 from schedules.config import AUDIT_INTERVAL_SECONDS, SchedulerJob, history_id
 from schedules.slots import MAX_SLOTS, ExecutionStatus, Slot, execution_status, slots_between
@@ -109,11 +110,11 @@ def audit(
     ``overdue``, ``slow``, ``failing``); with ``pause``, a job failing pause_after_consecutive_failures
     times in a row is paused."""
     now = ledger.clock.now()
-    # The reads, batched: every job's mark in one lookup, every slot's record in another (NDB
-    # splits batches over Datastore's limit).  Then each job's transaction and lines, on a few
+    # The reads, batched: every job's mark in one lookup, every slot's record in another (the
+    # store splits batches over Datastore's limit).  Then each job's transaction and lines, on a few
     # threads with contexts of their own: a fleet's pass is bound by round trips, not CPU.
     keys = [ndb.Key(AuditMark, history_id(job)) for job in jobs]
-    marks = ndb.get_multi(keys) if keys else []
+    marks = get_many(ledger.store(), keys)  # None where a job has none yet
     plans = [_slots_to_judge(job, mark, now) for job, mark in zip(jobs, marks, strict=True)]
     records = ledger.lookup_many([slot.run_id for slots, _ in plans for slot in slots])
     client = ndb.get_context().client
@@ -160,29 +161,33 @@ def _slots_to_judge(
     return slots, through
 
 
-def _move_mark(key: ndb.Key, mark: AuditMark | None, through: datetime.datetime, **fields: Any) -> bool:
+def _move_mark(store: Store, key: ndb.Key, mark: AuditMark | None, through: datetime.datetime, **fields: Any) -> bool:
     """Move the mark to ``through`` in a transaction that lands only if no other pass moved it since
     it was read as ``mark``; True when this pass's move landed (its answer lost or not)."""
     # Unique to this pass: another pass that computed the same mark must not take its commit for ours.
     pass_id = uuid.uuid4().hex
     seen = (mark.checked_until, mark.pass_id) if mark else None
 
-    def advance() -> bool:
-        current = key.get()
+    def advance(transaction: Transaction) -> bool:
+        (found,) = transaction.get([key])
+        current = found.record if found else None
         if current is not None and pass_id in (current.pass_id, current.previous_pass_id):
             return True  # this pass's own commit (perhaps moved on from), landed although its answer was lost
         if ((current.checked_until, current.pass_id) if current else None) != seen:
             return False  # another pass got here first: it reports these slots
-        AuditMark(
-            key=key,
-            checked_until=through,
-            pass_id=pass_id,
-            previous_pass_id=current.pass_id if current else None,
-            **fields,
-        ).put()
+        transaction.put(
+            AuditMark(
+                key=key,
+                checked_until=through,
+                pass_id=pass_id,
+                previous_pass_id=current.pass_id if current else None,
+                **fields,
+            )
+        )
         return True
 
-    return bool(run_transaction(advance, AUDIT_PATIENCE_SECONDS))
+    moved, _ = transact(advance, AUDIT_PATIENCE_SECONDS, store)
+    return bool(moved)
 
 
 def _audit_job(
@@ -218,7 +223,7 @@ def _audit_job(
             streak = 0
     if job.pause_after_consecutive_failures in reached:
         streak = 0  # the audit pauses the job: after a resume, its failures count afresh
-    if not _move_mark(key, mark, through, failure_streak=streak):
+    if not _move_mark(ledger.store(), key, mark, through, failure_streak=streak):
         return
     # After the mark landed, so only the pass that reports a slot runs it: once each.
     missed = [f.slot for f in reported if f.status == ExecutionStatus.MISSED]
@@ -312,7 +317,8 @@ def _deadline_pass(
 ) -> None:
     """Judge once each slot whose ``rule`` deadline (its time plus ``offset``) passed since the last pass."""
     key = ndb.Key(AuditMark, f"{history_id(job)}#{rule}")
-    mark = key.get()
+    store = ledger.store()
+    (mark,) = get_many(store, [key])
     # A first pass looks back two audit intervals at most: a rule added to a job that ran for
     # months pages for no old slot, and one added with the deploy misses no breach since.
     lookback = now - datetime.timedelta(seconds=2 * AUDIT_INTERVAL_SECONDS)
@@ -322,7 +328,7 @@ def _deadline_pass(
     records = ledger.lookup_many([slot.run_id for slot in slots])
     judged = [(s, _breach(rule, s, records.get(s.run_id), now, offset)) for s in slots]
     breaches = [(s, breach) for s, breach in judged if breach is not None and s.schedule_time + offset < through]
-    if not _move_mark(key, mark, through):
+    if not _move_mark(store, key, mark, through):
         return
     for slot, breach in breaches:
         document = {**ReportedSlot(slot).document(), "status": breach, "outcome": breach, "rule": rule}

@@ -7,9 +7,10 @@ expected of this app, so it is ``untracked``, never ``missed``: a fresh deploy p
 no one for the day before it.  A changed schedule takes effect from when the change
 was first seen; slots of the old schedule before then keep their old meaning.
 
-Recording is one batched lookup per process, and one batched write when something is
-new, outside any transaction: two processes starting together write the same version
-within moments of each other, and the earlier ``since`` of two equal neighbours is kept.
+Recording is one batched lookup per process, and one batched write when something is new,
+blind (a commit that reads nothing first), both through the store: two processes starting
+together write the same version within moments of each other, and the earlier ``since`` of two
+equal neighbours is kept.
 """
 
 from __future__ import annotations
@@ -24,11 +25,17 @@ from google.cloud import ndb
 
 from dedup.clock import Clock
 from dedup.keys import format_utc, parse_rfc3339
+from dedup.record_store import RecordStore
+from dedup.store import Store, Transaction, get_many
+from dedup.transactions import transact
 from models.audit import AuditMark
 from models.schedule_history import ScheduleHistory
 from schedules.config import EarlierSchedule, SchedulerJob, history_id
 from schedules.pauses import FILE_PRINCIPAL, change_pause, paused, resumed
 from schedules.slots import Slot
+
+# Recording the schedules is a start-up's first request: a few seconds of retries at most.
+HISTORY_PATIENCE_SECONDS = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,17 +89,22 @@ FilePause = Callable[[SchedulerJob, bool], None]  # makes Cloud Scheduler match 
 
 
 def record_schedules(
-    jobs: Sequence[SchedulerJob], now: datetime.datetime, on_file_pause: FilePause | None = None
+    jobs: Sequence[SchedulerJob],
+    now: datetime.datetime,
+    on_file_pause: FilePause | None = None,
+    store: Store | None = None,
 ) -> tuple[SchedulerJob, ...]:
     """Record any schedule not seen before, and return the jobs bound to their histories.
 
-    Needs an NDB context.  One batched lookup; one batched write when something is new.
+    ``store``: default Datastore's, in the current NDB context.  One batched lookup; one batched
+    write when something is new.
     """
     if not jobs:
         return ()
+    store = store or RecordStore.of_context()
     keys = [ndb.Key(ScheduleHistory, history_id(job)) for job in jobs]
     marks = [ndb.Key(AuditMark, history_id(job)) for job in jobs]
-    fetched = ndb.get_multi(keys + marks)  # one batch
+    fetched = get_many(store, keys + marks)  # one batch
     stored, audited = fetched[: len(keys)], fetched[len(keys) :]
     changed = []
     bound = []
@@ -101,7 +113,7 @@ def record_schedules(
         versions = seen(before, job, now if before or mark is None else known_since(job, mark, now))
         file_paused = entity.file_paused if entity else None
         if job.paused is not None and job.paused != file_paused:
-            apply_file_pause(job, now)  # before the flag is stored: a failure here is tried again
+            apply_file_pause(job, now, store)  # before the flag is stored: a failure here is tried again
             if on_file_pause is not None:
                 on_file_pause(job, job.paused)
             file_paused = job.paused
@@ -109,8 +121,16 @@ def record_schedules(
             changed.append(ScheduleHistory(key=key, versions=[v.document() for v in versions], file_paused=file_paused))
         bound.append(tracked(job, versions))
     if changed:
-        ndb.put_multi(changed)
+        transact(_put_all(changed), HISTORY_PATIENCE_SECONDS, store)  # nothing read: one commit
     return tuple(bound)
+
+
+def _put_all(entities: list[ScheduleHistory]) -> Callable[[Transaction], None]:
+    def put(transaction: Transaction) -> None:
+        for entity in entities:
+            transaction.put(entity)
+
+    return put
 
 
 def known_since(job: SchedulerJob, mark: AuditMark, now: datetime.datetime) -> datetime.datetime:
@@ -121,14 +141,14 @@ def known_since(job: SchedulerJob, mark: AuditMark, now: datetime.datetime) -> d
     return min(now, checked_until - window)
 
 
-def apply_file_pause(job: SchedulerJob, now: datetime.datetime) -> None:
+def apply_file_pause(job: SchedulerJob, now: datetime.datetime, store: Store | None = None) -> None:
     """scheduler.yaml's ``paused: true`` (or ``false``), applied when a version that says so first runs.
 
     Idempotent: a job paused already stays paused with its first note."""
     if job.paused:
-        change_pause(job, lambda pauses: paused(pauses, now, FILE_PRINCIPAL, job.note))
+        change_pause(job, lambda pauses: paused(pauses, now, FILE_PRINCIPAL, job.note), store)
     else:
-        change_pause(job, lambda pauses: resumed(pauses, now, FILE_PRINCIPAL))
+        change_pause(job, lambda pauses: resumed(pauses, now, FILE_PRINCIPAL), store)
 
 
 class TrackedSchedules:

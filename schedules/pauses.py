@@ -7,7 +7,8 @@ delivery of such a slot (a tick racing the pause, a Force run) runs as usual and
 deliveries of slots before the pause are unaffected.
 
 The intervals are the app's own record (``DedupSchedulePauses``, one entity per Scheduler
-job, changed in a transaction); the Cloud Scheduler job is paused and resumed beside it
+job, changed in a transaction of the store, dedup/store.py; read through NDB, whose batching
+sends a delivery's read of them with its other reads); the Cloud Scheduler job is paused and resumed beside it
 (schedules/scheduler_api.py).
 """
 
@@ -21,7 +22,9 @@ from typing import Any
 from google.cloud import ndb
 
 from dedup.keys import format_utc, parse_rfc3339
-from dedup.transactions import run_transaction
+from dedup.record_store import RecordStore
+from dedup.store import Store, Transaction
+from dedup.transactions import transact
 from models.schedule_pause import SchedulePauses
 from schedules.config import SchedulerJob, history_id
 
@@ -150,13 +153,18 @@ def with_pauses(jobs: Sequence[SchedulerJob]) -> list[SchedulerJob]:
     return [dataclasses.replace(job, pauses=tuple(loaded[history_id(job)])) for job in jobs]
 
 
-def change_pause(job: SchedulerJob, change: Callable[[list[Pause]], list[Pause]]) -> list[Pause]:
-    """Apply ``change(pauses) -> pauses`` to the job's intervals in one transaction."""
+def change_pause(
+    job: SchedulerJob, change: Callable[[list[Pause]], list[Pause]], store: Store | None = None
+) -> list[Pause]:
+    """Apply ``change(pauses) -> pauses`` to the job's intervals in one transaction of ``store``
+    (default: Datastore's, in the current NDB context), tried again as every transaction is."""
     key = _key(job)
 
-    def apply() -> list[Pause]:
-        updated = change(_read(key.get()))
-        SchedulePauses(key=key, pauses=[p.document() for p in updated]).put()
+    def apply(transaction: Transaction) -> list[Pause]:
+        (found,) = transaction.get([key])
+        updated = change(_read(found.record if found else None))
+        transaction.put(SchedulePauses(key=key, pauses=[p.document() for p in updated]))
         return updated
 
-    return run_transaction(apply, PAUSE_PATIENCE_SECONDS)
+    updated, _ = transact(apply, PAUSE_PATIENCE_SECONDS, store or RecordStore.of_context())
+    return updated

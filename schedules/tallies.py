@@ -4,7 +4,7 @@ A delivery that finds its slot's run done (or running) runs nothing; the page sa
 many did, beside the executions that ran once.  The count is written after the duplicate's
 answer has gone (the handler's ``call_on_close``), so it never delays or fails one.  What
 that costs: a worker that dies between the answer and the write, or a bucket too contended
-to update in a few tries, loses that count.  The figure is a floor, and the page says so.
+to update within its patience, loses that count.  The figure is a floor, and the page says so.
 """
 
 from __future__ import annotations
@@ -18,10 +18,15 @@ from typing import Any
 from google.cloud import ndb
 
 from dedup.keys import format_utc, parse_rfc3339
+from dedup.record_store import RecordStore
+from dedup.store import Store, Transaction, get_many
+from dedup.transactions import transact
 from models.delivery_tally import TALLY_HOURS, DeliveryTally
 
 log = logging.getLogger(__name__)
-TALLY_RETRIES = 3  # tries of a contended bucket before the count is let go
+# How long a contended bucket is tried (by the one retry loop) before the count is let go: about
+# what NDB's three retries of a transaction took, backing off from a second.
+TALLY_PATIENCE_SECONDS = 5.0
 # The duplicates of one slot listed one by one (when, where, what it was told); the rest are
 # counted only.  A per-minute job's hour of 60 slots then stays well inside an entity's 1 MiB.
 DELIVERIES_LISTED = 12
@@ -77,13 +82,17 @@ def hour_of(instant: datetime.datetime) -> datetime.datetime:
     return instant.astimezone(datetime.UTC).replace(minute=0, second=0, microsecond=0)
 
 
-def tally_duplicate(scheduler_job: str, schedule_time: datetime.datetime, delivery: DuplicateDelivery) -> None:
-    """Count one duplicate ``delivery`` of ``scheduler_job``'s (history id) slot at ``schedule_time``."""
+def tally_duplicate(
+    scheduler_job: str, schedule_time: datetime.datetime, delivery: DuplicateDelivery, store: Store | None = None
+) -> None:
+    """Count one duplicate ``delivery`` of ``scheduler_job``'s (history id) slot at ``schedule_time``,
+    in a transaction of ``store`` (default: Datastore's, in the current NDB context)."""
     hour = hour_of(schedule_time)
     key = DeliveryTally.key_for(scheduler_job, hour)
 
-    def add() -> None:
-        tally = key.get()
+    def add(transaction: Transaction) -> None:
+        (found,) = transaction.get([key])
+        tally = found.record if found else None
         if tally is not None and tally.hour > hour:
             return  # the bucket has moved on to a newer hour: this slot is older than the ring holds
         if tally is None or tally.hour < hour:
@@ -92,9 +101,9 @@ def tally_duplicate(scheduler_job: str, schedule_time: datetime.datetime, delive
         kept = SlotDeliveries.from_stored((tally.by_slot or {}).get(slot))
         tally.by_slot = {**(tally.by_slot or {}), slot: kept.plus(delivery)}
         tally.duplicates += 1
-        tally.put()
+        transaction.put(tally)
 
-    ndb.transaction(add, retries=TALLY_RETRIES)
+    transact(add, TALLY_PATIENCE_SECONDS, store or RecordStore.of_context())
 
 
 def tally_after_answer(
@@ -131,14 +140,14 @@ def duplicates_in(
 
 
 def deliveries_of_slot(
-    scheduler_job: str, schedule_time: datetime.datetime, now: datetime.datetime
+    scheduler_job: str, schedule_time: datetime.datetime, now: datetime.datetime, store: Store | None = None
 ) -> SlotDeliveries | None:
     """The duplicate deliveries counted for one slot (one lookup), or None where its hour is older
     than the ring keeps."""
     hour = hour_of(schedule_time)
     if now - hour >= datetime.timedelta(hours=TALLY_HOURS - 1):
         return None
-    tally = DeliveryTally.key_for(scheduler_job, hour).get()
+    (tally,) = get_many(store or RecordStore.of_context(), [DeliveryTally.key_for(scheduler_job, hour)])
     if tally is None or tally.hour != hour:
         return SlotDeliveries(0, ())  # nothing counted in its hour yet (the bucket still holds an older one)
     return SlotDeliveries.from_stored((tally.by_slot or {}).get(format_utc(schedule_time)))

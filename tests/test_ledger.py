@@ -187,15 +187,16 @@ def test_a_record_never_expires_while_its_lease_is_live(ledger, clock):
 def test_contended_transactions_are_tried_again(ndb_context):
     from google.api_core import exceptions as api_exceptions
 
-    from dedup.transactions import run_transaction
+    from dedup.record_store import RecordStore
+    from dedup.transactions import transact
 
     failures = iter([api_exceptions.Aborted("contention")] * 3)
 
-    def write():
+    def write(transaction):
         error = next(failures, None)
         if error:
             raise error
-        RunRecord(
+        record = RunRecord(
             id="x",
             source="scheduler",
             job_id="j",
@@ -206,14 +207,15 @@ def test_contended_transactions_are_tried_again(ndb_context):
             expire_at=datetime.datetime(2030, 1, 2, tzinfo=datetime.UTC),
             created=datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC),
             updated=datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC),
-        ).put()
+        )
+        transaction.put(record)
         return "written"
 
-    assert run_transaction(write, patience_seconds=10) == "written"
+    assert transact(write, 10, RecordStore.of_context())[0] == "written"
     assert RunRecord.get_by_id("x").status == "completed"
     always = iter(lambda: api_exceptions.Aborted("contention"), None)
     with pytest.raises(api_exceptions.Aborted):
-        run_transaction(lambda: (_ for _ in ()).throw(next(always)), patience_seconds=0.3)
+        transact(lambda transaction: (_ for _ in ()).throw(next(always)), 0.3, RecordStore.of_context())
 
 
 def test_attempt_history_is_kept_in_the_existing_transactions(ledger, clock):

@@ -19,6 +19,7 @@ from google.cloud.datastore_v1.types.entity import Entity
 from dedup import record_store
 from dedup.record_store import RecordStore, decode, encode
 from dedup.store import Aborted, Applied, Doubt, Exists, Refused, StaleVersion
+from dedup.transactions import transact
 from devtools.rpc_counter import intercepted_client
 from models import RunRecord, RunStatus
 from tests.support.lost_answers import FailedCall
@@ -272,7 +273,7 @@ def test_a_commit_retried_after_an_abort_names_the_transaction_that_aborted(data
         transaction.put(full_record("p" * 64))
 
     with intercepted_client(datastore.project, Watch()).context():
-        _, transaction = record_store.transact(body, patience_seconds=5)
+        _, transaction = transact(body, 5, RecordStore.of_context())
     assert len(sent) == 3
     assert sent[0] == b"" and sent[1] and sent[2] and sent[1] != sent[2]  # each retry names the try before
     assert transaction.began and transaction.began not in sent
@@ -322,7 +323,7 @@ def test_a_transaction_is_begun_by_its_read_and_tried_again_when_aborted(datasto
         return "done"
 
     with client.context():
-        result, transaction = record_store.transact(body, patience_seconds=5)
+        result, transaction = transact(body, 5, RecordStore.of_context())
         assert result == "done" and len(runs) == 3 and runs == [None, None, None]  # tried in three transactions
         assert transaction.versions[full_record().key] > 0
         counter.wait_until_idle()
@@ -337,7 +338,7 @@ def test_a_transaction_that_writes_nothing_is_rolled_back_not_committed(datastor
 
     client, counter = counting_client(datastore.project)
     with client.context():
-        result, _ = record_store.transact(lambda t: t.get([ndb.Key(RunRecord, "x" * 64)]), patience_seconds=5)
+        result, _ = transact(lambda t: t.get([ndb.Key(RunRecord, "x" * 64)]), 5, RecordStore.of_context())
     assert result == [None]
     counter.wait_until_idle()
     assert counter.snapshot() == {"Lookup": 1, "Rollback": 1, **BEGINS[datastore_flavor]}
@@ -353,7 +354,7 @@ def test_patience_runs_out_as_the_error(datastore):
         transaction.put(full_record("y" * 64))
 
     with client.context(), pytest.raises(exceptions.Aborted):
-        record_store.transact(body, patience_seconds=0.2)
+        transact(body, 0.2, RecordStore.of_context())
 
 
 def test_in_one_commit_a_mutation_on_an_old_version_is_refused_alone(store, datastore_flavor):

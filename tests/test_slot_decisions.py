@@ -297,16 +297,16 @@ def test_two_passes_that_computed_the_same_mark_report_once(site, clock, ndb_cli
     with ndb_client.context():  # 01:00 will hold a live lease past its window: both marks stop before it
         Ledger(clock).claim_run(run_id, RunDescription("scheduler", "invoice"), RunPolicy(3 * 3600, RETENTION))
     clock.advance(3600)  # 01:30
-    real = audit_module.run_transaction
+    real = audit_module.transact
     other: list = []
 
-    def meets_another_pass(callback, patience, **options):
+    def meets_another_pass(body, patience, store):
         if not other:  # B, in full, between A's reading of the mark and A's transaction
             other.append(None)
             other[0] = audit_module.audit(app_state().ledger, app_state().schedules)
-        return real(callback, patience, **options)
+        return real(body, patience, store)
 
-    monkeypatch.setattr(audit_module, "run_transaction", meets_another_pass)
+    monkeypatch.setattr(audit_module, "transact", meets_another_pass)
     first = site.get("/tasks/audit", headers=CRON).json  # A: computed before B committed
     reported = [m["schedule_time"] for m in first["missed"]] + [
         format_utc(m.slot.schedule_time) for m in other[0].missed
@@ -320,19 +320,19 @@ def test_a_pass_whose_answer_was_lost_and_whose_mark_moved_on_still_reports(site
 
     site.get("/tasks/audit", headers=CRON)
     clock.advance(1800 + 3600)  # 01:30: 00:00 was missed
-    real = audit_module.run_transaction
+    real = audit_module.transact
     later: list = []
 
-    def lost_answer_then_another_pass(callback, patience, **options):
+    def lost_answer_then_another_pass(body, patience, store):
         if later:
-            return real(callback, patience, **options)
+            return real(body, patience, store)
         later.append(None)
-        real(callback, patience, **options)  # A's commit lands; its answer is lost
+        real(body, patience, store)  # A's commit lands; its answer is lost
         clock.advance(60)
         later[0] = audit_module.audit(app_state().ledger, app_state().schedules)  # B moves on from it
-        return real(callback, patience, **options)  # A's retry of the same transaction
+        return real(body, patience, store)  # A's retry of the same transaction
 
-    monkeypatch.setattr(audit_module, "run_transaction", lost_answer_then_another_pass)
+    monkeypatch.setattr(audit_module, "transact", lost_answer_then_another_pass)
     first = site.get("/tasks/audit", headers=CRON).json
     assert [m["schedule_time"] for m in first["missed"]] == [at(0), at(1)]
     assert later[0].reported == []
