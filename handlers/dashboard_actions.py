@@ -49,20 +49,11 @@ from handlers.state import app_state, current_principal
 from handlers.strict_json import InvalidJson, strict_json
 from jobs.config import JobSpec
 from models import RunSource
-from schedules.pauses import PauseRefused, check_note, with_pauses
 from schedules.slots import NEEDS_FORCE, Slot, execution_status
 from service.errors import Declined, Invalid, NotFound
-from service.pauses import CATCH_UP, catch_up, last_pause, scheduler_job_named, set_schedule_paused
-from service.runs import ManualRunRequest, manual_run_id, manual_run_work, run_manually, starts_a_run
-from service.slots import (
-    SlotRunRequest,
-    check_slot_run,
-    executions_between,
-    find_slot,
-    run_slot_now,
-    schedules_of,
-    slot_run_work,
-)
+from service.pauses import CATCH_UP, ScheduleChangeRequest, pause_schedule, resume_schedule, scheduler_job_named
+from service.runs import ManualRunRequest, Queued, run_manually_later
+from service.slots import SlotRunRequest, executions_between, run_slot_later, run_slots_later, slot_of
 
 blueprint = Blueprint("dashboard_actions", __name__, url_prefix="/admin", template_folder="templates")
 
@@ -129,18 +120,14 @@ def confirm_run_now(job_id: str) -> Response | str | tuple[str, int]:
 def dispatch_manual_run(job_id: str, job: JobSpec, ask: ManualRunRequest) -> Response | tuple[str, int]:
     """Queue the run and answer with its page at once; a run the record already answers (done,
     running, another form's) is answered from it, and nothing is queued."""
-    state = app_state()
-    run_id = manual_run_id(state, job_id, job, ask.client_token)
-    record = state.ledger.lookup(run_id)
-    if not starts_a_run(record, state.clock.now()):
-        return answer(run_manually(state, current_principal(), job_id, job, ask), job_id, ask)
-    seen = record.attempt if record else 0
     try:
-        state.dispatcher.dispatch(manual_run_work(state, job_id, job, ask, current_principal().name, seen))
+        done = run_manually_later(app_state(), current_principal(), job_id, job, ask)
     except DispatchError as exc:
         resend = {"job_id": job_id, "token": ask.client_token, "parameters": json.dumps(ask.parameters)}
         return problem_page(502, f"the task queue did not take the run ({exc}); send the form again", resend=resend)
-    return to_queued(run_id, seen, sent=fingerprint(ask.parameters, job.fingerprint_exclude))
+    if isinstance(done, Queued):
+        return to_queued(done.run_id, done.seen_attempt, sent=fingerprint(ask.parameters, job.fingerprint_exclude))
+    return answer(done, job_id, ask)
 
 
 def to_queued(run_id: str, seen_attempt: int, sent: str | None = None) -> Response:
@@ -308,19 +295,14 @@ def run_slot(job_id: str, schedule_time: str) -> Response | tuple[str, int]:
         found, ask = asked_slot(job_id, schedule_time, form_fields(SLOT_RUN_FIELDS))
     except FormProblem as problem:
         return problem_page(problem.status, problem.message)
-    state = app_state()
-    refusal, record = check_slot_run(state, found, ask)
-    if refusal is not None or not starts_a_run(record, state.clock.now(), reopen_attempt=ask.seen_attempt):
-        # Refused, or answered by its record (done, running): nothing is queued.
-        if refusal is None:
-            note_run(job_id=job_id, source=RunSource.SCHEDULER, run_id=found.run_id)
-        return slot_answer(refusal or run_slot_now(state, current_principal(), job_id, found, ask))
-    seen = record.attempt if record else 0
+    note_run(job_id=job_id, source=RunSource.SCHEDULER, run_id=found.run_id)
     try:
-        state.dispatcher.dispatch(slot_run_work(job_id, found, seen, current_principal().name, force=ask.force))
+        done = run_slot_later(app_state(), current_principal(), job_id, found, ask)
     except DispatchError as exc:
         return problem_page(502, f"the task queue did not take the run ({exc}); send the form again")
-    return to_queued(found.run_id, seen)
+    if isinstance(done, Queued):
+        return to_queued(done.run_id, done.seen_attempt)
+    return slot_answer(done)  # refused, or answered by its record (done, running): nothing is queued
 
 
 @blueprint.get("/jobs/<job_id>/executions/<schedule_time>/run", provide_automatic_options=False)
@@ -365,7 +347,7 @@ def asked_slot(job_id: str, schedule_time: str, fields: dict[str, str]) -> tuple
     try:
         instant = request_time("schedule_time", schedule_time)
         ask = SlotRunRequest.parse(fields.pop("attempt", None), fields.pop("force", None))
-        found = find_slot(job_id, schedules_of(app_state(), job_id), instant, **fields)
+        found = slot_of(app_state(), job_id, instant, **fields)
     except BadTime as bad:
         raise FormProblem(400, bad.message) from None
     except Invalid as refused:
@@ -473,31 +455,24 @@ def _confirm_paused(name: str, pause: bool) -> str | tuple[str, int]:
 def _set_paused(name: str, allowed: frozenset[str], pause: bool) -> Response | tuple[str, int]:
     try:
         fields = form_fields(allowed)
-        note = check_note(fields.get("note")) if pause else None
     except FormProblem as problem:
         return problem_page(problem.status, problem.message)
-    except PauseRefused as refused:
-        return problem_page(400, refused.message)
     mode = fields.get("catch_up", "none")
-    if mode not in CATCH_UP:
+    if mode not in CATCH_UP:  # the form's own words for its field
         return problem_page(400, f"catch up must be one of {', '.join(CATCH_UP)}")
-    state = app_state()
+    where = {"project": fields.get("project") or None, "location": fields.get("location") or None}
+    ask = ScheduleChangeRequest(name, **where, note=fields.get("note"), catch_up=mode)
     try:
-        job = scheduler_job_named(state, name, fields.get("project") or None, fields.get("location") or None)
+        done = (pause_schedule if pause else resume_schedule)(app_state(), current_principal(), ask)
     except Invalid as invalid:
         return problem_page(400, invalid.message)
-    change = set_schedule_paused(state, current_principal(), job, pause, note)
-    if not pause:
-        [bound] = with_pauses([job])
-        interval = last_pause(bound)
-        try:
-            if interval is not None:
-                catch_up(state, current_principal(), bound, interval, mode)
-        except DispatchError as exc:
-            return problem_page(502, f"resumed, but the catch-up was not dispatched ({exc}); send the form again")
-    if change.scheduler_problem:
-        return problem_page(502, f"recorded in the app; {change.scheduler_problem}. Send the form again")
-    return redirect(url_for("admin.dashboard", job=job.target), code=303)
+    if done.not_dispatched is not None:
+        return problem_page(
+            502, f"resumed, but the catch-up was not dispatched ({done.not_dispatched}); send the form again"
+        )
+    if done.change.scheduler_problem:
+        return problem_page(502, f"recorded in the app; {done.change.scheduler_problem}. Send the form again")
+    return redirect(url_for("admin.dashboard", job=done.change.job.target), code=303)
 
 
 BULK_FIELDS = frozenset({"slots", "day", "hour", "since", "until", "from"})
@@ -570,23 +545,11 @@ def bulk_run(job_id: str) -> Response | tuple[str, int]:
         return problem_page(problem.status, problem.message)
     except BadTime as bad:
         return problem_page(400, bad.message)
-    state = app_state()
-    said = {"queued": 0, "answered": 0, "refused": 0}
-    for slot, ask in asked:
-        refusal, record = check_slot_run(state, slot, ask)
-        if refusal is not None:
-            said["refused"] += 1
-        elif not starts_a_run(record, state.clock.now(), reopen_attempt=ask.seen_attempt):
-            said["answered"] += 1
-        else:
-            seen = record.attempt if record else 0
-            try:
-                dispatched = state.dispatcher.dispatch(slot_run_work(job_id, slot, seen, current_principal().name))
-            except DispatchError as exc:
-                return problem_page(
-                    502, f"the task queue stopped taking the runs ({exc}) after {said['queued']}; send the form again"
-                )
-            said["answered" if dispatched.already else "queued"] += 1  # already: this form, sent before
-    bulk = f"{said['queued']}-{said['answered']}-{said['refused']}"
+    done = run_slots_later(app_state(), current_principal(), job_id, asked)
+    if done.stopped is not None:
+        return problem_page(
+            502, f"the task queue stopped taking the runs ({done.stopped}) after {done.queued}; send the form again"
+        )
+    bulk = f"{done.queued}-{done.answered}-{done.refused}"
     shown: dict[str, Any] = {name: fields.get(name) or None for name in ("day", "hour", "since", "until", "from")}
     return redirect(link("admin.history", {"job_id": job_id}, {**shown, "bulk": bulk}), code=303)

@@ -75,7 +75,7 @@ def run_slot(job_id: str, schedule_time: str):
     409.  An ``unknown`` slot (past the ledger's horizon) runs only with
     ``force=true``.  The answer is a delivery's.
     """
-    scheduler_jobs = schedules_of(app_state(), job_id)
+    scheduler_jobs = schedules_of(app_state(), job_id)  # NotFound (an unknown job, no schedule) first
     try:
         instant = request_time("schedule_time", schedule_time)
     except BadTime as bad:

@@ -20,14 +20,12 @@ from handlers.responses import outcome_response
 from handlers.state import app_state
 from handlers.strict_json import InvalidJson, json_payload
 from models import RunSource
-from schedules.audit import ReportedSlot, audit
+from schedules.audit import ReportedSlot
 from schedules.config import SchedulerJob
-from schedules.pauses import with_pauses
-from service.audits import AUDIT_SHARE_SIZE, audit_share, misfire_catch_up, split_audit
+from service.audits import AUDIT_SHARE_SIZE, audit_jobs, audit_share, split_audit
 from service.errors import Declined, Invalid, NotFound
-from service.pauses import failure_streak_pause
 from service.runs import ManualRunRequest, run_manually
-from service.slots import SlotRunRequest, find_slot, run_slot_now, schedules_of
+from service.slots import SlotRunRequest, run_slot_now, slot_of
 
 blueprint = Blueprint("tasks", __name__, url_prefix="/tasks")
 
@@ -90,8 +88,7 @@ def audit_dispatched_share():
 
 def _audited(jobs: tuple[SchedulerJob, ...]) -> dict[str, Any]:
     """One audit of ``jobs``, as the answer reports it."""
-    state = app_state()
-    found = audit(state.ledger, tuple(with_pauses(jobs)), misfire_catch_up(state), failure_streak_pause(state))
+    found = audit_jobs(app_state(), jobs)
     return {
         "missed": [slot.document() for slot in found.missed],
         "caught_up": [ReportedSlot(slot).document() for slot in found.caught_up],
@@ -131,14 +128,8 @@ def run_dispatched_slot():
     state = app_state()
     try:
         instant = request_time("schedule_time", ask["schedule_time"])
-        slot = find_slot(
-            str(ask["job_id"]),
-            schedules_of(state, str(ask["job_id"])),
-            instant,
-            str(ask["scheduler_job"]),
-            str(ask["project"]),
-            str(ask["location"]),
-        )
+        where = (str(ask["scheduler_job"]), str(ask["project"]), str(ask["location"]))
+        slot = slot_of(state, str(ask["job_id"]), instant, *where)
     except BadTime as exc:
         return settled(400, {"detail": str(exc)})
     except NotFound as exc:

@@ -1,5 +1,8 @@
 """Pauses: a Scheduler job paused and resumed, in the app's record and in Cloud Scheduler,
-and the catch-up of a pause's slots that never ran."""
+and the catch-up of a pause's slots that never ran.
+
+``pause_schedule`` and ``resume_schedule`` are the operator's actions, whichever surface asks
+(the API, the dashboard's forms); ``failure_streak_pause`` is the audit's own pause."""
 
 from __future__ import annotations
 
@@ -10,9 +13,19 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from dedup.keys import format_utc
-from dispatch import Dispatched
+from dispatch import Dispatched, DispatchError
 from schedules.config import SchedulerJob
-from schedules.pauses import Pause, change_pause, current, paused, pauses_of, resumed
+from schedules.pauses import (
+    Pause,
+    PauseRefused,
+    change_pause,
+    check_note,
+    current,
+    paused,
+    pauses_of,
+    resumed,
+    with_pauses,
+)
 from schedules.slots import ExecutionStatus, Slot, execution_status, latest_slots, slot_pages
 from service.errors import Invalid, NotFound
 from service.principal import Principal
@@ -161,3 +174,54 @@ def failure_streak_pause(state: AppState) -> Callable[[SchedulerJob, str], bool]
         return change.pause is not None
 
     return pause
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleChangeRequest:
+    """An operator's pause or resume of a Scheduler job as any surface asks it: the job (its
+    ``project`` and ``location`` where several share the name), the pause's note, the resume's
+    catch-up (``CATCH_UP``), each as sent: the service checks them."""
+
+    name: str
+    project: str | None = None
+    location: str | None = None
+    note: Any = None
+    catch_up: Any = "none"
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleChanged:
+    """What a pause or resume did: the change, the slots its catch-up dispatched (None for a
+    pause), and why the queue did not take the catch-up, if it did not."""
+
+    change: PauseChange
+    caught_up: list[CaughtUp] | None = None
+    not_dispatched: DispatchError | None = None
+
+
+def pause_schedule(state: AppState, principal: Principal, ask: ScheduleChangeRequest) -> ScheduleChanged:
+    """Pause the Scheduler job ``ask`` names: idempotent (pausing a paused job changes nothing).
+    Invalid for a note that cannot be kept; NotFound, Invalid: ``scheduler_job_named``'s."""
+    try:
+        note = check_note(ask.note)
+    except PauseRefused as refused:
+        raise Invalid(refused.message) from None
+    job = scheduler_job_named(state, ask.name, ask.project, ask.location)
+    return ScheduleChanged(set_schedule_paused(state, principal, job, True, note))
+
+
+def resume_schedule(state: AppState, principal: Principal, ask: ScheduleChangeRequest) -> ScheduleChanged:
+    """Resume the Scheduler job ``ask`` names, then dispatch its pause's slots that never ran as
+    ``ask.catch_up`` says.  Sent again, it only does what is left: the pause that just ended (or
+    an earlier one) is caught up again, and the queue refuses the tasks it took before."""
+    if ask.catch_up not in CATCH_UP:
+        raise Invalid(f"catch_up must be one of {', '.join(CATCH_UP)}")
+    job = scheduler_job_named(state, ask.name, ask.project, ask.location)
+    change = set_schedule_paused(state, principal, job, False)
+    [bound] = with_pauses([job])
+    interval = last_pause(bound)
+    try:
+        caught_up = catch_up(state, principal, bound, interval, str(ask.catch_up)) if interval else []
+    except DispatchError as exc:
+        return ScheduleChanged(change, None, exc)
+    return ScheduleChanged(change, caught_up)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+from collections.abc import Callable
 from typing import Any
 
 from dedup.claims import REOPENED, RunDescription, RunPolicy
@@ -19,7 +20,7 @@ from dedup.idempotency import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SE
 from dedup.keys import ScheduledRunKey
 from dedup.outcomes import Attempt, RunOutcome
 from dedup.runner import Waiting, run_once
-from dispatch import Work, task_id
+from dispatch import Dispatched, Work, task_id
 from jobs.base import RunContext
 from jobs.config import JobSpec
 from models import RunRecord, RunSource, RunStatus
@@ -225,3 +226,45 @@ def starts_a_run(record: RunRecord | None, now: datetime.datetime, reopen_attemp
     if record.status in REOPENED:
         return bool(reopen_attempt == record.attempt)
     return record.status == RunStatus.IN_PROGRESS and not record.lease_is_live(now)
+
+
+@dataclasses.dataclass(frozen=True)
+class Queued:
+    """A run dispatched to be done later: its run id, the attempt there was when it was queued
+    (0: none; the run is queued until a later one starts), and the task (``already``: queued before)."""
+
+    run_id: str
+    seen_attempt: int
+    dispatched: Dispatched
+
+
+def answer_or_queue[Answer](
+    state: AppState,
+    run_id: str,
+    record: RunRecord | None,
+    answer: Callable[[], Answer],
+    work: Callable[[int], Work],
+    reopen_attempt: int | None = None,
+) -> Answer | Queued:
+    """The one rule of an action whose run is done by the queue: ``answer()`` from the run's record
+    when asking would start no attempt (done, running, already replaced), else dispatch ``work(seen)``
+    for the attempt seen.  A DispatchError (the queue did not take it) goes to the caller."""
+    if not starts_a_run(record, state.clock.now(), reopen_attempt=reopen_attempt):
+        return answer()
+    seen = record.attempt if record else 0
+    return Queued(run_id, seen, state.dispatcher.dispatch(work(seen)))
+
+
+def run_manually_later(
+    state: AppState, principal: Principal, job_id: str, job: JobSpec, ask: ManualRunRequest
+) -> RunOutcome | Queued:
+    """A manual run queued (the dashboard's Run now and Retry), or answered at once from its record
+    (done, running, another form's): nothing is queued then."""
+    run_id = manual_run_id(state, job_id, job, ask.client_token)
+    return answer_or_queue(
+        state,
+        run_id,
+        state.ledger.lookup(run_id),
+        lambda: run_manually(state, principal, job_id, job, ask),
+        lambda seen: manual_run_work(state, job_id, job, ask, principal.name, seen),
+    )

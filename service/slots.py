@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dedup.claims import REOPENED
 from dedup.keys import ScheduledRunKey, format_utc, scheduled_run_key
 from dedup.outcomes import RunOutcome
 from dedup.queries import RunFilter
-from dispatch import Work, task_id
+from dispatch import DispatchError, Work, task_id
 from models import RunRecord
 from schedules.config import SchedulerJob
 from schedules.pauses import with_pauses
@@ -37,7 +38,7 @@ from schedules.slots import (
 )
 from service.errors import Declined, Invalid, NotFound, RefusalKind
 from service.principal import Principal
-from service.runs import run_scheduled
+from service.runs import Queued, answer_or_queue, run_scheduled
 from service.state import AppState
 
 MAX_SEEN_ATTEMPT = 10**6  # far above any attempt number a run reaches
@@ -263,3 +264,76 @@ def executions_between(
         unscheduled[:MAX_UNSCHEDULED],
         next_since,
     )
+
+
+def slot_of(
+    state: AppState,
+    job_id: str,
+    instant: datetime.datetime,
+    scheduler_job: str | None = None,
+    project: str | None = None,
+    location: str | None = None,
+) -> Slot:
+    """The slot of ``job_id`` at ``instant`` among the Scheduler jobs that target it: what a slot
+    run names, on every surface.  NotFound, Invalid: ``schedules_of``'s and ``find_slot``'s."""
+    return find_slot(job_id, schedules_of(state, job_id), instant, scheduler_job, project, location)
+
+
+def _queue_slot_run[Answer](
+    state: AppState, principal: Principal, job_id: str, slot: Slot, ask: SlotRunRequest, answer: Callable[[], Answer]
+) -> Answer | Declined | Queued:
+    """A slot run refused, answered from its record (``answer()``), or queued: one check, one lookup."""
+    refusal, record = check_slot_run(state, slot, ask)
+    if refusal is not None:
+        return refusal
+    return answer_or_queue(
+        state,
+        slot.run_id,
+        record,
+        answer,
+        lambda seen: slot_run_work(job_id, slot, seen, principal.name, force=ask.force),
+        reopen_attempt=ask.seen_attempt,
+    )
+
+
+def run_slot_later(
+    state: AppState, principal: Principal, job_id: str, slot: Slot, ask: SlotRunRequest
+) -> RunOutcome | Declined | Queued:
+    """An operator's run of ``slot`` queued (the dashboard's), or refused, or answered at once from
+    its record (done, running): nothing is queued then."""
+    return _queue_slot_run(
+        state, principal, job_id, slot, ask, lambda: run_slot_now(state, principal, job_id, slot, ask)
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class BulkRun:
+    """What a bulk run of slots did: how many it queued, found answered by their records (or
+    queued before), and refused; ``stopped``: why the queue stopped taking them, if it did."""
+
+    queued: int = 0
+    answered: int = 0
+    refused: int = 0
+    stopped: DispatchError | None = None
+
+
+def run_slots_later(
+    state: AppState, principal: Principal, job_id: str, asked: Sequence[tuple[Slot, SlotRunRequest]]
+) -> BulkRun:
+    """Each slot run as its own run would be (refused, answered by its record, or queued), stopping
+    where the queue stops taking them.  Sent twice, it queues nothing twice: each task id is the
+    slot's run id and attempt."""
+    done = BulkRun()
+    for slot, ask in asked:
+        try:
+            answer = _queue_slot_run(state, principal, job_id, slot, ask, lambda: None)
+        except DispatchError as exc:
+            return dataclasses.replace(done, stopped=exc)
+        match answer:
+            case Declined():
+                done = dataclasses.replace(done, refused=done.refused + 1)
+            case Queued() if not answer.dispatched.already:
+                done = dataclasses.replace(done, queued=done.queued + 1)
+            case _:  # answered by its record, or queued by this bulk run sent before
+                done = dataclasses.replace(done, answered=done.answered + 1)
+    return done
