@@ -11,24 +11,31 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
+import logging
 from collections.abc import Callable
 from typing import Any
 
-from dedup.claims import REOPENED, RunDescription, RunPolicy
+from google.cloud import ndb
+
+from dedup.claims import INSTANCE, REOPENED, RunDescription, RunPolicy
 from dedup.clock import Clock
 from dedup.idempotency import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS, IdempotencyGuard, fingerprint
-from dedup.keys import ScheduledRunKey
-from dedup.outcomes import Attempt, RunOutcome
+from dedup.keys import ScheduledRunKey, format_utc
+from dedup.outcomes import Attempt, InProgress, Replayed, RunOutcome
 from dedup.runner import Waiting, run_once
 from dispatch import Dispatched, Work, task_id
 from jobs.base import RunContext
 from jobs.config import JobSpec
 from models import RunRecord, RunSource, RunStatus
-from schedules.config import SchedulerJob
-from schedules.pauses import Pause, pauses_read
+from schedules.config import SchedulerJob, history_id
+from schedules.pauses import Pause, pause_at, pauses_read
 from schedules.slots import declared_job, force_run_reason, force_run_retry, may_be_force_run_retry
+from schedules.tallies import DuplicateDelivery, tally_after_answer
 from service.principal import Principal
 from service.state import AppState
+
+log = logging.getLogger(__name__)
 
 
 def run_scheduled(
@@ -126,6 +133,70 @@ def late_delivery(job: JobSpec, key: ScheduledRunKey, now: datetime.datetime, fo
         f"delivered {delay:.0f}s after its schedule time, later than the job's max_delay_seconds "
         f"({job.max_delay_seconds:g}s): not run; an operator can run the slot by hand"
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Delivered:
+    """What a Scheduler delivery did, and the facts its answer carries or leaves behind: the
+    outcome; the key it ran under and why it is a Force run (None: a slot's delivery); the pause
+    it came during (it ran all the same); and, for a duplicate of a declared Scheduler job's
+    slot, the count to make once the answer has gone (``count_duplicate(status)``)."""
+
+    outcome: RunOutcome
+    key: ScheduledRunKey
+    force_run: str | None
+    paused: Pause | None
+    count_duplicate: Callable[[int], None] | None
+
+
+def run_delivery(
+    state: AppState,
+    principal: Principal,
+    job_id: str,
+    job: JobSpec,
+    key: ScheduledRunKey,
+    body: bytes,
+    keyed: Callable[[Delivery], None] = lambda delivery: None,
+) -> Delivered:
+    """Run a Cloud Scheduler delivery of ``job_id``: a slot's, or a Force run keyed apart
+    (``delivered_key``), skipped when later than the job allows (``late_delivery``).
+    ``keyed`` hears the key it runs under before it runs (the request's log line names it
+    even if the run fails)."""
+    now = state.clock.now()
+    delivery = delivered_key(state, job_id, key, now)
+    keyed(delivery)
+    key, force_run = delivery.key, delivery.force_run
+    if force_run:
+        log.info("a Force run of %s: %s", key.scheduler_job_name, force_run)
+    skip_reason = late_delivery(job, key, now, force_run=bool(force_run))
+    outcome = run_scheduled(
+        state, principal, job_id, job, key, body, skip_reason=skip_reason, force_run=bool(force_run)
+    )
+    count = None
+    if delivery.declared is not None and not force_run and isinstance(outcome, Replayed | InProgress):
+        # A duplicate, absorbed: counted once its answer has gone, never on its path.
+        count = functools.partial(
+            _count_duplicate, ndb.get_context().client, history_id(delivery.declared), key.schedule_time, now
+        )
+    # A delivery during a pause (a tick racing it, a Force run) runs as usual, and says so.  A
+    # Force run is asked for now; a slot's delivery belongs to its time.
+    pause = pause_at(delivery.pauses, now if force_run else key.schedule_time)
+    if pause is not None:
+        log.info(
+            "%s delivered while %s is paused (since %s, by %s): run as usual",
+            "a Force run" if force_run else f"the slot {key.schedule_time_text}",
+            key.scheduler_job_name,
+            format_utc(pause.since),
+            pause.paused_by,
+            extra={"scheduler_job": key.scheduler_job_name, "schedule_paused": format_utc(pause.since)},
+        )
+    return Delivered(outcome, key, force_run, pause, count)
+
+
+def _count_duplicate(
+    client: ndb.Client, history: str, schedule_time: datetime.datetime, now: datetime.datetime, status: int
+) -> None:
+    tally_after_answer(client, history, schedule_time, DuplicateDelivery(now, INSTANCE, status))
 
 
 MANUAL_RUN_NAMESPACE = "manual-run"

@@ -244,7 +244,7 @@ def test_a_force_run_without_a_schedule_time_is_refused_and_not_run(site):
 def test_a_force_run_is_logged_with_its_source_and_why(site, caplog):
     caplog.set_level("INFO")
     deliver(site, 60)
-    [line] = [r for r in caplog.records if r.name == "handlers.scheduler"]
+    [line] = [r for r in caplog.records if r.name == "service.runs"]
     assert "Force run of tick-every-minute" in line.getMessage() and "40s ahead" in line.getMessage()
     [request] = [r for r in caplog.records if r.name == "dedup.requests"]
     assert request.source == "force_run"

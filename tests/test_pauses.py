@@ -118,7 +118,7 @@ def test_a_delivery_during_a_pause_runs_and_says_so(site, clock, caplog):
     clock.advance(1800)
     pause(site, {"note": "maintenance"})
     clock.advance(1800)  # 01:00: a tick that raced the pause
-    caplog.set_level("INFO", logger="handlers.scheduler")
+    caplog.set_level("INFO", logger="service.runs")
     answer = deliver(site, 1)
     assert answer.json["status"] == "completed" and answer.headers["X-Dedup-Schedule-Paused"] == at(0.5)
     assert len(job_targets.EFFECTS) == 1
