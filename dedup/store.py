@@ -115,9 +115,3 @@ class Store(Protocol):
     def delete_unchanged(self, doomed: list[Versioned]) -> int: ...
 
     def transaction(self, previous: bytes | None = None, begin_in_read: bool | None = None) -> Transaction: ...
-
-
-def get_many(store: Store, keys: list[ndb.Key]) -> list[Any | None]:
-    """The entities of ``keys`` (any model's; in order, None where absent) without their versions:
-    what a read that fences nothing needs (the audit's marks, the tallies, the schedule histories)."""
-    return [found.record if found else None for found in store.lookup_many(keys)] if keys else []

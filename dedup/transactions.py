@@ -14,8 +14,10 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from typing import Any
 
 from google.api_core import exceptions as api_exceptions
+from google.cloud import ndb
 
 from dedup.store import Store, Transaction
 
@@ -41,6 +43,8 @@ REFUSALS_TRIED = 2
 TRIED_AGAIN = (*RETRYABLE_ERRORS, *REFUSALS)
 FIRST_DELAY_SECONDS = 0.02
 LONGEST_DELAY_SECONDS = 1.0
+# A read that fences nothing, tried about as long as NDB's three retries of a lookup took.
+READ_PATIENCE_SECONDS = 5.0
 
 
 def is_contention(exc: Exception) -> bool:
@@ -55,31 +59,53 @@ def is_contention(exc: Exception) -> bool:
 
 def transact[T](body: Callable[[Transaction], T], patience_seconds: float, store: Store) -> tuple[T, Transaction]:
     """``body`` in a transaction of ``store``, committed: what it returned, and the transaction
-    (its ``versions``).  Tried again in a new transaction on TRIED_AGAIN until patience runs out,
-    then that error is raised.  A commit in doubt may have landed: every body recognises its own
-    landed write when it reads again, so trying again is safe.  Each try after an abort names the
-    one that aborted (``previous_transaction``), so a pessimistic database keeps its place in line."""
-    deadline = time.monotonic() + patience_seconds
-    delay = FIRST_DELAY_SECONDS
+    (its ``versions``).  Tried again in a new transaction as ``retried`` says.  A commit in doubt
+    may have landed: every body recognises its own landed write when it reads again, so trying
+    again is safe.  Each try after an abort names the one that aborted (``previous_transaction``),
+    so a pessimistic database keeps its place in line."""
     previous: bytes | None = None
-    refusals = 0
-    while True:
+
+    def attempt() -> tuple[T, Transaction]:
+        nonlocal previous
         transaction = store.transaction(previous)
         try:
             result = body(transaction)
             transaction.commit()
             return result, transaction
-        except TRIED_AGAIN as exc:
+        except BaseException as exc:
             transaction.rollback()
             # Only an abort says for sure the transaction ended unapplied: a try in doubt may have
             # committed, and naming a committed transaction is a question nobody documents.
             previous = transaction.began if isinstance(exc, api_exceptions.Aborted) else None
+            raise
+
+    return retried(attempt, patience_seconds, "transaction")
+
+
+def get_many(store: Store, keys: list[ndb.Key]) -> list[Any | None]:
+    """The entities of ``keys`` (any model's; in order, None where absent) without their versions,
+    retried as NDB's reads were: what a read that fences nothing needs (the audit's marks, the
+    tallies, the schedule histories)."""
+    if not keys:
+        return []
+    found = retried(lambda: store.lookup_many(keys), READ_PATIENCE_SECONDS, "lookup")
+    return [each.record if each else None for each in found]
+
+
+def retried[T](call: Callable[[], T], patience_seconds: float, what: str) -> T:
+    """The one retry loop: ``call`` tried again on TRIED_AGAIN until patience runs out (then that
+    error is raised), a refusal only REFUSALS_TRIED times; between tries a short jittered wait,
+    doubling up to a second."""
+    deadline = time.monotonic() + patience_seconds
+    delay = FIRST_DELAY_SECONDS
+    refusals = 0
+    while True:
+        try:
+            return call()
+        except TRIED_AGAIN as exc:
             refusals += isinstance(exc, REFUSALS)
             if time.monotonic() + delay > deadline or refusals > REFUSALS_TRIED:
                 raise
-            log.info("transaction failed (%s); trying again", type(exc).__name__)
+            log.info("%s failed (%s); trying again", what, type(exc).__name__)
             time.sleep(random.uniform(delay / 2, delay))
             delay = min(delay * 2, LONGEST_DELAY_SECONDS)
-        except BaseException:
-            transaction.rollback()
-            raise

@@ -19,7 +19,7 @@ from google.cloud import ndb
 
 from dedup.keys import format_utc
 from dedup.ledger import Ledger
-from dedup.store import get_many
+from dedup.transactions import get_many
 from handlers.slot_statuses import NEEDS_ATTENTION
 from models.audit import AuditMark
 from schedules.config import SchedulerJob, history_id

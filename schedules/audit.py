@@ -25,8 +25,8 @@ from google.cloud import ndb
 
 from dedup.keys import format_utc
 from dedup.ledger import Ledger
-from dedup.store import Store, Transaction, get_many
-from dedup.transactions import transact
+from dedup.store import Store, Transaction
+from dedup.transactions import get_many, transact
 from models.audit import AuditMark
 from schedules.config import AUDIT_INTERVAL_SECONDS, SchedulerJob, history_id
 from schedules.slots import MAX_SLOTS, ExecutionStatus, Slot, execution_status, slots_between

@@ -26,8 +26,8 @@ from google.cloud import ndb
 from dedup.clock import Clock
 from dedup.keys import format_utc, parse_rfc3339
 from dedup.record_store import RecordStore
-from dedup.store import Store, Transaction, get_many
-from dedup.transactions import transact
+from dedup.store import Store, Transaction
+from dedup.transactions import get_many, transact
 from models.audit import AuditMark
 from models.schedule_history import ScheduleHistory
 from schedules.config import EarlierSchedule, SchedulerJob, history_id

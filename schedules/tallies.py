@@ -19,8 +19,8 @@ from google.cloud import ndb
 
 from dedup.keys import format_utc, parse_rfc3339
 from dedup.record_store import RecordStore
-from dedup.store import Store, Transaction, get_many
-from dedup.transactions import transact
+from dedup.store import Store, Transaction
+from dedup.transactions import get_many, transact
 from models.delivery_tally import TALLY_HOURS, DeliveryTally
 
 log = logging.getLogger(__name__)

@@ -10,23 +10,35 @@ on it; the contract then asks only that the store not claim a fence it lacks.
 from __future__ import annotations
 
 import datetime
+from types import SimpleNamespace
 
 import pytest
 from google.api_core import exceptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import ndb
+from google.cloud.datastore_v1.types.entity import Entity
 
 from dedup.clock import ManualClock
 from dedup.ledger import Ledger, RunDescription, RunPolicy
 from dedup.memory_store import MemoryStore
 from dedup.outcomes import Claimed, Finished, InProgress, Overlap, Released, Replayed, Stale
-from dedup.record_store import RecordStore
+from dedup.record_store import LOOKUP_KEYS, RecordStore, encode
 from dedup.store import Applied, Exists, Refused, StaleVersion, Store, Versioned
-from dedup.transactions import transact
+from dedup.transactions import get_many, transact
 from models import RunRecord, RunStatus
+from models.audit import AuditMark
+from models.delivery_tally import DeliveryTally
+from models.job_lock import JobLock
+from models.schedule_history import ScheduleHistory
+from models.schedule_pause import SchedulePauses
+from schedules.pauses import change_pause
+from schedules.pauses import paused as pauses_paused
+from schedules.pauses import resumed as pauses_resumed
+from schedules.tallies import DuplicateDelivery, deliveries_of_slot, tally_duplicate
 from tests.conftest import flavor_params, ndb_client_of, wiped_emulator
 
 T = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+SECOND = datetime.timedelta(seconds=1)
 BACKENDS = [*flavor_params(), "memory"]
 
 
@@ -152,6 +164,90 @@ def test_a_transaction_that_writes_nothing_changes_nothing(store: Store):
     result, transaction = transact(lambda t: t.get([record().key]), 5, store)
     assert fields(result[0]) == fields(before) and transaction.versions == {}
     assert store.lookup("r" * 64).version == before.version
+
+
+# -- the other entities: what schedules/ and the job rows read and write through the store ------
+
+
+def others() -> list:
+    """One entity of every other model the store writes, each property type set (a flag both ways)."""
+    return [
+        SchedulePauses(
+            id="p/l/paused", pauses=[{"since": "2030-01-02T03:04:05Z", "paused_by": "user:a", "note": None}]
+        ),
+        AuditMark(id="p/l/audited", checked_until=T, pass_id="x" * 32, previous_pass_id=None, failure_streak=2),
+        DeliveryTally(key=DeliveryTally.key_for("p/l/tallied", T), hour=T, duplicates=3, by_slot={"s": {"n": 3}}),
+        ScheduleHistory(id="p/l/seen", versions=[{"schedule": "0 * * * *", "time_zone": "UTC"}], file_paused=True),
+        ScheduleHistory(id="p/l/unseen", versions=[], file_paused=False),
+        ScheduleHistory(id="p/l/never", versions=[]),
+        JobLock(id="nightly", run_id="r" * 64, attempt_id="a" * 32, lease_expires=T),
+    ]
+
+
+def test_a_transaction_that_reads_nothing_writes_every_model_as_it_reads_them(store: Store):
+    entities = others()
+
+    def put_all(transaction):
+        for entity in entities:
+            transaction.put(entity)
+
+    _, transaction = transact(put_all, 5, store)
+    keys = [entity.key for entity in entities]
+    found = store.lookup_many(keys)
+    assert [f.record.to_dict() for f in found] == [entity.to_dict() for entity in entities]
+    assert [f.version for f in found] == [transaction.versions[key] for key in keys]
+    assert get_many(store, [*keys, ndb.Key(AuditMark, "absent")]) == [*found_records(found), None]
+    assert get_many(store, []) == []
+
+
+def found_records(found: list[Versioned | None]) -> list:
+    return [f.record if f else None for f in found]
+
+
+def test_a_lookup_over_datastores_limit_of_keys_is_split_and_keeps_the_order(store: Store):
+    store.insert(record("a" * 64))
+    store.insert(record("z" * 64))
+    keys = [ndb.Key(RunRecord, f"{n:064d}") for n in range(LOOKUP_KEYS - 1)]
+    keys = [ndb.Key(RunRecord, "a" * 64), *keys, ndb.Key(RunRecord, "z" * 64)]  # one more than a Lookup takes
+    found = [f and f.record.key.id() for f in store.lookup_many(keys)]
+    assert found == ["a" * 64, *[None] * (LOOKUP_KEYS - 1), "z" * 64]
+
+
+def test_the_schedules_writes_land_alike_on_every_store(store: Store):
+    """A pause and its resume, a tally counted twice: each a transaction of the store, read back."""
+    job = SimpleNamespace(project="p", location="l", name="nightly")  # all a pause's key needs
+    paused = change_pause(job, lambda pauses: pauses_paused(pauses, T, "user:a", "why"), store)
+    resumed = change_pause(job, lambda pauses: pauses_resumed(pauses, T + datetime.timedelta(hours=1), "user:b"), store)
+    assert len(paused) == 1 and paused[0].until is None
+    assert [(p.since, p.until, p.resumed_by) for p in resumed] == [(T, T + datetime.timedelta(hours=1), "user:b")]
+    (stored,) = get_many(store, [ndb.Key(SchedulePauses, "p/l/nightly")])
+    assert stored.pauses == [p.document() for p in resumed]
+    for received in (T, T + SECOND):
+        tally_duplicate("p/l/nightly", T, DuplicateDelivery(received, "i-1", 200), store)
+    counted = deliveries_of_slot("p/l/nightly", T, T + datetime.timedelta(minutes=5), store)
+    assert counted is not None and counted.count == 2 and [d.received for d in counted.listed] == [T, T + SECOND]
+
+
+@pytest.fixture(params=flavor_params())
+def datastore_store(request, monkeypatch):
+    running = wiped_emulator(request.param, request, monkeypatch)
+    with ndb_client_of(running).context():
+        yield RecordStore.of_context()
+
+
+def test_what_the_store_writes_ndb_reads_the_same_and_the_other_way(datastore_store: RecordStore):
+    """The pause intervals are written by the store and read by NDB (its batched reads): one encoding,
+    to the entity as stored (indexing and meanings included)."""
+    written = others()
+    transact(lambda transaction: [transaction.put(entity) for entity in written], 5, datastore_store)
+    assert [entity.to_dict() for entity in ndb.get_multi([e.key for e in written])] == [e.to_dict() for e in written]
+    by_ndb = [SchedulePauses(id="p/l/by-ndb", pauses=[]), *others()]
+    for entity in by_ndb:
+        entity.key = ndb.Key(entity.key.kind(), f"by-ndb/{entity.key.id()}")
+    ndb.put_multi(by_ndb)
+    assert [e.to_dict() for e in get_many(datastore_store, [e.key for e in by_ndb])] == [e.to_dict() for e in by_ndb]
+    for entity in by_ndb:
+        assert Entity.pb(datastore_store.lookup_entity(entity.key)) == Entity.pb(encode(entity)), entity.key
 
 
 # -- the memory store's own promise, which the emulators keep by locking instead ------------
