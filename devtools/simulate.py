@@ -120,7 +120,7 @@ def deliver_execution(
         return
     job = execution.job
     deadline = job.attempt_deadline / compress
-    waits = iter(retry_intervals(dataclasses.replace(job.retry, retry_count=job.retry.retry_count + 50)))
+    waits = iter(retry_intervals(job.retry.model_copy(update={"retry_count": job.retry.retry_count + 50})))
     started = time.monotonic()
     headers = {
         "X-CloudScheduler-JobName": job.name,

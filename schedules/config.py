@@ -21,11 +21,14 @@ import re
 import urllib.parse
 import zoneinfo
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Annotated, Any, Self
 
+import pydantic
 import yaml
 from croniter import croniter
 from croniter.croniter import CroniterBadDateError
+from pydantic import BeforeValidator, Field, model_validator
+from pydantic_core import ErrorDetails
 
 from dedup.errors import InvalidRunRequest
 from dedup.keys import (
@@ -38,42 +41,13 @@ from dedup.keys import (
 )
 from jobs.base import MAX_BODY_BYTES, MAX_SECONDS
 from jobs.config import REQUEST_TIMEOUT_SECONDS, JobSpec, load_strict_yaml
+from jobs.declared import Declaration, check, error_field, field_problem, reason
 
 DEFAULT_FILE = "scheduler.yaml"
 MIN_ATTEMPT_DEADLINE = 15
 MAX_ATTEMPT_DEADLINE = 24 * 3600 + 15  # App Engine targets: 15 s to 24 h 15 s (job.proto)
 METHODS = ("POST", "GET")  # what /jobs/<job_id> serves
 LIST_DELIMITERS = (",", ";", "|", "~", "#", "@")  # gcloud's dict flags ("gcloud topic escaping")
-JOB_KEYS = frozenset(
-    {
-        "name",
-        "target",
-        "schedule",
-        "time_zone",
-        "method",
-        "body",
-        "headers",
-        "attempt_deadline",
-        "retry",
-        "project",
-        "location",
-        "service",
-        "version",
-        "scaling",
-        "pass_scope",
-        "description",
-        "start_at",
-        "catchup_window",
-        "misfire",
-        "paused",
-        "note",
-        "finish_within",
-        "max_runtime",
-        "alert_after_consecutive_failures",
-        "pause_after_consecutive_failures",
-    }
-)
-RETRY_KEYS = frozenset({"retry_count", "max_retry_duration", "min_backoff", "max_backoff", "max_doublings"})
 # A Cloud region as Scheduler and App Engine name them (us-central1); also bootstrap's --region.
 SCHEDULER_LOCATION = re.compile(r"[a-z]+-[a-z]+[0-9]+")
 _DURATION = re.compile(r"(?:\d+(?:\.\d+)?[dhms])+|\d+(?:\.\d+)?")  # 600, 600s, 10m, 1h30m, 1d
@@ -110,15 +84,6 @@ class Problem:
 
 
 @dataclasses.dataclass(frozen=True)
-class RetryConfig:
-    retry_count: int = 0
-    max_retry_duration: float = 0
-    min_backoff: float = 5
-    max_backoff: float = 3600
-    max_doublings: int = 5
-
-
-@dataclasses.dataclass(frozen=True)
 class EarlierSchedule:
     """A schedule a Scheduler job had before its current one, and when it applied: [since, until)."""
 
@@ -141,7 +106,7 @@ class SchedulerJob:
     body: str | None = None
     headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
     attempt_deadline: float = 600
-    retry: RetryConfig = RetryConfig()
+    retry: RetryConfig = dataclasses.field(default_factory=lambda: RetryConfig())
     service: str | None = None
     version: str | None = None
     scaling: str = "automatic"
@@ -178,10 +143,15 @@ class SchedulerJob:
 
     @property
     def relative_url(self) -> str:
-        path = f"/jobs/{self.target}"
-        if self.pass_scope:
-            path += "?" + urllib.parse.urlencode({"project": self.project, "location": self.location})
-        return path
+        return relative_url(self.target, self.pass_scope, self.project, self.location)
+
+
+def relative_url(target: str, pass_scope: bool, project: str, location: str) -> str:
+    """What a Scheduler job calls: /jobs/<target>, with its scope in the query unless not ``pass_scope``."""
+    path = f"/jobs/{target}"
+    if pass_scope:
+        path += "?" + urllib.parse.urlencode({"project": project, "location": location})
+    return path
 
 
 def history_id(job: SchedulerJob) -> str:
@@ -209,199 +179,13 @@ def load_scheduler_file(path: str) -> list[SchedulerJob]:
 
 
 def parse_scheduler_document(document: Any) -> list[SchedulerJob]:
-    problems: list[Problem] = []
     if not isinstance(document, dict) or not isinstance(document.get("jobs"), dict) or not document["jobs"]:
         raise ScheduleFileError([Problem(None, "jobs", "the file must map 'jobs' to at least one Scheduler job")])
-    unknown_top = set(document) - {"jobs", "defaults"}
-    if unknown_top:
-        problems.append(
-            Problem(None, None, f"unknown top-level key(s) {sorted(unknown_top, key=str)}; allowed: defaults, jobs")
-        )
-    defaults = document.get("defaults", {})
-    defaults = {} if defaults is None else defaults
-    if not isinstance(defaults, dict):
-        problems.append(Problem(None, "defaults", "must be a mapping"))
-        defaults = {}
-    jobs = []
-    for name, settings in document["jobs"].items():
-        if not isinstance(settings, dict):
-            problems.append(Problem(str(name), None, "settings must be a mapping"))
-            continue
-        merged = {**defaults, **settings}
-        if isinstance(defaults.get("retry"), dict) and isinstance(settings.get("retry"), dict):
-            merged["retry"] = {**defaults["retry"], **settings["retry"]}
-        job = _parse_job(str(name), merged, problems)
-        if job is not None:
-            jobs.append(job)
-    if problems:
-        raise ScheduleFileError(problems)
-    return jobs
-
-
-def _parse_job(key: str, settings: dict[Any, Any], problems: list[Problem]) -> SchedulerJob | None:
-    """``key`` names the declaration; ``name`` (default: the key) is the Scheduler job id,
-    so one job id can be declared in several projects or locations."""
-    start = len(problems)
-    name = settings.get("name", key)
-
-    def problem(field: str | None, message: str) -> None:
-        problems.append(Problem(key, field, message))
-
-    if not isinstance(name, str):
-        problem("name", "must be a string")
-        return None
-
-    if not SCHEDULER_JOB_ID.fullmatch(name):
-        problem("name", "Scheduler job names are 1 to 500 letters, digits, '-' and '_'")
-    for unknown in sorted(set(settings) - JOB_KEYS, key=str):
-        problem(str(unknown), f"unknown key; allowed: {', '.join(sorted(JOB_KEYS))}")
-    for required in ("target", "schedule", "project", "location"):
-        if not isinstance(settings.get(required), str) or not settings.get(required):
-            problem(required, "missing (or not a string)")
-    if len(problems) > start:
-        return None
-    schedule = settings["schedule"].strip()
-    fields = schedule.split()
-    cron = len(fields) == 5 and croniter.is_valid(schedule) and all(_plain_cron_field(f) for f in fields)
-    if not cron:
-        problem(
-            "schedule",
-            f"{schedule!r} is not a unix-cron schedule ('MIN HOUR DOM MON DOW', e.g. '*/5 * * * *'): "
-            "Cloud Scheduler sends X-CloudScheduler-ScheduleTime only for unix-cron schedules, and without it "
-            "no delivery can be deduplicated",
-        )
-    time_zone = settings.get("time_zone", "Etc/UTC")
-    zone_known = isinstance(time_zone, str) and _known_time_zone(time_zone)
-    if not zone_known:
-        problem("time_zone", f"{time_zone!r} is not a tz database time zone (e.g. Etc/UTC, utc, Europe/Paris)")
-    first = first_schedule_time(schedule, time_zone) if cron and zone_known else None
-    if cron and zone_known and first is None:
-        problem(
-            "schedule",
-            f"{schedule!r} never fires: no date matches it (such as February 30th), so the job would never run",
-        )
-    if not PROJECT_ID.fullmatch(settings["project"]):
-        problem("project", f"{settings['project']!r} is not a project id")
-    if not SCHEDULER_LOCATION.fullmatch(settings["location"]):
-        problem("location", f"{settings['location']!r} is not a location such as us-central1")
-    method = settings.get("method", "POST")
-    method = method.upper() if isinstance(method, str) else method
-    if method not in METHODS:
-        problem("method", f"{method!r}: /jobs/<job_id> serves {' and '.join(METHODS)}")
-    body = settings.get("body")
-    if body is not None and (not isinstance(body, str) or method != "POST"):
-        problem("body", "must be a string, sent with POST only")
-    elif isinstance(body, str) and len(body.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES:
-        problem(
-            "body", f"is over {MAX_BODY_BYTES} bytes: the app answers 413 to a larger body, so no delivery would run"
-        )
-    headers = settings.get("headers", {})
-    headers = {} if headers is None else headers
-    if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
-        problem("headers", "must map header names to string values")
-        headers = {}
-    for header in headers:
-        if _RESERVED_HEADER.match(header):
-            problem(
-                "headers", f"{header!r}: X-Google-*, X-AppEngine-* and X-CloudScheduler* are set by Google, not by jobs"
-            )
-    if len({header.lower() for header in headers}) < len(headers):
-        problem("headers", "two header names differ only in case: HTTP header names are case-insensitive")
-    if headers and all(any(d in f"{k}={v}" for k, v in headers.items()) for d in LIST_DELIMITERS):
-        problem(
-            "headers", f"between them the headers use every list delimiter gcloud offers ({' '.join(LIST_DELIMITERS)})"
-        )
-    scaling = settings.get("scaling", "automatic")
-    if not isinstance(scaling, str) or scaling not in REQUEST_TIMEOUT_SECONDS:
-        problem(
-            "scaling", f"{scaling!r}: one of {', '.join(REQUEST_TIMEOUT_SECONDS)} (the target service's scaling type)"
-        )
-        scaling = "automatic"
-    deadline = _duration(
-        settings.get("attempt_deadline", REQUEST_TIMEOUT_SECONDS[scaling]), "attempt_deadline", problem
-    )
-    if deadline is not None and not MIN_ATTEMPT_DEADLINE <= deadline <= MAX_ATTEMPT_DEADLINE:
-        problem("attempt_deadline", f"{int(deadline)}s: App Engine targets take 15s to 24h15s")
-    retry_settings = settings.get("retry", {})
-    retry_settings = {} if retry_settings is None else retry_settings
-    retry = None
-    if not isinstance(retry_settings, dict):
-        problem("retry", "must be a mapping")
-    else:
-        retry = _parse_retry(retry_settings, problem)
-    for text_field in ("service", "version", "description"):
-        if text_field in settings and not isinstance(settings[text_field], str):
-            problem(text_field, "must be a string")
-    if not isinstance(settings.get("pass_scope", True), bool):
-        problem("pass_scope", "must be true or false")
-    start_at = _start_at(settings.get("start_at"), problem)
-    finish_within = max_runtime = None
-    for field in ("finish_within", "max_runtime"):
-        if settings.get(field) is not None:
-            seconds = _duration(settings[field], field, problem)
-            if seconds is not None and not 0 < seconds <= MAX_CATCHUP_WINDOW:
-                problem(field, f"{seconds:g}s: from 1s to {MAX_CATCHUP_WINDOW // 86400} days")
-            elif field == "finish_within":
-                finish_within = seconds
-            else:
-                max_runtime = seconds
-    streaks: dict[str, int | None] = {}
-    for field in ("alert_after_consecutive_failures", "pause_after_consecutive_failures"):
-        value = settings.get(field)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000):
-            problem(field, "must be a whole number of failed executions in a row, 1 to 1000")
-            value = None
-        streaks[field] = value
-    paused = settings.get("paused")
-    if paused is not None and not isinstance(paused, bool):
-        problem("paused", "must be true or false")
-    note = settings.get("note")
-    if note is not None and (not isinstance(note, str) or paused is not True):
-        problem("note", "is a string saying why the job is paused, beside paused: true")
-    elif isinstance(note, str) and (len(note) > 500 or any(ord(ch) < 0x20 for ch in note)):
-        problem("note", "at most 500 characters, on one line")
-    misfire = settings.get("misfire", "none")
-    if misfire not in MISFIRE_POLICIES:
-        problem("misfire", f"{misfire!r}: one of {', '.join(MISFIRE_POLICIES)} (what the audit runs of missed slots)")
-    catchup_window = _duration(settings.get("catchup_window", DEFAULT_CATCHUP_WINDOW), "catchup_window", problem)
-    if catchup_window is not None and not 0 < catchup_window <= MAX_CATCHUP_WINDOW:
-        problem("catchup_window", f"{catchup_window:g}s: from 1s to {MAX_CATCHUP_WINDOW // 86400} days")
-        catchup_window = None
-    if len(problems) > start or deadline is None or retry is None or first is None or catchup_window is None:
-        return None
-    job = SchedulerJob(
-        key=key,
-        name=name,
-        target=settings["target"],
-        schedule=schedule,
-        project=settings["project"],
-        location=settings["location"],
-        time_zone=time_zone,
-        method=method,
-        body=body,
-        headers=headers,
-        attempt_deadline=deadline,
-        retry=retry,
-        service=settings.get("service"),
-        version=settings.get("version"),
-        scaling=scaling,
-        pass_scope=settings.get("pass_scope", True),
-        description=settings.get("description"),
-        start_at=start_at,
-        catchup_window=catchup_window,
-        misfire=misfire,
-        paused=paused,
-        note=note,
-        finish_within=finish_within,
-        max_runtime=max_runtime,
-        alert_after_consecutive_failures=streaks["alert_after_consecutive_failures"],
-        pause_after_consecutive_failures=streaks["pause_after_consecutive_failures"],
-    )
-    refused = delivery_problem(job, first)
-    if refused is not None:
-        problem(*refused)
-        return None
-    return job
+    try:
+        declared = SchedulerFile.model_validate(document)
+    except pydantic.ValidationError as exc:
+        raise ScheduleFileError([_problem(error) for error in exc.errors()]) from None
+    return [job.job(key) for key, job in declared.jobs.items()]
 
 
 # Where scheduled_run_key finds what a delivery carries, and the field of scheduler.yaml it comes from.
@@ -415,27 +199,94 @@ _DELIVERY_FIELDS = {
 }
 
 
-def delivery_problem(job: SchedulerJob, schedule_time: datetime.datetime) -> tuple[str, str] | None:
-    """(field, message) if the app would refuse ``job``'s delivery of ``schedule_time``, else None.
+def delivery_problem(
+    name: str, url: str, headers: Mapping[str, str], schedule_time: datetime.datetime
+) -> tuple[str, str] | None:
+    """(field, message) if the app would refuse the delivery of ``schedule_time`` by the
+    Scheduler job ``name`` calling ``url`` with ``headers``, else None.
 
     The key is derived exactly as /jobs/<job_id> derives it (handlers/scheduler.py), from
     what Cloud Scheduler sends for the job: its relative URL's query, its headers (names
     case-insensitive, as HTTP has them) and its job id.
     """
-    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(job.relative_url).query))
-    headers = {name.lower(): value for name, value in job.headers.items()}
+    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
+    sent = {header.lower(): value for header, value in headers.items()}
     try:
         scheduled_run_key(
-            job.name,
+            name,
             format_utc(schedule_time),
             query_project=query.get("project"),
             query_location=query.get("location"),
-            header_project=headers.get("x-scheduler-project"),
-            header_location=headers.get("x-scheduler-location"),
+            header_project=sent.get("x-scheduler-project"),
+            header_location=sent.get("x-scheduler-location"),
         )
     except InvalidRunRequest as exc:
         return _DELIVERY_FIELDS.get(exc.field, "headers"), f"the app would refuse every delivery (400): {exc.message}"
     return None
+
+
+# -- scheduler.yaml, declared ------------------------------------------------------------------
+
+
+def _duration(value: Any) -> float:
+    """Seconds from 600, '600s', '10m', '1h', '1h30m' or '1d' (gcloud's duration forms), at most
+    MAX_SECONDS (ten years: longer than any retention, and room for the date arithmetic)."""
+    seconds: float | None = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value) if 0 <= value <= MAX_SECONDS else None  # NaN compares false
+    elif isinstance(value, str) and _DURATION.fullmatch(value.strip().lower()):
+        seconds = sum(float(number) * _UNITS[unit] for number, unit in _DURATION_PART.findall(value.strip().lower()))
+    if seconds is not None and seconds <= MAX_SECONDS:
+        return seconds
+    raise ValueError(
+        f"{value!r} is not a duration of at most {MAX_SECONDS}s, ten years (seconds, or e.g. '30s', '10m', '1h30m')"
+    )
+
+
+def _within(low: float, high: float, wrong: Callable[[float], str]) -> Callable[[Any], float]:
+    """A duration from ``low`` to ``high`` seconds; ``wrong`` says what is wrong with another."""
+
+    def duration(value: Any) -> float:
+        seconds = _duration(value)
+        if not low <= seconds <= high:
+            raise ValueError(wrong(seconds))
+        return seconds
+
+    return duration
+
+
+def _whole(low: int, high: int, wrong: Callable[[Any], str]) -> Callable[[Any], int]:
+    def number(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ValueError(wrong(value))
+        return value
+
+    return number
+
+
+def _required(check: Callable[[str], str | None] = lambda _: None) -> Callable[[Any], str]:
+    """A non-empty string that ``check`` finds nothing wrong with (it says what is, or None)."""
+
+    def text(value: Any) -> str:
+        if not isinstance(value, str) or not value:
+            raise ValueError("missing (or not a string)")
+        wrong = check(value)
+        if wrong:
+            raise ValueError(wrong)
+        return value
+
+    return text
+
+
+def _cron(schedule: str) -> str | None:
+    fields = schedule.strip().split()
+    if len(fields) == 5 and croniter.is_valid(schedule.strip()) and all(_plain_cron_field(f) for f in fields):
+        return None
+    return (
+        f"{schedule.strip()!r} is not a unix-cron schedule ('MIN HOUR DOM MON DOW', e.g. '*/5 * * * *'): "
+        "Cloud Scheduler sends X-CloudScheduler-ScheduleTime only for unix-cron schedules, and without it "
+        "no delivery can be deduplicated"
+    )
 
 
 _CRON_TOKEN = re.compile(r"\*|\d+|JAN|FEB|MAR|APR|MAY|JUN|JUL|AUG|SEP|OCT|NOV|DEC|SUN|MON|TUE|WED|THU|FRI|SAT", re.I)
@@ -447,75 +298,310 @@ def _plain_cron_field(field: str) -> bool:
     return all(_CRON_TOKEN.fullmatch(token) for token in re.split(r"[,/-]", field))
 
 
-def _parse_retry(settings: dict[Any, Any], problem: Callable[[str | None, str], None]) -> RetryConfig | None:
-    before = RetryConfig()
-    for key in sorted(set(settings) - RETRY_KEYS, key=str):
-        problem(f"retry.{key}", f"unknown key; allowed: {', '.join(sorted(RETRY_KEYS))}")
-    count = settings.get("retry_count", before.retry_count)
-    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 5:
-        problem("retry.retry_count", f"{count!r}: Cloud Scheduler allows 0 to 5")
-        return None
-    doublings = settings.get("max_doublings", before.max_doublings)
-    if isinstance(doublings, bool) or not isinstance(doublings, int) or not 0 <= doublings <= 16:
-        problem("retry.max_doublings", f"{doublings!r}: must be an integer from 0 to 16")
-        return None
-    values: dict[str, float] = {}
-    for key in ("max_retry_duration", "min_backoff", "max_backoff"):
-        seconds = _duration(settings.get(key, getattr(before, key)), f"retry.{key}", problem)
-        if seconds is None:
-            return None
-        values[key] = seconds
-    if values["max_backoff"] < values["min_backoff"]:
-        problem(
-            "retry.max_backoff", f"{values['max_backoff']:g}s is shorter than min_backoff ({values['min_backoff']:g}s)"
+def _name(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    if not SCHEDULER_JOB_ID.fullmatch(value):
+        raise ValueError("Scheduler job names are 1 to 500 letters, digits, '-' and '_'")
+    return value
+
+
+def _time_zone(value: Any) -> str:
+    if not (isinstance(value, str) and _known_time_zone(value)):
+        raise ValueError(f"{value!r} is not a tz database time zone (e.g. Etc/UTC, utc, Europe/Paris)")
+    return value
+
+
+def _method(value: Any) -> str:
+    method = value.upper() if isinstance(value, str) else value
+    if method not in METHODS:
+        raise ValueError(f"{method!r}: /jobs/<job_id> serves {' and '.join(METHODS)}")
+    return str(method)
+
+
+def _body(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError("must be a string, sent with POST only")
+    if isinstance(value, str) and len(value.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES:
+        raise ValueError(
+            f"is over {MAX_BODY_BYTES} bytes: the app answers 413 to a larger body, so no delivery would run"
         )
-        return None
-    return RetryConfig(count, values["max_retry_duration"], values["min_backoff"], values["max_backoff"], doublings)
+    return value
 
 
-def _duration(value: Any, field: str, problem: Callable[[str | None, str], None]) -> float | None:
-    """Seconds from 600, '600s', '10m', '1h', '1h30m' or '1d' (gcloud's duration forms), at most
-    MAX_SECONDS (ten years: longer than any retention, and room for the date arithmetic)."""
-    seconds: float | None = None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value) if 0 <= value <= MAX_SECONDS else None  # NaN compares false
-    elif isinstance(value, str) and _DURATION.fullmatch(value.strip().lower()):
-        seconds = sum(float(number) * _UNITS[unit] for number, unit in _DURATION_PART.findall(value.strip().lower()))
-    if seconds is not None and seconds <= MAX_SECONDS:
-        return seconds
-    problem(
-        field,
-        f"{value!r} is not a duration of at most {MAX_SECONDS}s, ten years (seconds, or e.g. '30s', '10m', '1h30m')",
-    )
-    return None
+def _headers(value: Any) -> dict[str, str]:
+    headers = {} if value is None else value
+    if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+        raise ValueError("must map header names to string values")
+    for header in headers:
+        if _RESERVED_HEADER.match(header):
+            raise ValueError(
+                f"{header!r}: X-Google-*, X-AppEngine-* and X-CloudScheduler* are set by Google, not by jobs"
+            )
+    if len({header.lower() for header in headers}) < len(headers):
+        raise ValueError("two header names differ only in case: HTTP header names are case-insensitive")
+    if headers and all(any(d in f"{k}={v}" for k, v in headers.items()) for d in LIST_DELIMITERS):
+        raise ValueError(
+            f"between them the headers use every list delimiter gcloud offers ({' '.join(LIST_DELIMITERS)})"
+        )
+    return dict(headers)
 
 
-# -- what breaks deduplication ---------------------------------------------------------
+def _scaling(value: Any) -> str:
+    if not isinstance(value, str) or value not in REQUEST_TIMEOUT_SECONDS:
+        raise ValueError(f"{value!r}: one of {', '.join(REQUEST_TIMEOUT_SECONDS)} (the target service's scaling type)")
+    return value
 
 
-def _start_at(value: Any, problem: Callable[[str | None, str], None]) -> datetime.datetime | None:
+def _misfire(value: Any) -> str:
+    if value not in MISFIRE_POLICIES:
+        raise ValueError(f"{value!r}: one of {', '.join(MISFIRE_POLICIES)} (what the audit runs of missed slots)")
+    return str(value)
+
+
+def _note(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError("is a string saying why the job is paused, beside paused: true")
+    if isinstance(value, str) and (len(value) > 500 or any(ord(ch) < 0x20 for ch in value)):
+        raise ValueError("at most 500 characters, on one line")
+    return value
+
+
+def _start_at(value: Any) -> datetime.datetime | None:
     """start_at: an RFC 3339 instant (YAML may give it as a timestamp) from which slots are expected."""
     if value is None:
         return None
     if isinstance(value, datetime.datetime):
         if value.tzinfo is None:
-            problem("start_at", "needs a UTC offset (e.g. 2026-12-01T00:00:00Z): a bare time is no one instant")
-            return None
+            raise ValueError("needs a UTC offset (e.g. 2026-12-01T00:00:00Z): a bare time is no one instant")
         instant = value.astimezone(datetime.UTC)
     elif isinstance(value, str):
         try:
             instant = parse_rfc3339(value, "start_at")
         except InvalidRunRequest:
-            problem("start_at", f"{value!r} is not an RFC 3339 timestamp such as 2026-12-01T00:00:00Z")
-            return None
+            raise ValueError(f"{value!r} is not an RFC 3339 timestamp such as 2026-12-01T00:00:00Z") from None
     else:
-        problem("start_at", "must be an RFC 3339 timestamp such as 2026-12-01T00:00:00Z")
-        return None
+        raise ValueError("must be an RFC 3339 timestamp such as 2026-12-01T00:00:00Z")
     try:
         return check_schedule_time("start_at", instant)
     except InvalidRunRequest as exc:
-        problem("start_at", exc.message)
-        return None
+        raise ValueError(exc.message) from None
+
+
+_DURATION_SCHEMA = float | Annotated[str, Field(pattern=r"^\s*((\d+(\.\d+)?[dhmsDHMS])+|\d+(\.\d+)?)\s*$")]
+Duration = Annotated[float, check(_duration, _DURATION_SCHEMA)]
+_WINDOW = Annotated[
+    float,
+    check(
+        _within(1, MAX_CATCHUP_WINDOW, lambda s: f"{s:g}s: from 1s to {MAX_CATCHUP_WINDOW // 86400} days"),
+        _DURATION_SCHEMA,
+    ),
+]
+_STREAK = Annotated[
+    int,
+    check(
+        _whole(1, 1000, lambda _: "must be a whole number of failed executions in a row, 1 to 1000"),
+        Annotated[int, Field(ge=1, le=1000)],
+    ),
+]
+
+
+class RetryConfig(Declaration):
+    """How Cloud Scheduler retries an execution whose attempt failed (its job's retryConfig)."""
+
+    retry_count: Annotated[
+        int, check(_whole(0, 5, lambda n: f"{n!r}: Cloud Scheduler allows 0 to 5"), Annotated[int, Field(ge=0, le=5)])
+    ] = 0
+    """Retries of a failed attempt: 0 to 5."""
+    max_retry_duration: Duration = 0
+    """How long retries go on, from the first attempt (0: no limit but retry_count)."""
+    min_backoff: Duration = 5
+    """The wait before the first retry."""
+    max_backoff: Duration = 3600
+    """The longest wait between retries."""
+    max_doublings: Annotated[
+        int,
+        check(_whole(0, 16, lambda n: f"{n!r}: must be an integer from 0 to 16"), Annotated[int, Field(ge=0, le=16)]),
+    ] = 5
+    """How often the wait doubles before it grows linearly: 0 to 16."""
+
+    @model_validator(mode="after")
+    def backoff_grows(self) -> Self:
+        if self.max_backoff < self.min_backoff:
+            raise field_problem(
+                "max_backoff", f"{self.max_backoff:g}s is shorter than min_backoff ({self.min_backoff:g}s)"
+            )
+        return self
+
+
+class SchedulerJobDeclaration(Declaration):
+    """A Cloud Scheduler job that calls this app: what scheduler.yaml says of it (docs/schedules.md)."""
+
+    name: Annotated[str, check(_name, Annotated[str, Field(pattern="^[A-Za-z0-9_-]{1,500}$")])]
+    """The Cloud Scheduler job id (by default the declaration's key)."""
+    target: Annotated[str, check(_required(), Annotated[str, Field(min_length=1)])]
+    """The job of jobs.yaml it delivers to (/jobs/<target>)."""
+    schedule: Annotated[str, check(lambda value: _required(_cron)(value).strip(), Annotated[str, Field(min_length=9)])]
+    """A unix-cron schedule, MIN HOUR DOM MON DOW (e.g. '*/5 * * * *')."""
+    project: Annotated[
+        str, check(_required(lambda p: None if PROJECT_ID.fullmatch(p) else f"{p!r} is not a project id"))
+    ]
+    """The Google Cloud project of the Scheduler job (and of the app)."""
+    location: Annotated[
+        str,
+        check(
+            _required(
+                lambda p: None if SCHEDULER_LOCATION.fullmatch(p) else f"{p!r} is not a location such as us-central1"
+            ),
+            Annotated[str, Field(pattern=f"^{SCHEDULER_LOCATION.pattern}$")],
+        ),
+    ]
+    """The Scheduler job's region, e.g. us-central1."""
+    time_zone: Annotated[str, check(_time_zone)] = "Etc/UTC"
+    """The schedule's tz database time zone (Etc/UTC, utc, Europe/Paris)."""
+    method: Annotated[str, check(_method, Annotated[str, Field(pattern="^([Pp][Oo][Ss][Tt]|[Gg][Ee][Tt])$")])] = "POST"
+    """POST or GET."""
+    body: Annotated[str | None, check(_body, str | None)] = None
+    """The body of each delivery (POST only)."""
+    headers: Annotated[dict[str, str], check(_headers, dict[str, str] | None)] = {}
+    """Headers sent with each delivery (not X-Google-*, X-AppEngine-*, X-CloudScheduler*)."""
+    attempt_deadline: Annotated[
+        float | None,
+        check(
+            _within(
+                MIN_ATTEMPT_DEADLINE,
+                MAX_ATTEMPT_DEADLINE,
+                lambda s: f"{int(s)}s: App Engine targets take 15s to 24h15s",
+            ),
+            _DURATION_SCHEMA,
+        ),
+    ] = None
+    """How long an attempt may take: 15s to 24h15s (by default the scaling type's request timeout)."""
+    retry: Annotated[RetryConfig, BeforeValidator(lambda value: {} if value is None else value)] = RetryConfig()
+    """How Cloud Scheduler retries a failed attempt."""
+    service: str | None = None
+    """The App Engine service it calls (by default app.yaml's)."""
+    version: str | None = None
+    """The App Engine version it calls (by default the serving one)."""
+    scaling: Annotated[str, check(_scaling, Annotated[str, Field(pattern="^(automatic|basic|manual)$")])] = "automatic"
+    """The target service's scaling type, which bounds the attempt deadline."""
+    pass_scope: bool = True
+    """Send the project and location in the URL, so that one job id in two places keeps two keys."""
+    description: str | None = None
+    """The Scheduler job's description."""
+    start_at: Annotated[datetime.datetime | None, check(_start_at, datetime.datetime | None)] = None
+    """From when slots are expected of the app (RFC 3339)."""
+    catchup_window: _WINDOW = DEFAULT_CATCHUP_WINDOW
+    """How far back a catch-up (resume, misfire) reaches: 1s to 366 days."""
+    misfire: Annotated[str, check(_misfire, Annotated[str, Field(pattern="^(none|run_latest|run_all)$")])] = "none"
+    """What the audit does with missed slots: none (report them), run_latest, run_all."""
+    paused: bool | None = None
+    """true: the job is kept paused; false: kept running; unsaid: left as it is."""
+    note: Annotated[str | None, check(_note, Annotated[str, Field(max_length=500)] | None)] = None
+    """Why the job is paused, beside paused: true."""
+    finish_within: _WINDOW | None = None
+    """The audit alerts on a slot not completed this long after its time."""
+    max_runtime: _WINDOW | None = None
+    """The audit alerts on a run going on longer than this."""
+    alert_after_consecutive_failures: _STREAK | None = None
+    """The audit alerts after this many failed executions in a row (1 to 1000)."""
+    pause_after_consecutive_failures: _STREAK | None = None
+    """The audit pauses the job after this many failed executions in a row (1 to 1000)."""
+
+    @property
+    def deadline(self) -> float:
+        return self.attempt_deadline or REQUEST_TIMEOUT_SECONDS[self.scaling]
+
+    @model_validator(mode="after")
+    def body_with_post(self) -> Self:
+        if self.body is not None and self.method != "POST":
+            raise field_problem("body", "must be a string, sent with POST only")
+        return self
+
+    @model_validator(mode="after")
+    def note_beside_paused(self) -> Self:
+        if self.note is not None and self.paused is not True:
+            raise field_problem("note", "is a string saying why the job is paused, beside paused: true")
+        return self
+
+    @model_validator(mode="after")
+    def fires(self) -> Self:
+        if first_schedule_time(self.schedule, self.time_zone) is None:
+            raise field_problem(
+                "schedule",
+                f"{self.schedule!r} never fires: no date matches it (such as February 30th), "
+                "so the job would never run",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def deliveries_are_accepted(self) -> Self:
+        """The app must accept what Cloud Scheduler sends for the job: its key is derived exactly as
+        /jobs/<job_id> derives it, from the job's URL query, headers and id."""
+        first = first_schedule_time(self.schedule, self.time_zone)
+        assert first is not None  # fires
+        url = relative_url(self.target, self.pass_scope, self.project, self.location)
+        refused = delivery_problem(self.name, url, self.headers, first)
+        if refused is not None:
+            raise field_problem(*refused)
+        return self
+
+    def job(self, key: str) -> SchedulerJob:
+        """The Scheduler job this declares, as the rest of the app reads it."""
+        fields = self.model_dump(exclude={"attempt_deadline", "retry"})
+        return SchedulerJob(key=key, attempt_deadline=self.deadline, retry=self.retry, **fields)
+
+
+def _merge_defaults(document: dict[str, Any]) -> dict[str, Any]:
+    """Each job with the file's defaults under its own keys (retry merged key by key), and its
+    name defaulting to its key."""
+    defaults = document.get("defaults") or {}
+    if not isinstance(defaults, dict) or not isinstance(document.get("jobs"), dict):
+        return document
+    jobs: dict[Any, Any] = {}
+    for key, settings in document["jobs"].items():
+        if isinstance(settings, dict):
+            merged = {"name": key, **defaults, **settings}
+            if isinstance(defaults.get("retry"), dict) and isinstance(settings.get("retry"), dict):
+                merged["retry"] = {**defaults["retry"], **settings["retry"]}
+            settings = merged
+        jobs[key] = settings
+    return {**document, "jobs": jobs}
+
+
+class SchedulerFile(Declaration):
+    """scheduler.yaml: the Cloud Scheduler jobs that call this app, and the defaults they share."""
+
+    defaults: dict[str, Any] | None = None
+    """Keys every job takes unless it gives its own (retry: key by key)."""
+    jobs: Annotated[dict[str, SchedulerJobDeclaration], Field(min_length=1)]
+    """The Scheduler jobs, each under a key of its own (its name by default)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def jobs_take_the_defaults(cls, document: Any) -> Any:
+        return _merge_defaults(document) if isinstance(document, dict) else document
+
+
+def _problem(error: ErrorDetails) -> Problem:
+    """A mistake in scheduler.yaml, as the file's readers were always told it."""
+    place, kind = error["loc"], error["type"]
+    if place[:1] != ("jobs",) or len(place) < 2:
+        if kind == "extra_forbidden":
+            return Problem(None, None, f"unknown top-level key {place[0]!r}; allowed: defaults, jobs")
+        return Problem(None, str(place[0]) if place else None, reason(error))
+    key = str(place[1])
+    if place[2:] == ("[key]",):
+        return Problem(key, "name", "must be a string")
+    if len(place) == 2 and kind != "field_problem":
+        return Problem(key, None, "settings must be a mapping")
+    field = error_field(error, skip=2)
+    if kind == "missing":
+        return Problem(key, field, "missing (or not a string)")
+    if kind == "extra_forbidden":
+        declared = RetryConfig if place[2] == "retry" else SchedulerJobDeclaration
+        return Problem(key, field, f"unknown key; allowed: {', '.join(sorted(declared.model_fields))}")
+    return Problem(key, field, reason(error))
 
 
 def _known_time_zone(name: str) -> bool:
