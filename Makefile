@@ -4,6 +4,7 @@
 # make devserver - the app under Google's dev_appserver.py (login: admin, its sign-in cookie), on the emulator
 # make check - ruff, then the fast tier: no gunicorn, no browser, no exhaustive or slow tests
 # make requirements - recompile requirements*.txt (pinned, hashed) from requirements*.in
+# make schemas - regenerate schemas/*.schema.json, the JSON Schema of jobs.yaml and scheduler.yaml, from their models
 # make bench - RPCs, round trips, billed entities and latencies per outcome, on loopback and at RTT_MS (default 10),
 #              into bench/last-run.md; RECORD=1 writes bench/results.md, the figures the docs quote
 # make simulate - Cloud Scheduler's deliveries (retries, deadlines, duplicates, lost acks) on a compressed clock,
@@ -21,7 +22,7 @@ PY := $(VENV)/bin/python
 # Named by the version, so a venv of another Python (an older checkout's) is rebuilt, not reused.
 STAMP := $(VENV)/.installed-$(PYTHON_VERSION)
 
-.PHONY: venv run devserver devserver-venv test check lint requirements bench simulate screenshots clean browser
+.PHONY: venv run devserver devserver-venv test check lint requirements schemas bench simulate screenshots clean browser
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "Python $(PYTHON_VERSION) (App Engine's runtime, app.yaml) was not found on PATH or under $(PYENV_ROOT)."; \
@@ -68,6 +69,9 @@ COMPILE := $(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --st
 requirements: $(STAMP)
 	$(COMPILE) -o requirements.txt requirements.in
 	$(COMPILE) -o requirements-dev.txt requirements-dev.in
+
+schemas: $(STAMP)
+	$(PY) -m devtools.config_schemas
 
 # The dashboard test drives Debian's chromium; install it when missing (as root, as CI runs).
 browser:
