@@ -7,9 +7,9 @@ delivery of such a slot (a tick racing the pause, a Force run) runs as usual and
 deliveries of slots before the pause are unaffected.
 
 The intervals are the app's own record (``DedupSchedulePauses``, one entity per Scheduler
-job, changed in a transaction of the store, dedup/store.py; read through NDB, whose batching
-sends a delivery's read of them with its other reads); the Cloud Scheduler job is paused and resumed beside it
-(schedules/scheduler_api.py).
+job, read and changed through the store, dedup/store.py; a delivery reads them through NDB,
+whose batching sends that read with its other one); the Cloud Scheduler job is paused and
+resumed beside it (schedules/scheduler_api.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from google.cloud import ndb
 from dedup.keys import format_utc, parse_rfc3339
 from dedup.record_store import RecordStore
 from dedup.store import Store, Transaction
-from dedup.transactions import transact
+from dedup.transactions import get_many, transact
 from models.schedule_pause import SchedulePauses
 from schedules.config import SchedulerJob, history_id
 
@@ -127,17 +127,18 @@ def _read(entity: Any) -> list[Pause]:
     return [Pause.from_document(d) for d in entity.pauses] if entity else []
 
 
-def load_pauses(jobs: Sequence[SchedulerJob]) -> dict[str, list[Pause]]:
-    """Every job's pause intervals, by history id: one batched lookup (needs an NDB context)."""
+def load_pauses(jobs: Sequence[SchedulerJob], store: Store | None = None) -> dict[str, list[Pause]]:
+    """Every job's pause intervals, by history id: one batched lookup of ``store`` (default:
+    Datastore's, in the current NDB context)."""
     if not jobs:
         return {}
-    entities = ndb.get_multi([_key(job) for job in jobs])
+    entities = get_many(store or RecordStore.of_context(), [_key(job) for job in jobs])
     return {history_id(job): _read(entity) for job, entity in zip(jobs, entities, strict=True)}
 
 
 def pauses_of(job: SchedulerJob) -> list[Pause]:
-    """One job's pause intervals: one lookup (needs an NDB context)."""
-    return pauses_read(job)()
+    """One job's pause intervals: one lookup of the store (in the current NDB context)."""
+    return load_pauses([job])[history_id(job)]
 
 
 def pauses_read(job: SchedulerJob) -> Callable[[], list[Pause]]:
