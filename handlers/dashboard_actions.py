@@ -36,14 +36,13 @@ from dedup.outcomes import (
 )
 from dispatch import DispatchError
 from handlers.access import Role, requires
+from handlers.answers import note_outcome, page_status
 from handlers.client_tokens import client_token_problem, new_form_token, retry_token
 from handlers.history_range import BULK_LIMIT, HISTORY_PAGE, bulk_slots, history_range
 from handlers.idempotent import Fingerprint, GuardRejected
 from handlers.links import link
 from handlers.logs import note_run
-from handlers.problems import TYPES_BY_ERROR
 from handlers.request_times import BadTime, request_time
-from handlers.responses import note_outcome
 from handlers.run_documents import may_retry
 from handlers.state import app_state, current_principal
 from handlers.strict_json import InvalidJson, strict_json
@@ -227,17 +226,18 @@ def form_parameters(text: str) -> dict[str, Any]:
 def answer(outcome: RunOutcome, job_id: str, ask: ManualRunRequest) -> Response | tuple[str, int]:
     """303 to the run's page whenever there is a run to see; a page saying why otherwise."""
     note_outcome(outcome)
+    status = page_status(outcome)  # the answers table's; the words are the page's
     resend = {"job_id": job_id, "token": ask.client_token, "parameters": json.dumps(ask.parameters)}
     match outcome:
         case Conflict():
             return problem_page(
-                422,
+                status,
                 "this form was already sent with other parameters; reload the page to run again",
                 run_id=outcome.run_id,
             )
         case JobMismatch():
             return problem_page(
-                422,
+                status,
                 f"this form's client token already started a run of another job ({outcome.record.job_id}); "
                 "reload the page to run again",
                 run_id=outcome.run_id,
@@ -245,20 +245,20 @@ def answer(outcome: RunOutcome, job_id: str, ask: ManualRunRequest) -> Response 
         case Released():
             cause = outcome.error.get("message") or outcome.error.get("type") or "a retryable error"
             return problem_page(
-                500,
+                status,
                 f"the run failed with a retryable error and was released ({cause}). "
                 "Send the form again to retry it under the same client token.",
                 resend=resend,
             )
         case Overlap():
             return problem_page(
-                409,
+                status,
                 "the job forbids overlap and another execution of it is running; send the form again later",
                 resend=resend,
             )
         case Contended():
             # Reloading the dashboard would make a new token, and perhaps a second run: resend this one.
-            return problem_page(409, "the ledger was busy; send the form again (it is the same run)", resend=resend)
+            return problem_page(status, "the ledger was busy; send the form again (it is the same run)", resend=resend)
         case Finished() | Replayed() | InProgress() | Stale() | Skipped():
             # Finished, replayed, in progress (a double click), stale: the run's page tells the rest.
             return to_run_page(outcome)
@@ -359,23 +359,25 @@ def asked_slot(job_id: str, schedule_time: str, fields: dict[str, str]) -> tuple
 
 def slot_answer(outcome: RunOutcome | Declined) -> Response | tuple[str, int]:
     """303 to the slot's run page when the slot's own run answered; a page saying why otherwise."""
+    status = page_status(outcome)  # the answers table's; the words are the page's
     match outcome:
         case Declined():
-            status = TYPES_BY_ERROR[outcome.kind].status
             return problem_page(status, outcome.message + "; reload the page to see the slot as it is")
         case JobMismatch():
             return problem_page(
-                422,
+                status,
                 f"this slot's key holds a run of another job ({outcome.record.job_id}): the slot's own job never "
                 "ran. A Scheduler job id shared by two jobs without a scope sends them the same keys: scope the "
                 "deliveries or rename one Scheduler job, then run the slot",
             )
         case Overlap():
-            return problem_page(409, "the job forbids overlap and another execution of it is running; try again later")
+            return problem_page(
+                status, "the job forbids overlap and another execution of it is running; try again later"
+            )
         case Contended():
-            return problem_page(409, "the ledger was busy; send again (it is the same run)")
+            return problem_page(status, "the ledger was busy; send again (it is the same run)")
         case Conflict():
-            return problem_page(422, "this slot's record was written with other parameters", run_id=outcome.run_id)
+            return problem_page(status, "this slot's record was written with other parameters", run_id=outcome.run_id)
         case Finished() | Replayed() | InProgress() | Released() | Skipped() | Stale():
             # Finished, replayed, in progress, released, skipped, stale: the run's page tells the rest.
             return to_run_page(outcome)

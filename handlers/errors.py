@@ -17,9 +17,9 @@ from typing import Any
 from flask import Flask, Response, render_template, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
+from handlers.answers import refusal_problem
 from handlers.problems import MEDIA_TYPE, TYPE_PREFIX, problem
-from handlers.responses import refusal_problem
-from service.errors import Refusal
+from service.errors import Declined, Invalid, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +36,10 @@ def register(app: Flask) -> None:
             response.headers["Allow"] = ", ".join(sorted(allowed))
         return response
 
-    @app.errorhandler(Refusal)
-    def refused(exc: Refusal) -> Response:
+    @app.errorhandler(NotFound)
+    @app.errorhandler(Invalid)
+    @app.errorhandler(Declined)
+    def refused(exc: NotFound | Invalid | Declined) -> Response:
         return refusal_problem(exc)  # the service's own refusals (not found, invalid), as every surface answers them
 
     @app.after_request

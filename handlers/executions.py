@@ -16,10 +16,10 @@ from flask import Blueprint, jsonify, request
 
 from dedup.keys import EARLIEST_SCHEDULE_TIME, format_utc
 from handlers.access import Role, requires
+from handlers.answers import outcome_response, refusal_problem
 from handlers.logs import note_run
 from handlers.problems import problem
 from handlers.request_times import BadTime, request_time, time_problem
-from handlers.responses import outcome_response, refusal_problem
 from handlers.run_documents import run_summaries
 from handlers.state import app_state, current_principal
 from models import RunSource

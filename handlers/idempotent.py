@@ -36,9 +36,10 @@ from dedup.idempotency import (
 from dedup.ledger import Ledger, RunPolicy
 from dedup.outcomes import Attempt
 from dedup.runner import Waiting, WaitSlots, storable_json_problem
+from handlers.answers import note_outcome
 from handlers.problems import problem
 from handlers.replayed_response import StoredResponse, response_verdict
-from handlers.responses import guarded_response, note_outcome
+from handlers.responses import guarded_response
 from handlers.strict_json import InvalidJson, json_payload, strict_json
 from jobs.config import MAX_JOB_ID_CHARS  # a guard's namespace and job_id(), as jobs.yaml's job ids
 from models import RunSource

@@ -1,24 +1,14 @@
-"""The one place where protocol outcomes become HTTP status codes.
+"""The guard's answers: a guarded view's (``guarded_response``, which replays kept responses)
+and a manual run's (``manual_run_response``).
 
-Scheduled runs (``outcome_response``), and guarded views and manual runs
-(``guarded_response``, which replays kept responses):
-
-| outcome                          | status |
-|----------------------------------|--------|
-| finished: completed              | 200    |
-| replayed: completed (duplicate)  | 200    |
-| finished / replayed: failed      | 422    |
-| key belongs to another job       | 422 (logged at ERROR) |
-| in progress (live lease)         | 409 + Retry-After |
-| another execution holds the job (overlap: forbid) | 409 ExecutionOverlap + Retry-After |
-| contended / stale attempt        | 409 + Retry-After / 409 |
-| released (retryable failure)     | 500    |
-| skipped (later than max_delay_seconds), and its replays | 200 |
+Their statuses are the answers table's (``handlers.answers``); what is the guard's own is how
+a kept response is replayed, the key's expiry on every answer about a record, the short
+Retry-After a polling client gets, and the members a manual run's answer adds to a run's
+(``clientToken``, ``requested_by``, 201 for the run this request made).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Collection, Mapping
 from typing import Any, assert_never
 
@@ -40,228 +30,10 @@ from dedup.outcomes import (
     Stale,
 )
 from dedup.runner import Waiting
-from handlers.logs import note_run
-from handlers.problems import TYPES_BY_ERROR, problem
+from handlers.answers import answer_of, note_outcome, run_answer, run_document
+from handlers.problems import problem
 from handlers.replayed_response import StoredResponse
-from models import DELIVERED_SOURCES, RunRecord, RunStatus
-from service.errors import Declined, Invalid, NotFound, Refusal
-
-log = logging.getLogger(__name__)
-
-
-def outcome_response(outcome: RunOutcome) -> Response:
-    note_outcome(outcome)
-    response = _outcome_response(outcome)
-    response.headers["X-Dedup-Run-Id"] = outcome.run_id
-    return response
-
-
-def outcome_name(outcome: RunOutcome) -> str:
-    """The outcome's name on the request's log line (log-based metrics count them)."""
-    match outcome:
-        case Finished():
-            return str(outcome.record.status)  # completed or failed
-        case Replayed():
-            return "duplicate"
-        case InProgress():
-            return "in_progress"
-        case Contended():
-            return "contended"
-        case Stale():
-            return "stale"
-        case Released():
-            return "released"
-        case Conflict():
-            return "conflict"
-        case JobMismatch():
-            return "job_mismatch"
-        case Skipped():
-            return "skipped"
-        case Overlap():
-            return "overlap"
-        case _ as unreachable:
-            assert_never(unreachable)
-
-
-def note_outcome(outcome: RunOutcome) -> None:
-    """Name the outcome, and the run it is about, for the request's log line."""
-    fields: dict[str, Any] = {"outcome": outcome_name(outcome), "run_id": outcome.run_id}
-    record = outcome.record
-    if record is not None and not isinstance(outcome, Stale):
-        fields.update(job_id=record.job_id, source=record.source, attempt=record.attempt)
-    if isinstance(outcome, (Stale, Released)):
-        fields["attempt"] = outcome.attempt
-    if isinstance(outcome, JobMismatch):
-        fields.update(job_id=outcome.job_id, attempt=None)  # the job asked for, not the record's
-    note_run(**fields)
-
-
-def _outcome_response(outcome: RunOutcome) -> Response:
-    match outcome:
-        case Finished() | Skipped():
-            return _record_response(outcome.record, duplicate=False)
-        case Replayed():
-            return _record_response(outcome.record, duplicate=True)
-        case Released():
-            return problem(
-                500,
-                "RetryableFailure",
-                f"attempt {outcome.attempt} failed and released the run for a retry: {outcome.error.get('message')}",
-                run_id=outcome.run_id,
-                attempt=outcome.attempt,
-                run_status="released",
-                cause=outcome.error,
-            )
-        case Conflict():  # only client-token runs carry fingerprints
-            return problem(
-                422,
-                "ConflictException",
-                "this key belongs to a run with other parameters",
-                run_id=outcome.record.run_id,
-            )
-        case JobMismatch():
-            return job_mismatch_response(outcome)
-        case InProgress() | Contended() | Overlap() | Stale():
-            return busy_response(outcome)
-        case _ as unreachable:
-            assert_never(unreachable)
-
-
-INVALID = "InvalidParameterException"
-
-
-def refusal_problem(refusal: Refusal) -> Response:
-    """A service refusal as a problem: 404 for what is not there, 400 for a broken rule, and a
-    refused request with its kind's own status (``handlers.problems``) and details."""
-    match refusal:
-        case NotFound():
-            return problem(404, "NotFound", refusal.message)
-        case Invalid():
-            return problem(400, INVALID, refusal.message)
-        case Declined():
-            return problem(TYPES_BY_ERROR[refusal.kind].status, refusal.kind, refusal.message, **refusal.details)
-    raise TypeError(f"not a refusal the app answers: {refusal!r}")
-
-
-def job_mismatch_response(outcome: JobMismatch) -> Response:
-    """422 for a key that names another job's run: a configuration error, logged at ERROR.
-
-    Shared with the guard.  Nothing ran and nothing was replayed.
-    """
-    record = outcome.record
-    if record.source in DELIVERED_SOURCES:
-        what = (
-            f"the delivery of Scheduler job {record.scheduler_job_name!r} for {format_utc(record.schedule_time)}"
-            if record.schedule_time
-            else "this delivery"
-        )
-        fix = (
-            "give each Scheduler job its own job id, or scope the deliveries (?project=P&location=L "
-            "on the target URI, or the X-Scheduler-Project and X-Scheduler-Location headers) so their "
-            "keys differ"
-        )
-    else:
-        what = "this idempotency key"
-        fix = "use a new key, or a scope that tells the jobs apart"
-    message = (
-        f"{what} has the run key of a run of job {record.job_id!r}, not of job {outcome.job_id!r}; "
-        f"it was neither run nor answered from that run: {fix}"
-    )
-    log.error(
-        "run %s: %s",
-        record.run_id,
-        message,
-        extra={"run_id": record.run_id, "job_id": outcome.job_id, "outcome": "job_mismatch"},
-    )
-    return problem(
-        422, "JobMismatch", message, run_id=record.run_id, job_id=outcome.job_id, recorded_job_id=record.job_id
-    )
-
-
-Busy = InProgress | Contended | Overlap | Stale
-
-
-def busy_response(outcome: Busy) -> Response:
-    """409 for a run someone else is working on (shared with the guard)."""
-    match outcome:
-        case InProgress():
-            record = outcome.record
-            response = problem(
-                409,
-                "RunInProgress",
-                f"attempt {record.attempt} of this run holds its lease until "
-                f"{format_utc(record.lease_expires)}; retry after it",
-                run_id=record.run_id,
-                run_status=record.status,
-                attempt=record.attempt,
-                lease_expires=format_utc(record.lease_expires),
-            )
-            response.headers["Retry-After"] = str(outcome.retry_after_seconds)
-        case Contended():
-            response = problem(
-                409,
-                "RunContended",
-                "other deliveries of this run are claiming it at this moment; retry shortly",
-                run_id=outcome.run_id,
-            )
-            response.headers["Retry-After"] = str(outcome.retry_after_seconds)
-        case Overlap():
-            response = problem(
-                409,
-                "ExecutionOverlap",
-                f"the job forbids overlap and another execution (run {outcome.holder_run_id}) holds it; "
-                "this one did not run: retry after it",
-                run_id=outcome.run_id,
-                holder_run_id=outcome.holder_run_id,
-            )
-            response.headers["Retry-After"] = str(outcome.retry_after_seconds)
-        case Stale():
-            current = outcome.current
-            response = problem(
-                409,
-                "StaleAttempt",
-                f"attempt {outcome.attempt} lost its lease and another attempt took the run over; "
-                "its outcome was not recorded",
-                run_id=outcome.run_id,
-                attempt=outcome.attempt,
-                current_attempt=current.attempt if current else None,
-                current_status=current.status if current else None,
-            )
-            response.headers["Retry-After"] = "1"  # the next delivery sees what the new owner did
-        case _ as unreachable:
-            assert_never(unreachable)
-    return response
-
-
-def record_document(record: RunRecord, duplicate: bool) -> dict:
-    document = {
-        "run_id": record.run_id,
-        "job_id": record.job_id,
-        "status": record.status,
-        "attempt": record.attempt,
-        "duplicate": duplicate,
-    }
-    if record.schedule_time is not None:
-        document["schedule_time"] = format_utc(record.schedule_time)
-    if record.downstream:
-        document["downstream"] = record.downstream
-    if record.status == RunStatus.COMPLETED:
-        document["result"] = record.result
-    elif record.status == RunStatus.SKIPPED:
-        document["reason"] = (record.error or {}).get("message")
-    else:
-        document["error"] = record.error
-    return document
-
-
-def _record_response(record: RunRecord, duplicate: bool) -> Response:
-    response = jsonify(record_document(record, duplicate))
-    # A skipped slot is done with: never a 5xx for a late delivery, so Scheduler stops retrying.
-    response.status_code = 200 if record.status in (RunStatus.COMPLETED, RunStatus.SKIPPED) else 422
-    if duplicate:
-        response.headers["Idempotent-Replayed"] = "true"
-    return response
-
+from models import RunRecord, RunStatus
 
 # Guarded views (manual runs, @idempotent): a client polls, so Retry-After is a short
 # hint, not the whole lease; every answer says when the key is free again.
@@ -297,8 +69,9 @@ def guarded_response(
         case Conflict():
             record = outcome.record
             differing = differing_names(record.parameters, given, exclude)
+            answer = answer_of(outcome)
             response = problem(
-                422,
+                answer.status,
                 "ConflictException",
                 "this idempotency key was already used with different parameters"
                 + (f": {', '.join(differing)}" if differing else "")
@@ -308,18 +81,18 @@ def guarded_response(
             )
             return _with_expiry(response, record)
         case JobMismatch():
-            return job_mismatch_response(outcome)
+            return run_answer(outcome)
         case Released() if live:
             return live[0]  # a retryable answer, not kept: the key is free again
         case Released():
             return problem(500, "InternalError", "the guarded call failed and was not kept; retry it")
         case InProgress():
-            response = busy_response(outcome)
+            response = run_answer(outcome)
             # A client polls a manual run: suggest a short wait, not the whole lease.
             response.headers["Retry-After"] = str(min(outcome.retry_after_seconds, MAX_RETRY_AFTER_SECONDS))
             return _with_expiry(response, outcome.record)
         case Contended() | Overlap() | Stale():
-            response = busy_response(outcome)
+            response = run_answer(outcome)
             return _with_expiry(response, outcome.record) if outcome.record is not None else response
         case Skipped():
             raise TypeError("a guarded call is never skipped: only a late scheduled delivery is")
@@ -357,15 +130,21 @@ def manual_run_response(
             # Written before manual runs kept their results: the kept HTTP response, replayed.
             response = guarded_response(outcome, [], given, exclude, {201: 200})
         case Finished() | Replayed():
+            # The run's answer, as every surface gives it, and what the run API adds: the token, who
+            # asked, and 201 for the run this request made and completed.
             record = outcome.record
-            response = _manual_run_document(record, client_token)
-            if isinstance(outcome, Replayed):
-                response.status_code = 200 if record.status == RunStatus.COMPLETED else 422
+            replayed = isinstance(outcome, Replayed)
+            document = run_document(record, duplicate=replayed)
+            response = jsonify({**document, "clientToken": client_token, "requested_by": record.requested_by})
+            status = answer_of(outcome).status
+            response.status_code = 201 if status == 200 and not replayed else status
+            if replayed:
                 response.headers["Idempotent-Replayed"] = "true"
             response = _with_expiry(response, record)
         case Released():
+            answer = answer_of(outcome)
             response = problem(
-                500,
+                answer.status,
                 "RetryableFailure",
                 f"the run failed and was released; retry with the same clientToken: {outcome.error.get('message')}",
                 run_id=outcome.run_id,
@@ -389,20 +168,3 @@ def manual_run_response(
 def _kept(record: RunRecord) -> Any:
     """What a finished record keeps: its result when completed, else its error."""
     return record.result if record.status == RunStatus.COMPLETED else record.error
-
-
-def _manual_run_document(record: RunRecord, client_token: str) -> Response:
-    document = {
-        "run_id": record.run_id,
-        "job_id": record.job_id,
-        "clientToken": client_token,
-        "attempt": record.attempt,
-        "requested_by": record.requested_by,
-    }
-    if record.status == RunStatus.COMPLETED:
-        response = jsonify({**document, "status": "completed", "result": record.result})
-        response.status_code = 201
-    else:
-        response = jsonify({**document, "status": "failed", "error": record.error})
-        response.status_code = 422
-    return response

@@ -11,9 +11,9 @@ from werkzeug.exceptions import NotFound
 from dedup.errors import InvalidRunRequest
 from dedup.keys import format_utc, scheduled_run_key
 from handlers.access import Role, requires
+from handlers.answers import outcome_response
 from handlers.logs import note_run
 from handlers.problems import problem
-from handlers.responses import outcome_response
 from handlers.state import app_state, current_principal
 from models import RunSource
 from service.runs import Delivery, run_delivery

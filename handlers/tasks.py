@@ -7,23 +7,22 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
-from dedup.outcomes import RunOutcome
 from handlers.access import Principal, Role, requires
+from handlers.answers import task_answer
 from handlers.auth.appengine import from_task_queue
 from handlers.client_tokens import client_token_problem
 from handlers.cross_site import changes_state, json_body
 from handlers.idempotent import Fingerprint, GuardRejected
 from handlers.logs import note_run
-from handlers.problems import TYPES_BY_ERROR, problem
+from handlers.problems import problem
 from handlers.request_times import BadTime, request_time
-from handlers.responses import outcome_response
 from handlers.state import app_state
 from handlers.strict_json import InvalidJson, json_payload
 from models import RunSource
 from schedules.audit import ReportedSlot
 from schedules.config import SchedulerJob
 from service.audits import AUDIT_SHARE_SIZE, audit_jobs, audit_share, split_audit
-from service.errors import Declined, Invalid, NotFound
+from service.errors import Invalid, NotFound
 from service.runs import ManualRunRequest, run_manually
 from service.slots import SlotRunRequest, run_slot_now, slot_of
 
@@ -82,7 +81,7 @@ def audit_dispatched_share():
         return ask
     jobs = audit_share(app_state().schedules, ask["first"], ask["count"])
     if jobs is None:
-        return settled(404, {"detail": f"scheduler.yaml declares no Scheduler job {ask['first']!r}"})
+        return task_answer(NotFound(f"scheduler.yaml declares no Scheduler job {ask['first']!r}"))
     return jsonify({**_audited(jobs), "scheduler_jobs": len(jobs)})
 
 
@@ -98,9 +97,6 @@ def _audited(jobs: tuple[SchedulerJob, ...]) -> dict[str, Any]:
     }
 
 
-# What a dispatched task may cure by being delivered again: an attempt holds the run, or it
-# was released.  Every other answer settles the task (2xx), or Cloud Tasks would retry it.
-TASK_RETRIES = (409, 500)
 SLOT_RUN_FIELDS = {"job_id", "schedule_time", "scheduler_job", "project", "location", "attempt", "requested_by"}
 
 
@@ -131,19 +127,15 @@ def run_dispatched_slot():
         where = (str(ask["scheduler_job"]), str(ask["project"]), str(ask["location"]))
         slot = slot_of(state, str(ask["job_id"]), instant, *where)
     except BadTime as exc:
-        return settled(400, {"detail": str(exc)})
-    except NotFound as exc:
-        return settled(404, {"detail": exc.message})
-    except Invalid as exc:
-        return settled(400, {"detail": exc.message})
+        return task_answer(Invalid(str(exc)))
+    except (NotFound, Invalid) as refused:
+        return task_answer(refused)
     # The run records who asked for the catch-up; the queue only carried it.
     asked_by = Principal.named(str(ask["requested_by"]))
     note_run(job_id=str(ask["job_id"]), source=RunSource.SCHEDULER, run_id=slot.run_id)
-    outcome = run_slot_now(state, asked_by, str(ask["job_id"]), slot, SlotRunRequest(ask["attempt"], "force" in ask))
-    if isinstance(outcome, Declined):
-        status = TYPES_BY_ERROR[outcome.kind].status
-        return settled(status, {"error": outcome.kind, "detail": outcome.message})
-    return task_answer(outcome)
+    return task_answer(
+        run_slot_now(state, asked_by, str(ask["job_id"]), slot, SlotRunRequest(ask["attempt"], "force" in ask))
+    )
 
 
 MANUAL_RUN_FIELDS = {"job_id", "client_token", "parameters", "requested_by"}
@@ -173,17 +165,17 @@ def run_dispatched_manual_run():
     state = app_state()
     job = state.jobs.get(ask["job_id"])
     if job is None:
-        return settled(404, {"detail": f"no job {ask['job_id']!r} is declared in the jobs file"})
+        return task_answer(NotFound(f"no job {ask['job_id']!r} is declared in the jobs file"))
     token_problem = client_token_problem(ask["client_token"])
     if token_problem:
-        return settled(400, {"detail": token_problem})
+        return task_answer(Invalid(token_problem))
     note_run(job_id=ask["job_id"], source=RunSource.API)
     # The run records who confirmed it; the queue only carried it.
     asked_by = Principal.named(ask["requested_by"])
     try:  # as bounded as the form's and the API's (the queue carries what the dashboard checked)
         parameters = Fingerprint.of(lambda: ask["parameters"]).parameters()
     except GuardRejected as exc:
-        return settled(400, {"detail": exc.message})
+        return task_answer(Invalid(exc.message))
     return task_answer(
         run_manually(state, asked_by, ask["job_id"], job, ManualRunRequest(ask["client_token"], parameters))
     )
@@ -211,16 +203,3 @@ def task_body(
     if not isinstance(ask, dict) or not valid(ask):
         return problem(400, "InvalidParameterException", f"the body must hold {holds}")
     return ask
-
-
-def task_answer(outcome: RunOutcome):
-    """A run's answer to the queue: as itself where a retry may cure it (or it succeeded), else settled."""
-    response = outcome_response(outcome)
-    if response.status_code in TASK_RETRIES or response.status_code < 300:
-        return response
-    return settled(response.status_code, response.get_json(silent=True))
-
-
-def settled(status: int, answer: object):
-    """200 for a task whose answer a retry cannot change, with the answer it got."""
-    return jsonify({"settled": True, "status": status, "answer": answer})

@@ -24,7 +24,7 @@ from dedup.ledger import Ledger, RunDescription, RunPolicy
 from dedup.outcomes import Finished, Renewed
 from dedup.runner import run_once
 from devtools.rpc_counter import intercepted_client
-from handlers.responses import outcome_response
+from handlers.answers import outcome_response
 from models import RunRecord, RunStatus
 from models.job_lock import JobLock
 from tests.conftest import ndb_client_of
