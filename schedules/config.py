@@ -60,8 +60,8 @@ DELIVERY_GRACE_SECONDS = 120
 MISFIRE_POLICIES = ("none", "run_latest", "run_all")
 # The outcomes of the audit's deadline and failure-streak lines (python -m deploy alerts alerts on them).
 BREACH_OUTCOMES = ("late", "overdue", "slow", "failing")
-DEFAULT_CATCHUP_WINDOW = 86400  # a day: what a resume's catch-up reaches back by default
-MAX_CATCHUP_WINDOW = 366 * 86400
+DEFAULT_CATCHUP_Window = 86400  # a day: what a resume's catch-up reaches back by default
+MAX_CATCHUP_Window = 366 * 86400
 # How often cron.yaml runs /tasks/audit (tests/test_deployment_files.py holds the two equal).
 AUDIT_INTERVAL_SECONDS = 15 * 60
 # The project the shipped scheduler.yaml names until someone fills in theirs: project ids have
@@ -243,12 +243,12 @@ def _duration(value: Any) -> float:
     )
 
 
-def _within(low: float, high: float, wrong: Callable[[float], str]) -> Callable[[Any], float]:
-    """A duration from ``low`` to ``high`` seconds; ``wrong`` says what is wrong with another."""
+def _within(inside: Callable[[float], bool], wrong: Callable[[float], str]) -> Callable[[Any], float]:
+    """A duration ``inside`` its bounds; ``wrong`` says what is wrong with another."""
 
     def duration(value: Any) -> float:
         seconds = _duration(value)
-        if not low <= seconds <= high:
+        if not inside(seconds):
             raise ValueError(wrong(seconds))
         return seconds
 
@@ -390,18 +390,41 @@ def _start_at(value: Any) -> datetime.datetime | None:
 
 _DURATION_SCHEMA = float | Annotated[str, Field(pattern=r"^\s*((\d+(\.\d+)?[dhmsDHMS])+|\d+(\.\d+)?)\s*$")]
 Duration = Annotated[float, check(_duration, _DURATION_SCHEMA)]
-_WINDOW = Annotated[
+_Window = Annotated[
     float,
     check(
-        _within(1, MAX_CATCHUP_WINDOW, lambda s: f"{s:g}s: from 1s to {MAX_CATCHUP_WINDOW // 86400} days"),
+        _within(
+            lambda s: 0 < s <= MAX_CATCHUP_Window, lambda s: f"{s:g}s: from 1s to {MAX_CATCHUP_Window // 86400} days"
+        ),
         _DURATION_SCHEMA,
     ),
 ]
-_STREAK = Annotated[
+_Deadline = Annotated[
+    float,
+    check(
+        _within(
+            lambda s: MIN_ATTEMPT_DEADLINE <= s <= MAX_ATTEMPT_DEADLINE,
+            lambda s: f"{int(s)}s: App Engine targets take 15s to 24h15s",
+        ),
+        _DURATION_SCHEMA,
+    ),
+]
+_Streak = Annotated[
     int,
     check(
         _whole(1, 1000, lambda _: "must be a whole number of failed executions in a row, 1 to 1000"),
         Annotated[int, Field(ge=1, le=1000)],
+    ),
+]
+_Schedule = Annotated[str, check(lambda value: _required(_cron)(value).strip(), Annotated[str, Field(min_length=9)])]
+_Project = Annotated[str, check(_required(lambda p: None if PROJECT_ID.fullmatch(p) else f"{p!r} is not a project id"))]
+_Location = Annotated[
+    str,
+    check(
+        _required(
+            lambda p: None if SCHEDULER_LOCATION.fullmatch(p) else f"{p!r} is not a location such as us-central1"
+        ),
+        Annotated[str, Field(pattern=f"^{SCHEDULER_LOCATION.pattern}$")],
     ),
 ]
 
@@ -441,21 +464,11 @@ class SchedulerJobDeclaration(Declaration):
     """The Cloud Scheduler job id (by default the declaration's key)."""
     target: Annotated[str, check(_required(), Annotated[str, Field(min_length=1)])]
     """The job of jobs.yaml it delivers to (/jobs/<target>)."""
-    schedule: Annotated[str, check(lambda value: _required(_cron)(value).strip(), Annotated[str, Field(min_length=9)])]
+    schedule: _Schedule
     """A unix-cron schedule, MIN HOUR DOM MON DOW (e.g. '*/5 * * * *')."""
-    project: Annotated[
-        str, check(_required(lambda p: None if PROJECT_ID.fullmatch(p) else f"{p!r} is not a project id"))
-    ]
+    project: _Project
     """The Google Cloud project of the Scheduler job (and of the app)."""
-    location: Annotated[
-        str,
-        check(
-            _required(
-                lambda p: None if SCHEDULER_LOCATION.fullmatch(p) else f"{p!r} is not a location such as us-central1"
-            ),
-            Annotated[str, Field(pattern=f"^{SCHEDULER_LOCATION.pattern}$")],
-        ),
-    ]
+    location: _Location
     """The Scheduler job's region, e.g. us-central1."""
     time_zone: Annotated[str, check(_time_zone)] = "Etc/UTC"
     """The schedule's tz database time zone (Etc/UTC, utc, Europe/Paris)."""
@@ -465,17 +478,7 @@ class SchedulerJobDeclaration(Declaration):
     """The body of each delivery (POST only)."""
     headers: Annotated[dict[str, str], check(_headers, dict[str, str] | None)] = {}
     """Headers sent with each delivery (not X-Google-*, X-AppEngine-*, X-CloudScheduler*)."""
-    attempt_deadline: Annotated[
-        float | None,
-        check(
-            _within(
-                MIN_ATTEMPT_DEADLINE,
-                MAX_ATTEMPT_DEADLINE,
-                lambda s: f"{int(s)}s: App Engine targets take 15s to 24h15s",
-            ),
-            _DURATION_SCHEMA,
-        ),
-    ] = None
+    attempt_deadline: _Deadline | None = None
     """How long an attempt may take: 15s to 24h15s (by default the scaling type's request timeout)."""
     retry: Annotated[RetryConfig, BeforeValidator(lambda value: {} if value is None else value)] = RetryConfig()
     """How Cloud Scheduler retries a failed attempt."""
@@ -491,7 +494,7 @@ class SchedulerJobDeclaration(Declaration):
     """The Scheduler job's description."""
     start_at: Annotated[datetime.datetime | None, check(_start_at, datetime.datetime | None)] = None
     """From when slots are expected of the app (RFC 3339)."""
-    catchup_window: _WINDOW = DEFAULT_CATCHUP_WINDOW
+    catchup_window: _Window = DEFAULT_CATCHUP_Window
     """How far back a catch-up (resume, misfire) reaches: 1s to 366 days."""
     misfire: Annotated[str, check(_misfire, Annotated[str, Field(pattern="^(none|run_latest|run_all)$")])] = "none"
     """What the audit does with missed slots: none (report them), run_latest, run_all."""
@@ -499,13 +502,13 @@ class SchedulerJobDeclaration(Declaration):
     """true: the job is kept paused; false: kept running; unsaid: left as it is."""
     note: Annotated[str | None, check(_note, Annotated[str, Field(max_length=500)] | None)] = None
     """Why the job is paused, beside paused: true."""
-    finish_within: _WINDOW | None = None
+    finish_within: _Window | None = None
     """The audit alerts on a slot not completed this long after its time."""
-    max_runtime: _WINDOW | None = None
+    max_runtime: _Window | None = None
     """The audit alerts on a run going on longer than this."""
-    alert_after_consecutive_failures: _STREAK | None = None
+    alert_after_consecutive_failures: _Streak | None = None
     """The audit alerts after this many failed executions in a row (1 to 1000)."""
-    pause_after_consecutive_failures: _STREAK | None = None
+    pause_after_consecutive_failures: _Streak | None = None
     """The audit pauses the job after this many failed executions in a row (1 to 1000)."""
 
     @property
