@@ -82,7 +82,8 @@ def record_status(record: RunRecord) -> int:
     return 200 if record.status in (RunStatus.COMPLETED, RunStatus.SKIPPED) else 422
 
 
-def _typed(error: str, retry_after: int | None = None) -> Answer:
+def typed(error: str, retry_after: int | None = None) -> Answer:
+    """A row answered with the problem type ``error``, at its status."""
     return Answer(TYPES_BY_ERROR[error].status, error, retry_after)
 
 
@@ -92,25 +93,25 @@ def answer_of(said: Answerable) -> Answer:
         case Finished() | Replayed() | Skipped():
             return Answer(record_status(said.record))
         case Released():
-            return _typed("RetryableFailure")
+            return typed("RetryableFailure")
         case Conflict():
-            return _typed("ConflictException")
+            return typed("ConflictException")
         case JobMismatch():
-            return _typed("JobMismatch")
+            return typed("JobMismatch")
         case InProgress():
-            return _typed("RunInProgress", said.retry_after_seconds)
+            return typed("RunInProgress", said.retry_after_seconds)
         case Contended():
-            return _typed("RunContended", said.retry_after_seconds)
+            return typed("RunContended", said.retry_after_seconds)
         case Overlap():
-            return _typed("ExecutionOverlap", said.retry_after_seconds)
+            return typed("ExecutionOverlap", said.retry_after_seconds)
         case Stale():
-            return _typed("StaleAttempt", 1)  # the next delivery sees what the new owner did
+            return typed("StaleAttempt", 1)  # the next delivery sees what the new owner did
         case NotFound():
             return Answer(404, NOT_FOUND)
         case Invalid():
-            return _typed(INVALID)
+            return typed(INVALID)
         case Declined():
-            return _typed(said.kind)
+            return typed(said.kind)
         case _ as unreachable:
             assert_never(unreachable)
 

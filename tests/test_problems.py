@@ -19,6 +19,7 @@ import pytest
 from flask import Flask
 
 from handlers.problems import MEDIA_TYPE, PROBLEM_TYPES, TYPES_BY_ERROR, problem
+from service.errors import RefusalKind
 from tests.support.deliveries import JOBS, deliver
 from tests.support.manual_runs import start
 from tests.support.problems import problem_violations
@@ -88,16 +89,20 @@ def test_outside_a_request_a_problem_has_no_instance():
 
 
 def _problem_codes(tree: ast.AST) -> list[tuple[int, str]]:
-    """(line, code) for each literal error code given to problem(), a Rejection or a SlotRunRefused."""
+    """(line, code) for each literal error code given to problem(), a Rejection or the answers table's typed()."""
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
         name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-        if name in ("problem", "Rejection", "SlotRunRefused") and len(node.args) >= 2:
+        if name == "typed" and node.args:  # handlers.answers: a row of the table
+            code = node.args[0]
+        elif name in ("problem", "Rejection") and len(node.args) >= 2:
             code = node.args[1]
-            if isinstance(code, ast.Constant) and isinstance(code.value, str):
-                found.append((node.lineno, code.value))
+        else:
+            continue
+        if isinstance(code, ast.Constant) and isinstance(code.value, str):
+            found.append((node.lineno, code.value))
     return found
 
 
@@ -106,6 +111,8 @@ def test_every_error_code_the_handlers_send_has_a_type_and_every_type_is_sent():
     for path in sorted((ROOT / "handlers").rglob("*.py")):
         for line, code in _problem_codes(ast.parse(path.read_text())):
             sent.setdefault(code, f"{path.name}:{line}")
+    for kind in RefusalKind:  # the service's refusals, answered as their kind (handlers.answers)
+        sent.setdefault(kind.value, "service/errors.py")
     assert {code: where for code, where in sent.items() if code not in TYPES_BY_ERROR} == {}
     # A type no handler sends is documentation of nothing (bad_request_error's default: the guard).
     assert set(TYPES_BY_ERROR) - set(sent) <= {"InvalidIdempotencyRequest"}
