@@ -629,8 +629,12 @@ def schedule_zone(time_zone: str) -> zoneinfo.ZoneInfo:
 _PERIOD_START = datetime.datetime(2026, 1, 1)
 
 
+@functools.cache
 def first_schedule_time(schedule: str, time_zone: str) -> datetime.datetime | None:
     """The schedule's first time from 2026 on (UTC), or None when no date matches it ("0 0 30 2 *").
+
+    Remembered: a pure function of its text, which two rules of a job (fires,
+    deliveries_are_accepted) ask for.
 
     croniter looks up to 50 years ahead; a unix-cron schedule that fires at all
     fires at least every 8 years (February 29th, 2096 then 2104).
