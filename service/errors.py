@@ -1,7 +1,7 @@
 """The service's refusals: why it did not do what was asked (and that nothing was done).
 
-Its own types, not HTTP's: an adapter renders them (``handlers/responses.py``), whichever
-surface asked.  ``NotFound``: what the request names is not declared or not known.
+Its own types, not HTTP's: the adapters render them (the answers table, ``handlers/answers.py``),
+whichever surface asked.  ``NotFound``: what the request names is not declared or not known.
 ``Invalid``: the request breaks a rule the message names.  ``Declined``: a well-formed request
 the state refuses, of a ``kind`` a client matches on, with details of its own (not ``Refused``,
 which is a write answer in ``dedup.store``: one name, one idea).
