@@ -14,7 +14,6 @@ import pathlib
 
 from flask import Blueprint, Response, jsonify, request
 from google.api_core import exceptions as google_exceptions
-from werkzeug.exceptions import NotFound
 
 from dedup.keys import is_run_id
 from dedup.queries import RunFilter
@@ -33,6 +32,7 @@ from handlers.state import app_state, current_principal
 from handlers.strict_json import InvalidJson
 from jobs.config import JobSpec
 from models import RunSource, RunStatus
+from service.errors import NotFound  # answered by the answers table, as every refusal
 from service.runs import run_manually
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 
 from flask import Blueprint, request
-from werkzeug.exceptions import NotFound
 
 from dedup.errors import InvalidRunRequest
 from dedup.keys import format_utc, scheduled_run_key
@@ -16,6 +15,7 @@ from handlers.logs import note_run
 from handlers.problems import problem
 from handlers.state import app_state, current_principal
 from models import RunSource
+from service.errors import NotFound  # answered by the answers table, as every refusal
 from service.runs import Delivery, run_delivery
 
 blueprint = Blueprint("scheduler", __name__)
