@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from http import HTTPStatus
 from typing import Any, assert_never
 
 from flask import Response, jsonify
@@ -62,7 +63,7 @@ NOT_FOUND = "NotFound"  # an HTTP error of no type of its own: about:blank, titl
 
 
 @dataclasses.dataclass(frozen=True)
-class Answer:
+class AnswerRule:
     """One row of the table: the status, the problem type (None: the run's record answers), and
     how many seconds to wait before sending the same request again (None: no Retry-After)."""
 
@@ -75,6 +76,11 @@ class Answer:
         """The problem type's declaration (title, retryable, its page); None for a record or NotFound."""
         return TYPES_BY_ERROR.get(self.error) if self.error else None
 
+    @property
+    def title(self) -> str:
+        """What the problem's ``title`` says: its type's, else the status phrase (about:blank's)."""
+        return self.kind.title if self.kind else HTTPStatus(self.status).phrase
+
 
 def record_status(record: RunRecord) -> int:
     """A finished run's own answer: done with (completed, or skipped, so Scheduler stops retrying a
@@ -82,16 +88,16 @@ def record_status(record: RunRecord) -> int:
     return 200 if record.status in (RunStatus.COMPLETED, RunStatus.SKIPPED) else 422
 
 
-def typed(error: str, retry_after: int | None = None) -> Answer:
+def typed(error: str, retry_after: int | None = None) -> AnswerRule:
     """A row answered with the problem type ``error``, at its status."""
-    return Answer(TYPES_BY_ERROR[error].status, error, retry_after)
+    return AnswerRule(TYPES_BY_ERROR[error].status, error, retry_after)
 
 
-def answer_of(said: Answerable) -> Answer:
+def answer_of(said: Answerable) -> AnswerRule:
     """The table: what ``said`` is answered, whichever surface asked."""
     match said:
         case Finished() | Replayed() | Skipped():
-            return Answer(record_status(said.record))
+            return AnswerRule(record_status(said.record))
         case Released():
             return typed("RetryableFailure")
         case Conflict():
@@ -107,7 +113,7 @@ def answer_of(said: Answerable) -> Answer:
         case Stale():
             return typed("StaleAttempt", 1)  # the next delivery sees what the new owner did
         case NotFound():
-            return Answer(404, NOT_FOUND)
+            return AnswerRule(404, NOT_FOUND)
         case Invalid():
             return typed(INVALID)
         case Declined():

@@ -118,6 +118,7 @@ def test_every_surface_renders_the_one_row(index):
     assert response.headers["X-Dedup-Run-Id"] == said.run_id
     if answer.error is not None:
         assert response.json["error"] == answer.error and response.json["status"] == answer.status
+        assert response.json["title"] == answer.title
     if answer.status in (409, 500) or answer.status < 300:
         assert task.status_code == answer.status  # a retry may cure it, or it succeeded: as itself
     else:
