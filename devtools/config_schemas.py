@@ -23,7 +23,10 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
 def jobs_schema() -> dict[str, Any]:
-    return {"$schema": DIALECT, **jobs_file_model().model_json_schema()}
+    """jobs.yaml's: a job id outside the pattern is flagged too (pydantic leaves it open)."""
+    schema = jobs_file_model().model_json_schema()
+    schema["properties"]["jobs"]["additionalProperties"] = False
+    return {"$schema": DIALECT, **schema}
 
 
 def scheduler_schema() -> dict[str, Any]:

@@ -67,6 +67,7 @@ def test_every_jobs_and_scheduler_file_of_the_repository_is_listed():
     [
         ("jobs.schema.json", {"jobs": {"j": {"kind": "python", "target": "a.b:c", "colour": "red"}}}),
         ("jobs.schema.json", {"jobs": {"j": {"kind": "cobol"}}}),
+        ("jobs.schema.json", {"jobs": {"bad id!": {"kind": "python", "target": "a.b:c"}}}),
         ("jobs.schema.json", {"jobs": {"j": {"kind": "http", "url": "https://x.internal", "lease_seconds": "10"}}}),
         ("scheduler.schema.json", {"jobs": {"n": {"target": "j", "project": "p"}}}),
         ("scheduler.schema.json", {"defaults": {"colour": 1}, "jobs": {}}),

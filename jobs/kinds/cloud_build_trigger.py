@@ -57,6 +57,7 @@ class CloudBuildTriggerDeclaration(GoogleApiDeclaration):
     commit: Text | None = None
     """The commit to build."""
     api_base: BaseUrl = DEFAULT_API_BASE
+    """The API's base URL: production's by default, a stand-in's in tests."""
 
     @model_validator(mode="after")
     def one_revision(self) -> Self:

@@ -51,6 +51,7 @@ class CloudRunJobDeclaration(GoogleApiDeclaration):
     container: Annotated[str | None, check(_container, str | None)] = None
     """The container to override, when the job has several."""
     api_base: BaseUrl = DEFAULT_API_BASE
+    """The API's base URL: production's by default, a stand-in's in tests."""
 
     def build(self, job_id: str) -> CloudRunJob:
         env = {name: str(value) for name, value in self.env.items()}

@@ -51,6 +51,7 @@ class WorkflowDeclaration(GoogleApiDeclaration):
     argument: Annotated[dict[str, Any], check(_argument, dict[str, Any])] = {}
     """The execution's JSON argument; the run's parameters and key are added to it."""
     api_base: BaseUrl = DEFAULT_API_BASE
+    """The API's base URL: production's by default, a stand-in's in tests."""
 
     def build(self, job_id: str) -> WorkflowJob:
         return WorkflowJob(self.workflow, self.argument, self.api())
