@@ -44,9 +44,9 @@ def deliver(job_id: str):
     keyed = functools.partial(_note_delivery, job_id)
     delivered = run_delivery(state, current_principal(), job_id, job, key, body, keyed=keyed)
     response = outcome_response(delivered.outcome)
-    if delivered.count_duplicate is not None:
+    if delivered.duplicate is not None:
         # Counted once the answer has gone, with the status it went with.
-        response.call_on_close(functools.partial(delivered.count_duplicate, response.status_code))
+        response.call_on_close(functools.partial(delivered.duplicate.count, response.status_code))
     if delivered.paused is not None:
         response.headers["X-Dedup-Schedule-Paused"] = format_utc(delivered.paused.since)
     return response

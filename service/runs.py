@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -136,17 +135,33 @@ def late_delivery(job: JobSpec, key: ScheduledRunKey, now: datetime.datetime, fo
 
 
 @dataclasses.dataclass(frozen=True)
+class DuplicateToCount:
+    """A duplicate delivery of a declared Scheduler job's slot, absorbed: counted in its tally
+    (``schedules.tallies``) once its answer has gone, never on its path, with the status it got."""
+
+    scheduler_job: str  # the tally's Scheduler job (``history_id``)
+    schedule_time: datetime.datetime
+    received: datetime.datetime
+    client: ndb.Client = dataclasses.field(repr=False, compare=False)  # the count's own NDB context's
+
+    def count(self, status: int) -> None:
+        tally_after_answer(
+            self.client, self.scheduler_job, self.schedule_time, DuplicateDelivery(self.received, INSTANCE, status)
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class Delivered:
     """What a Scheduler delivery did, and the facts its answer carries or leaves behind: the
     outcome; the key it ran under and why it is a Force run (None: a slot's delivery); the pause
     it came during (it ran all the same); and, for a duplicate of a declared Scheduler job's
-    slot, the count to make once the answer has gone (``count_duplicate(status)``)."""
+    slot, the count to make once the answer has gone (``duplicate``)."""
 
     outcome: RunOutcome
     key: ScheduledRunKey
     force_run: str | None
     paused: Pause | None
-    count_duplicate: Callable[[int], None] | None
+    duplicate: DuplicateToCount | None
 
 
 def run_delivery(
@@ -172,12 +187,10 @@ def run_delivery(
     outcome = run_scheduled(
         state, principal, job_id, job, key, body, skip_reason=skip_reason, force_run=bool(force_run)
     )
-    count = None
+    duplicate = None
     if delivery.declared is not None and not force_run and isinstance(outcome, Replayed | InProgress):
-        # A duplicate, absorbed: counted once its answer has gone, never on its path.
-        count = functools.partial(
-            _count_duplicate, ndb.get_context().client, history_id(delivery.declared), key.schedule_time, now
-        )
+        client = ndb.get_context().client
+        duplicate = DuplicateToCount(history_id(delivery.declared), key.schedule_time, now, client)
     # A delivery during a pause (a tick racing it, a Force run) runs as usual, and says so.  A
     # Force run is asked for now; a slot's delivery belongs to its time.
     pause = pause_at(delivery.pauses, now if force_run else key.schedule_time)
@@ -190,13 +203,7 @@ def run_delivery(
             pause.paused_by,
             extra={"scheduler_job": key.scheduler_job_name, "schedule_paused": format_utc(pause.since)},
         )
-    return Delivered(outcome, key, force_run, pause, count)
-
-
-def _count_duplicate(
-    client: ndb.Client, history: str, schedule_time: datetime.datetime, now: datetime.datetime, status: int
-) -> None:
-    tally_after_answer(client, history, schedule_time, DuplicateDelivery(now, INSTANCE, status))
+    return Delivered(outcome, key, force_run, pause, duplicate)
 
 
 MANUAL_RUN_NAMESPACE = "manual-run"
