@@ -1,10 +1,11 @@
 """Runs: a scheduled delivery's run, and a manual run under a client token.
 
-``run_scheduled`` runs a Scheduler delivery (or an operator's run of a slot) once under its
-key; ``delivered_key`` and ``late_delivery`` decide what a delivery is (a slot's, a Force
-run) and whether it came too late.  ``run_manually`` runs a job once per client token, and
-``manual_run_work`` queues such a run to be done later.  Each takes the app's state and the
-principal it acts for as parameters.
+``run_delivery`` is a Cloud Scheduler delivery: ``delivered_key`` and ``late_delivery`` decide
+what it is (a slot's, a Force run) and whether it came too late, ``run_scheduled`` runs it (or an
+operator's run of a slot) once under its key, and what its answer leaves to do comes back as
+data.  ``run_manually`` runs a job once per client token; ``run_manually_later`` answers it from
+its record or queues it, by ``answer_or_queue``, the one rule of every queued action.  Each
+takes the app's state and the principal it acts for as parameters.
 """
 
 from __future__ import annotations

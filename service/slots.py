@@ -1,9 +1,10 @@
 """Slots: a Scheduler job's expected executions, and an operator's run of one.
 
-``schedules_of`` and ``find_slot`` say which slot a request names, ``check_slot_run`` whether it
-may run as asked (a ``Declined`` otherwise), ``run_slot_now`` runs it under the key a Scheduler
-delivery of it carries, and ``slot_run_work`` queues such a run.  ``executions_between`` is a
-page of the executions listing.
+``schedules_of``, ``find_slot`` and ``slot_of`` say which slot a request names, ``check_slot_run``
+whether it may run as asked (a ``Declined`` otherwise), ``run_slot_now`` runs it under the key a
+Scheduler delivery of it carries, ``run_slot_later`` and ``run_slots_later`` (a bulk run) answer
+it from its record or queue it (``slot_run_work``).  ``executions_between`` is a page of the
+executions listing.
 """
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ def run_slot_now(
     state: AppState, principal: Principal, job_id: str, slot: Slot, ask: SlotRunRequest
 ) -> RunOutcome | Declined:
     """Run ``slot`` under its Scheduler key as ``ask`` says: the API's and the dashboard's one path
-    (the dashboard's through a task: ``check_slot_run`` first, then ``slot_run_work``)."""
+    (the dashboard's through a task: ``run_slot_later`` queues it, ``/tasks/run-slot`` runs it here)."""
     key = slot_key(slot)
     refused, _ = check_slot_run(state, slot, ask)
     if refused is not None:
