@@ -129,7 +129,7 @@ def _config_error(error: ErrorDetails) -> JobsConfigError:
     field = error_field(error, skip=3)
     if kind == "missing":
         return JobsConfigError(job_id, field, f"missing; kind {kind_name!r} requires it")
-    if kind == "extra_forbidden":
+    if kind in ("extra_forbidden", "invalid_key"):
         allowed = ", ".join(sorted(KINDS[kind_name].declaration.model_fields))
         return JobsConfigError(job_id, field, f"unknown key for kind {kind_name!r}; allowed: {allowed}")
     return JobsConfigError(job_id, field, reason(error))

@@ -83,8 +83,13 @@ def _url(query: bool) -> Callable[[Any], str]:
 
 
 _URL_SCHEMA = Annotated[str, Field(pattern="^https?://")]
-Seconds = Annotated[float, check(_seconds, Annotated[float, Field(gt=0, le=MAX_SECONDS)])]
-Text = Annotated[str, check(non_empty, Annotated[str, Field(min_length=1)])]
+_SECONDS_SCHEMA = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
+_TEXT_SCHEMA = Annotated[str, Field(min_length=1)]
+Seconds = Annotated[float, check(_seconds, _SECONDS_SCHEMA)]
+Text = Annotated[str, check(non_empty, _TEXT_SCHEMA)]
+# Keys that may be left out (None: their default, worked out from other keys) but not written as null.
+OmittableSeconds = Annotated[float | None, check(_seconds, _SECONDS_SCHEMA)]
+OmittableText = Annotated[str | None, check(non_empty, _TEXT_SCHEMA)]
 HttpUrl = Annotated[str, check(_url(True), _URL_SCHEMA)]
 BaseUrl = Annotated[str, check(_url(False), _URL_SCHEMA)]
 
@@ -133,11 +138,11 @@ class JobDeclaration(Declaration):
     """The job's kind: python, http, workflow, cloud_run_job or cloud_build_trigger (docs/jobs.md)."""
     lease_seconds: Seconds = DEFAULT_LEASE_SECONDS
     """How long an attempt holds its run before another may take it over, in seconds."""
-    retention_seconds: Seconds | None = None
+    retention_seconds: OmittableSeconds = None
     """How long a run's record is kept, in seconds: by default a week, or the lease and a day."""
     heartbeat: bool = True
     """Renew the lease while the job runs."""
-    max_run_seconds: Seconds | None = None
+    max_run_seconds: OmittableSeconds = None
     """How long a run may last, renewals included, in seconds: by default the request timeout."""
     fingerprint_exclude: Annotated[tuple[str, ...], check(_parameter_names, list[str])] = ()
     """Manual-run parameters left out of the client token's fingerprint."""

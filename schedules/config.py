@@ -298,6 +298,12 @@ def _plain_cron_field(field: str) -> bool:
     return all(_CRON_TOKEN.fullmatch(token) for token in re.split(r"[,/-]", field))
 
 
+def _string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    return value
+
+
 def _name(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError("must be a string")
@@ -400,7 +406,7 @@ _Window = Annotated[
     ),
 ]
 _Deadline = Annotated[
-    float,
+    float | None,
     check(
         _within(
             lambda s: MIN_ATTEMPT_DEADLINE <= s <= MAX_ATTEMPT_DEADLINE,
@@ -409,6 +415,7 @@ _Deadline = Annotated[
         _DURATION_SCHEMA,
     ),
 ]
+_String = Annotated[str | None, check(_string)]  # may be left out, not written as null
 _Streak = Annotated[
     int,
     check(
@@ -478,19 +485,19 @@ class SchedulerJobDeclaration(Declaration):
     """The body of each delivery (POST only)."""
     headers: Annotated[dict[str, str], check(_headers, dict[str, str] | None)] = {}
     """Headers sent with each delivery (not X-Google-*, X-AppEngine-*, X-CloudScheduler*)."""
-    attempt_deadline: _Deadline | None = None
+    attempt_deadline: _Deadline = None
     """How long an attempt may take: 15s to 24h15s (by default the scaling type's request timeout)."""
     retry: Annotated[RetryConfig, BeforeValidator(lambda value: {} if value is None else value)] = RetryConfig()
     """How Cloud Scheduler retries a failed attempt."""
-    service: str | None = None
+    service: _String = None
     """The App Engine service it calls (by default app.yaml's)."""
-    version: str | None = None
+    version: _String = None
     """The App Engine version it calls (by default the serving one)."""
     scaling: Annotated[str, check(_scaling, Annotated[str, Field(pattern="^(automatic|basic|manual)$")])] = "automatic"
     """The target service's scaling type, which bounds the attempt deadline."""
     pass_scope: bool = True
     """Send the project and location in the URL, so that one job id in two places keeps two keys."""
-    description: str | None = None
+    description: _String = None
     """The Scheduler job's description."""
     start_at: Annotated[datetime.datetime | None, check(_start_at, datetime.datetime | None)] = None
     """From when slots are expected of the app (RFC 3339)."""
@@ -559,7 +566,8 @@ def _merge_defaults(document: dict[str, Any]) -> dict[str, Any]:
     """Each job with the file's defaults under its own keys (retry merged key by key), and its
     name defaulting to its key."""
     defaults = document.get("defaults") or {}
-    if not isinstance(defaults, dict) or not isinstance(document.get("jobs"), dict):
+    defaults = defaults if isinstance(defaults, dict) else {}  # refused as the file's defaults, not per job
+    if not isinstance(document.get("jobs"), dict):
         return document
     jobs: dict[Any, Any] = {}
     for key, settings in document["jobs"].items():
@@ -601,7 +609,7 @@ def _problem(error: ErrorDetails) -> Problem:
     field = error_field(error, skip=2)
     if kind == "missing":
         return Problem(key, field, "missing (or not a string)")
-    if kind == "extra_forbidden":
+    if kind in ("extra_forbidden", "invalid_key"):
         declared = RetryConfig if place[2] == "retry" else SchedulerJobDeclaration
         return Problem(key, field, f"unknown key; allowed: {', '.join(sorted(declared.model_fields))}")
     return Problem(key, field, reason(error))

@@ -18,7 +18,7 @@ from pydantic import model_validator
 from dedup.errors import PermanentJobError
 from dedup.keys import format_utc
 from jobs.base import JobKind, RunContext
-from jobs.declared import BaseUrl, Text, check, field_problem, mapping_of
+from jobs.declared import BaseUrl, OmittableText, check, field_problem, mapping_of
 from jobs.kinds.google_api import GoogleApi, GoogleApiDeclaration, resource_name, resource_parts
 
 DEFAULT_API_BASE = "https://cloudbuild.googleapis.com"
@@ -50,11 +50,11 @@ class CloudBuildTriggerDeclaration(GoogleApiDeclaration):
     """projects/PROJECT/locations/LOCATION/triggers/NAME"""
     substitutions: Annotated[dict[str, str], check(mapping_of(substitution_problem), dict[str, str])] = {}
     """User substitutions (_NAME: value); _IDEMPOTENCY_KEY and _SCHEDULE_TIME are the app's."""
-    branch: Text | None = None
+    branch: OmittableText = None
     """The branch to build (at most one of branch, tag and commit)."""
-    tag: Text | None = None
+    tag: OmittableText = None
     """The tag to build."""
-    commit: Text | None = None
+    commit: OmittableText = None
     """The commit to build."""
     api_base: BaseUrl = DEFAULT_API_BASE
     """The API's base URL: production's by default, a stand-in's in tests."""

@@ -21,7 +21,7 @@ from google.auth.transport.requests import AuthorizedSession
 from pydantic import Field, PlainValidator, model_validator
 
 from dedup.errors import PermanentJobError, RetryableJobError
-from jobs.declared import BaseUrl, JobDeclaration, Seconds, check, field_problem, non_empty
+from jobs.declared import BaseUrl, JobDeclaration, OmittableSeconds, check, field_problem, non_empty
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 RETRYABLE_API_STATUSES = frozenset(
@@ -79,7 +79,7 @@ class GoogleApiDeclaration(JobDeclaration):
     calls_per_attempt: ClassVar[int] = 1
     api_base: BaseUrl
     """The API's base URL (production's by default; a stand-in's in tests)."""
-    timeout_seconds: Seconds | None = None
+    timeout_seconds: OmittableSeconds = None
     """How long a call may take, in seconds: by default 30, or a share of a shorter lease."""
 
     @property

@@ -20,7 +20,7 @@ from pydantic import model_validator
 from dedup.errors import PermanentJobError, RetryableJobError
 from dedup.keys import format_utc
 from jobs.base import JobKind, RunContext
-from jobs.declared import HttpUrl, JobDeclaration, Seconds, check, field_problem, mapping_of
+from jobs.declared import HttpUrl, JobDeclaration, OmittableSeconds, check, field_problem, mapping_of
 from jobs.http_status import is_retryable_status
 
 DEFAULT_TIMEOUT_SECONDS = 30
@@ -73,7 +73,7 @@ class HttpDeclaration(JobDeclaration):
     """The absolute http(s) URL each run is sent to."""
     method: Annotated[str, check(_method)] = "POST"
     """POST, PUT, PATCH, GET or DELETE."""
-    timeout_seconds: Seconds | None = None
+    timeout_seconds: OmittableSeconds = None
     """How long a call may take, in seconds: by default 30, or half a shorter lease."""
     headers: Annotated[
         dict[str, str], check(mapping_of(header_problem, "must be a mapping of header names to values"), dict[str, str])
