@@ -64,6 +64,10 @@ def run_hook(hook: dict) -> subprocess.CompletedProcess:
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+# make check runs ruff check, ruff format --check and mypy on the tree just before its tests (make
+# lint): run again here they would only repeat it, so make test runs them (three tools, in processes
+# of their own).
+@pytest.mark.slow
 @pytest.mark.parametrize("hook", hooks(), ids=lambda hook: hook["id"])
 def test_every_hook_passes_on_the_whole_tree(hook):
     completed = run_hook(hook)
