@@ -9,15 +9,23 @@ the table answers it, and every surface with it.  Three renderings read the tabl
 - ``run_answer``: the JSON answer (a run's document, or ``application/problem+json``), as a
   Scheduler delivery, a slot run, the task endpoints and the guard get it;
 - ``page_status``: the status of the dashboard's page saying why there is no run to see;
-- ``task_answer``: a dispatched task's answer, settled (200) unless a retry may cure it.
+- ``task_answer``: a dispatched task's answer, settled (200) unless a retry may cure it;
+- ``kept_answer``: a guarded call's kept HTTP response, replayed (its record's row, for the guard).
+
+A client asking under its own token (a manual run, a guarded call: ``client=True``) gets two
+rows of its own, both documented (docs/manual-runs.md): the run its request made is 201, and a
+run in progress says to poll again within 30 s, not after the whole lease as a delivery is told.
 
 | outcome or refusal                                 | status | problem type          | Retry-After          |
 |----------------------------------------------------|--------|-----------------------|----------------------|
 | finished, replayed (a duplicate), skipped          | 200 (422 failed) | (the run's record) |                   |
+| finished, the run a client's request made          | 201 (422 failed) | (the run's record) |                   |
+| finished, replayed, of a guarded call              | its kept response's (``replayed_status`` maps a replay's)    |
 | released (a retryable failure)                     | 500    | RetryableFailure      |                      |
 | conflict (the key with other parameters)           | 422    | ConflictException     |                      |
 | job mismatch (the key names another job's run)     | 422    | JobMismatch (ERROR)   |                      |
 | in progress (a live lease)                         | 409    | RunInProgress         | until the lease ends |
+| in progress, asked by a client (it polls)          | 409    | RunInProgress         | that, at most 30     |
 | contended                                          | 409    | RunContended          | the protocol's hint  |
 | overlap (the job's lock is held)                   | 409    | ExecutionOverlap      | until its lease ends |
 | stale (the lease was lost)                         | 409    | StaleAttempt          | 1                    |
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any, assert_never
 
@@ -50,6 +59,7 @@ from dedup.outcomes import (
 )
 from handlers.logs import note_run
 from handlers.problems import TYPES_BY_ERROR, ProblemType, problem
+from handlers.replayed_response import StoredResponse
 from models import DELIVERED_SOURCES, RunRecord, RunStatus
 from service.errors import Declined, Invalid, NotFound
 
@@ -60,6 +70,8 @@ Answerable = RunOutcome | NotFound | Invalid | Declined
 
 INVALID = "InvalidParameterException"
 NOT_FOUND = "NotFound"  # an HTTP error of no type of its own: about:blank, titled with its phrase
+# A client polling a run under its token is told a short wait, not the whole lease.
+MAX_CLIENT_RETRY_AFTER_SECONDS = 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,9 +105,12 @@ def typed(error: str, retry_after: int | None = None) -> AnswerRule:
     return AnswerRule(TYPES_BY_ERROR[error].status, error, retry_after)
 
 
-def answer_of(said: Answerable) -> AnswerRule:
-    """The table: what ``said`` is answered, whichever surface asked."""
+def answer_of(said: Answerable, client: bool = False) -> AnswerRule:
+    """The table: what ``said`` is answered, whichever surface asked.  ``client``: asked by a
+    client under its own token (a manual run, a guarded call), not by Scheduler or a queue."""
     match said:
+        case Finished() if client and record_status(said.record) == 200:
+            return AnswerRule(201)  # the run this request made: created
         case Finished() | Replayed() | Skipped():
             return AnswerRule(record_status(said.record))
         case Released():
@@ -104,6 +119,8 @@ def answer_of(said: Answerable) -> AnswerRule:
             return typed("ConflictException")
         case JobMismatch():
             return typed("JobMismatch")
+        case InProgress() if client:
+            return typed("RunInProgress", min(said.retry_after_seconds, MAX_CLIENT_RETRY_AFTER_SECONDS))
         case InProgress():
             return typed("RunInProgress", said.retry_after_seconds)
         case Contended():
@@ -185,21 +202,44 @@ def run_document(record: RunRecord, duplicate: bool) -> dict[str, Any]:
     return document
 
 
-def run_answer(outcome: RunOutcome) -> Response:
-    """The JSON answer: the run's document for a record the table answers with, else its problem,
-    with Retry-After as the table says; ``Idempotent-Replayed`` on a duplicate."""
-    answer = answer_of(outcome)
+def run_answer(outcome: RunOutcome, client: bool = False, **added: Any) -> Response:
+    """The JSON answer: the run's document for a record the table answers with (and what a surface
+    ``added`` to it), else its problem, with Retry-After as the table says; ``Idempotent-Replayed``
+    on a duplicate.  ``client``: as ``answer_of``."""
+    answer = answer_of(outcome, client)
     if answer.error is None:
         assert isinstance(outcome, Finished | Replayed | Skipped)  # the table's record rows
-        response = jsonify(run_document(outcome.record, duplicate=isinstance(outcome, Replayed)))
+        response = jsonify({**run_document(outcome.record, duplicate=isinstance(outcome, Replayed)), **added})
         response.status_code = answer.status
-        if isinstance(outcome, Replayed):
-            response.headers["Idempotent-Replayed"] = "true"
+        _mark_replayed(response, outcome)
     else:
         detail, members = _problem_of(outcome)
         response = problem(answer.status, answer.error, detail, **members)
     if answer.retry_after is not None:
         response.headers["Retry-After"] = str(answer.retry_after)
+    return response
+
+
+def _mark_replayed(response: Response, outcome: RunOutcome) -> None:
+    if isinstance(outcome, Replayed):
+        response.headers["Idempotent-Replayed"] = "true"
+
+
+def kept_of(record: RunRecord) -> Any:
+    """What a finished record keeps: its result when completed, else its error."""
+    return record.result if record.status == RunStatus.COMPLETED else record.error
+
+
+def kept_answer(outcome: Finished | Replayed, replayed_status: Mapping[int, int]) -> Response:
+    """A guarded call's record row: the HTTP response it kept, rebuilt; a replay's status as the
+    guard's ``replayed_status`` maps it (``{201: 200}``: a retry of a create is told 200)."""
+    stored = kept_of(outcome.record)
+    if not StoredResponse.is_document(stored):  # not written by a guard: never expected
+        return problem(500, "InternalError", "this key's record holds no response")
+    kept = StoredResponse.from_document(stored)
+    status = replayed_status.get(kept.status, kept.status) if isinstance(outcome, Replayed) else kept.status
+    response = Response(kept.body_bytes(), status=status, headers=dict(kept.headers))
+    _mark_replayed(response, outcome)
     return response
 
 

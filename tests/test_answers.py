@@ -27,7 +27,7 @@ from dedup.outcomes import (
 from dedup.runner import Waiting
 from handlers.answers import Answerable, answer_of, outcome_response, page_status, run_answer, task_answer
 from handlers.problems import TYPES_BY_ERROR
-from handlers.responses import manual_run_response
+from handlers.responses import guarded_response, manual_run_response
 from models import RunRecord, RunStatus
 from service.errors import Declined, Invalid, NotFound, RefusalKind
 
@@ -137,3 +137,22 @@ def test_a_run_has_one_answer_shape_and_the_run_api_adds_to_it():
     again = manual_run_response(replayed, "nightly", "token-1", {}, (), Waiting(0))
     assert again.status_code == run_answer(replayed).status_code == 422
     assert again.json["duplicate"] is True and again.headers["Idempotent-Replayed"] == "true"
+
+
+def test_a_client_under_its_token_has_rows_of_its_own_in_the_table():
+    """A manual run or a guarded call: the run its request made is 201, and it polls, so a run in
+    progress says at most 30 s; every other row is the table's, whoever asked."""
+    assert answer_of(Finished(record(RunStatus.COMPLETED)), client=True).status == 201
+    assert answer_of(Finished(record(RunStatus.FAILED)), client=True).status == 422
+    busy = InProgress(record(RunStatus.IN_PROGRESS), 42)
+    assert answer_of(busy).retry_after == 42 and answer_of(busy, client=True).retry_after == 30
+    for said in samples():
+        if not isinstance(said, Finished | InProgress):
+            assert answer_of(said, client=True) == answer_of(said)
+
+
+def test_a_released_guarded_call_is_answered_by_the_table():
+    """A guarded call released before its view answered is the table's RetryableFailure, not a row of the guard's."""
+    released = Released("run", 2, {"type": "Boom", "message": "boom"})
+    response = guarded_response(released, [], {}, (), {})
+    assert response.status_code == 500 and response.json["error"] == answer_of(released).error == "RetryableFailure"
