@@ -20,7 +20,7 @@ from flask import Blueprint, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from dedup.idempotency import fingerprint
-from dedup.keys import format_utc, is_run_id
+from dedup.keys import format_utc
 from dedup.outcomes import (
     Conflict,
     Contended,
@@ -43,7 +43,6 @@ from handlers.idempotent import Fingerprint, GuardRejected
 from handlers.links import link
 from handlers.logs import note_run
 from handlers.request_times import BadTime, request_time
-from handlers.run_documents import may_retry
 from handlers.state import app_state, current_principal
 from handlers.strict_json import InvalidJson, strict_json
 from jobs.config import JobSpec
@@ -51,7 +50,7 @@ from models import RunSource
 from schedules.slots import NEEDS_FORCE, Slot, execution_status
 from service.errors import Declined, Invalid, NotFound
 from service.pauses import CATCH_UP, ScheduleChangeRequest, pause_schedule, resume_schedule, scheduler_job_named
-from service.runs import ManualRunRequest, Queued, run_manually_later
+from service.runs import ManualRunRequest, Queued, retry_of, run_manually_later
 from service.slots import SlotRunRequest, executions_between, run_slot_later, run_slots_later, slot_of
 
 blueprint = Blueprint("dashboard_actions", __name__, url_prefix="/admin", template_folder="templates")
@@ -139,42 +138,33 @@ def to_queued(run_id: str, seen_attempt: int, sent: str | None = None) -> Respon
 @blueprint.post("/runs/<run_id>/retry", provide_automatic_options=False)
 @requires(Role.OPERATE)
 def retry_run(run_id: str) -> Response | tuple[str, int]:
-    record = app_state().ledger.lookup(run_id) if is_run_id(run_id) else None
-    if record is None:
-        return problem_page(404, f"no run {run_id} (or it has expired)")
-    if not may_retry(record, app_state().jobs):
-        if record.job_id not in app_state().jobs:
-            return problem_page(409, f"the job {record.job_id!r} of this run is no longer declared in the jobs file")
-        return problem_page(
-            409, f"only a failed manual run can be retried; this run is a {record.status} {record.source} run"
-        )
-    job = app_state().jobs[record.job_id]
-    note_run(job_id=record.job_id, source=RunSource.API)
+    try:
+        retry = retry_of(app_state(), run_id)
+    except (NotFound, Declined) as refused:
+        return refused_page(refused)
+    job_id = retry.failed.job_id
+    note_run(job_id=job_id, source=RunSource.API)
     try:
         form_fields(RETRY_FIELDS)
     except FormProblem as problem:
         return problem_page(problem.status, problem.message)
-    ask = ManualRunRequest(retry_token(run_id), dict(record.parameters or {}))
-    return dispatch_manual_run(record.job_id, job, ask)
+    ask = ManualRunRequest(retry_token(run_id), dict(retry.failed.parameters or {}))
+    return dispatch_manual_run(job_id, retry.job, ask)
 
 
 @blueprint.get("/runs/<run_id>/retry", provide_automatic_options=False)
 @requires(Role.OPERATE)
 def confirm_retry(run_id: str) -> str | tuple[str, int]:
     """Retry's confirmation: the job, what it calls, and that the failed run's parameters are reused."""
-    state = app_state()
-    record = state.ledger.lookup(run_id) if is_run_id(run_id) else None
-    if record is None:
-        return problem_page(404, f"no run {run_id} (or it has expired)")
-    if not may_retry(record, state.jobs):
-        return problem_page(
-            409, f"only a failed manual run can be retried; this run is a {record.status} {record.source} run"
-        )
+    try:
+        record = retry_of(app_state(), run_id).failed
+    except (NotFound, Declined) as refused:
+        return refused_page(refused)
     return render_template(
         "admin/confirm.html",
         title=f"Retry this failed run of {record.job_id}?",
         job_id=record.job_id,
-        calls=state.jobs[record.job_id].runner.calls(),
+        calls=app_state().jobs[record.job_id].runner.calls(),
         facts=[f"A new run with the failed run's parameters: {json.dumps(record.parameters or {}, sort_keys=True)}"],
         action=url_for("dashboard_actions.retry_run", run_id=run_id),
         hidden={},
@@ -279,6 +269,11 @@ def to_run_page(outcome: Finished | Replayed | InProgress | Released | Skipped |
 
 def problem_page(status: int, message: str, **context: Any) -> tuple[str, int]:
     return render_template("admin/problem.html", status=status, message=message, **context), status
+
+
+def refused_page(refused: NotFound | Invalid | Declined, **context: Any) -> tuple[str, int]:
+    """A service refusal as a page: the answers table's status, the refusal's words."""
+    return problem_page(page_status(refused), refused.message, **context)
 
 
 @blueprint.post("/jobs/<job_id>/executions/<schedule_time>/run", provide_automatic_options=False)

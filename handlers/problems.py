@@ -176,6 +176,15 @@ PROBLEM_TYPES: tuple[ProblemType, ...] = (
         "(`attempt`), so that sending the same request twice cannot run it twice.",
     ),
     ProblemType(
+        "RunNotRetryable",
+        409,
+        "Run not retryable",
+        False,
+        "Only a failed manual run of a job still declared is retried (with its parameters, under a "
+        "token of its own); this run is another (`run_status`, `source`), or its job (`job_id`) is "
+        "gone from the jobs file. Nothing was queued.",
+    ),
+    ProblemType(
         "Unauthenticated",
         401,
         "Unauthenticated",

@@ -10,10 +10,11 @@ from typing import Any
 from dedup.claims import json_preview
 from dedup.keys import format_utc
 from handlers.replayed_response import StoredResponse
-from models import DELIVERED_SOURCES, RunRecord, RunSource, RunStatus
+from models import DELIVERED_SOURCES, RunRecord, RunStatus
 from schedules.config import SchedulerJob
 from schedules.pauses import current
 from schedules.tallies import SlotDeliveries
+from service.runs import retry_refusal
 
 
 def _time(value: datetime.datetime | None) -> str | None:
@@ -167,7 +168,7 @@ def duration_seconds(record: RunRecord) -> float | None:
 
 def may_retry(record: RunRecord, jobs: Mapping[str, Any]) -> bool:
     """A failed manual run of a job still declared can be run again, with its parameters, under a new token."""
-    return record.source == RunSource.API and record.status == RunStatus.FAILED and record.job_id in jobs
+    return retry_refusal(record, jobs) is None  # the service's one rule (service.runs)
 
 
 def scheduler_job_document(job: SchedulerJob) -> dict[str, Any]:

@@ -35,6 +35,7 @@ class RefusalKind(enum.StrEnum):
     SLOT_NOT_DUE = "SlotNotDue"  # the slot has not come: running it now would answer its delivery
     EXECUTION_UNKNOWN = "ExecutionUnknown"  # its record may be forgotten: runs only when forced
     PRECONDITION_REQUIRED = "PreconditionRequired"  # reopening a failed slot needs the attempt seen
+    RUN_NOT_RETRYABLE = "RunNotRetryable"  # only a failed manual run of a declared job is retried
 
 
 class Declined(Refusal):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from google.cloud import ndb
@@ -21,7 +21,7 @@ from google.cloud import ndb
 from dedup.claims import INSTANCE, REOPENED, RunDescription, RunPolicy
 from dedup.clock import Clock
 from dedup.idempotency import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS, IdempotencyGuard, fingerprint
-from dedup.keys import ScheduledRunKey, format_utc
+from dedup.keys import ScheduledRunKey, format_utc, is_run_id
 from dedup.outcomes import Attempt, InProgress, Replayed, RunOutcome
 from dedup.runner import Waiting, run_once
 from dispatch import Dispatched, Work, task_id
@@ -32,6 +32,7 @@ from schedules.config import SchedulerJob, history_id
 from schedules.pauses import Pause, pause_at, pauses_read
 from schedules.slots import declared_job, force_run_reason, force_run_retry, may_be_force_run_retry
 from schedules.tallies import DuplicateDelivery, tally_after_answer
+from service.errors import Declined, NotFound, RefusalKind
 from service.principal import Principal
 from service.state import AppState
 
@@ -347,3 +348,36 @@ def run_manually_later(
         lambda: run_manually(state, principal, job_id, job, ask),
         lambda seen: manual_run_work(state, job_id, job, ask, principal.name, seen),
     )
+
+
+def retry_refusal(record: RunRecord, jobs: Mapping[str, JobSpec]) -> Declined | None:
+    """Why ``record`` cannot be retried (None: it can): only a failed manual run of a job still
+    declared is run again, with its parameters, under a new token."""
+    if record.job_id not in jobs:
+        message = f"the job {record.job_id!r} of this run is no longer declared in the jobs file"
+    elif record.source != RunSource.API or record.status != RunStatus.FAILED:
+        message = f"only a failed manual run can be retried; this run is a {record.status} {record.source} run"
+    else:
+        return None
+    details = {"run_id": record.run_id, "job_id": record.job_id, "run_status": record.status, "source": record.source}
+    return Declined(RefusalKind.RUN_NOT_RETRYABLE, message, details)
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryOf:
+    """A failed manual run to retry, and its job: the retry runs the job with the run's parameters."""
+
+    failed: RunRecord
+    job: JobSpec
+
+
+def retry_of(state: AppState, run_id: str) -> RetryOf:
+    """The run ``run_id`` names, to be retried: NotFound when there is none (or it expired),
+    Declined when it may not be (``retry_refusal``)."""
+    record = state.ledger.lookup(run_id) if is_run_id(run_id) else None
+    if record is None:
+        raise NotFound(f"no run {run_id} (or it has expired)")
+    refused = retry_refusal(record, state.jobs)
+    if refused is not None:
+        raise refused
+    return RetryOf(record, state.jobs[record.job_id])
