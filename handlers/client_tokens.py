@@ -46,13 +46,13 @@ def retry_token(run_id: str) -> str:
     return f"retry-{run_id}"[:MAX_TOKEN_LENGTH]
 
 
-def manual_run_parameters() -> dict[str, Any]:
+def manual_run_parameters(also: frozenset[str] = frozenset()) -> dict[str, Any]:
     payload = json_payload()
     if payload is None:
         return {}
     if not isinstance(payload, dict):
         raise GuardRejected('the request body must be a JSON object: {"clientToken", "parameters"}')
-    unknown = sorted(set(payload) - BODY_KEYS)
+    unknown = sorted(set(payload) - BODY_KEYS - also)
     if unknown:
         raise GuardRejected(f"unknown field(s) {', '.join(unknown)}; allowed: clientToken, parameters")
     parameters = payload.get("parameters", {})
@@ -73,8 +73,9 @@ MANUAL_RUN_KEY = KeyFrom.field(
 )
 
 
-def read_manual_run_request() -> ManualRunRequest:
+def read_manual_run_request(also: frozenset[str] = frozenset()) -> ManualRunRequest:
     """The run API's request as a manual run; GuardRejected or InvalidJson (a 400) for a bad
-    token, body or parameters."""
+    token, body or parameters.  ``also``: the body's other fields, read by its caller (the
+    dispatched task's, whose body is the API's with the job and who asked)."""
     token = MANUAL_RUN_KEY.read() or str(uuid.uuid4())
-    return ManualRunRequest(token, Fingerprint.of(manual_run_parameters).parameters())
+    return ManualRunRequest(token, Fingerprint.of(lambda: manual_run_parameters(also)).parameters())

@@ -10,9 +10,9 @@ from flask import Blueprint, Response, jsonify, request
 from handlers.access import Principal, Role, requires
 from handlers.answers import task_answer
 from handlers.auth.appengine import from_task_queue
-from handlers.client_tokens import client_token_problem
+from handlers.client_tokens import BODY_KEYS, read_manual_run_request
 from handlers.cross_site import changes_state, json_body
-from handlers.idempotent import Fingerprint, GuardRejected
+from handlers.idempotent import GuardRejected
 from handlers.logs import note_run
 from handlers.problems import problem
 from handlers.request_times import BadTime, request_time
@@ -23,7 +23,7 @@ from schedules.audit import ReportedSlot
 from schedules.config import SchedulerJob
 from service.audits import AUDIT_SHARE_SIZE, audit_jobs, audit_share, split_audit
 from service.errors import Invalid, NotFound
-from service.runs import ManualRunRequest, run_manually
+from service.runs import run_manually
 from service.slots import SlotRunRequest, run_slot_now, slot_of
 
 blueprint = Blueprint("tasks", __name__, url_prefix="/tasks")
@@ -138,7 +138,9 @@ def run_dispatched_slot():
     )
 
 
-MANUAL_RUN_FIELDS = {"job_id", "client_token", "parameters", "requested_by"}
+# The run API's body, and what the API reads from its URL (the job) and its caller (who asked).
+MANUAL_RUN_TASK_FIELDS = frozenset({"job_id", "requested_by"})
+MANUAL_RUN_FIELDS = MANUAL_RUN_TASK_FIELDS | BODY_KEYS
 
 
 @blueprint.post("/manual-run", provide_automatic_options=False)
@@ -146,7 +148,8 @@ MANUAL_RUN_FIELDS = {"job_id", "client_token", "parameters", "requested_by"}
 @requires(Role.DELIVER)
 def run_dispatched_manual_run():
     """A dispatched manual run (service.runs.manual_run_work): the dashboard's Run now and Retry,
-    under the client token the form carried, for the operator who confirmed it.
+    under the client token the form carried, for the operator who confirmed it.  Its body is the
+    run API's, read by the API's parser (``read_manual_run_request``).
 
     Answered as ``/tasks/run-slot`` is: a settled outcome is 200 with the answer inside, and
     only what a retry may cure (409 in progress, 500 released) is answered as itself.
@@ -154,7 +157,7 @@ def run_dispatched_manual_run():
     ask = task_body(
         lambda ask: (
             set(ask) == MANUAL_RUN_FIELDS
-            and all(isinstance(ask[name], str) for name in ("job_id", "client_token", "requested_by"))
+            and all(isinstance(ask[name], str) for name in ("job_id", "clientToken", "requested_by"))
             and isinstance(ask["parameters"], dict)
         ),
         ", ".join(sorted(MANUAL_RUN_FIELDS)),
@@ -166,19 +169,14 @@ def run_dispatched_manual_run():
     job = state.jobs.get(ask["job_id"])
     if job is None:
         return task_answer(NotFound(f"no job {ask['job_id']!r} is declared in the jobs file"))
-    token_problem = client_token_problem(ask["client_token"])
-    if token_problem:
-        return task_answer(Invalid(token_problem))
+    try:  # as the API reads it: the token's rule, the parameters' bound
+        manual_run = read_manual_run_request(also=MANUAL_RUN_TASK_FIELDS)
+    except (GuardRejected, InvalidJson) as exc:
+        return task_answer(Invalid(exc.message))
     note_run(job_id=ask["job_id"], source=RunSource.API)
     # The run records who confirmed it; the queue only carried it.
     asked_by = Principal.named(ask["requested_by"])
-    try:  # as bounded as the form's and the API's (the queue carries what the dashboard checked)
-        parameters = Fingerprint.of(lambda: ask["parameters"]).parameters()
-    except GuardRejected as exc:
-        return task_answer(Invalid(exc.message))
-    return task_answer(
-        run_manually(state, asked_by, ask["job_id"], job, ManualRunRequest(ask["client_token"], parameters))
-    )
+    return task_answer(run_manually(state, asked_by, ask["job_id"], job, manual_run))
 
 
 def task_body(

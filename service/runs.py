@@ -285,9 +285,10 @@ def manual_run_work(
     refuses the same request twice, a task delivered twice is one run, a released run sent again
     is new work, and a form resent with other parameters is not silently dropped: its task runs,
     and the token's one run takes whichever claims first (the other is refused as a conflict)."""
+    # The run API's body (clientToken, parameters), with what the API reads from its URL and caller.
     body = {
         "job_id": job_id,
-        "client_token": ask.client_token,
+        "clientToken": ask.client_token,
         "parameters": ask.parameters,
         "requested_by": requested_by,
     }

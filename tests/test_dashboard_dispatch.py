@@ -52,7 +52,7 @@ def test_run_now_is_one_named_task_and_the_page_says_queued_then_started(site, c
     [task] = cloud_tasks.tasks  # the queue refused the second under the same name
     assert task.relative_uri == "/tasks/manual-run" and task.task_id.startswith("manual-run-")
     body = json.loads(task.body)
-    assert body["parameters"] == {"invoice": 7} and body["client_token"] == form["clientToken"].value
+    assert body["parameters"] == {"invoice": 7} and body["clientToken"] == form["clientToken"].value
     queued = site.get(sent[0].headers["Location"]).html
     assert queued.find(id="outcome").text == "queued" and job_targets.EFFECTS == []
     refresh = queued.find(id="refreshing")["data-url"]
@@ -88,7 +88,7 @@ def test_retry_and_a_slots_run_are_tasks_too(site, cloud_tasks, clock):
     cloud_tasks.reset()
     retry = confirmed(site, f"/admin/runs/{manual['run_id']}/retry").submit(headers=SAME_ORIGIN, status=303)
     [task] = cloud_tasks.tasks
-    assert task.relative_uri == "/tasks/manual-run" and json.loads(task.body)["client_token"].startswith("retry-")
+    assert task.relative_uri == "/tasks/manual-run" and json.loads(task.body)["clientToken"].startswith("retry-")
     cloud_tasks.deliver(to_webtest(site))
     assert site.get(retry.headers["Location"]).html.find(id="outcome").text == "completed"
 
@@ -98,10 +98,10 @@ def test_retry_and_a_slots_run_are_tasks_too(site, cloud_tasks, clock):
     [
         {},
         {"job_id": "invoice"},
-        {"job_id": "invoice", "client_token": "t", "parameters": {}, "requested_by": "x", "extra": 1},
-        {"job_id": 7, "client_token": "t", "parameters": {}, "requested_by": "x"},
-        {"job_id": "invoice", "client_token": "t", "parameters": [], "requested_by": "x"},
-        {"job_id": "invoice", "client_token": None, "parameters": {}, "requested_by": "x"},
+        {"job_id": "invoice", "clientToken": "t", "parameters": {}, "requested_by": "x", "extra": 1},
+        {"job_id": 7, "clientToken": "t", "parameters": {}, "requested_by": "x"},
+        {"job_id": "invoice", "clientToken": "t", "parameters": [], "requested_by": "x"},
+        {"job_id": "invoice", "clientToken": None, "parameters": {}, "requested_by": "x"},
         ["not", "an", "object"],
     ],
 )
@@ -113,10 +113,10 @@ def test_a_manual_run_task_with_a_bad_body_is_400(site, body):
 @pytest.mark.parametrize(
     "body, status",
     [
-        ({"job_id": "nope", "client_token": "t", "parameters": {}, "requested_by": "x"}, 404),
-        ({"job_id": "invoice", "client_token": "", "parameters": {}, "requested_by": "x"}, 400),
-        ({"job_id": "invoice", "client_token": "x" * 65, "parameters": {}, "requested_by": "x"}, 400),
-        ({"job_id": "invoice", "client_token": "t", "parameters": {"a": "x" * 300_000}, "requested_by": "x"}, 400),
+        ({"job_id": "nope", "clientToken": "t", "parameters": {}, "requested_by": "x"}, 404),
+        ({"job_id": "invoice", "clientToken": "", "parameters": {}, "requested_by": "x"}, 400),
+        ({"job_id": "invoice", "clientToken": "x" * 65, "parameters": {}, "requested_by": "x"}, 400),
+        ({"job_id": "invoice", "clientToken": "t", "parameters": {"a": "x" * 300_000}, "requested_by": "x"}, 400),
     ],
 )
 def test_a_manual_run_task_a_retry_cannot_cure_is_settled(site, body, status):

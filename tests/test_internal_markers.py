@@ -49,7 +49,7 @@ MODES = {
     "appengine": lambda iap: {"DEDUP_AUTH": "appengine", "DEDUP_OPERATORS": OPERATOR},
     "appengine,iap": lambda iap: iap_environ(iap, DEDUP_OPERATORS=OPERATOR),
 }
-MANUAL_RUN = {"job_id": "invoice", "client_token": "t-1", "parameters": {}, "requested_by": "user:alice@example.com"}
+MANUAL_RUN = {"job_id": "invoice", "clientToken": "t-1", "parameters": {}, "requested_by": "user:alice@example.com"}
 
 
 def test_every_trusted_internal_marker_is_in_the_class():
