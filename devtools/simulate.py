@@ -85,11 +85,12 @@ def force_runs_of(jobs: list[SchedulerJob], now: datetime.datetime) -> list[Exec
     """A Force run of each kind for the first job: one carrying its next slot's time (a slot
     at least twice the clock skew ahead, so no reading can take it for the slot's delivery),
     one carrying the moment it was forced."""
+    from schedules.bound import BoundJob
     from schedules.slots import CLOCK_SKEW_SECONDS, slots_between
 
     job = jobs[0]
     ahead = now + datetime.timedelta(seconds=2 * CLOCK_SKEW_SECONDS)
-    [next_slot] = slots_between([job], ahead, ahead + datetime.timedelta(days=366), limit=1)
+    [next_slot] = slots_between([BoundJob(job)], ahead, ahead + datetime.timedelta(days=366), limit=1)
     return [
         Execution(job, next_slot.schedule_time, force_run="next_slot"),
         Execution(job, now.replace(microsecond=now.microsecond or 1), force_run="execution_time"),
@@ -248,10 +249,11 @@ def misplaced_force_runs(force_runs: list[Execution]) -> list[Execution]:
     validate against the real deadlines), so it tells a Force run by its time ahead of the
     clock alone; one carrying its own execution time names no slot, and its key is no
     slot's.  Needs ``slot_taken`` (list_executions)."""
+    from schedules.bound import BoundJob
     from schedules.slots import is_slot
 
     def took_a_slot(e: Execution) -> bool:
-        return is_slot(e.job, e.schedule_time) and (e.run_id == e.slot_key or e.slot_taken is not False)
+        return is_slot(BoundJob(e.job), e.schedule_time) and (e.run_id == e.slot_key or e.slot_taken is not False)
 
     return [e for e in force_runs if e.effects != 1 or took_a_slot(e)]
 
@@ -337,10 +339,15 @@ def report(plan: list[Execution], force_runs: Sequence[Execution] = ()) -> tuple
             f"{e.listed or '-':>9}  {' '.join(e.attempts)}"
         )
     for e in force_runs:
+        from schedules.bound import BoundJob
         from schedules.slots import is_slot
 
         taken = (
-            "no slot" if not is_slot(e.job, e.schedule_time) else "took the slot" if e.slot_taken else "slot untouched"
+            "no slot"
+            if not is_slot(BoundJob(e.job), e.schedule_time)
+            else "took the slot"
+            if e.slot_taken
+            else "slot untouched"
         )
         rows.append(
             f"{f'Force run ({e.force_run}) ' + header_time(e.schedule_time):<44} {e.effects:>7} {e.calls:>5} "

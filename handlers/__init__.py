@@ -109,7 +109,7 @@ def create_app(
         clock=clock,
         ledger=ledger,
         wait_slots=wait_slots,
-        tracked_schedules=TrackedSchedules(schedules, clock, file_pause),
+        tracked_schedules=TrackedSchedules(schedules, clock, file_pause, app_jobs=jobs),
         scheduler_api=scheduler_api,
         dispatcher=dispatcher or CloudTasksDispatcher.from_settings(settings) or InProcessDispatcher(),
         project=settings.project,

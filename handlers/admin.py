@@ -30,8 +30,8 @@ from handlers.run_documents import deliveries_of, duration_seconds, may_retry, r
 from handlers.slot_statuses import LEGEND, MARK_SHAPES
 from handlers.state import app_state, may
 from models import RunRecord, RunSource, RunStatus
-from schedules.config import SchedulerJob, history_id, schedule_zone
-from schedules.pauses import with_pauses
+from schedules.bound import BoundJob
+from schedules.config import history_id, schedule_zone
 from schedules.slots import (
     RUNNABLE,
     ExecutionStatus,
@@ -88,10 +88,10 @@ def dashboard():
         abort(404, f"jobs.yaml has no job {chosen['job']!r}: {', '.join(sorted(state.jobs))}")
     recent, _ = state.ledger.find_runs(run_filter, RECENT_RUNS)
     # Every Scheduler job's pauses in one batched lookup, for every card's slots and its Pause form.
-    bound = with_pauses(state.schedules)
+    bound = state.with_pauses()
     if chosen["status"]:
         recent = [record for record in recent if run_status(record, bound, now) == chosen["status"]]
-    schedules_of_job = {job_id: [job for job in bound if job.target == job_id] for job_id in state.jobs}
+    schedules_of_job = {job_id: [job for job in bound if job.declared.target == job_id] for job_id in state.jobs}
     expected = {
         job_id: expected_executions(schedules_of_job[job_id], now)
         for job_id in sorted(state.jobs)
@@ -178,7 +178,7 @@ def run_page(run_id: str):
     now = state.clock.now()
     waiting = queued is not None and record.attempt <= queued  # the queued attempt has not started yet
     document = run_document(record, now)
-    bound = with_pauses(state.schedules)
+    bound = state.with_pauses()
     slot = slot_of_run(record, bound)
     status = run_status(record, bound, now)
     zone = schedule_zone(slot.job.time_zone) if slot else None
@@ -305,7 +305,7 @@ def lease_left(record: RunRecord, now: datetime.datetime) -> int | None:
     return int((record.lease_expires - now).total_seconds())
 
 
-def row(record: RunRecord, now: datetime.datetime, jobs: Sequence[SchedulerJob]) -> dict[str, Any]:
+def row(record: RunRecord, now: datetime.datetime, jobs: Sequence[BoundJob]) -> dict[str, Any]:
     """A run as the table and a card list it, with its one status (schedules.slots.run_status)."""
     return {
         "run_id": record.run_id,
@@ -319,7 +319,7 @@ def row(record: RunRecord, now: datetime.datetime, jobs: Sequence[SchedulerJob])
     }
 
 
-def expected_executions(scheduler_jobs: Sequence[SchedulerJob], now: datetime.datetime) -> list[dict[str, Any]]:
+def expected_executions(scheduler_jobs: Sequence[BoundJob], now: datetime.datetime) -> list[dict[str, Any]]:
     """The newest CARD_SLOTS expected executions (of the last day) of a job's Scheduler jobs (bound to
     their pauses), with their status."""
     state = app_state()
@@ -343,7 +343,7 @@ def job_summary(
     now: datetime.datetime,
     expected: Sequence[dict[str, Any]] = (),
     scheduler_jobs: Sequence[dict[str, Any]] = (),
-    bound: Sequence[SchedulerJob] = (),
+    bound: Sequence[BoundJob] = (),
 ) -> dict[str, Any]:
     finished = [r for r in runs if r.status != RunStatus.IN_PROGRESS]
     unfinished_rows = [row(r, now, bound) for r in unfinished]
@@ -373,7 +373,7 @@ def job_summary(
 
 
 def timeline(
-    runs: list[RunRecord], now: datetime.datetime, gaps: Sequence[Any] = (), jobs: Sequence[SchedulerJob] = ()
+    runs: list[RunRecord], now: datetime.datetime, gaps: Sequence[Any] = (), jobs: Sequence[BoundJob] = ()
 ) -> dict[str, Any]:
     """An SVG-ready chart: one row per job, one mark per run at its schedule (or start) time, and a
     hollow mark at each missed slot (``gaps``: (job_id, execution document))."""
@@ -464,8 +464,8 @@ def history(job_id: str):
         next_page=_next_page(job_id, shown, status, page.next_since) if page.next_since and hours is None else None,
         rows=sorted(rows + apart, key=lambda r: r["local"]) if hours is None else [],
         apart=len(apart),
-        scheduler_jobs=sorted({job.name for job in scheduler_jobs}),
-        schedules=sorted({(job.name, job.schedule) for job in scheduler_jobs}),
+        scheduler_jobs=sorted({job.declared.name for job in scheduler_jobs}),
+        schedules=sorted({(job.declared.name, job.declared.schedule) for job in scheduler_jobs}),
         shapes=MARK_SHAPES,
         legend=LEGEND,
         bulk=_bulk_offer(job_id, shown, page.executions) if hours is None and may(Role.OPERATE) else None,
@@ -520,7 +520,7 @@ def _local(utc_text: str, zone: Any) -> str:
 
 def _by_hour(
     state: Any,
-    scheduler_jobs: list[SchedulerJob],
+    scheduler_jobs: list[BoundJob],
     job_id: str,
     since: datetime.datetime,
     until: datetime.datetime,
@@ -565,7 +565,7 @@ def search() -> WerkzeugResponse:
             return redirect(url_for("admin.run_page", run_id=found[0].run_id), code=303)
         if found:  # one token used with several jobs: each is its own run
             # Each shown with the one status every view gives it (a lost lease is stuck, not in_progress).
-            bound, now = with_pauses(state.schedules), state.clock.now()
+            bound, now = state.with_pauses(), state.clock.now()
             shown_runs = [{"run": r, "status": run_status(r, bound, now)} for r in found]
             return make_response(render_template("admin/search.html", wanted=wanted, runs=shown_runs))
     shown = wanted if len(wanted) <= 100 else wanted[:100] + "…"

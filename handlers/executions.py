@@ -55,7 +55,7 @@ def list_executions(job_id: str):
             "job_id": job_id,
             "since": format_utc(since),
             "until": format_utc(until),
-            "scheduler_jobs": sorted({job.name for job in scheduler_jobs}),
+            "scheduler_jobs": sorted({job.declared.name for job in scheduler_jobs}),
             "executions": page.executions,
             "unscheduled": run_summaries(page.unscheduled, now),
             "next_since": format_utc(page.next_since) if page.next_since else None,

@@ -13,7 +13,8 @@ from flask import abort, request
 from dedup.keys import EARLIEST_SCHEDULE_TIME, LATEST_SCHEDULE_TIME
 from handlers.request_times import BadTime, request_time
 from handlers.slot_statuses import RUNS_IN_BULK
-from schedules.config import SchedulerJob, schedule_zone
+from schedules.bound import BoundJob
+from schedules.config import schedule_zone
 from service.slots import schedules_of
 
 HISTORY_PAGE = 288  # a day of a 5-minute job, slot by slot; a day with more is shown by the hour
@@ -36,7 +37,7 @@ class HistoryRange:
     """The stretch a history page (and its bulk run) shows: a day of the job's zone, an hour of
     it, or any ``since``/``until`` range, from ``from=`` on (its next page)."""
 
-    scheduler_jobs: list[SchedulerJob]
+    scheduler_jobs: list[BoundJob]
     zone_name: str
     zone: Any
     day: datetime.date
@@ -68,7 +69,7 @@ def history_range(state: Any, job_id: str) -> HistoryRange:
     """``day`` and ``hour`` (or ``since`` and ``until``) and ``from`` of the request, checked (400s)
     and in UTC; 404 for no such job."""
     scheduler_jobs = schedules_of(state, job_id)  # 404: no such job, or no scheduler.yaml
-    zone_name = scheduler_jobs[0].time_zone if scheduler_jobs else "UTC"
+    zone_name = scheduler_jobs[0].declared.time_zone if scheduler_jobs else "UTC"
     zone = schedule_zone(zone_name)
     if request.args.get("since") or request.args.get("until"):
         since, until = _since_until()

@@ -22,7 +22,9 @@ from dedup.ledger import Ledger
 from dedup.transactions import get_many
 from handlers.slot_statuses import NEEDS_ATTENTION
 from models.audit import AuditMark
-from schedules.config import SchedulerJob, history_id
+from schedules.bound import BoundJob
+from schedules.config import history_id
+from schedules.pauses import current
 from schedules.slots import ExecutionStatus, execution_document, latest_slots, ran_once_or_more, slots_between
 from schedules.tallies import duplicates_in, hours_between, tally_keys
 
@@ -35,7 +37,7 @@ ROW_SLOTS = 288
 COUNTED = NEEDS_ATTENTION
 
 
-def job_rows(ledger: Ledger, jobs: Sequence[SchedulerJob], now: datetime.datetime) -> list[dict[str, Any]]:
+def job_rows(ledger: Ledger, jobs: Sequence[BoundJob], now: datetime.datetime) -> list[dict[str, Any]]:
     """A row per Scheduler job (bound to its pauses), those that need attention first, then by name."""
     of_day = {id(job): _newest_of_day(job, now) for job in jobs}
     day_slots = {key: slots for key, (slots, _) in of_day.items()}
@@ -48,8 +50,8 @@ def job_rows(ledger: Ledger, jobs: Sequence[SchedulerJob], now: datetime.datetim
         for job in jobs
     }
     # The audit's marks and the duplicate tallies of the slots' hours, in one batch.
-    mark_keys = [ndb.Key(AuditMark, history_id(job)) for job in jobs]
-    wanted_tallies = [key for job in jobs for key in tally_keys(history_id(job), hours[id(job)])]
+    mark_keys = [ndb.Key(AuditMark, history_id(job.declared)) for job in jobs]
+    wanted_tallies = [key for job in jobs for key in tally_keys(history_id(job.declared), hours[id(job)])]
     found = get_many(ledger.store(), mark_keys + wanted_tallies)
     marks = found[: len(mark_keys)]
     tallies = dict(zip(wanted_tallies, found[len(mark_keys) :], strict=True))
@@ -62,17 +64,17 @@ def job_rows(ledger: Ledger, jobs: Sequence[SchedulerJob], now: datetime.datetim
         before = [execution_document(slot, records.get(slot.run_id), now) for slot in earlier.get(id(job), [])]
         shown = documents or before
         last = shown[-1] if shown else None
-        pause = job.pauses[-1] if job.pauses and job.pauses[-1].until is None else None
+        pause = current(job.pauses)
         streak = mark.failure_streak if mark else 0
         attention = bool(pause or streak or any(counts.values()))
         rows.append(
             {
-                "scheduler_job": job.name,
-                "job_id": job.target,
-                "project": job.project,
-                "location": job.location,
-                "schedule": job.schedule,
-                "time_zone": job.time_zone,
+                "scheduler_job": job.declared.name,
+                "job_id": job.declared.target,
+                "project": job.declared.project,
+                "location": job.declared.location,
+                "schedule": job.declared.schedule,
+                "time_zone": job.declared.time_zone,
                 "pause": pause.document() if pause else None,
                 "last": last,
                 "next": format_utc(upcoming[0].schedule_time) if upcoming else None,
@@ -84,7 +86,7 @@ def job_rows(ledger: Ledger, jobs: Sequence[SchedulerJob], now: datetime.datetim
                 ),
                 "ran_once": ran_once,
                 "ran_more": ran_more,
-                "duplicates": duplicates_in(tallies, history_id(job), hours[id(job)]),
+                "duplicates": duplicates_in(tallies, history_id(job.declared), hours[id(job)]),
                 "streak": streak,
                 "attention": attention,
             }
@@ -92,7 +94,7 @@ def job_rows(ledger: Ledger, jobs: Sequence[SchedulerJob], now: datetime.datetim
     return sorted(rows, key=lambda row: (not row["attention"], row["scheduler_job"]))
 
 
-def _newest_of_day(job: SchedulerJob, now: datetime.datetime) -> tuple[list[Any], bool]:
+def _newest_of_day(job: BoundJob, now: datetime.datetime) -> tuple[list[Any], bool]:
     """The job's slots of the last 24 hours, the newest ROW_SLOTS of them at most, and whether
     the day held more (one slot more is computed, never looked up, to know)."""
     newest = latest_slots([job], now - datetime.timedelta(microseconds=1), ROW_SLOTS + 1)

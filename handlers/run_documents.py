@@ -11,7 +11,7 @@ from dedup.claims import json_preview
 from dedup.keys import format_utc
 from handlers.replayed_response import StoredResponse
 from models import DELIVERED_SOURCES, RunRecord, RunStatus
-from schedules.config import SchedulerJob
+from schedules.bound import BoundJob
 from schedules.pauses import current
 from schedules.tallies import SlotDeliveries
 from service.runs import retry_refusal
@@ -171,9 +171,9 @@ def may_retry(record: RunRecord, jobs: Mapping[str, Any]) -> bool:
     return retry_refusal(record, jobs) is None  # the service's one rule (service.runs)
 
 
-def scheduler_job_document(job: SchedulerJob) -> dict[str, Any]:
+def scheduler_job_document(bound: BoundJob) -> dict[str, Any]:
     """A declared Scheduler job (bound to its pauses) as the API lists it and its job card shows it."""
-    lasting = current(job.pauses)
+    lasting, job, expected_from = current(bound.pauses), bound.declared, bound.expected_from
     return {
         "scheduler_job": job.name,
         "project": job.project,
@@ -181,7 +181,7 @@ def scheduler_job_document(job: SchedulerJob) -> dict[str, Any]:
         "target": job.target,
         "schedule": job.schedule,
         "time_zone": job.time_zone,
-        "expected_from": job.expected_from.isoformat().replace("+00:00", "Z") if job.expected_from else None,
+        "expected_from": expected_from.isoformat().replace("+00:00", "Z") if expected_from else None,
         "paused": lasting is not None,
         "pause": lasting.document() if lasting else None,
     }

@@ -18,7 +18,6 @@ from handlers.problems import problem
 from handlers.run_documents import scheduler_job_document
 from handlers.state import app_state, current_principal
 from handlers.strict_json import InvalidJson, json_payload
-from schedules.pauses import with_pauses
 from service.errors import Invalid
 from service.pauses import ScheduleChanged, ScheduleChangeRequest, pause_schedule, resume_schedule
 
@@ -32,7 +31,7 @@ INVALID = "InvalidParameterException"
 @requires(Role.VIEW)
 def list_scheduler_jobs():
     """Every declared Scheduler job: its target, schedule, when its slots are expected from, its pause."""
-    return jsonify({"scheduler_jobs": [scheduler_job_document(job) for job in with_pauses(app_state().schedules)]})
+    return jsonify({"scheduler_jobs": [scheduler_job_document(job) for job in app_state().with_pauses()]})
 
 
 def _asked(name: str, field: str) -> ScheduleChangeRequest:

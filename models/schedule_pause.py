@@ -10,7 +10,7 @@ from google.cloud import ndb
 
 
 class SchedulePauses(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has no types: ndb.Model is Any
-    """One Scheduler job's pause intervals, oldest first (``schedules.pauses.Pause.document``)."""
+    """One Scheduler job's pause intervals, oldest first (``schedules.intervals.Pause.document``)."""
 
     _use_cache = False
     _use_global_cache = False

@@ -28,6 +28,7 @@ from dedup.ledger import Ledger
 from dedup.store import Store, Transaction
 from dedup.transactions import get_many, transact
 from models.audit import AuditMark
+from schedules.bound import BoundJob
 from schedules.config import AUDIT_INTERVAL_SECONDS, SchedulerJob, history_id
 from schedules.slots import MAX_SLOTS, ExecutionStatus, Slot, execution_status, slots_between
 
@@ -101,7 +102,7 @@ def misfire_choice(job: SchedulerJob, missed: list[Slot], now: datetime.datetime
 
 
 def audit(
-    ledger: Ledger, jobs: tuple[SchedulerJob, ...], catch_up: CatchUp | None = None, pause: Pause | None = None
+    ledger: Ledger, jobs: tuple[BoundJob, ...], catch_up: CatchUp | None = None, pause: Pause | None = None
 ) -> AuditPass:
     """One pass over every Scheduler job: the slots it reports (each logged once at ERROR), and
     how many it could not check.  With ``catch_up``, the missed slots a job's misfire policy
@@ -113,7 +114,7 @@ def audit(
     # The reads, batched: every job's mark in one lookup, every slot's record in another (the
     # store splits batches over Datastore's limit).  Then each job's transaction and lines, on a few
     # threads with contexts of their own: a fleet's pass is bound by round trips, not CPU.
-    keys = [ndb.Key(AuditMark, history_id(job)) for job in jobs]
+    keys = [ndb.Key(AuditMark, history_id(job.declared)) for job in jobs]
     marks = get_many(ledger.store(), keys)  # None where a job has none yet
     plans = [_slots_to_judge(job, mark, now) for job, mark in zip(jobs, marks, strict=True)]
     records = ledger.lookup_many([slot.run_id for slots, _ in plans for slot in slots])
@@ -149,10 +150,10 @@ AUDIT_THREADS = 8
 
 
 def _slots_to_judge(
-    job: SchedulerJob, mark: AuditMark | None, now: datetime.datetime
+    job: BoundJob, mark: AuditMark | None, now: datetime.datetime
 ) -> tuple[list[Slot], datetime.datetime]:
     """The slots whose retry window closed since the mark, and how far this pass may move it."""
-    window = Slot(job, now).window_closes - now
+    window = Slot(job.declared, now).window_closes - now
     # A first pass judges the slots from when the job's are expected (their windows close a window later).
     checked_until = mark.checked_until if mark else (job.expected_from + window if job.expected_from else now)
     # The slots whose window closed in [checked_until, now): scheduled a window earlier.
@@ -192,7 +193,7 @@ def _move_mark(store: Store, key: ndb.Key, mark: AuditMark | None, through: date
 
 def _audit_job(
     ledger: Ledger,
-    job: SchedulerJob,
+    bound: BoundJob,
     now: datetime.datetime,
     found: AuditPass,
     catch_up: CatchUp | None,
@@ -203,6 +204,7 @@ def _audit_job(
     through: datetime.datetime,
     records: dict[str, Any],
 ) -> None:
+    job = bound.declared
     window = Slot(job, now).window_closes - now
     statuses = [execution_status(s, records.get(s.run_id), now) for s in slots]
     # A run still holding a live lease past its window (a long lease, a heartbeat) may yet be
@@ -262,14 +264,14 @@ def _audit_job(
             job.name,
             format_utc(unknown[0].schedule_time),
             format_utc(unknown[-1].schedule_time),
-            job.retention_seconds,
+            bound.retention_seconds,
             extra={"scheduler_job": job.name, "outcome": "unverified", "slots": len(unknown)},
         )
     found.reported += reported
     found.caught_up += caught_up
     found.unverified += len(unknown)
     _failure_streak(job, reached, found, pause)
-    _deadline_passes(ledger, job, now, found)
+    _deadline_passes(ledger, bound, now, found)
 
 
 def _failure_streak(job: SchedulerJob, reached: list[int], found: AuditPass, pause: Pause | None) -> None:
@@ -300,23 +302,23 @@ def _failure_streak(job: SchedulerJob, reached: list[int], found: AuditPass, pau
 DEADLINE_RULES = ("finish_within", "max_runtime")
 
 
-def _deadline_passes(ledger: Ledger, job: SchedulerJob, now: datetime.datetime, found: AuditPass) -> None:
+def _deadline_passes(ledger: Ledger, job: BoundJob, now: datetime.datetime, found: AuditPass) -> None:
     for rule in DEADLINE_RULES:
-        seconds = getattr(job, rule)
+        seconds = getattr(job.declared, rule)
         if seconds is not None:
             _deadline_pass(ledger, job, now, found, rule, datetime.timedelta(seconds=seconds))
 
 
 def _deadline_pass(
     ledger: Ledger,
-    job: SchedulerJob,
+    job: BoundJob,
     now: datetime.datetime,
     found: AuditPass,
     rule: str,
     offset: datetime.timedelta,
 ) -> None:
     """Judge once each slot whose ``rule`` deadline (its time plus ``offset``) passed since the last pass."""
-    key = ndb.Key(AuditMark, f"{history_id(job)}#{rule}")
+    key = ndb.Key(AuditMark, f"{history_id(job.declared)}#{rule}")
     store = ledger.store()
     (mark,) = get_many(store, [key])
     # A first pass looks back two audit intervals at most: a rule added to a job that ran for

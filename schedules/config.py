@@ -84,17 +84,10 @@ class Problem:
 
 
 @dataclasses.dataclass(frozen=True)
-class EarlierSchedule:
-    """A schedule a Scheduler job had before its current one, and when it applied: [since, until)."""
-
-    schedule: str
-    time_zone: str
-    since: datetime.datetime
-    until: datetime.datetime
-
-
-@dataclasses.dataclass(frozen=True)
 class SchedulerJob:
+    """What scheduler.yaml says of one Scheduler job, and only that: what the app learns of it
+    later is a BoundJob's (schedules.bound)."""
+
     key: str  # the declaration in scheduler.yaml
     name: str  # the Cloud Scheduler job id
     target: str
@@ -112,17 +105,9 @@ class SchedulerJob:
     scaling: str = "automatic"
     pass_scope: bool = True
     description: str | None = None
-    # How long the app remembers a run of this job: its target's retention_seconds, bound
-    # by load_app_schedules.  None (a file not bound to jobs.yaml): no horizon is known.
-    retention_seconds: float | None = None
-    # From when slots are expected of the app: scheduler.yaml's start_at, else bound from the
-    # schedule history (schedules.history: when the app first knew the job).  None: unknown,
-    # every slot is expected.
+    # From when slots are expected of the app, if the file says (else schedules.history learns it:
+    # schedules.bound.BoundJob.expected_from).
     start_at: datetime.datetime | None = None
-    expected_from: datetime.datetime | None = None
-    # When the current schedule took effect (first seen), and the schedules before it.
-    schedule_since: datetime.datetime | None = None
-    earlier: tuple[EarlierSchedule, ...] = ()
     # How far back a catch-up (resume with catch_up) reaches: older slots stay as they are.
     catchup_window: float = 86400
     # What the audit does with the missed slots it finds (none: report them; run_latest, run_all:
@@ -138,8 +123,6 @@ class SchedulerJob:
     # scheduler.yaml's paused (None: unsaid, the state is left as it is) and why.
     paused: bool | None = None
     note: str | None = None
-    # The intervals the job was paused (schedules.pauses.Pause), bound when read; () unread or none.
-    pauses: tuple[Any, ...] = ()
 
     @property
     def relative_url(self) -> str:
@@ -864,9 +847,4 @@ def load_app_schedules(path: str, app_jobs: Mapping[str, JobSpec], required: boo
     problems = dedup_problems(jobs, app_jobs, exhaustive=False)
     if problems:
         raise ScheduleSettingError(f"{path}: " + "; ".join(str(p) for p in problems))
-    return tuple(bind_retention(job, app_jobs) for job in jobs)
-
-
-def bind_retention(job: SchedulerJob, app_jobs: Mapping[str, JobSpec]) -> SchedulerJob:
-    """``job`` knowing how long its target remembers runs (what the slots' horizon needs)."""
-    return dataclasses.replace(job, retention_seconds=app_jobs[job.target].policy.retention_seconds)
+    return tuple(jobs)

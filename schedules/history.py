@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from google.cloud import ndb
@@ -28,10 +28,13 @@ from dedup.keys import format_utc, parse_rfc3339
 from dedup.record_store import RecordStore
 from dedup.store import Store, Transaction
 from dedup.transactions import get_many, transact
+from jobs.config import JobSpec
 from models.audit import AuditMark
 from models.schedule_history import ScheduleHistory
-from schedules.config import EarlierSchedule, SchedulerJob, history_id
-from schedules.pauses import FILE_PRINCIPAL, change_pause, paused, resumed
+from schedules.bound import BoundJob
+from schedules.config import SchedulerJob, history_id
+from schedules.intervals import EarlierSchedule, Pause
+from schedules.pauses import FILE_PRINCIPAL, change_pause, load_pauses, paused, resumed
 from schedules.slots import Slot
 
 # Recording the schedules is a start-up's first request: a few seconds of retries at most.
@@ -69,19 +72,26 @@ def seen(versions: Sequence[ScheduleVersion], job: SchedulerJob, now: datetime.d
     return merged
 
 
-def tracked(job: SchedulerJob, versions: Sequence[ScheduleVersion]) -> SchedulerJob:
-    """``job`` bound to its history: when its slots are expected from, when its schedule took effect,
-    and the schedules before."""
+def bind(
+    job: SchedulerJob,
+    versions: Sequence[ScheduleVersion],
+    retention_seconds: float | None = None,
+    pauses: Sequence[Pause] = (),
+) -> BoundJob:
+    """``job`` as the app knows it: how long its runs are remembered, when its slots are expected
+    from, when its schedule took effect and the schedules before, and its pauses.  The one place
+    a BoundJob is built."""
     earlier = tuple(
         EarlierSchedule(old.schedule, old.time_zone, old.since, new.since)
         for old, new in zip(versions, versions[1:], strict=False)
     )
-    first_seen = versions[0].since
-    return dataclasses.replace(
+    return BoundJob(
         job,
-        expected_from=job.start_at or first_seen,
+        retention_seconds=retention_seconds,
+        expected_from=job.start_at or versions[0].since,
         schedule_since=versions[-1].since if earlier else None,
         earlier=earlier,
+        pauses=tuple(pauses),
     )
 
 
@@ -93,21 +103,21 @@ def record_schedules(
     now: datetime.datetime,
     on_file_pause: FilePause | None = None,
     store: Store | None = None,
-) -> tuple[SchedulerJob, ...]:
-    """Record any schedule not seen before, and return the jobs bound to their histories.
+) -> dict[str, list[ScheduleVersion]]:
+    """Record any schedule not seen before, and return each job's history, by history id.
 
     ``store``: default Datastore's, in the current NDB context.  One batched lookup; one batched
     write when something is new.
     """
     if not jobs:
-        return ()
+        return {}
     store = store or RecordStore.of_context()
     keys = [ndb.Key(ScheduleHistory, history_id(job)) for job in jobs]
     marks = [ndb.Key(AuditMark, history_id(job)) for job in jobs]
     fetched = get_many(store, keys + marks)  # one batch
     stored, audited = fetched[: len(keys)], fetched[len(keys) :]
     changed = []
-    bound = []
+    histories = {}
     for job, key, entity, mark in zip(jobs, keys, stored, audited, strict=True):
         before = [ScheduleVersion.from_document(v) for v in entity.versions] if entity else []
         versions = seen(before, job, now if before or mark is None else known_since(job, mark, now))
@@ -119,10 +129,10 @@ def record_schedules(
             file_paused = job.paused
         if versions != before or file_paused != (entity.file_paused if entity else None):
             changed.append(ScheduleHistory(key=key, versions=[v.document() for v in versions], file_paused=file_paused))
-        bound.append(tracked(job, versions))
+        histories[history_id(job)] = versions
     if changed:
         transact(_put_all(changed), HISTORY_PATIENCE_SECONDS, store)  # nothing read: one commit
-    return tuple(bound)
+    return histories
 
 
 def _put_all(entities: list[ScheduleHistory]) -> Callable[[Transaction], None]:
@@ -152,29 +162,61 @@ def apply_file_pause(job: SchedulerJob, now: datetime.datetime, store: Store | N
 
 
 class TrackedSchedules:
-    """scheduler.yaml's jobs bound to their histories, recorded once per process.
+    """scheduler.yaml's jobs and what the app learned of them: their histories, recorded once per
+    process, their targets' retention (jobs.yaml), and their pauses, read when asked.
 
-    The first request that needs the schedules (a delivery, a listing, a page, an audit pass)
-    records them; building the app needs no Datastore.  If Datastore cannot be reached then,
-    ``get`` raises, that request fails as any request does while Datastore is down, and the
-    next one records them.
+    The first request that needs the schedules bound (a delivery, a listing, a page, an audit
+    pass) records them; building the app needs no Datastore.  If Datastore cannot be reached
+    then, that request fails as any request does while Datastore is down, and the next one
+    records them.
     """
 
     def __init__(
-        self, declared: tuple[SchedulerJob, ...], clock: Clock, on_file_pause: FilePause | None = None
+        self,
+        declared: tuple[SchedulerJob, ...],
+        clock: Clock,
+        on_file_pause: FilePause | None = None,
+        app_jobs: Mapping[str, JobSpec] | None = None,
     ) -> None:
         self.declared = declared
         self._clock = clock
         self._on_file_pause = on_file_pause
-        self._tracked: tuple[SchedulerJob, ...] | None = None if declared else ()
+        self._app_jobs = app_jobs or {}
+        self._histories: dict[str, list[ScheduleVersion]] | None = None if declared else {}
+        self._tracked: tuple[BoundJob, ...] | None = None if declared else ()
         self._lock = threading.Lock()
 
-    def get(self) -> tuple[SchedulerJob, ...]:
-        """The jobs bound to their histories (needs an NDB context the first time)."""
+    def get(self) -> tuple[BoundJob, ...]:
+        """Every declared job bound to its history and retention, its pauses unread (needs an NDB
+        context the first time)."""
         tracked_jobs = self._tracked
         if tracked_jobs is not None:
             return tracked_jobs
         with self._lock:
             if self._tracked is None:
-                self._tracked = record_schedules(self.declared, self._clock.now(), self._on_file_pause)
+                histories = record_schedules(self.declared, self._clock.now(), self._on_file_pause)
+                self._histories = histories
+                self._tracked = tuple(self._bind(job, histories) for job in self.declared)
             return self._tracked
+
+    def bound(self, jobs: Iterable[SchedulerJob]) -> list[BoundJob]:
+        """``jobs`` (declared ones) bound to their history and retention and to their pauses, read
+        now in one batched lookup (after the histories: a file's ``paused`` is applied first)."""
+        self.get()
+        histories = self._histories
+        assert histories is not None  # recorded by get
+        jobs = list(jobs)
+        pauses = load_pauses(jobs)
+        return [self._bind(job, histories, pauses[history_id(job)]) for job in jobs]
+
+    def _bind(
+        self, job: SchedulerJob, histories: Mapping[str, Sequence[ScheduleVersion]], pauses: Sequence[Pause] = ()
+    ) -> BoundJob:
+        return bind(job, histories[history_id(job)], retention_of(job, self._app_jobs), pauses)
+
+
+def retention_of(job: SchedulerJob, app_jobs: Mapping[str, JobSpec]) -> float | None:
+    """How long the ledger remembers a run of ``job``: its target's retention_seconds (jobs.yaml);
+    None when the file is not bound to jobs.yaml (no horizon is known)."""
+    spec = app_jobs.get(job.target)
+    return spec.policy.retention_seconds if spec is not None else None

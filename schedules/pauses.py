@@ -16,56 +16,22 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from google.cloud import ndb
 
-from dedup.keys import format_utc, parse_rfc3339
 from dedup.record_store import RecordStore
 from dedup.store import Store, Transaction
 from dedup.transactions import get_many, transact
 from models.schedule_pause import SchedulePauses
 from schedules.config import SchedulerJob, history_id
+from schedules.intervals import Pause as Pause  # its home is below config.py; read here with the pauses
 
 MAX_NOTE_CHARACTERS = 500
 MAX_PAUSES_KEPT = 200  # the newest intervals of a job; older ones are before any retention
 PAUSE_PATIENCE_SECONDS = 10
 FILE_PRINCIPAL = "scheduler.yaml"  # who paused a job the file says is paused
-
-
-@dataclasses.dataclass(frozen=True)
-class Pause:
-    """One interval a Scheduler job was paused: [since, until), ``until`` None while it lasts."""
-
-    since: datetime.datetime
-    paused_by: str
-    note: str | None = None
-    until: datetime.datetime | None = None
-    resumed_by: str | None = None
-
-    def covers(self, instant: datetime.datetime) -> bool:
-        return self.since <= instant and (self.until is None or instant < self.until)
-
-    def document(self) -> dict[str, Any]:
-        return {
-            "since": format_utc(self.since),
-            "paused_by": self.paused_by,
-            "note": self.note,
-            "until": format_utc(self.until) if self.until else None,
-            "resumed_by": self.resumed_by,
-        }
-
-    @classmethod
-    def from_document(cls, document: Mapping[str, Any]) -> Pause:
-        until = document.get("until")
-        return cls(
-            since=parse_rfc3339(document["since"], "since"),
-            paused_by=document["paused_by"],
-            note=document.get("note"),
-            until=parse_rfc3339(until, "until") if until else None,
-            resumed_by=document.get("resumed_by"),
-        )
 
 
 class PauseRefused(ValueError):
@@ -146,12 +112,6 @@ def pauses_read(job: SchedulerJob) -> Callable[[], list[Pause]]:
     sends it in one lookup with the other reads sent before either is waited for."""
     future = _key(job).get_async()
     return lambda: _read(future.result())
-
-
-def with_pauses(jobs: Sequence[SchedulerJob]) -> list[SchedulerJob]:
-    """The jobs bound to their pause intervals, read now."""
-    loaded = load_pauses(jobs)
-    return [dataclasses.replace(job, pauses=tuple(loaded[history_id(job)])) for job in jobs]
 
 
 def change_pause(

@@ -18,7 +18,9 @@ from croniter import croniter
 
 from dedup.keys import ScheduledRunKey, format_utc, scheduled_run_key
 from models import RunRecord, RunSource, RunStatus
+from schedules.bound import BoundJob
 from schedules.config import DELIVERY_GRACE_SECONDS, SchedulerJob, retry_window_seconds, schedule_zone
+from schedules.intervals import Pause
 
 # The most slots one answer lists (a job every minute: 16 hours of them).
 MAX_SLOTS = 1000
@@ -82,8 +84,11 @@ def delivery_scope(job: SchedulerJob) -> tuple[str | None, str | None]:
 class Slot:
     """One expected execution of a Scheduler job."""
 
-    job: SchedulerJob
+    job: SchedulerJob  # as scheduler.yaml said at the slot's time (the schedule it had then)
     schedule_time: datetime.datetime  # aware, UTC
+    # What the app learned of the job (retention, expected from, pauses); None: nothing, as of a
+    # file read alone (no horizon, expected, never paused).
+    bound: BoundJob | None = None
 
     @property
     def run_id(self) -> str:
@@ -112,9 +117,9 @@ class Slot:
         schedule time), so before then no record means no run; after it, none
         means nothing: the run may have completed and been forgotten.
         """
-        if self.job.retention_seconds is None:
+        if self.bound is None or self.bound.retention_seconds is None:
             return None
-        return self.schedule_time + datetime.timedelta(seconds=self.job.retention_seconds)
+        return self.schedule_time + datetime.timedelta(seconds=self.bound.retention_seconds)
 
     def is_remembered(self, now: datetime.datetime) -> bool:
         until = self.remembered_until
@@ -128,9 +133,9 @@ class Slot:
         return self.schedule_time + datetime.timedelta(seconds=self.job.finish_within)
 
     @property
-    def pause(self) -> Any:
-        """The interval its Scheduler job was paused that the slot lies in (a schedules.pauses.Pause), or None."""
-        for interval in self.job.pauses:
+    def pause(self) -> Pause | None:
+        """The interval its Scheduler job was paused that the slot lies in, or None."""
+        for interval in self.bound.pauses if self.bound else ():
             if interval.covers(self.schedule_time):
                 return interval
         return None
@@ -138,35 +143,36 @@ class Slot:
     @property
     def tracked(self) -> bool:
         """Whether the slot is at or after the time its Scheduler job's slots are expected from."""
-        return self.job.expected_from is None or self.schedule_time >= self.job.expected_from
+        expected_from = self.bound.expected_from if self.bound else None
+        return expected_from is None or self.schedule_time >= expected_from
 
 
 EARLIEST = datetime.datetime.min.replace(tzinfo=UTC)
 LATEST = datetime.datetime.max.replace(tzinfo=UTC)
 
 
-def _segments(job: SchedulerJob) -> list[tuple[SchedulerJob, datetime.datetime, datetime.datetime]]:
-    """The job as each of its schedules had it, with the [from, to) that schedule applied.
+def _segments(job: BoundJob) -> list[tuple[SchedulerJob, datetime.datetime, datetime.datetime]]:
+    """The job's declaration as each of its schedules had it, with the [from, to) that schedule applied.
 
     The oldest known schedule also covers the time before it was first seen (slots there
     are before the job's are expected: untracked), and the current one runs on from when it took effect.
     """
     if not job.earlier or job.schedule_since is None:
-        return [(job, EARLIEST, LATEST)]
+        return [(job.declared, EARLIEST, LATEST)]
     segments = []
     for index, old in enumerate(job.earlier):
-        as_then = dataclasses.replace(job, schedule=old.schedule, time_zone=old.time_zone)
+        as_then = dataclasses.replace(job.declared, schedule=old.schedule, time_zone=old.time_zone)
         segments.append((as_then, EARLIEST if index == 0 else old.since, old.until))
-    segments.append((job, job.schedule_since, LATEST))
+    segments.append((job.declared, job.schedule_since, LATEST))
     return segments
 
 
-def schedule_at(job: SchedulerJob, instant: datetime.datetime) -> SchedulerJob:
-    """The job with the schedule it had at ``instant``."""
+def schedule_at(job: BoundJob, instant: datetime.datetime) -> SchedulerJob:
+    """The job's declaration with the schedule it had at ``instant``."""
     for as_then, start, end in _segments(job):
         if start <= instant < end:
             return as_then
-    return job
+    return job.declared
 
 
 def _times(job: SchedulerJob, since: datetime.datetime) -> Iterator[datetime.datetime]:
@@ -184,7 +190,7 @@ def _times_before(job: SchedulerJob, until: datetime.datetime) -> Iterator[datet
         yield iterator.get_prev(datetime.datetime).astimezone(UTC)
 
 
-def _job_slots(job: SchedulerJob, since: datetime.datetime, until: datetime.datetime, limit: int) -> Iterator[Slot]:
+def _job_slots(job: BoundJob, since: datetime.datetime, until: datetime.datetime, limit: int) -> Iterator[Slot]:
     """``job``'s slots in [since, until), oldest first, each of the schedule it had then."""
     count = 0
     for as_then, start, end in _segments(job):
@@ -194,11 +200,11 @@ def _job_slots(job: SchedulerJob, since: datetime.datetime, until: datetime.date
             if instant >= min(until, end) or count >= limit:
                 break
             count += 1
-            yield Slot(as_then, instant)
+            yield Slot(as_then, instant, job)
 
 
 def slots_between(
-    jobs: Iterable[SchedulerJob], since: datetime.datetime, until: datetime.datetime, limit: int = MAX_SLOTS
+    jobs: Iterable[BoundJob], since: datetime.datetime, until: datetime.datetime, limit: int = MAX_SLOTS
 ) -> list[Slot]:
     """The slots in [since, until) of every job, oldest first, at most ``limit`` of them."""
     found: list[Slot] = []
@@ -209,7 +215,7 @@ def slots_between(
 
 
 def slot_page(
-    jobs: Sequence[SchedulerJob], since: datetime.datetime, until: datetime.datetime, limit: int = MAX_SLOTS
+    jobs: Sequence[BoundJob], since: datetime.datetime, until: datetime.datetime, limit: int = MAX_SLOTS
 ) -> tuple[list[Slot], datetime.datetime | None]:
     """The first page of the slots in [since, until), oldest first, at most ``limit`` of them, and
     where the next page starts (None: the page ends the range).
@@ -227,7 +233,7 @@ def slot_page(
 
 
 def slot_pages(
-    jobs: Sequence[SchedulerJob], since: datetime.datetime, until: datetime.datetime, limit: int = MAX_SLOTS
+    jobs: Sequence[BoundJob], since: datetime.datetime, until: datetime.datetime, limit: int = MAX_SLOTS
 ) -> Iterator[list[Slot]]:
     """Every slot in [since, until), oldest first, a page of at most ``limit`` at a time: the whole
     range, however long.  What acts on a range's slots (a catch-up) reads it so, never one capped
@@ -238,7 +244,7 @@ def slot_pages(
         yield page
 
 
-def latest_slots(jobs: Iterable[SchedulerJob], now: datetime.datetime, count: int) -> list[Slot]:
+def latest_slots(jobs: Iterable[BoundJob], now: datetime.datetime, count: int) -> list[Slot]:
     """The newest ``count`` slots at or before ``now`` of every job, oldest first."""
     found: list[Slot] = []
     after_now = now + datetime.timedelta(microseconds=1)
@@ -251,12 +257,12 @@ def latest_slots(jobs: Iterable[SchedulerJob], now: datetime.datetime, count: in
                 if instant < start or taken >= count:
                     break
                 taken += 1
-                found.append(Slot(as_then, instant))
+                found.append(Slot(as_then, instant, job))
     found.sort(key=lambda slot: (slot.schedule_time, slot.job.name, slot.job.project, slot.job.location))
     return found[-count:]
 
 
-def nearest_slots(job: SchedulerJob, instant: datetime.datetime) -> tuple[datetime.datetime, datetime.datetime]:
+def nearest_slots(job: BoundJob, instant: datetime.datetime) -> tuple[datetime.datetime, datetime.datetime]:
     """The job's last schedule time before ``instant`` and its first one after it (of the schedule it had then)."""
     as_then = schedule_at(job, instant)
     zone_instant = instant.astimezone(schedule_zone(as_then.time_zone))
@@ -265,7 +271,7 @@ def nearest_slots(job: SchedulerJob, instant: datetime.datetime) -> tuple[dateti
     return before, after
 
 
-def is_slot(job: SchedulerJob, instant: datetime.datetime) -> bool:
+def is_slot(job: BoundJob, instant: datetime.datetime) -> bool:
     """Whether ``instant`` is a slot of the schedule ``job`` had at that instant."""
     return next(_times(schedule_at(job, instant), instant)) == instant
 
@@ -277,11 +283,12 @@ CLOCK_SKEW_SECONDS = 10
 
 
 def declared_job(
-    jobs: Iterable[SchedulerJob], scheduler_job_name: str, project: str | None, location: str | None
-) -> SchedulerJob | None:
+    jobs: Iterable[BoundJob], scheduler_job_name: str, project: str | None, location: str | None
+) -> BoundJob | None:
     """The scheduler.yaml entry whose deliveries carry this name and scope, if one is declared."""
     for job in jobs:
-        if job.name == scheduler_job_name and delivery_scope(job) == (project or None, location or None):
+        named = job.declared
+        if named.name == scheduler_job_name and delivery_scope(named) == (project or None, location or None):
             return job
     return None
 
@@ -298,7 +305,7 @@ class ForceRun:
 
 
 def force_run_reason(
-    key: ScheduledRunKey, job_id: str, jobs: Iterable[SchedulerJob], now: datetime.datetime
+    key: ScheduledRunKey, job_id: str, jobs: Iterable[BoundJob], now: datetime.datetime
 ) -> ForceRun | None:
     """Why this delivery is a Force run rather than a slot's delivery, or None if it may be the slot's.
 
@@ -315,8 +322,9 @@ def force_run_reason(
             f"{CLOCK_SKEW_SECONDS}s skew allowed): no slot is delivered before its time",
             own_key=True,
         )
-    declared = declared_job(jobs, key.scheduler_job_name, key.project, key.location)
-    if declared is not None and declared.target == job_id and not is_slot(declared, key.schedule_time):
+    found = declared_job(jobs, key.scheduler_job_name, key.project, key.location)
+    if found is not None and found.declared.target == job_id and not is_slot(found, key.schedule_time):
+        declared = found.declared
         return ForceRun(f"its schedule time is no slot of {declared.name}'s schedule ({declared.schedule!r})", False)
     return None
 
@@ -440,18 +448,18 @@ def shown_status(slot: Slot, record: RunRecord | None, now: datetime.datetime) -
     return timeliness(slot, record, now) or execution_status(slot, record, now)
 
 
-def slot_of_run(record: RunRecord, jobs: Iterable[SchedulerJob]) -> Slot | None:
+def slot_of_run(record: RunRecord, jobs: Iterable[BoundJob]) -> Slot | None:
     """The declared slot ``record`` is the run of (a scheduled delivery of a slot of ``jobs``,
     bound to their pauses), or None: a manual run, a Force run, a delivery no declaration names."""
     if record.source != RunSource.SCHEDULER or record.schedule_time is None or not record.scheduler_job_name:
         return None
     job = declared_job(jobs, record.scheduler_job_name, record.project, record.location)
-    if job is None or job.target != record.job_id or not is_slot(job, record.schedule_time):
+    if job is None or job.declared.target != record.job_id or not is_slot(job, record.schedule_time):
         return None
-    return Slot(job, record.schedule_time)
+    return Slot(job.declared, record.schedule_time, job)
 
 
-def run_status(record: RunRecord, jobs: Iterable[SchedulerJob], now: datetime.datetime) -> str:
+def run_status(record: RunRecord, jobs: Iterable[BoundJob], now: datetime.datetime) -> str:
     """The one status a run is shown with, wherever it is shown (the runs table, the timeline,
     the run page, a job's card): its slot's, as the executions listing has it, when it is the
     run of a declared slot; else its own, ``stuck`` where its lease ran out unfinished."""

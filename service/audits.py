@@ -12,7 +12,6 @@ from dedup.keys import format_utc
 from dispatch import Dispatched, DispatchError, Work, task_id
 from schedules.audit import AuditPass, audit
 from schedules.config import SchedulerJob
-from schedules.pauses import with_pauses
 from schedules.slots import Slot
 from service.pauses import failure_streak_pause
 from service.slots import slot_run_work
@@ -105,4 +104,4 @@ def misfire_catch_up(state: AppState) -> Callable[[Slot], bool]:
 def audit_jobs(state: AppState, jobs: Sequence[SchedulerJob]) -> AuditPass:
     """One audit of ``jobs`` (a pass's own share, or a dispatched one): with their pauses, the
     misfire policy's catch-up and the failure-streak pause."""
-    return audit(state.ledger, tuple(with_pauses(jobs)), misfire_catch_up(state), failure_streak_pause(state))
+    return audit(state.ledger, tuple(state.with_pauses(jobs)), misfire_catch_up(state), failure_streak_pause(state))

@@ -14,6 +14,7 @@ from typing import Any
 
 from dedup.keys import format_utc
 from dispatch import Dispatched, DispatchError
+from schedules.bound import BoundJob
 from schedules.config import SchedulerJob
 from schedules.pauses import (
     Pause,
@@ -24,7 +25,6 @@ from schedules.pauses import (
     paused,
     pauses_of,
     resumed,
-    with_pauses,
 )
 from schedules.slots import ExecutionStatus, Slot, execution_status, latest_slots, slot_pages
 from service.errors import Invalid, NotFound
@@ -40,9 +40,11 @@ def scheduler_job_named(state: AppState, name: str, project: str | None, locatio
     NotFound when there is none, Invalid when the choice is ambiguous."""
     if not state.schedules:
         raise NotFound(NO_SCHEDULE)
+    # Bound first, as every first use of the schedules is: a file's own ``paused`` is applied before
+    # the operator's pause or resume, never after it (which would undo it).
     found = [
         job
-        for job in state.schedules
+        for job in (bound.declared for bound in state.bound_schedules)
         if job.name == name and project in (None, job.project) and location in (None, job.location)
     ]
     if not found:
@@ -103,7 +105,7 @@ def set_schedule_paused(
     return PauseChange(job, current(after), after != seen[-1], problem)
 
 
-def last_pause(job: SchedulerJob) -> Pause | None:
+def last_pause(job: BoundJob) -> Pause | None:
     """The job's most recent pause interval, lasting or ended."""
     return job.pauses[-1] if job.pauses else None
 
@@ -127,14 +129,14 @@ class CaughtUp:
         }
 
 
-def catch_up(state: AppState, principal: Principal, job: SchedulerJob, interval: Pause, mode: str) -> list[CaughtUp]:
+def catch_up(state: AppState, principal: Principal, job: BoundJob, interval: Pause, mode: str) -> list[CaughtUp]:
     """Dispatch the slots of a pause ``interval`` that never ran: none, the latest, or all of them,
     as far back as the job's catchup_window.  Each runs under its own key, so a late Scheduler
     retry of a caught-up slot is the same run; the queue refuses the same catch-up twice."""
     if mode == "none":
         return []
     now = state.clock.now()
-    since = max(interval.since, now - datetime.timedelta(seconds=job.catchup_window))
+    since = max(interval.since, now - datetime.timedelta(seconds=job.declared.catchup_window))
     until = min(interval.until or now, now)
     pages: Iterable[list[Slot]]
     if mode == "latest":
@@ -151,7 +153,7 @@ def catch_up(state: AppState, principal: Principal, job: SchedulerJob, interval:
             record = records.get(slot.run_id)
             if execution_status(slot, record, now) != ExecutionStatus.PAUSED:
                 continue
-            work = slot_run_work(job.target, slot, record.attempt if record else 0, principal.name)
+            work = slot_run_work(job.declared.target, slot, record.attempt if record else 0, principal.name)
             caught_up.append(CaughtUp(slot, state.dispatcher.dispatch(work)))
     return caught_up
 
@@ -218,7 +220,7 @@ def resume_schedule(state: AppState, principal: Principal, ask: ScheduleChangeRe
         raise Invalid(f"catch_up must be one of {', '.join(CATCH_UP)}")
     job = scheduler_job_named(state, ask.name, ask.project, ask.location)
     change = set_schedule_paused(state, principal, job, False)
-    [bound] = with_pauses([job])
+    [bound] = state.with_pauses([job])
     interval = last_pause(bound)
     try:
         caught_up = catch_up(state, principal, bound, interval, str(ask.catch_up)) if interval else []

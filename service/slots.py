@@ -20,8 +20,7 @@ from dedup.outcomes import RunOutcome
 from dedup.queries import RunFilter
 from dispatch import DispatchError, Work, task_id
 from models import RunRecord
-from schedules.config import SchedulerJob
-from schedules.pauses import with_pauses
+from schedules.bound import BoundJob
 from schedules.slots import (
     CLOCK_SKEW_SECONDS,
     MAX_SLOTS,
@@ -75,19 +74,19 @@ class SlotRunRequest:
 NO_SCHEDULE = "no schedule is loaded: the app reads DEDUP_SCHEDULER_FILE, else the scheduler.yaml beside the jobs file"
 
 
-def schedules_of(state: AppState, job_id: str) -> list[SchedulerJob]:
+def schedules_of(state: AppState, job_id: str) -> list[BoundJob]:
     """The Scheduler jobs that target ``job_id``, with their pauses; NotFound when the job is
     unknown or no schedule is loaded."""
     if job_id not in state.jobs:
         raise NotFound(f"no job {job_id!r} is declared in the jobs file")
     if not state.schedules:
         raise NotFound(NO_SCHEDULE)
-    return with_pauses([job for job in state.schedules if job.target == job_id])
+    return state.with_pauses(job for job in state.schedules if job.target == job_id)
 
 
 def find_slot(
     job_id: str,
-    scheduler_jobs: list[SchedulerJob],
+    scheduler_jobs: list[BoundJob],
     instant: datetime.datetime,
     scheduler_job: str | None = None,
     project: str | None = None,
@@ -101,7 +100,9 @@ def find_slot(
     picked = [
         job
         for job in scheduler_jobs
-        if scheduler_job in (None, job.name) and project in (None, job.project) and location in (None, job.location)
+        if scheduler_job in (None, job.declared.name)
+        and project in (None, job.declared.project)
+        and location in (None, job.declared.location)
     ]
     if not picked:
         wanted = ", ".join(
@@ -114,7 +115,7 @@ def find_slot(
     matching = [job for job in scheduler_jobs if is_slot(job, instant)]
     if not matching:
         nearest = "; ".join(
-            f"{job.name}: {format_utc(before)} or {format_utc(after)}"
+            f"{job.declared.name}: {format_utc(before)} or {format_utc(after)}"
             for job in scheduler_jobs
             for before, after in [nearest_slots(job, instant)]
         )
@@ -122,11 +123,12 @@ def find_slot(
             f"{format_utc(instant)} is not a slot of {job_id!r}'s schedule; the nearest: {nearest or 'none'}"
         )
     if len(matching) > 1:
-        names = ", ".join(sorted(f"{job.name} in {job.project}/{job.location}" for job in matching))
+        places = sorted((m.declared.name, m.declared.project, m.declared.location) for m in matching)
+        names = ", ".join(f"{name} in {project}/{location}" for name, project, location in places)
         raise Invalid(
             f"several Scheduler jobs have this slot ({names}): choose with scheduler_job, project and location"
         )
-    return Slot(schedule_at(matching[0], instant), instant)
+    return Slot(schedule_at(matching[0], instant), instant, matching[0])
 
 
 def slot_key(slot: Slot) -> ScheduledRunKey:
@@ -157,16 +159,17 @@ def check_slot_run(state: AppState, slot: Slot, ask: SlotRunRequest) -> tuple[De
     record = state.ledger.lookup(slot_key(slot).run_id)
     status = execution_status(slot, record, now)
     if status in NEEDS_FORCE and not ask.force:
+        assert slot.bound is not None  # what the app learned makes a slot untracked or unknown
         if status == ExecutionStatus.UNTRACKED:
-            assert slot.job.expected_from is not None  # an untracked slot lies before a known time
+            assert slot.bound.expected_from is not None  # an untracked slot lies before a known time
             why = (
                 f"this slot is before {slot.job.name}'s slots are expected from "
-                f"({format_utc(slot.job.expected_from)}: when the app first knew its schedule), so the app "
+                f"({format_utc(slot.bound.expected_from)}: when the app first knew its schedule), so the app "
                 "was not expecting it and cannot say it did not run"
             )
         else:
             why = (
-                f"no record of this slot is left: the ledger keeps a run {slot.job.retention_seconds:g}s past its "
+                f"no record of this slot is left: the ledger keeps a run {slot.bound.retention_seconds:g}s past its "
                 "schedule time, so it may have completed"
             )
         return Declined(
@@ -240,7 +243,7 @@ class ExecutionsPage:
 
 def executions_between(
     state: AppState,
-    scheduler_jobs: list[SchedulerJob],
+    scheduler_jobs: list[BoundJob],
     job_id: str,
     since: datetime.datetime,
     until: datetime.datetime,

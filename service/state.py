@@ -7,7 +7,7 @@ service never reaches into a request or an app object to find it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from dedup.clock import Clock, SystemClock
 from dedup.ledger import Ledger
@@ -15,6 +15,7 @@ from dedup.runner import WaitSlots
 from dispatch import Dispatcher
 from dispatch.in_process import InProcessDispatcher
 from jobs.config import JobSpec
+from schedules.bound import BoundJob
 from schedules.config import SchedulerJob
 from schedules.history import TrackedSchedules
 from schedules.scheduler_api import SchedulerApi
@@ -28,7 +29,7 @@ class AppState:
     clock: Clock
     ledger: Ledger  # the one ledger: scheduled runs, manual runs and guarded views share it
     wait_slots: WaitSlots  # the bound on this process's requests waiting at once (Prefer: wait)
-    # scheduler.yaml's jobs, validated against ``jobs``, bound to their histories on first use.
+    # scheduler.yaml's jobs, validated against ``jobs``, and what the app learned of them (bound on first use).
     tracked_schedules: TrackedSchedules = dataclasses.field(default_factory=lambda: TrackedSchedules((), SystemClock()))
 
     # Cloud Scheduler's own pause and resume (DEDUP_SCHEDULER_API_BASE).
@@ -42,5 +43,16 @@ class AppState:
 
     @property
     def schedules(self) -> tuple[SchedulerJob, ...]:
-        """The Scheduler jobs bound to their histories (the first use in a process records them: needs NDB)."""
+        """The Scheduler jobs as scheduler.yaml declares them: what the file says, nothing learned."""
+        return self.tracked_schedules.declared
+
+    @property
+    def bound_schedules(self) -> tuple[BoundJob, ...]:
+        """The Scheduler jobs bound to their histories and retention, pauses unread (the first use in
+        a process records the histories: needs NDB)."""
         return self.tracked_schedules.get()
+
+    def with_pauses(self, jobs: Iterable[SchedulerJob] | None = None) -> list[BoundJob]:
+        """The declared Scheduler jobs (or ``jobs`` of them) bound to all the app learned, their
+        pauses read now (needs NDB)."""
+        return self.tracked_schedules.bound(self.schedules if jobs is None else jobs)

@@ -25,6 +25,7 @@ from dedup.keys import format_utc
 from deploy.cli import cli as ops_cli
 from handlers import create_app
 from jobs.errors import JobsConfigError
+from schedules.bound import BoundJob
 from schedules.config import (
     SchedulerJob,
     ScheduleSettingError,
@@ -185,7 +186,7 @@ def named(message: str, job: str | None, field: str) -> bool:
 
 def real_slot(jobs_path: str, now: datetime.datetime) -> tuple[SchedulerJob, datetime.datetime]:
     [job] = load_scheduler_file(jobs_path.replace("jobs.yaml", "scheduler.yaml"))
-    [slot] = latest_slots([job], now, 1)
+    [slot] = latest_slots([BoundJob(job)], now, 1)
     return job, slot.schedule_time
 
 

@@ -91,11 +91,14 @@ def test_the_job_lock_adds_what_the_model_says(counted, jobs_file, clock):
 
 def test_an_audit_pass_costs_what_the_model_says(counted, clock):
     from schedules.audit import audit
+    from schedules.bound import BoundJob
     from schedules.config import SchedulerJob
 
     client, counter = counted
-    hourly = SchedulerJob(
-        key="k", name="hourly", target="invoice", schedule="0 * * * *", project="acme-prod", location="us-central1"
+    hourly = BoundJob(
+        SchedulerJob(
+            key="k", name="hourly", target="invoice", schedule="0 * * * *", project="acme-prod", location="us-central1"
+        )
     )
     with client.context():
         ledger = Ledger(clock)

@@ -16,6 +16,7 @@ import webtest
 
 from dedup.keys import format_utc, scheduled_run_key
 from handlers import create_app
+from schedules.bound import BoundJob
 from schedules.config import ScheduleSettingError, load_scheduler_file
 from schedules.slots import DELIVERY_GRACE_SECONDS, MAX_SLOTS, Slot, slots_between
 from tests import job_targets
@@ -225,9 +226,9 @@ def test_a_scheduler_file_that_does_not_validate_stops_the_app(tmp_path, ndb_cli
 def test_slots_between_keeps_to_the_range_and_the_limit(tmp_path):
     (tmp_path / "s.yaml").write_text(textwrap.dedent(SCHEDULES))
     hourly = load_scheduler_file(str(tmp_path / "s.yaml"))[0]
-    slots = slots_between([hourly], T0, T0 + datetime.timedelta(hours=3))
+    slots = slots_between([BoundJob(hourly)], T0, T0 + datetime.timedelta(hours=3))
     assert [s.schedule_time for s in slots] == [T0 + datetime.timedelta(hours=h) for h in range(3)]
-    assert len(slots_between([hourly], T0, T0 + datetime.timedelta(days=10), limit=5)) == 5
+    assert len(slots_between([BoundJob(hourly)], T0, T0 + datetime.timedelta(days=10), limit=5)) == 5
 
 
 def run_slot(site, when, status="*", job="invoice", **params):
@@ -355,10 +356,18 @@ def test_the_audit_waits_for_a_run_whose_lease_outlives_its_window(site, clock, 
 def test_a_capped_audit_pass_reports_no_slot_twice(datastore, ndb_client, clock):
     from dedup.ledger import Ledger
     from schedules.audit import audit
+    from schedules.bound import BoundJob
     from schedules.config import SchedulerJob
 
-    every_minute = SchedulerJob(
-        key="k", name="minutely", target="invoice", schedule="* * * * *", project="acme-prod", location="us-central1"
+    every_minute = BoundJob(
+        SchedulerJob(
+            key="k",
+            name="minutely",
+            target="invoice",
+            schedule="* * * * *",
+            project="acme-prod",
+            location="us-central1",
+        )
     )
     with ndb_client.context():
         ledger = Ledger(clock)

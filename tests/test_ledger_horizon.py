@@ -24,6 +24,7 @@ from schedules.config import (
     minimum_retention_seconds,
     retry_window_seconds,
 )
+from schedules.history import retention_of
 
 # Schedules of every shape the window depends on: deadline, retries by count, by duration.
 WINDOW_SHAPES = [
@@ -82,8 +83,8 @@ def test_a_retention_shorter_than_window_grace_and_audit_is_refused_naming_job_a
     assert "job 'report-job'" in message and f"at least {math.ceil(minimum)}" in message
     enough = max(math.ceil(minimum), 24 * 3600)  # and at least the longest period
     jobs, scheduler = _files(tmp_path, schedule, deadline, retry, enough)
-    (bound,) = load_app_schedules(scheduler, load_jobs(jobs))
-    assert bound.retention_seconds == enough
+    (declared,) = load_app_schedules(scheduler, load_jobs(jobs))
+    assert retention_of(declared, load_jobs(jobs)) == enough
 
 
 def test_the_reviewers_examples_are_refused(tmp_path):

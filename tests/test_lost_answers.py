@@ -175,10 +175,13 @@ def test_a_stale_release_whose_answer_was_lost_is_still_stale(ledger, lost_answe
 def test_an_audit_pass_whose_mark_landed_but_whose_answer_was_lost_still_reports(ledger, lost_answers, clock):
     """The missed-execution audit recognises its own landed mark (it would never report those slots)."""
     from schedules.audit import audit
+    from schedules.bound import BoundJob
     from schedules.config import SchedulerJob
 
-    hourly = SchedulerJob(
-        key="k", name="hourly", target="invoice", schedule="0 * * * *", project="acme-prod", location="us-central1"
+    hourly = BoundJob(
+        SchedulerJob(
+            key="k", name="hourly", target="invoice", schedule="0 * * * *", project="acme-prod", location="us-central1"
+        )
     )
     assert audit(ledger, (hourly,)).reported == []  # a first pass sets the mark at now
     clock.advance(3 * 3600)

@@ -20,7 +20,7 @@ import yaml
 from dedup.keys import format_utc
 from handlers import create_app
 from schedules.config import ScheduleFileError, SchedulerJob, parse_scheduler_document
-from schedules.history import ScheduleVersion, seen, tracked
+from schedules.history import ScheduleVersion, bind, seen
 from schedules.slots import slots_between
 from tests import job_targets
 from tests.support.deliveries import JOBS, scheduler_headers
@@ -172,7 +172,7 @@ def test_two_processes_recording_one_change_keep_its_first_sighting_and_a_change
     assert seen(racing, dataclasses_replace(JOB, "5 * * * *"), T0) == racing[:2]
     back = seen(racing[:2], JOB, T0 + datetime.timedelta(hours=4))
     assert [v.schedule for v in back] == ["0 * * * *", "5 * * * *", "0 * * * *"]
-    job = tracked(JOB, back)
+    job = bind(JOB, back)
     slots = [format_utc(s.schedule_time) for s in slots_between([job], T0, T0 + datetime.timedelta(hours=6))]
     assert slots == [at(0), at(1), at(2 + 5 / 60), at(3 + 5 / 60), at(4), at(5)]
 

@@ -303,7 +303,7 @@ def test_two_passes_that_computed_the_same_mark_report_once(site, clock, ndb_cli
     def meets_another_pass(body, patience, store):
         if not other:  # B, in full, between A's reading of the mark and A's transaction
             other.append(None)
-            other[0] = audit_module.audit(app_state().ledger, app_state().schedules)
+            other[0] = audit_module.audit(app_state().ledger, app_state().bound_schedules)
         return real(body, patience, store)
 
     monkeypatch.setattr(audit_module, "transact", meets_another_pass)
@@ -329,7 +329,7 @@ def test_a_pass_whose_answer_was_lost_and_whose_mark_moved_on_still_reports(site
         later.append(None)
         real(body, patience, store)  # A's commit lands; its answer is lost
         clock.advance(60)
-        later[0] = audit_module.audit(app_state().ledger, app_state().schedules)  # B moves on from it
+        later[0] = audit_module.audit(app_state().ledger, app_state().bound_schedules)  # B moves on from it
         return real(body, patience, store)  # A's retry of the same transaction
 
     monkeypatch.setattr(audit_module, "transact", lost_answer_then_another_pass)
