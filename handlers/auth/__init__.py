@@ -18,7 +18,8 @@ while ``none`` or ``appengine`` is among the modes only requests addressed to
 a loopback ``Host`` are served (``LoopbackRule``).
 
 Each mode is one class (``verifier.Verifier``) that checks its own settings
-(settings.py reads their variables with every other setting) and turns a request's headers into a ``Principal`` (or nothing), listed once in
+(settings.py reads their variables with every other setting) and turns a
+request's headers into a ``Principal`` (or nothing), listed once in
 ``gate.VERIFIERS``; ``handlers.access`` decides what the principal may do.  No
 or bad credentials are a 401, a principal without the role a 403, with fixed
 messages that echo neither the token nor the configuration.
