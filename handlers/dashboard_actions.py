@@ -50,7 +50,7 @@ from models import RunSource
 from schedules.slots import NEEDS_FORCE, Slot, execution_status
 from service.errors import Declined, Invalid, NotFound
 from service.pauses import CATCH_UP, ScheduleChangeRequest, pause_schedule, resume_schedule, scheduler_job_named
-from service.runs import ManualRunRequest, Queued, retry_of, run_manually_later
+from service.runs import ManualRunRequest, Queued, job_named, retry_of, run_manually_later
 from service.slots import SlotRunRequest, executions_between, run_slot_later, run_slots_later, slot_of
 
 blueprint = Blueprint("dashboard_actions", __name__, url_prefix="/admin", template_folder="templates")
@@ -61,24 +61,29 @@ RETRY_FIELDS: frozenset[str] = frozenset()  # the token is the failed run's (ret
 
 
 class FormProblem(Exception):
+    """A form not sent as a form (415): HTTP's own refusal, before there is a request to read.
+    A form that is sent but breaks a rule is the service's ``Invalid``, answered by the table."""
+
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
 
 
+# What a page answers without a run to show: a form not sent as one, or a refusal (the table's).
+REFUSED = (FormProblem, NotFound, Invalid, Declined)
+
+
 @blueprint.post("/jobs/<job_id>/run", provide_automatic_options=False)
 @requires(Role.OPERATE)
 def run_now(job_id: str) -> Response | tuple[str, int]:
-    job = app_state().jobs.get(job_id)
-    if job is None:
-        return problem_page(404, f"no job {job_id!r} is declared in the jobs file")
-    note_run(job_id=job_id, source=RunSource.API)
     try:
+        job = job_named(app_state(), job_id)
+        note_run(job_id=job_id, source=RunSource.API)
         fields = form_fields(RUN_NOW_FIELDS)
         ask = ManualRunRequest(form_token(fields), form_parameters(fields.get("parameters", "")))
-    except FormProblem as problem:
-        return problem_page(problem.status, problem.message)
+    except REFUSED as refused:
+        return refused_page(refused)
     return dispatch_manual_run(job_id, job, ask)
 
 
@@ -90,16 +95,17 @@ def confirm_run_now(job_id: str) -> Response | str | tuple[str, int]:
     The form's token comes from the link (made when the dashboard was rendered), so going back
     to this page and sending it again, even where the browser fetches the page anew, is the
     same run; a link without one gets a fresh token."""
-    job = app_state().jobs.get(job_id)
-    if job is None:
-        return problem_page(404, f"no job {job_id!r} is declared in the jobs file")
+    try:
+        job = job_named(app_state(), job_id)
+    except NotFound as missing:
+        return refused_page(missing)
     token = request.args.get("token")
     if not token:
         # A link without a token (typed, bookmarked) gets one in its URL, so going back to the
         # page and sending it again is still one run even where the browser fetches it anew.
         return redirect(url_for("dashboard_actions.confirm_run_now", job_id=job_id, token=new_form_token()), code=303)
     if client_token_problem(token):
-        return problem_page(400, f"the link's {client_token_problem(token)}; reload the dashboard for a new one")
+        return refused_page(Invalid(f"the link's {client_token_problem(token)}; reload the dashboard for a new one"))
     return render_template(
         "admin/confirm.html",
         title=f"Run {job_id} now?",
@@ -146,8 +152,8 @@ def retry_run(run_id: str) -> Response | tuple[str, int]:
     note_run(job_id=job_id, source=RunSource.API)
     try:
         form_fields(RETRY_FIELDS)
-    except FormProblem as problem:
-        return problem_page(problem.status, problem.message)
+    except REFUSED as refused:
+        return refused_page(refused)
     ask = ManualRunRequest(retry_token(run_id), dict(retry.failed.parameters or {}))
     return dispatch_manual_run(job_id, retry.job, ask)
 
@@ -182,10 +188,10 @@ def form_fields(allowed: frozenset[str]) -> dict[str, str]:
     form = request.form
     unknown = sorted(set(form) - allowed)
     if unknown:
-        raise FormProblem(400, f"unknown form field(s) {', '.join(unknown)}")
+        raise Invalid(f"unknown form field(s) {', '.join(unknown)}")
     repeated = sorted(name for name in form if len(form.getlist(name)) > 1)
     if repeated:
-        raise FormProblem(400, f"form field(s) sent more than once: {', '.join(repeated)}")
+        raise Invalid(f"form field(s) sent more than once: {', '.join(repeated)}")
     return {name: form[name] for name in form}
 
 
@@ -193,7 +199,7 @@ def form_token(fields: dict[str, str]) -> str:
     token = fields.get("clientToken", "")
     problem = client_token_problem(token)
     if problem:
-        raise FormProblem(400, f"the form's {problem}; reload the page for a new form")
+        raise Invalid(f"the form's {problem}; reload the page for a new form")
     return token
 
 
@@ -204,13 +210,13 @@ def form_parameters(text: str) -> dict[str, Any]:
     try:
         parameters = strict_json(text, "the parameters text")
     except InvalidJson as exc:
-        raise FormProblem(400, exc.message) from None
+        raise Invalid(exc.message) from None
     if not isinstance(parameters, dict):
-        raise FormProblem(400, 'the parameters must be a JSON object, such as {"until": "2026-12-01T00:00:00Z"}')
+        raise Invalid('the parameters must be a JSON object, such as {"until": "2026-12-01T00:00:00Z"}')
     try:
         return Fingerprint.of(lambda: parameters).parameters()
     except GuardRejected as exc:
-        raise FormProblem(400, exc.message) from None
+        raise Invalid(exc.message) from None
 
 
 def answer(outcome: RunOutcome, job_id: str, ask: ManualRunRequest) -> Response | tuple[str, int]:
@@ -271,9 +277,10 @@ def problem_page(status: int, message: str, **context: Any) -> tuple[str, int]:
     return render_template("admin/problem.html", status=status, message=message, **context), status
 
 
-def refused_page(refused: NotFound | Invalid | Declined, **context: Any) -> tuple[str, int]:
-    """A service refusal as a page: the answers table's status, the refusal's words."""
-    return problem_page(page_status(refused), refused.message, **context)
+def refused_page(refused: FormProblem | NotFound | Invalid | Declined, **context: Any) -> tuple[str, int]:
+    """A refusal as a page: the answers table's status (a form not sent as one: its own), its words."""
+    status = refused.status if isinstance(refused, FormProblem) else page_status(refused)
+    return problem_page(status, refused.message, **context)
 
 
 @blueprint.post("/jobs/<job_id>/executions/<schedule_time>/run", provide_automatic_options=False)
@@ -288,8 +295,8 @@ def run_slot(job_id: str, schedule_time: str) -> Response | tuple[str, int]:
     """
     try:
         found, ask = asked_slot(job_id, schedule_time, form_fields(SLOT_RUN_FIELDS))
-    except FormProblem as problem:
-        return problem_page(problem.status, problem.message)
+    except REFUSED as refused:
+        return refused_page(refused)
     note_run(job_id=job_id, source=RunSource.SCHEDULER, run_id=found.run_id)
     try:
         done = run_slot_later(app_state(), current_principal(), job_id, found, ask)
@@ -307,8 +314,8 @@ def confirm_run_slot(job_id: str, schedule_time: str) -> str | tuple[str, int]:
     try:
         fields = {name: request.args[name] for name in SLOT_RUN_FIELDS - {"force"} if name in request.args}
         found, ask = asked_slot(job_id, schedule_time, fields)
-    except FormProblem as problem:
-        return problem_page(problem.status, problem.message)
+    except REFUSED as refused:
+        return refused_page(refused)
     state = app_state()
     status = execution_status(found, state.ledger.lookup(found.run_id), state.clock.now())
     facts = [f"The slot of {found.job.name} at {format_utc(found.schedule_time)} ({status}), under its own key."]
@@ -338,17 +345,14 @@ SLOT_RUN_FIELDS = frozenset({"scheduler_job", "project", "location", "attempt", 
 
 
 def asked_slot(job_id: str, schedule_time: str, fields: dict[str, str]) -> tuple[Slot, SlotRunRequest]:
-    """The slot a slot run's form (or its confirmation's link) names, and what it asks; FormProblem if none."""
+    """The slot a slot run's form (or its confirmation's link) names, and what it asks; NotFound
+    or Invalid (the service's refusals) if none."""
     try:
         instant = request_time("schedule_time", schedule_time)
         ask = SlotRunRequest.parse(fields.pop("attempt", None), fields.pop("force", None))
         found = slot_of(app_state(), job_id, instant, **fields)
     except BadTime as bad:
-        raise FormProblem(400, bad.message) from None
-    except Invalid as refused:
-        raise FormProblem(400, refused.message) from None
-    except NotFound as missing:
-        raise FormProblem(404, missing.message) from None
+        raise Invalid(bad.message) from None
     return found, ask
 
 
@@ -419,7 +423,7 @@ def _confirm_paused(name: str, pause: bool) -> str | tuple[str, int]:
             state, name, request.args.get("project") or None, request.args.get("location") or None
         )
     except Invalid as invalid:
-        return problem_page(400, invalid.message)
+        return refused_page(invalid)
     scheduler_name = f"projects/{job.project}/locations/{job.location}/jobs/{job.name}"
     facts = (
         [f"Cloud Scheduler stops delivering {job.name}; its slots until the resume are paused, not missed."]
@@ -452,17 +456,17 @@ def _confirm_paused(name: str, pause: bool) -> str | tuple[str, int]:
 def _set_paused(name: str, allowed: frozenset[str], pause: bool) -> Response | tuple[str, int]:
     try:
         fields = form_fields(allowed)
-    except FormProblem as problem:
-        return problem_page(problem.status, problem.message)
-    mode = fields.get("catch_up", "none")
-    if mode not in CATCH_UP:  # the form's own words for its field
-        return problem_page(400, f"catch up must be one of {', '.join(CATCH_UP)}")
+        mode = fields.get("catch_up", "none")
+        if mode not in CATCH_UP:  # the form's own words for its field
+            raise Invalid(f"catch up must be one of {', '.join(CATCH_UP)}")
+    except REFUSED as refused:
+        return refused_page(refused)
     where = {"project": fields.get("project") or None, "location": fields.get("location") or None}
     ask = ScheduleChangeRequest(name, **where, note=fields.get("note"), catch_up=mode)
     try:
         done = (pause_schedule if pause else resume_schedule)(app_state(), current_principal(), ask)
     except Invalid as invalid:
-        return problem_page(400, invalid.message)
+        return refused_page(invalid)
     if done.not_dispatched is not None:
         return problem_page(
             502, f"resumed, but the catch-up was not dispatched ({done.not_dispatched}); send the form again"
@@ -531,17 +535,17 @@ def bulk_run(job_id: str) -> Response | tuple[str, int]:
                 request_time(name, fields[name])
         entries = [line.split(" ") for line in fields.get("slots", "").splitlines() if line]
         if not entries or len(entries) > BULK_LIMIT or any(len(entry) != 5 for entry in entries):
-            raise FormProblem(400, f"the form's slots must be 1 to {BULK_LIMIT} lines of 5 fields; reload its history")
+            raise Invalid(f"the form's slots must be 1 to {BULK_LIMIT} lines of 5 fields; reload its history")
         asked = [
             asked_slot(
                 job_id, when, {"scheduler_job": name, "project": project, "location": location, "attempt": attempt}
             )
             for when, name, project, location, attempt in entries
         ]
-    except FormProblem as problem:
-        return problem_page(problem.status, problem.message)
+    except REFUSED as refused:
+        return refused_page(refused)
     except BadTime as bad:
-        return problem_page(400, bad.message)
+        return refused_page(Invalid(bad.message))
     done = run_slots_later(app_state(), current_principal(), job_id, asked)
     if done.stopped is not None:
         return problem_page(

@@ -24,7 +24,6 @@ from handlers.client_tokens import read_manual_run_request
 from handlers.cross_site import json_body
 from handlers.idempotent import GuardRejected, preferred_wait
 from handlers.logs import note_run
-from handlers.problems import problem
 from handlers.request_times import BadTime, request_time, time_problem
 from handlers.responses import manual_run_response
 from handlers.run_documents import run_document, run_summaries
@@ -32,8 +31,8 @@ from handlers.state import app_state, current_principal
 from handlers.strict_json import InvalidJson
 from jobs.config import JobSpec
 from models import RunSource, RunStatus
-from service.errors import NotFound  # answered by the answers table, as every refusal
-from service.runs import run_manually
+from service.errors import Invalid, NotFound  # answered by the answers table, as every refusal
+from service.runs import job_named, run_manually
 
 log = logging.getLogger(__name__)
 
@@ -42,14 +41,10 @@ blueprint = Blueprint("runs_api", __name__, url_prefix="/api/v1")
 # This API's OpenAPI 3.1 description, read once: a missing file stops the app at start-up.
 OPENAPI_DESCRIPTION = pathlib.Path(__file__).with_name("openapi.yaml").read_bytes()
 
-INVALID = "InvalidParameterException"
-
 
 def known_job(job_id: str) -> JobSpec:
-    """The job, or 404 before anything is written."""
-    job = app_state().jobs.get(job_id)
-    if job is None:
-        raise NotFound(f"no job {job_id!r} is declared in the jobs file")
+    """The job (NotFound before anything is written), named on the request's log line."""
+    job = job_named(app_state(), job_id)
     note_run(job_id=job_id, source=RunSource.API)
     return job
 
@@ -63,7 +58,7 @@ def start_manual_run(job_id: str):
     try:
         ask = read_manual_run_request()
     except (GuardRejected, InvalidJson) as exc:
-        return problem(400, INVALID, exc.message)
+        raise Invalid(exc.message) from None  # a request the API cannot read breaks its rules: the table's 400
     state = app_state()
     wait = Waiting(preferred_wait(), state.wait_slots)
     outcome = run_manually(state, current_principal(), job_id, job, ask, wait)
@@ -75,27 +70,26 @@ DEFAULT_PAGE_SIZE = 50
 SOURCES = tuple(s.value for s in RunSource)
 
 
-def _bad(message: str):
-    return problem(400, "InvalidParameterException", message)
-
-
 @blueprint.get("/runs", provide_automatic_options=False)
 @requires(Role.VIEW)
 def list_runs():
-    """Runs newest first, a summary each: filters job, status, source, since, until; cursor pagination."""
+    """Runs newest first, a summary each: filters job, status, source, since, until; cursor pagination.
+
+    A query parameter that breaks its rule is the service's Invalid, answered by the table (400);
+    a bad time names its field too (``time_problem``)."""
     args = request.args
     try:
         limit = int(args.get("limit", DEFAULT_PAGE_SIZE))
     except ValueError:
-        return _bad("limit must be an integer")
+        raise Invalid("limit must be an integer") from None
     if not 1 <= limit <= MAX_PAGE_SIZE:
-        return _bad(f"limit must be from 1 to {MAX_PAGE_SIZE}")
+        raise Invalid(f"limit must be from 1 to {MAX_PAGE_SIZE}")
     status = args.get("status")
     if status and status not in [s.value for s in RunStatus]:
-        return _bad(f"status must be one of {', '.join(s.value for s in RunStatus)}")
+        raise Invalid(f"status must be one of {', '.join(s.value for s in RunStatus)}")
     source = args.get("source")
     if source and source not in SOURCES:
-        return _bad(f"source must be one of {', '.join(SOURCES)}")
+        raise Invalid(f"source must be one of {', '.join(SOURCES)}")
     bounds = {}
     for name in ("since", "until"):
         if args.get(name):
@@ -106,12 +100,12 @@ def list_runs():
     try:
         run_filter = RunFilter(job_id=args.get("job") or None, status=status or None, source=source or None, **bounds)
     except ValueError as exc:
-        return _bad(str(exc).replace("job_id", "job"))
+        raise Invalid(str(exc).replace("job_id", "job")) from None
     state = app_state()
     try:
         records, next_cursor = state.ledger.find_runs(run_filter, limit, args.get("cursor") or None)
     except (ValueError, TypeError, google_exceptions.BadRequest):
-        return _bad("cursor is not one this API returned")
+        raise Invalid("cursor is not one this API returned") from None
     now = state.clock.now()
     return jsonify({"runs": run_summaries(records, now), "next_cursor": next_cursor})
 

@@ -23,7 +23,7 @@ from schedules.audit import ReportedSlot
 from schedules.config import SchedulerJob
 from service.audits import AUDIT_SHARE_SIZE, audit_jobs, audit_share, split_audit
 from service.errors import Invalid, NotFound
-from service.runs import run_manually
+from service.runs import job_named, run_manually
 from service.slots import SlotRunRequest, run_slot_now, slot_of
 
 blueprint = Blueprint("tasks", __name__, url_prefix="/tasks")
@@ -166,13 +166,13 @@ def run_dispatched_manual_run():
     if isinstance(ask, Response):
         return ask
     state = app_state()
-    job = state.jobs.get(ask["job_id"])
-    if job is None:
-        return task_answer(NotFound(f"no job {ask['job_id']!r} is declared in the jobs file"))
-    try:  # as the API reads it: the token's rule, the parameters' bound
+    try:  # as the API reads it: the job, the token's rule, the parameters' bound
+        job = job_named(state, ask["job_id"])
         manual_run = read_manual_run_request(also=MANUAL_RUN_TASK_FIELDS)
     except (GuardRejected, InvalidJson) as exc:
         return task_answer(Invalid(exc.message))
+    except NotFound as missing:
+        return task_answer(missing)
     note_run(job_id=ask["job_id"], source=RunSource.API)
     # The run records who confirmed it; the queue only carried it.
     asked_by = Principal.named(ask["requested_by"])
