@@ -105,8 +105,10 @@ def delivered_key(state: AppState, job_id: str, key: ScheduledRunKey, now: datet
     run's record is read only where a retry of one may come, in one lookup with the pause
     intervals every delivery of a declared Scheduler job reads: no round trip more.
     """
-    found = force_run_reason(key, job_id, state.schedules, now)
-    declared = declared_job(state.schedules, key.scheduler_job_name, key.project, key.location)
+    bound = state.bound_schedules
+    found = force_run_reason(key, job_id, bound, now)
+    of = declared_job(bound, key.scheduler_job_name, key.project, key.location)
+    declared = of.declared if of is not None else None
     own = declared if declared is not None and declared.target == job_id else None
     forced_id = key.as_force_run().run_id if found is None and may_be_force_run_retry(key, own, now) else None
     # Both reads sent before either is waited for: NDB sends them in one lookup.
