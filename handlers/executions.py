@@ -18,12 +18,11 @@ from dedup.keys import EARLIEST_SCHEDULE_TIME, format_utc
 from handlers.access import Role, requires
 from handlers.answers import outcome_response, refusal_problem
 from handlers.logs import note_run
-from handlers.problems import problem
 from handlers.request_times import BadTime, request_time, time_problem
 from handlers.run_documents import run_summaries
 from handlers.state import app_state, current_principal
 from models import RunSource
-from service.errors import Declined
+from service.errors import Declined, Invalid
 from service.slots import SlotRunRequest, executions_between, find_slot, run_slot_now, schedules_of
 
 blueprint = Blueprint("executions", __name__, url_prefix="/api/v1")
@@ -48,7 +47,7 @@ def list_executions(job_id: str):
     until = bounds.get("until", now)
     since = bounds.get("since", max(until - DEFAULT_RANGE, EARLIEST_SCHEDULE_TIME))
     if since >= until:
-        return problem(400, "InvalidParameterException", "since must be before until")
+        raise Invalid("since must be before until")  # a refusal: the answers table's 400
     page = executions_between(state, scheduler_jobs, job_id, since, until)
     return jsonify(
         {

@@ -24,7 +24,6 @@ from service.pauses import ScheduleChanged, ScheduleChangeRequest, pause_schedul
 log = logging.getLogger(__name__)
 
 blueprint = Blueprint("schedule_actions", __name__, url_prefix="/api/v1")
-INVALID = "InvalidParameterException"
 
 
 @blueprint.get("/scheduler-jobs", provide_automatic_options=False)
@@ -47,7 +46,7 @@ def _change(name: str, pause: bool):
     try:
         ask = _asked(name, "note" if pause else "catch_up")
     except InvalidJson as exc:
-        return problem(400, INVALID, exc.message)
+        raise Invalid(exc.message) from None  # a body the API cannot read: the answers table's 400
     state = app_state()
     if pause:
         return _answer(pause_schedule(state, current_principal(), ask), "paused")
