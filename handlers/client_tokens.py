@@ -79,3 +79,12 @@ def read_manual_run_request(also: frozenset[str] = frozenset()) -> ManualRunRequ
     dispatched task's, whose body is the API's with the job and who asked)."""
     token = MANUAL_RUN_KEY.read() or str(uuid.uuid4())
     return ManualRunRequest(token, Fingerprint.of(lambda: manual_run_parameters(also)).parameters())
+
+
+def earlier_manual_run_request(token: str, parameters: dict[str, Any]) -> ManualRunRequest:
+    """A dispatched manual run as the version before queued it (its token named ``client_token``):
+    the token under the same rule; its parameters were bounded when that version queued them."""
+    problem = client_token_problem(token)
+    if problem:
+        raise GuardRejected(problem)
+    return ManualRunRequest(token, parameters)

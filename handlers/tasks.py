@@ -10,7 +10,7 @@ from flask import Blueprint, Response, jsonify, request
 from handlers.access import Principal, Role, requires
 from handlers.answers import task_answer
 from handlers.auth.appengine import from_task_queue
-from handlers.client_tokens import BODY_KEYS, read_manual_run_request
+from handlers.client_tokens import BODY_KEYS, earlier_manual_run_request, read_manual_run_request
 from handlers.cross_site import changes_state, json_body
 from handlers.idempotent import GuardRejected
 from handlers.logs import note_run
@@ -141,6 +141,9 @@ def run_dispatched_slot():
 # The run API's body, and what the API reads from its URL (the job) and its caller (who asked).
 MANUAL_RUN_TASK_FIELDS = frozenset({"job_id", "requested_by"})
 MANUAL_RUN_FIELDS = MANUAL_RUN_TASK_FIELDS | BODY_KEYS
+# The body the version before named its token in (client_token).  A task queued by it may still be
+# in the queue, retried, when this version is deployed: it runs, rather than fail until dropped.
+EARLIER_MANUAL_RUN_FIELDS = MANUAL_RUN_TASK_FIELDS | {"client_token", "parameters"}
 
 
 @blueprint.post("/manual-run", provide_automatic_options=False)
@@ -156,8 +159,9 @@ def run_dispatched_manual_run():
     """
     ask = task_body(
         lambda ask: (
-            set(ask) == MANUAL_RUN_FIELDS
-            and all(isinstance(ask[name], str) for name in ("job_id", "clientToken", "requested_by"))
+            set(ask) in (MANUAL_RUN_FIELDS, EARLIER_MANUAL_RUN_FIELDS)
+            and all(isinstance(ask[name], str) for name in ("job_id", "requested_by"))
+            and isinstance(ask.get("clientToken", ask.get("client_token")), str)
             and isinstance(ask["parameters"], dict)
         ),
         ", ".join(sorted(MANUAL_RUN_FIELDS)),
@@ -168,7 +172,11 @@ def run_dispatched_manual_run():
     state = app_state()
     try:  # as the API reads it: the job, the token's rule, the parameters' bound
         job = job_named(state, ask["job_id"])
-        manual_run = read_manual_run_request(also=MANUAL_RUN_TASK_FIELDS)
+        manual_run = (
+            read_manual_run_request(also=MANUAL_RUN_TASK_FIELDS)
+            if "clientToken" in ask
+            else earlier_manual_run_request(ask["client_token"], ask["parameters"])
+        )
     except (GuardRejected, InvalidJson) as exc:
         return task_answer(Invalid(exc.message))
     except NotFound as missing:

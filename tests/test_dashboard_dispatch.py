@@ -124,6 +124,31 @@ def test_a_manual_run_task_a_retry_cannot_cure_is_settled(site, body, status):
     assert answer["settled"] is True and answer["status"] == status and job_targets.EFFECTS == []
 
 
+def test_a_manual_run_task_queued_by_the_version_before_still_runs_once(site):
+    """Its token was named client_token: a deploy may find such a task in the queue, retried."""
+    body = {"job_id": "invoice", "client_token": "queued-before", "parameters": {"n": 1}, "requested_by": "ops@x"}
+    for _ in range(2):  # delivered twice, as a queue may
+        answer = site.post_json("/tasks/manual-run", body, headers={"X-AppEngine-QueueName": "q"}, status=200).json
+    assert answer["status"] == "completed" and answer["duplicate"] is True
+    assert len(job_targets.EFFECTS) == 1
+    # The same token through the run API is the same run.
+    again = site.post_json("/api/v1/jobs/invoice/runs", {"clientToken": "queued-before", "parameters": {"n": 1}})
+    assert again.json["run_id"] == answer["run_id"] and len(job_targets.EFFECTS) == 1
+
+
+@pytest.mark.parametrize(
+    "body, status",
+    [
+        ({"job_id": "invoice", "client_token": "", "parameters": {}, "requested_by": "x"}, 200),  # settled
+        ({"job_id": "invoice", "client_token": 7, "parameters": {}, "requested_by": "x"}, 400),
+        ({"job_id": "invoice", "client_token": "t", "clientToken": "t", "parameters": {}, "requested_by": "x"}, 400),
+    ],
+)
+def test_an_earlier_manual_run_task_with_a_bad_token_runs_nothing(site, body, status):
+    site.post_json("/tasks/manual-run", body, headers={"X-AppEngine-QueueName": "q"}, status=status)
+    assert job_targets.EFFECTS == []
+
+
 @pytest.mark.parametrize("queued", ["", "-1", "x", "\u00b2", "1" * 8, "0 "])
 def test_a_missing_run_with_a_bad_queued_mark_is_404(site, queued):
     site.get(f"/admin/runs/{'a' * 64}", params={"queued": queued}, status=404)
