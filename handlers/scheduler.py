@@ -15,8 +15,7 @@ from handlers.logs import note_run
 from handlers.problems import problem
 from handlers.state import app_state, current_principal
 from models import RunSource
-from service.errors import NotFound  # answered by the answers table, as every refusal
-from service.runs import Delivery, run_delivery
+from service.runs import Delivery, job_named, run_delivery  # its NotFound answered by the answers table
 
 blueprint = Blueprint("scheduler", __name__)
 
@@ -25,9 +24,7 @@ blueprint = Blueprint("scheduler", __name__)
 @requires(Role.DELIVER)
 def deliver(job_id: str):
     state = app_state()
-    job = state.jobs.get(job_id)
-    if job is None:
-        raise NotFound(f"no job {job_id!r} is declared in the jobs file")
+    job = job_named(state, job_id)
     try:
         key = scheduled_run_key(
             request.headers.get("X-CloudScheduler-JobName"),

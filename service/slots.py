@@ -38,7 +38,7 @@ from schedules.slots import (
 )
 from service.errors import Declined, Invalid, NotFound, RefusalKind
 from service.principal import Principal
-from service.runs import Queued, answer_or_queue, run_scheduled
+from service.runs import Queued, answer_or_queue, job_named, run_scheduled
 from service.state import AppState
 
 MAX_SEEN_ATTEMPT = 10**6  # far above any attempt number a run reaches
@@ -77,8 +77,7 @@ NO_SCHEDULE = "no schedule is loaded: the app reads DEDUP_SCHEDULER_FILE, else t
 def schedules_of(state: AppState, job_id: str) -> list[BoundJob]:
     """The Scheduler jobs that target ``job_id``, with their pauses; NotFound when the job is
     unknown or no schedule is loaded."""
-    if job_id not in state.jobs:
-        raise NotFound(f"no job {job_id!r} is declared in the jobs file")
+    job_named(state, job_id)
     if not state.schedules:
         raise NotFound(NO_SCHEDULE)
     return state.with_pauses(job for job in state.schedules if job.target == job_id)
