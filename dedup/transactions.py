@@ -41,6 +41,7 @@ RETRYABLE_ERRORS = (
 REFUSALS = (api_exceptions.NotFound, api_exceptions.FailedPrecondition, api_exceptions.InvalidArgument)
 REFUSALS_TRIED = 2
 TRIED_AGAIN = (*RETRYABLE_ERRORS, *REFUSALS)
+ABORTS = (api_exceptions.Aborted,)  # what says for sure that a transaction left nothing behind
 FIRST_DELAY_SECONDS = 0.02
 LONGEST_DELAY_SECONDS = 1.0
 # A read that fences nothing, tried about as long as NDB's three retries of a lookup took.
@@ -57,12 +58,16 @@ def is_contention(exc: Exception) -> bool:
     return isinstance(exc, api_exceptions.Aborted)
 
 
-def transact[T](body: Callable[[Transaction], T], patience_seconds: float, store: Store) -> tuple[T, Transaction]:
+def transact[T](
+    body: Callable[[Transaction], T], patience_seconds: float, store: Store, *, settles_doubt: bool = True
+) -> tuple[T, Transaction]:
     """``body`` in a transaction of ``store``, committed: what it returned, and the transaction
     (its ``versions``).  Tried again in a new transaction as ``retried`` says.  A commit in doubt
-    may have landed: every body recognises its own landed write when it reads again, so trying
-    again is safe.  Each try after an abort names the one that aborted (``previous_transaction``),
-    so a pessimistic database keeps its place in line."""
+    may have landed: a body that recognises its own landed write when it reads again (a claim,
+    a fenced write, a mark, a pause) settles the doubt by being tried again.  One that cannot
+    (a counter) passes ``settles_doubt=False``: then only an abort, which says for sure nothing
+    landed, is tried again, and any other error is raised.  Each try after an abort names the one
+    that aborted (``previous_transaction``), so a pessimistic database keeps its place in line."""
     previous: bytes | None = None
 
     def attempt() -> tuple[T, Transaction]:
@@ -79,7 +84,7 @@ def transact[T](body: Callable[[Transaction], T], patience_seconds: float, store
             previous = transaction.began if isinstance(exc, api_exceptions.Aborted) else None
             raise
 
-    return retried(attempt, patience_seconds, "transaction")
+    return retried(attempt, patience_seconds, "transaction", TRIED_AGAIN if settles_doubt else ABORTS)
 
 
 def get_many(store: Store, keys: list[ndb.Key]) -> list[Any | None]:
@@ -92,8 +97,10 @@ def get_many(store: Store, keys: list[ndb.Key]) -> list[Any | None]:
     return [each.record if each else None for each in found]
 
 
-def retried[T](call: Callable[[], T], patience_seconds: float, what: str) -> T:
-    """The one retry loop: ``call`` tried again on TRIED_AGAIN until patience runs out (then that
+def retried[T](
+    call: Callable[[], T], patience_seconds: float, what: str, tried_again: tuple[type[Exception], ...] = TRIED_AGAIN
+) -> T:
+    """The one retry loop: ``call`` tried again on ``tried_again`` until patience runs out (then that
     error is raised), a refusal only REFUSALS_TRIED times; between tries a short jittered wait,
     doubling up to a second."""
     deadline = time.monotonic() + patience_seconds
@@ -102,7 +109,7 @@ def retried[T](call: Callable[[], T], patience_seconds: float, what: str) -> T:
     while True:
         try:
             return call()
-        except TRIED_AGAIN as exc:
+        except tried_again as exc:
             refusals += isinstance(exc, REFUSALS)
             if time.monotonic() + delay > deadline or refusals > REFUSALS_TRIED:
                 raise

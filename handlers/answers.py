@@ -256,7 +256,8 @@ def _problem_of(outcome: RunOutcome) -> tuple[str, dict[str, Any]]:
     match outcome:
         case Released():
             return (
-                f"attempt {outcome.attempt} failed and released the run for a retry: {outcome.error.get('message')}",
+                f"attempt {outcome.attempt} failed and released the run for a retry"
+                + (f": {message}" if (message := outcome.error.get("message")) else ""),
                 {
                     "run_id": outcome.run_id,
                     "attempt": outcome.attempt,

@@ -39,6 +39,7 @@ from schedules.slots import Slot
 
 # Recording the schedules is a start-up's first request: a few seconds of retries at most.
 HISTORY_PATIENCE_SECONDS = 5.0
+COMMIT_BATCH = 500  # the entities one commit writes: NDB's put_multi split there, as Datastore once required
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,8 +131,10 @@ def record_schedules(
         if versions != before or file_paused != (entity.file_paused if entity else None):
             changed.append(ScheduleHistory(key=key, versions=[v.document() for v in versions], file_paused=file_paused))
         histories[history_id(job)] = versions
-    if changed:
-        transact(_put_all(changed), HISTORY_PATIENCE_SECONDS, store)  # nothing read: one commit
+    # Nothing read: blind writes, each batch one commit, at most COMMIT_BATCH entities (a first
+    # deploy of a large fleet writes every history at once).
+    for first in range(0, len(changed), COMMIT_BATCH):
+        transact(_put_all(changed[first : first + COMMIT_BATCH]), HISTORY_PATIENCE_SECONDS, store)
     return histories
 
 

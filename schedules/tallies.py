@@ -103,7 +103,9 @@ def tally_duplicate(
         tally.duplicates += 1
         transaction.put(tally)
 
-    transact(add, TALLY_PATIENCE_SECONDS, store or RecordStore.of_context())
+    # A count cannot tell its own landed commit when it reads again: a try in doubt is not repeated,
+    # so a delivery is counted at most once and the figure stays the floor the page calls it.
+    transact(add, TALLY_PATIENCE_SECONDS, store or RecordStore.of_context(), settles_doubt=False)
 
 
 def tally_after_answer(

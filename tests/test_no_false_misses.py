@@ -10,6 +10,7 @@ The clock starts at 2030-01-01T00:00Z; ``invoice-hourly`` runs at every full hou
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import textwrap
 
@@ -218,3 +219,34 @@ def test_an_upgrade_keeps_expecting_the_slots_the_audit_had_not_judged_yet(deplo
     assert listing(site, 1, 1.1) == [(at(1), "missed")]
     missed = [m["schedule_time"] for m in site.get("/tasks/audit", headers=CRON).json["missed"]]
     assert at(1) in missed
+
+
+def test_a_fleet_seen_for_the_first_time_is_recorded_in_commits_of_at_most_a_batch():
+    """A first deploy of a large fleet writes every history at once: in commits of COMMIT_BATCH."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import ndb
+
+    from dedup.memory_store import MemoryStore
+    from schedules.history import COMMIT_BATCH, record_schedules
+
+    fleet = [dataclasses.replace(JOB, name=f"job-{n}") for n in range(COMMIT_BATCH * 2 + 1)]
+    with ndb.Client(project="fleet", credentials=AnonymousCredentials()).context():
+        store = MemoryStore()
+        begin, written = store.transaction, []
+
+        def transaction(*args, **kwargs):
+            made = begin(*args, **kwargs)
+            put = made.put
+
+            def counted(entity):
+                written[-1] += 1
+                return put(entity)
+
+            made.put = counted
+            written.append(0)
+            return made
+
+        store.transaction = transaction
+        histories = record_schedules(fleet, T0, store=store)
+    assert len(histories) == len(fleet)
+    assert written == [COMMIT_BATCH, COMMIT_BATCH, 1]

@@ -111,3 +111,52 @@ def test_a_read_that_fences_nothing_is_tried_again_too():
     (mark, absent) = get_many(store, [ndb.Key(AuditMark, "m"), ndb.Key(AuditMark, "n")])
     assert mark.key.id() == "m" and absent is None
     assert get_many(store, []) == []
+
+
+def answer_lost_once(store: MemoryStore, error: Exception) -> MemoryStore:
+    """``store`` whose first commit lands and then has its answer lost (``error``)."""
+    begin, lost = store.transaction, [error]
+
+    def transaction(*args, **kwargs):
+        made = begin(*args, **kwargs)
+        commit = made.commit
+
+        def landed_then_lost():
+            commit()
+            if lost:
+                raise lost.pop()
+
+        made.commit = landed_then_lost
+        return made
+
+    store.transaction = transaction  # type: ignore[method-assign]
+    return store
+
+
+def test_a_duplicate_whose_count_landed_in_doubt_is_counted_once():
+    """A tally cannot tell its own landed commit: a try in doubt is not repeated, so the count
+    stays a floor (the page says so), never one delivery counted twice."""
+    from models.delivery_tally import DeliveryTally
+    from schedules import tallies
+
+    store = answer_lost_once(MemoryStore(), exceptions.DeadlineExceeded("answer lost"))
+    now = datetime.datetime(2026, 12, 3, 10, 0, tzinfo=datetime.UTC)
+    with pytest.raises(exceptions.DeadlineExceeded):
+        tallies.tally_duplicate("sj", now, tallies.DuplicateDelivery(now, "i", 200), store)
+    (tally,) = get_many(store, [DeliveryTally.key_for("sj", tallies.hour_of(now))])
+    assert tally.duplicates == 1
+
+
+def test_a_body_that_cannot_settle_a_doubt_is_still_tried_again_after_an_abort():
+    tries = []
+
+    def body(transaction):
+        tries.append(None)
+        if len(tries) == 1:
+            raise exceptions.Aborted("contention")
+
+    transact(body, 5.0, MemoryStore(), settles_doubt=False)
+    assert len(tries) == 2
+    with pytest.raises(exceptions.ServiceUnavailable):
+        down = failing(exceptions.ServiceUnavailable("down"))
+        transact(lambda transaction: down(), 5.0, MemoryStore(), settles_doubt=False)
