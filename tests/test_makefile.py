@@ -39,7 +39,9 @@ def test_make_test_measures_coverage_and_make_check_does_not():
     """`make test` prints line and branch coverage and holds it to pyproject.toml's floor;
     the fast tier stays unmeasured (coverage slows every test)."""
     (full,) = [line for line in dry_run("test") if "-m pytest" in line]
-    assert full.split("-m pytest", 1)[1].split() == ["--cov", "--cov-report=term", "--cov-report=html"]
+    arguments = full.split("-m pytest", 1)[1].split()
+    assert arguments[-3:] == ["--cov", "--cov-report=term", "--cov-report=html"]
+    assert arguments[:4] == ["-n", "2", "--dist", "worksteal"]  # one worker per core, idle ones stealing
     (fast,) = [line for line in dry_run("check") if "-m pytest" in line]
     assert "--cov" not in fast
 
