@@ -179,7 +179,7 @@ def note_outcome(outcome: RunOutcome) -> None:
     note_run(**fields)
 
 
-def run_document(record: RunRecord, duplicate: bool) -> dict[str, Any]:
+def answer_body(record: RunRecord, duplicate: bool) -> dict[str, Any]:
     """A run's answer, whichever surface asked for it: a surface that needs more (the run API's
     ``clientToken``) adds to it."""
     document: dict[str, Any] = {
@@ -209,7 +209,7 @@ def run_answer(outcome: RunOutcome, client: bool = False, **added: Any) -> Respo
     answer = answer_of(outcome, client)
     if answer.error is None:
         assert isinstance(outcome, Finished | Replayed | Skipped)  # the table's record rows
-        response = jsonify({**run_document(outcome.record, duplicate=isinstance(outcome, Replayed)), **added})
+        response = jsonify({**answer_body(outcome.record, duplicate=isinstance(outcome, Replayed)), **added})
         response.status_code = answer.status
         _mark_replayed(response, outcome)
     else:
@@ -225,15 +225,10 @@ def _mark_replayed(response: Response, outcome: RunOutcome) -> None:
         response.headers["Idempotent-Replayed"] = "true"
 
 
-def kept_of(record: RunRecord) -> Any:
-    """What a finished record keeps: its result when completed, else its error."""
-    return record.result if record.status == RunStatus.COMPLETED else record.error
-
-
 def kept_answer(outcome: Finished | Replayed, replayed_status: Mapping[int, int]) -> Response:
     """A guarded call's record row: the HTTP response it kept, rebuilt; a replay's status as the
     guard's ``replayed_status`` maps it (``{201: 200}``: a retry of a create is told 200)."""
-    stored = kept_of(outcome.record)
+    stored = outcome.record.kept
     if not StoredResponse.is_document(stored):  # not written by a guard: never expected
         return problem(500, "InternalError", "this key's record holds no response")
     kept = StoredResponse.from_document(stored)

@@ -30,7 +30,7 @@ from dedup.outcomes import (
     Stale,
 )
 from dedup.runner import Waiting
-from handlers.answers import answer_of, kept_answer, kept_of, note_outcome, run_answer
+from handlers.answers import answer_of, kept_answer, note_outcome, run_answer
 from handlers.problems import problem
 from handlers.replayed_response import StoredResponse
 from models import RunRecord
@@ -107,7 +107,7 @@ def manual_run_response(
     note_outcome(outcome)
     ran_here = isinstance(outcome, (Finished, Released, Stale))
     match outcome:
-        case Finished() | Replayed() if StoredResponse.is_document(kept_of(outcome.record)):
+        case Finished() | Replayed() if StoredResponse.is_document(outcome.record.kept):
             # Written before manual runs kept their results: the kept HTTP response, replayed.
             response = guarded_response(outcome, [], given, exclude, {201: 200})
         case Finished() | Replayed():

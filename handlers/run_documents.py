@@ -56,9 +56,8 @@ def _preview(record: RunRecord) -> str | None:
 def run_document(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
     """The whole record: its fields, parameters, attempt history and stored document."""
     document = {**_fields(record, now), "parameters": record.parameters, "attempts": record.attempts or []}
-    kept = record.result if record.status == RunStatus.COMPLETED else record.error
-    if record.source not in DELIVERED_SOURCES and StoredResponse.is_document(kept):
-        document["response"] = response_view(StoredResponse.from_document(kept))
+    if record.source not in DELIVERED_SOURCES and StoredResponse.is_document(record.kept):
+        document["response"] = response_view(StoredResponse.from_document(record.kept))
     elif record.status == RunStatus.COMPLETED:
         document["result"] = record.result
     elif record.status in (RunStatus.FAILED, RunStatus.RELEASED):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import enum
+from typing import Any
 
 from google.cloud import ndb
 
@@ -116,3 +117,8 @@ class RunRecord(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has no typ
     def is_expired(self, now: datetime.datetime) -> bool:
         """Past ``expire_at``: counts as absent even before TTL deletes it."""
         return bool(self.expire_at <= now)
+
+    @property
+    def kept(self) -> Any:
+        """What a finished record keeps: its result when completed, else its error."""
+        return self.result if self.status == RunStatus.COMPLETED else self.error
