@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import textwrap
 
+import pytest
+
 from devtools.call_trace import JOBS_YAML, ROOT, Trace, main, package_of, trace_delivery
 
 
@@ -40,6 +42,7 @@ def test_one_fresh_delivery_is_traced_through_the_app(datastore, ndb_client, tmp
     assert trace_delivery(ndb_client, str(jobs)).figures() == figures
 
 
+@pytest.mark.slow  # starts an emulator of its own
 def test_the_command_prints_the_figures(capsys, emulator):
     assert main(["--types"]) == 0
     printed = capsys.readouterr().out
