@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
+
 import pytest
 import webtest
 
@@ -91,6 +95,21 @@ def iap_app(datastore, ndb_client, jobs_file, clock, iap):
 def settle(app) -> list[int]:
     """Wait for the work the app dispatched (its in-process queue) to be done; what each task answered."""
     return app.app.extensions["dedup"].dispatcher.wait(30)
+
+
+@contextlib.contextmanager
+def held(app) -> Iterator[None]:
+    """The in-process queue holds the tasks dispatched inside the block until it ends, as a queue
+    whose workers are busy does: what is sent meanwhile (a double click) finds the work queued,
+    not done, however fast the queue's threads are."""
+    dispatcher = app.app.extensions["dedup"].dispatcher
+    gate, attempt = threading.Event(), dispatcher._attempt
+    dispatcher._attempt = lambda *args: (gate.wait(30), attempt(*args))
+    try:
+        yield
+    finally:
+        del dispatcher._attempt
+        gate.set()
 
 
 def without_retries(app) -> None:
