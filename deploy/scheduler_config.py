@@ -49,7 +49,7 @@ def gcloud_commands(job: SchedulerJob, exists: bool) -> list[list[str]]:
         f"--time-zone={job.time_zone}",
         f"--relative-url={job.relative_url}",
         f"--http-method={job.method.lower()}",
-        f"--attempt-deadline={_seconds(job.attempt_deadline)}",
+        f"--attempt-deadline={_seconds(job.deadline)}",
         f"--max-retry-attempts={retry.retry_count}",
         f"--max-retry-duration={_seconds(retry.max_retry_duration)}",
         f"--min-backoff={_seconds(retry.min_backoff)}",

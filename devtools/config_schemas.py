@@ -32,9 +32,9 @@ def jobs_schema() -> dict[str, Any]:
 def scheduler_schema() -> dict[str, Any]:
     """scheduler.yaml's: ``defaults`` described as the keys of a job, none of them required."""
     schema = SchedulerFile.model_json_schema()
-    job = copy.deepcopy(schema["$defs"]["SchedulerJobDeclaration"])
+    job = copy.deepcopy(schema["$defs"]["SchedulerJob"])
     job.pop("required", None)
-    jobs = schema["$defs"]["SchedulerJobDeclaration"]
+    jobs = schema["$defs"]["SchedulerJob"]
     # name is the job's key by default, and project and location may be the defaults'.
     jobs["required"] = [field for field in jobs["required"] if field not in ("name", "project", "location")]
     job["description"] = schema["properties"]["defaults"].get("description", "")

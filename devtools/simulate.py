@@ -120,7 +120,7 @@ def deliver_execution(
         execution.attempts.append("outage")  # Scheduler never delivered it: the slot must show as missed
         return
     job = execution.job
-    deadline = job.attempt_deadline / compress
+    deadline = job.deadline / compress
     waits = iter(retry_intervals(job.retry.model_copy(update={"retry_count": job.retry.retry_count + 50})))
     started = time.monotonic()
     headers = {
@@ -226,7 +226,7 @@ def simulate(
     with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
         list(pool.map(lambda e: deliver_execution(app_url, e, compress, faults, rng, lock, killer), plan + forced))
     # Attempts cut by their deadline may still be running: wait out the longest lease.
-    time.sleep(3 * max(job.attempt_deadline for job in jobs) / compress + 1)
+    time.sleep(3 * max(job.deadline for job in jobs) / compress + 1)
     for execution in plan + forced:
         execution.effects = sink.effects.get(execution.run_id, 0) if execution.run_id else 0
         execution.calls = sink.calls.get(execution.run_id, 0) if execution.run_id else 0
@@ -296,7 +296,7 @@ def simulation_jobs_file(jobs: list[SchedulerJob], sink_url: str, compress: floa
     app_jobs = load_jobs(os.environ.get("DEDUP_JOBS_FILE") or LOCAL_JOBS_FILE)
     lines = ["jobs:"]
     for target in sorted({job.target for job in jobs}):
-        deadline = max(job.attempt_deadline for job in jobs if job.target == target) / compress
+        deadline = max(job.deadline for job in jobs if job.target == target) / compress
         retention = app_jobs[target].policy.retention_seconds
         lines += [
             f"  {target}:",
@@ -406,7 +406,7 @@ def main() -> int:
     jobs = load_scheduler_file(args.scheduler_file)
     sink = EffectSink(
         faults,
-        slow_seconds=min(j.attempt_deadline for j in jobs) / args.compress * 1.5,
+        slow_seconds=min(j.deadline for j in jobs) / args.compress * 1.5,
         rng=random.Random(args.seed + 1),
     )
     jobs_file = simulation_jobs_file(jobs, sink.url, args.compress)

@@ -27,7 +27,7 @@ import pydantic
 import yaml
 from croniter import croniter
 from croniter.croniter import CroniterBadDateError
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, PrivateAttr, model_validator
 from pydantic_core import ErrorDetails
 
 from dedup.errors import InvalidRunRequest
@@ -83,52 +83,6 @@ class Problem:
         return f"{DEFAULT_FILE}: {where + ': ' if where else ''}{self.message}"
 
 
-@dataclasses.dataclass(frozen=True)
-class SchedulerJob:
-    """What scheduler.yaml says of one Scheduler job, and only that: what the app learns of it
-    later is a BoundJob's (schedules.bound)."""
-
-    key: str  # the declaration in scheduler.yaml
-    name: str  # the Cloud Scheduler job id
-    target: str
-    schedule: str
-    project: str
-    location: str
-    time_zone: str = "Etc/UTC"
-    method: str = "POST"
-    body: str | None = None
-    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    attempt_deadline: float = 600
-    retry: RetryConfig = dataclasses.field(default_factory=lambda: RetryConfig())
-    service: str | None = None
-    version: str | None = None
-    scaling: str = "automatic"
-    pass_scope: bool = True
-    description: str | None = None
-    # From when slots are expected of the app, if the file says (else schedules.history learns it:
-    # schedules.bound.BoundJob.expected_from).
-    start_at: datetime.datetime | None = None
-    # How far back a catch-up (resume with catch_up) reaches: older slots stay as they are.
-    catchup_window: float = 86400
-    # What the audit does with the missed slots it finds (none: report them; run_latest, run_all:
-    # dispatch them to run, within catchup_window).
-    misfire: str = "none"
-    # Deadlines the audit alerts on (seconds after the slot's time): completed by finish_within;
-    # running no longer than max_runtime (apart from the lease machinery's max_run_seconds).
-    finish_within: float | None = None
-    max_runtime: float | None = None
-    # Failed executions in a row after which the audit alerts, and pauses the job.
-    alert_after_consecutive_failures: int | None = None
-    pause_after_consecutive_failures: int | None = None
-    # scheduler.yaml's paused (None: unsaid, the state is left as it is) and why.
-    paused: bool | None = None
-    note: str | None = None
-
-    @property
-    def relative_url(self) -> str:
-        return relative_url(self.target, self.pass_scope, self.project, self.location)
-
-
 def relative_url(target: str, pass_scope: bool, project: str, location: str) -> str:
     """What a Scheduler job calls: /jobs/<target>, with its scope in the query unless not ``pass_scope``."""
     path = f"/jobs/{target}"
@@ -168,7 +122,9 @@ def parse_scheduler_document(document: Any) -> list[SchedulerJob]:
         declared = SchedulerFile.model_validate(document)
     except pydantic.ValidationError as exc:
         raise ScheduleFileError([_problem(error) for error in exc.errors()]) from None
-    return [job.job(key) for key, job in declared.jobs.items()]
+    for key, job in declared.jobs.items():
+        job._key = key
+    return list(declared.jobs.values())
 
 
 # Where scheduled_run_key finds what a delivery carries, and the field of scheduler.yaml it comes from.
@@ -447,8 +403,12 @@ class RetryConfig(Declaration):
         return self
 
 
-class SchedulerJobDeclaration(Declaration):
-    """A Cloud Scheduler job that calls this app: what scheduler.yaml says of it (docs/schedules.md)."""
+class SchedulerJob(Declaration):
+    """A Cloud Scheduler job that calls this app: what scheduler.yaml says of it (docs/schedules.md),
+    and only that: what the app learns of it later is a BoundJob's (schedules.bound)."""
+
+    # Where the file declares it (its key under jobs:); a job built in code is keyed by its name.
+    _key: str = PrivateAttr("")
 
     name: Annotated[str, check(_name, Annotated[str, Field(pattern="^[A-Za-z0-9_-]{1,500}$")])]
     """The Cloud Scheduler job id (by default the declaration's key)."""
@@ -502,8 +462,18 @@ class SchedulerJobDeclaration(Declaration):
     """The audit pauses the job after this many failed executions in a row (1 to 1000)."""
 
     @property
+    def key(self) -> str:
+        """The job's key in scheduler.yaml: what a problem with it is reported under."""
+        return self._key or self.name
+
+    @property
     def deadline(self) -> float:
+        """The attempt deadline: the file's, else the scaling type's request timeout."""
         return self.attempt_deadline or REQUEST_TIMEOUT_SECONDS[self.scaling]
+
+    @property
+    def relative_url(self) -> str:
+        return relative_url(self.target, self.pass_scope, self.project, self.location)
 
     @model_validator(mode="after")
     def body_with_post(self) -> Self:
@@ -539,11 +509,6 @@ class SchedulerJobDeclaration(Declaration):
             raise field_problem(*refused)
         return self
 
-    def job(self, key: str) -> SchedulerJob:
-        """The Scheduler job this declares, as the rest of the app reads it."""
-        fields = self.model_dump(exclude={"attempt_deadline", "retry"})
-        return SchedulerJob(key=key, attempt_deadline=self.deadline, retry=self.retry, **fields)
-
 
 def _merge_defaults(document: dict[str, Any]) -> dict[str, Any]:
     """Each job with the file's defaults under its own keys (retry merged key by key), and its
@@ -568,7 +533,7 @@ class SchedulerFile(Declaration):
 
     defaults: dict[str, Any] | None = None
     """Keys every job takes unless it gives its own (retry: key by key)."""
-    jobs: Annotated[dict[str, SchedulerJobDeclaration], Field(min_length=1)]
+    jobs: Annotated[dict[str, SchedulerJob], Field(min_length=1)]
     """The Scheduler jobs, each under a key of its own (its name by default)."""
 
     @model_validator(mode="before")
@@ -593,7 +558,7 @@ def _problem(error: ErrorDetails) -> Problem:
     if kind == "missing":
         return Problem(key, field, "missing (or not a string)")
     if kind in ("extra_forbidden", "invalid_key"):
-        declared = RetryConfig if place[2] == "retry" else SchedulerJobDeclaration
+        declared = RetryConfig if place[2] == "retry" else SchedulerJob
         return Problem(key, field, f"unknown key; allowed: {', '.join(sorted(declared.model_fields))}")
     return Problem(key, field, reason(error))
 
@@ -692,8 +657,8 @@ def retry_window_seconds(job: SchedulerJob) -> float:
     skips that execution), so the window is not capped at the period.
     """
     retry = job.retry
-    by_count = sum(retry_intervals(retry)) + (retry.retry_count + 1) * job.attempt_deadline
-    by_duration = retry.max_retry_duration + job.attempt_deadline if retry.max_retry_duration else 0
+    by_count = sum(retry_intervals(retry)) + (retry.retry_count + 1) * job.deadline
+    by_duration = retry.max_retry_duration + job.deadline if retry.max_retry_duration else 0
     return max(by_count, by_duration)
 
 
@@ -741,26 +706,26 @@ def dedup_problems(jobs: list[SchedulerJob], app_jobs: Mapping[str, JobSpec], ex
             )
             continue
         lease, retention = spec.policy.lease_seconds, spec.policy.retention_seconds
-        if lease < job.attempt_deadline:
+        if lease < job.deadline:
             problems.append(
                 Problem(
                     job.key,
                     "attempt_deadline",
                     (
-                        f"{int(job.attempt_deadline)}s is longer than the lease of {job.target!r} ({int(lease)}s): "
+                        f"{int(job.deadline)}s is longer than the lease of {job.target!r} ({int(lease)}s): "
                         "Scheduler would retry while the first attempt still holds the run, the lease would have "
                         "run out, and two attempts would run at once. Raise lease_seconds or lower the deadline"
                     ),
                 )
             )
         limit = REQUEST_TIMEOUT_SECONDS[job.scaling]
-        if job.attempt_deadline > limit:
+        if job.deadline > limit:
             problems.append(
                 Problem(
                     job.key,
                     "attempt_deadline",
                     (
-                        f"{int(job.attempt_deadline)}s is longer than the request timeout of {job.scaling} "
+                        f"{int(job.deadline)}s is longer than the request timeout of {job.scaling} "
                         f"scaling ({limit}s): "
                         "App Engine ends the request first"
                     ),

@@ -161,7 +161,7 @@ def _segments(job: BoundJob) -> list[tuple[SchedulerJob, datetime.datetime, date
         return [(job.declared, EARLIEST, LATEST)]
     segments = []
     for index, old in enumerate(job.earlier):
-        as_then = dataclasses.replace(job.declared, schedule=old.schedule, time_zone=old.time_zone)
+        as_then = job.declared.model_copy(update={"schedule": old.schedule, "time_zone": old.time_zone})
         segments.append((as_then, EARLIEST if index == 0 else old.since, old.until))
     segments.append((job.declared, job.schedule_since, LATEST))
     return segments

@@ -96,9 +96,7 @@ def test_an_audit_pass_costs_what_the_model_says(counted, clock):
 
     client, counter = counted
     hourly = BoundJob(
-        SchedulerJob(
-            key="k", name="hourly", target="invoice", schedule="0 * * * *", project="acme-prod", location="us-central1"
-        )
+        SchedulerJob(name="hourly", target="invoice", schedule="0 * * * *", project="acme-prod", location="us-central1")
     )
     with client.context():
         ledger = Ledger(clock)

@@ -361,7 +361,6 @@ def test_a_capped_audit_pass_reports_no_slot_twice(datastore, ndb_client, clock)
 
     every_minute = BoundJob(
         SchedulerJob(
-            key="k",
             name="minutely",
             target="invoice",
             schedule="* * * * *",

@@ -179,9 +179,7 @@ def test_an_audit_pass_whose_mark_landed_but_whose_answer_was_lost_still_reports
     from schedules.config import SchedulerJob
 
     hourly = BoundJob(
-        SchedulerJob(
-            key="k", name="hourly", target="invoice", schedule="0 * * * *", project="acme-prod", location="us-central1"
-        )
+        SchedulerJob(name="hourly", target="invoice", schedule="0 * * * *", project="acme-prod", location="us-central1")
     )
     assert audit(ledger, (hourly,)).reported == []  # a first pass sets the mark at now
     clock.advance(3 * 3600)

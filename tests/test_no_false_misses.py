@@ -10,7 +10,6 @@ The clock starts at 2030-01-01T00:00Z; ``invoice-hourly`` runs at every full hou
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import textwrap
 
@@ -179,9 +178,7 @@ def test_two_processes_recording_one_change_keep_its_first_sighting_and_a_change
 
 
 def dataclasses_replace(job: SchedulerJob, schedule: str) -> SchedulerJob:
-    import dataclasses
-
-    return dataclasses.replace(job, schedule=schedule)
+    return job.model_copy(update={"schedule": schedule})
 
 
 @pytest.mark.parametrize(
@@ -229,7 +226,7 @@ def test_a_fleet_seen_for_the_first_time_is_recorded_in_commits_of_at_most_a_bat
     from dedup.memory_store import MemoryStore
     from schedules.history import COMMIT_BATCH, record_schedules
 
-    fleet = [dataclasses.replace(JOB, name=f"job-{n}") for n in range(COMMIT_BATCH * 2 + 1)]
+    fleet = [JOB.model_copy(update={"name": f"job-{n}"}) for n in range(COMMIT_BATCH * 2 + 1)]
     with ndb.Client(project="fleet", credentials=AnonymousCredentials()).context():
         store = MemoryStore()
         begin, written = store.transaction, []
