@@ -8,7 +8,7 @@ the field, what is wrong with it, and what to write instead.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, model_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
@@ -33,16 +33,26 @@ def field_problem(field: str, message: str) -> PydanticCustomError:
     return PydanticCustomError("field_problem", "{message}", {"field": field, "message": message})
 
 
+# What a value must be, by the kind of pydantic error that refused it (its context filled in).
+_MUST_BE = {
+    "literal_error": "{expected}",
+    "less_than_equal": "at most {le}",
+    "greater_than_equal": "at least {ge}",
+    "int_type": "a whole number",
+    "bool_type": "true or false",
+}
+
+
 def reason(error: ErrorDetails) -> str:
     """What is wrong, in the files' words (the errors each file words itself are its own)."""
     context = error.get("ctx") or {}
     kind, value = error["type"], error.get("input")
+    if kind in _MUST_BE:
+        return f"must be {_MUST_BE[kind].format(**context)}, got {value!r}"
     if kind == "value_error":
         return str(context["error"])
     if kind == "field_problem":
         return str(context["message"])
-    if kind == "bool_type":
-        return f"must be true or false, got {value!r}"
     if kind in ("dict_type", "model_type", "model_attributes_type"):
         return "must be a mapping"
     if kind == "string_type":
@@ -117,12 +127,6 @@ def _parameter_names(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _overlap(value: Any) -> str:
-    if value not in ("allow", "forbid"):
-        raise ValueError(f"must be allow or forbid, got {value!r}")
-    return str(value)
-
-
 class Declaration(BaseModel):
     """A part of jobs.yaml or scheduler.yaml: no key it does not declare, no value coerced from
     another type ("10" is no number of seconds, "yes" no boolean), frozen once read."""
@@ -146,7 +150,7 @@ class JobDeclaration(Declaration):
     """How long a run may last, renewals included, in seconds: by default the request timeout."""
     fingerprint_exclude: Annotated[tuple[str, ...], check(_parameter_names, list[str])] = ()
     """Manual-run parameters left out of the client token's fingerprint."""
-    overlap: Annotated[str, check(_overlap, Annotated[str, Field(pattern="^(allow|forbid)$")])] = "allow"
+    overlap: Literal["allow", "forbid"] = "allow"
     """forbid: no run starts while another run of the job holds its lease."""
     max_delay_seconds: Seconds | None = None
     """A delivery whose schedule time is older than this is skipped, not run, in seconds."""

@@ -21,7 +21,7 @@ import re
 import urllib.parse
 import zoneinfo
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 import pydantic
 import yaml
@@ -57,7 +57,6 @@ _RESERVED_HEADER = re.compile(r"(?i)(x-google-|x-appengine-|x-cloudscheduler)")
 # Scheduler starts an execution's first attempt a little after its schedule time; a slot
 # is not missed while a first attempt could still be on its way.
 DELIVERY_GRACE_SECONDS = 120
-MISFIRE_POLICIES = ("none", "run_latest", "run_all")
 # The outcomes of the audit's deadline and failure-streak lines (python -m deploy alerts alerts on them).
 BREACH_OUTCOMES = ("late", "overdue", "slow", "failing")
 DEFAULT_CATCHUP_Window = 86400  # a day: what a resume's catch-up reaches back by default
@@ -194,15 +193,6 @@ def _within(inside: Callable[[float], bool], wrong: Callable[[float], str]) -> C
     return duration
 
 
-def _whole(low: int, high: int, wrong: Callable[[Any], str]) -> Callable[[Any], int]:
-    def number(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ValueError(wrong(value))
-        return value
-
-    return number
-
-
 def _required(check: Callable[[str], str | None] = lambda _: None) -> Callable[[Any], str]:
     """A non-empty string that ``check`` finds nothing wrong with (it says what is, or None)."""
 
@@ -292,18 +282,6 @@ def _headers(value: Any) -> dict[str, str]:
     return dict(headers)
 
 
-def _scaling(value: Any) -> str:
-    if not isinstance(value, str) or value not in REQUEST_TIMEOUT_SECONDS:
-        raise ValueError(f"{value!r}: one of {', '.join(REQUEST_TIMEOUT_SECONDS)} (the target service's scaling type)")
-    return value
-
-
-def _misfire(value: Any) -> str:
-    if value not in MISFIRE_POLICIES:
-        raise ValueError(f"{value!r}: one of {', '.join(MISFIRE_POLICIES)} (what the audit runs of missed slots)")
-    return str(value)
-
-
 def _note(value: Any) -> str | None:
     if value is not None and not isinstance(value, str):
         raise ValueError("is a string saying why the job is paused, beside paused: true")
@@ -355,13 +333,7 @@ _Deadline = Annotated[
     ),
 ]
 _String = Annotated[str | None, check(_string)]  # may be left out, not written as null
-_Streak = Annotated[
-    int,
-    check(
-        _whole(1, 1000, lambda _: "must be a whole number of failed executions in a row, 1 to 1000"),
-        Annotated[int, Field(ge=1, le=1000)],
-    ),
-]
+_Streak = Annotated[int, Field(ge=1, le=1000)]  # failed executions in a row
 _Schedule = Annotated[str, check(lambda value: _required(_cron)(value).strip(), Annotated[str, Field(min_length=9)])]
 _Project = Annotated[str, check(_required(lambda p: None if PROJECT_ID.fullmatch(p) else f"{p!r} is not a project id"))]
 _Location = Annotated[
@@ -378,9 +350,7 @@ _Location = Annotated[
 class RetryConfig(Declaration):
     """How Cloud Scheduler retries an execution whose attempt failed (its job's retryConfig)."""
 
-    retry_count: Annotated[
-        int, check(_whole(0, 5, lambda n: f"{n!r}: Cloud Scheduler allows 0 to 5"), Annotated[int, Field(ge=0, le=5)])
-    ] = 0
+    retry_count: Annotated[int, Field(ge=0, le=5)] = 0
     """Retries of a failed attempt: 0 to 5."""
     max_retry_duration: Duration = 0
     """How long retries go on, from the first attempt (0: no limit but retry_count)."""
@@ -388,10 +358,7 @@ class RetryConfig(Declaration):
     """The wait before the first retry."""
     max_backoff: Duration = 3600
     """The longest wait between retries."""
-    max_doublings: Annotated[
-        int,
-        check(_whole(0, 16, lambda n: f"{n!r}: must be an integer from 0 to 16"), Annotated[int, Field(ge=0, le=16)]),
-    ] = 5
+    max_doublings: Annotated[int, Field(ge=0, le=16)] = 5
     """How often the wait doubles before it grows linearly: 0 to 16."""
 
     @model_validator(mode="after")
@@ -436,7 +403,7 @@ class SchedulerJob(Declaration):
     """The App Engine service it calls (by default app.yaml's)."""
     version: _String = None
     """The App Engine version it calls (by default the serving one)."""
-    scaling: Annotated[str, check(_scaling, Annotated[str, Field(pattern="^(automatic|basic|manual)$")])] = "automatic"
+    scaling: Literal["automatic", "basic", "manual"] = "automatic"
     """The target service's scaling type, which bounds the attempt deadline."""
     pass_scope: bool = True
     """Send the project and location in the URL, so that one job id in two places keeps two keys."""
@@ -446,7 +413,7 @@ class SchedulerJob(Declaration):
     """From when slots are expected of the app (RFC 3339)."""
     catchup_window: _Window = DEFAULT_CATCHUP_Window
     """How far back a catch-up (resume, misfire) reaches: 1s to 366 days."""
-    misfire: Annotated[str, check(_misfire, Annotated[str, Field(pattern="^(none|run_latest|run_all)$")])] = "none"
+    misfire: Literal["none", "run_latest", "run_all"] = "none"
     """What the audit does with missed slots: none (report them), run_latest, run_all."""
     paused: bool | None = None
     """true: the job is kept paused; false: kept running; unsaid: left as it is."""

@@ -181,9 +181,9 @@ def job(**overrides) -> str:
             "retry",
             "deliveries can arrive for",
         ),
-        ({"retry": "{retry_count: 6}"}, "retry.retry_count", "0 to 5"),
-        ({"retry": "{retry_count: -1}"}, "retry.retry_count", "0 to 5"),
-        ({"retry": "{max_doublings: 17}"}, "retry.max_doublings", "0 to 16"),
+        ({"retry": "{retry_count: 6}"}, "retry.retry_count", "must be at most 5, got 6"),
+        ({"retry": "{retry_count: -1}"}, "retry.retry_count", "must be at least 0, got -1"),
+        ({"retry": "{max_doublings: 17}"}, "retry.max_doublings", "must be at most 16, got 17"),
         ({"retry": "{min_backoff: 1h, max_backoff: 1m}"}, "retry.max_backoff", "shorter than min_backoff"),
         ({"retry": "{min_backoff: soon}"}, "retry.min_backoff", "not a duration"),
         ({"retry": "{min_backoff: 1h30}"}, "retry.min_backoff", "not a duration"),  # a unit on every part
