@@ -23,6 +23,17 @@ from collections.abc import Iterable, Mapping
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 Selection = Mapping[str, tuple[str, ...]]
 
+# scheduler.yaml's definitions that kept their names: its patterns, its problems and its entry.
+_SCHEDULER_KEPT = (
+    "SCHEDULER_LOCATION",
+    "_DURATION",
+    "_DURATION_PART",
+    "_UNITS",
+    "_RESERVED_HEADER",
+    "Problem",
+    "ScheduleFileError",
+    "parse_scheduler_document",
+)
 _KINDS_BEFORE: Selection = {
     "jobs/kinds/http.py": (
         "METHODS",
@@ -78,14 +89,7 @@ BEFORE: dict[str, tuple[str | None, Selection]] = {
             "schedules/config.py": (
                 "JOB_KEYS",
                 "RETRY_KEYS",
-                "SCHEDULER_LOCATION",
-                "_DURATION",
-                "_DURATION_PART",
-                "_UNITS",
-                "_RESERVED_HEADER",
-                "Problem",
-                "ScheduleFileError",
-                "parse_scheduler_document",
+                *_SCHEDULER_KEPT,
                 "_parse_job",
                 "_parse_retry",
                 "_duration",
@@ -143,14 +147,7 @@ NOW: dict[str, tuple[str | None, Selection]] = {
         None,
         {
             "schedules/config.py": (
-                "SCHEDULER_LOCATION",
-                "_DURATION",
-                "_DURATION_PART",
-                "_UNITS",
-                "_RESERVED_HEADER",
-                "Problem",
-                "ScheduleFileError",
-                "parse_scheduler_document",
+                *_SCHEDULER_KEPT,
                 "_duration",
                 "_within",
                 "_required",
