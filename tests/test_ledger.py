@@ -373,3 +373,50 @@ def test_every_running_attempt_is_renewed_by_the_same_few_threads(datastore, ndb
             beat.__exit__(None, None, None)
     assert min(beat.renewed for beat in beats) >= 2  # each renewed again and again
     assert 1 <= threads <= 1 + RENEWAL_WORKERS
+
+
+def test_a_finished_run_leaves_nothing_in_the_renewal_queue(datastore, ndb_client, clock):
+    """Issue 37 §2: each finished run's heartbeat stayed queued for a third of its lease, so a
+    worker's memory grew with its run rate (90 to 205 MiB over 30k runs).  Now the run's exit
+    takes its next renewal out of the queue, and nothing keeps the heartbeat, its attempt or its
+    record: after thirty runs with hour-long leases, none is left, and the queue is empty."""
+    import gc
+    import weakref
+
+    from dedup.heartbeat import RENEWALS, LeaseHeartbeat
+    from dedup.runner import run_once
+
+    hour = RunPolicy(lease_seconds=3600, retention_seconds=7200, heartbeat=True)
+    seen: list[weakref.ref[object]] = []
+
+    def work(attempt):
+        seen.append(weakref.ref(attempt))
+        return {"ran": True}
+
+    with ndb_client.context():
+        ledger = Ledger(clock)
+        before = RENEWALS.pending()
+        for n in range(30):
+            assert run_once(ledger, f"renewed-{n}", DESCRIPTION, hour, work).record.result == {"ran": True}
+        assert RENEWALS.pending() == before == 0
+    gc.collect()
+    assert [ref for ref in seen if ref() is not None] == []  # every attempt (and so its heartbeat) freed
+    kept = [o for o in gc.get_objects() if isinstance(o, LeaseHeartbeat) and o.attempt.run_id.startswith("renewed-")]
+    assert kept == []
+
+
+def test_a_heartbeat_stopped_while_its_renewal_is_in_flight_is_not_queued_again():
+    import threading
+
+    from dedup.heartbeat import LeaseHeartbeat, Renewals
+
+    renewals = Renewals(workers=1)
+    beat = LeaseHeartbeat.__new__(LeaseHeartbeat)  # no ledger needed: only its stop is read
+    beat._stopped = threading.Event()
+    renewals.schedule(beat, float("inf"))
+    assert renewals.pending() == 1
+    renewals.cancel(beat)
+    assert renewals.pending() == 0
+    beat._stopped.set()
+    renewals.schedule(beat, float("inf"))  # a renewal that ends after the run did
+    assert renewals.pending() == 0
