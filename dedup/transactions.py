@@ -46,6 +46,9 @@ FIRST_DELAY_SECONDS = 0.02
 LONGEST_DELAY_SECONDS = 1.0
 # A read that fences nothing, tried about as long as NDB's three retries of a lookup took.
 READ_PATIENCE_SECONDS = 5.0
+# The entities one commit writes: NDB's put_multi splits there, as Datastore once required, and a
+# batch of a fleet's writes (the schedules' histories, the audit's marks) is one commit of at most this.
+COMMIT_BATCH = 500
 
 
 def is_contention(exc: Exception) -> bool:

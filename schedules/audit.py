@@ -8,7 +8,9 @@ A slot the ledger may have forgotten (``unknown``: the audit came later than
 the job's retention) is not called missed: the pass says, in one WARNING,
 how many it could not check.  The mark moves forward in a transaction that
 only lands if no other pass moved it first, and the lines are written after
-it lands: two passes at once report a slot once.
+it lands: two passes at once report a slot once.  A pass judges every job first, then moves
+their marks together, COMMIT_BATCH to a transaction: a fleet's pass is a few commits, not one
+per Scheduler job.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from google.cloud import ndb
 from dedup.keys import format_utc
 from dedup.ledger import Ledger
 from dedup.store import Store, Transaction
-from dedup.transactions import get_many, transact
+from dedup.transactions import COMMIT_BATCH, get_many, transact
 from models.audit import AuditMark
 from schedules.bound import BoundJob
 from schedules.config import AUDIT_INTERVAL_SECONDS, SchedulerJob, history_id
@@ -112,30 +114,32 @@ def audit(
     times in a row is paused."""
     now = ledger.clock.now()
     # The reads, batched: every job's mark in one lookup, every slot's record in another (the
-    # store splits batches over Datastore's limit).  Then each job's transaction and lines, on a few
-    # threads with contexts of their own: a fleet's pass is bound by round trips, not CPU.
+    # store splits batches over Datastore's limit).
     keys = [ndb.Key(AuditMark, history_id(job.declared)) for job in jobs]
     marks = get_many(ledger.store(), keys)  # None where a job has none yet
     plans = [_slots_to_judge(job, mark, now) for job, mark in zip(jobs, marks, strict=True)]
     records = ledger.lookup_many([slot.run_id for slots, _ in plans for slot in slots])
+    judged = [_judge(job, now, keys[index], marks[index], *plans[index], records) for index, job in enumerate(jobs)]
+    landed = move_marks(ledger.store(), [(j.key, j.mark, j.through, {"failure_streak": j.streak}) for j in judged])
+    # What follows a mark that landed (lines, catch-up, pauses, the deadline rules) may call out:
+    # on a few threads with contexts of their own, so a fleet's pass is bound by round trips, not CPU.
     client = ndb.get_context().client
     results = [AuditPass() for _ in jobs]
+    moved = [index for index, one in enumerate(judged) if one.key in landed]
 
-    def judge(index: int, context: bool = True) -> None:
-        job, (slots, through) = jobs[index], plans[index]
-        arguments = (catch_up, pause, keys[index], marks[index], slots, through, records)
+    def report(index: int, context: bool = True) -> None:
         if not context:  # on the caller's thread, in its context
-            _audit_job(ledger, job, now, results[index], *arguments)
+            _report(ledger, judged[index], now, results[index], catch_up, pause)
             return
         with client.context():
-            _audit_job(ledger, job, now, results[index], *arguments)
+            _report(ledger, judged[index], now, results[index], catch_up, pause)
 
-    if len(jobs) <= 1:
-        for index in range(len(jobs)):
-            judge(index, context=False)
+    if len(moved) <= 1:
+        for index in moved:
+            report(index, context=False)
     else:
-        with concurrent.futures.ThreadPoolExecutor(min(AUDIT_THREADS, len(jobs))) as pool:
-            for done in [pool.submit(judge, index) for index in range(len(jobs))]:
+        with concurrent.futures.ThreadPoolExecutor(min(AUDIT_THREADS, len(moved))) as pool:
+            for done in [pool.submit(report, index) for index in moved]:
                 done.result()
     found = AuditPass()
     for result in results:  # in the jobs' order, whichever finished first
@@ -162,48 +166,72 @@ def _slots_to_judge(
     return slots, through
 
 
-def _move_mark(store: Store, key: ndb.Key, mark: AuditMark | None, through: datetime.datetime, **fields: Any) -> bool:
-    """Move the mark to ``through`` in a transaction that lands only if no other pass moved it since
-    it was read as ``mark``; True when this pass's move landed (its answer lost or not)."""
+# A mark to move: its key, the mark as the pass read it (None: none yet), where it moves to, and
+# the other fields it then holds.
+Move = tuple[ndb.Key, AuditMark | None, datetime.datetime, dict[str, Any]]
+
+
+def move_marks(store: Store, moves: list[Move]) -> set[ndb.Key]:
+    """Move each mark to its place, in a transaction per COMMIT_BATCH marks, where each lands only
+    if no other pass moved it since it was read; the keys of the moves that landed (their
+    answers lost or not)."""
     # Unique to this pass: another pass that computed the same mark must not take its commit for ours.
     pass_id = uuid.uuid4().hex
-    seen = (mark.checked_until, mark.pass_id) if mark else None
 
-    def advance(transaction: Transaction) -> bool:
-        (found,) = transaction.get([key])
-        current = found.record if found else None
-        if current is not None and pass_id in (current.pass_id, current.previous_pass_id):
-            return True  # this pass's own commit (perhaps moved on from), landed although its answer was lost
-        if ((current.checked_until, current.pass_id) if current else None) != seen:
-            return False  # another pass got here first: it reports these slots
-        transaction.put(
-            AuditMark(
-                key=key,
-                checked_until=through,
-                pass_id=pass_id,
-                previous_pass_id=current.pass_id if current else None,
-                **fields,
-            )
-        )
-        return True
+    def advance(batch: list[Move]) -> Callable[[Transaction], set[ndb.Key]]:
+        def body(transaction: Transaction) -> set[ndb.Key]:
+            ours = set()
+            for (key, read, through, fields), found in zip(batch, transaction.get([m[0] for m in batch]), strict=True):
+                current = found.record if found else None
+                if current is not None and pass_id in (current.pass_id, current.previous_pass_id):
+                    ours.add(key)  # this pass's own commit (perhaps moved on from), its answer lost
+                    continue
+                if _seen(current) != _seen(read):
+                    continue  # another pass got here first: it reports these slots
+                previous = current.pass_id if current else None
+                transaction.put(
+                    AuditMark(key=key, checked_until=through, pass_id=pass_id, previous_pass_id=previous, **fields)
+                )
+                ours.add(key)
+            return ours
 
-    moved, _ = transact(advance, AUDIT_PATIENCE_SECONDS, store)
-    return bool(moved)
+        return body
+
+    landed: set[ndb.Key] = set()
+    for first in range(0, len(moves), COMMIT_BATCH):
+        moved, _ = transact(advance(moves[first : first + COMMIT_BATCH]), AUDIT_PATIENCE_SECONDS, store)
+        landed |= moved
+    return landed
 
 
-def _audit_job(
-    ledger: Ledger,
+def _seen(mark: AuditMark | None) -> tuple[datetime.datetime, str | None] | None:
+    """What tells one state of a mark from the next: where it stands, and the pass that put it there."""
+    return (mark.checked_until, mark.pass_id) if mark else None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Judged:
+    """One Scheduler job's slots, judged by a pass before its mark moves."""
+
+    job: BoundJob
+    key: ndb.Key
+    mark: AuditMark | None
+    through: datetime.datetime
+    reported: list[ReportedSlot]
+    unknown: list[Slot]
+    streak: int
+    reached: list[int]  # each streak length this pass reached, in order: a streak can rise and end in one pass
+
+
+def _judge(
     bound: BoundJob,
     now: datetime.datetime,
-    found: AuditPass,
-    catch_up: CatchUp | None,
-    pause: Pause | None,
     key: ndb.Key,
     mark: AuditMark | None,
     slots: list[Slot],
     through: datetime.datetime,
     records: dict[str, Any],
-) -> None:
+) -> _Judged:
     job = bound.declared
     window = Slot(job, now).window_closes - now
     statuses = [execution_status(s, records.get(s.run_id), now) for s in slots]
@@ -216,7 +244,7 @@ def _audit_job(
     reported = [ReportedSlot(s, status) for s, status in checked if status in REPORTED]
     unknown = [s for s, status in checked if status == ExecutionStatus.UNKNOWN]
     streak = mark.failure_streak if mark else 0
-    reached = []  # each streak length this pass reached, in order: a streak can rise and end in one pass
+    reached = []
     for _, status in checked:
         if status == ExecutionStatus.FAILED:
             streak += 1
@@ -225,9 +253,21 @@ def _audit_job(
             streak = 0
     if job.pause_after_consecutive_failures in reached:
         streak = 0  # the audit pauses the job: after a resume, its failures count afresh
-    if not _move_mark(ledger.store(), key, mark, through, failure_streak=streak):
-        return
-    # After the mark landed, so only the pass that reports a slot runs it: once each.
+    return _Judged(bound, key, mark, through, reported, unknown, streak, reached)
+
+
+def _report(
+    ledger: Ledger,
+    judged: _Judged,
+    now: datetime.datetime,
+    found: AuditPass,
+    catch_up: CatchUp | None,
+    pause: Pause | None,
+) -> None:
+    """What a job's judged slots call for, once its mark has landed: so only the pass that
+    reports a slot runs it, once each."""
+    bound, through, reported, unknown = judged.job, judged.through, judged.reported, judged.unknown
+    job = bound.declared
     missed = [f.slot for f in reported if f.status == ExecutionStatus.MISSED]
     chosen = misfire_choice(job, missed, now, reached_now=through >= now)
     caught_up = [slot for slot in chosen if catch_up is not None and catch_up(slot)]
@@ -270,7 +310,7 @@ def _audit_job(
     found.reported += reported
     found.caught_up += caught_up
     found.unverified += len(unknown)
-    _failure_streak(job, reached, found, pause)
+    _failure_streak(job, judged.reached, found, pause)
     _deadline_passes(ledger, bound, now, found)
 
 
@@ -330,7 +370,7 @@ def _deadline_pass(
     records = ledger.lookup_many([slot.run_id for slot in slots])
     judged = [(s, _breach(rule, s, records.get(s.run_id), now, offset)) for s in slots]
     breaches = [(s, breach) for s, breach in judged if breach is not None and s.schedule_time + offset < through]
-    if not _move_mark(store, key, mark, through):
+    if key not in move_marks(store, [(key, mark, through, {})]):
         return
     for slot, breach in breaches:
         document = {**ReportedSlot(slot).document(), "status": breach, "outcome": breach, "rule": rule}

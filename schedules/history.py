@@ -27,7 +27,7 @@ from dedup.clock import Clock
 from dedup.keys import format_utc, parse_rfc3339
 from dedup.record_store import RecordStore
 from dedup.store import Store, Transaction
-from dedup.transactions import get_many, transact
+from dedup.transactions import COMMIT_BATCH, get_many, transact
 from jobs.config import JobSpec
 from models.audit import AuditMark
 from models.schedule_history import ScheduleHistory
@@ -39,7 +39,6 @@ from schedules.slots import Slot
 
 # Recording the schedules is a start-up's first request: a few seconds of retries at most.
 HISTORY_PATIENCE_SECONDS = 5.0
-COMMIT_BATCH = 500  # the entities one commit writes: NDB's put_multi split there, as Datastore once required
 
 
 @dataclasses.dataclass(frozen=True)
