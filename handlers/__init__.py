@@ -166,6 +166,17 @@ def create_app(
     return app
 
 
+def bind_schedules(app: Flask) -> bool:
+    """Bind ``app``'s schedules before it serves (gunicorn.conf.py's post_worker_init, in each
+    worker): True when bound, False when Datastore could not be reached (the first request
+    binds them then).  An app that is not this one (a benchmark's) has nothing to bind."""
+    state = app.extensions.get("dedup") if isinstance(app, Flask) else None
+    contexts = getattr(app, "wsgi_app", None)
+    if not isinstance(state, AppState) or not isinstance(contexts, NdbContextMiddleware):
+        return False
+    return state.bind_schedules(contexts.client)
+
+
 # The settings' rules are settings.py's; these names are kept for the callers that import them here.
 whole_number_setting = settings_module.whole_number_setting
 max_waiters_from_environ = settings_module.max_waiters

@@ -7,7 +7,10 @@ service never reaches into a request or an app object to find it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterable, Mapping
+
+from google.cloud import ndb
 
 from dedup.clock import Clock, SystemClock
 from dedup.ledger import Ledger
@@ -19,6 +22,8 @@ from schedules.bound import BoundJob
 from schedules.config import SchedulerJob
 from schedules.history import TrackedSchedules
 from schedules.scheduler_api import SchedulerApi
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +56,18 @@ class AppState:
         """The Scheduler jobs bound to their histories and retention, pauses unread (the first use in
         a process records the histories: needs NDB)."""
         return self.tracked_schedules.get()
+
+    def bind_schedules(self, client: ndb.Client) -> bool:
+        """Bind the schedules now, in a context of ``client`` (a worker about to serve): True when
+        bound.  A worker binds them before its first request, so no delivery waits for a fleet's;
+        if Datastore cannot be reached then, the first request that needs them binds them."""
+        try:
+            with client.context():
+                self.tracked_schedules.get()
+        except Exception as exc:  # the first request tries again: a worker must start regardless
+            log.warning("the schedules were not bound before serving (%r); the first request binds them", exc)
+            return False
+        return True
 
     def with_pauses(self, jobs: Iterable[SchedulerJob] | None = None) -> list[BoundJob]:
         """The declared Scheduler jobs (or ``jobs`` of them) bound to all the app learned, their

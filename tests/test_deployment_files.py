@@ -96,6 +96,7 @@ def test_the_app_deploys_as_its_own_service_and_its_cron_entries_go_there():
 APP_PACKAGES = ("dedup", "dispatch", "handlers", "jobs", "models", "schedules", "service")
 APP_FILES = (
     "main.py",
+    "gunicorn.conf.py",  # post_worker_init binds the schedules before a worker serves
     "settings.py",
     "jobs.yaml",
     "scheduler.yaml",
