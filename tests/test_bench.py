@@ -51,15 +51,17 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
     assert "A backlog of 600 expired records" in cleanup
     assert re.search(r"^\| loopback \| [\d,]+ \| [\d,]+ \|$", cleanup, re.M)
     assert re.search(r"^\| 10 ms \| [\d,]+ \| [\d,]+ \|$", cleanup, re.M)
-    # Throughput (issue 26 §1): alternating rounds, and where each run's CPU went, per process.
+    # Throughput (issue 26 §1, 37 §4): keep-alive rounds alternating the app, the original pattern and
+    # the job without the ledger, and where each run's CPU went, per process.
     live = report.split("## Over HTTP")[1].split("## Cleanup")[0]
-    split = dict(
-        re.findall(r"^\| (with dedup|without dedup[^|]*) \| (\d+ \| [\d.]+ \| [\d.]+ \| [\d.]+) \|$", live, re.M)
-    )
-    with_dedup = [float(x) for x in split.pop("with dedup").split(" | ")]
-    (without,) = ([float(x) for x in row.split(" | ")] for row in split.values())
+    split = dict(re.findall(r"^\| ([^|]+?) \| (\d+ \| [\d.]+ \| [\d.]+ \| [\d.]+) \|$", live, re.M))
+    rows = {label.split(" (")[0]: [float(x) for x in row.split(" | ")] for label, row in split.items()}
+    assert set(rows) == {"with dedup", "original pattern", "without dedup"}
+    with_dedup, without = rows["with dedup"], rows["without dedup"]
     assert with_dedup[1] > 0 and with_dedup[2] > without[2]  # the ledger's calls are the emulator's work
-    assert re.search(r"of the same job without the ledger \(rounds: \d+%, \d+%, \d+%\)", live)
+    assert "16 keep-alive client threads" in live
+    assert re.search(r"CPU per run with dedup: [\d.]+x the original pattern's", live)
+    assert re.search(r"Load average during the rounds: [\d.]+ to [\d.]+ on \d+ cores", live)
     # CPU per request is a column of the loopback table.
     assert re.search(r"^\| fresh run \|.*\| [\d.]+ \|$", report, re.M)
     # The fleet rows (issue 24 §7): start-up and one audit pass per size, on loopback and delayed.
