@@ -90,3 +90,14 @@ def original_pattern_app(job, ndb_client: ndb.Client | None = None) -> Flask:
 
     app.wsgi_app = NdbContextMiddleware(app.wsgi_app, ndb_client)  # type: ignore[method-assign]  # Flask's middleware hook, typed as a method
     return app
+
+
+def served() -> Flask:
+    """The plain pattern serving DEDUP_JOBS_FILE's ``noop`` job, for gunicorn
+    (``bench.original_pattern:served()``): the memory benchmark runs it beside the app."""
+    import os
+
+    from jobs.config import load_jobs
+    from settings import jobs_file
+
+    return original_pattern_app(load_jobs(jobs_file(os.environ))["noop"])
