@@ -55,10 +55,13 @@ class RunRecord(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has no typ
     # A RunSource value for this app's own runs; any name a guard's user chooses (source=) otherwise.
     source = ndb.StringProperty(required=True)
     job_id = ndb.StringProperty(required=True)  # for "guard" records: the guard's namespace
-    scheduler_job_name = ndb.StringProperty()
-    schedule_time = ndb.DateTimeProperty(tzinfo=datetime.UTC)
-    project = ndb.StringProperty()
-    location = ndb.StringProperty()
+    # Read with the record, never queried: unindexed, so a write stores no index entries for them
+    # (a schedule time rises with every slot, a hotspot at a fleet's minute boundaries).  Only what
+    # a query filters or sorts on is indexed (tests/test_indexed_properties.py).
+    scheduler_job_name = ndb.TextProperty()
+    schedule_time = ndb.DateTimeProperty(indexed=False, tzinfo=datetime.UTC)
+    project = ndb.TextProperty()
+    location = ndb.TextProperty()
 
     # Client-token runs ("api", "guard"): the caller's token, the scope it
     # belongs to, the parameters and their fingerprint (SHA-256 of canonical

@@ -136,7 +136,7 @@ def test_expired_runs_are_gone_from_the_api(populated, clock):
 def test_a_query_without_its_index_fails(ndb_context):
     # The emulator runs with --require_indexes against index.yaml: this query has no index.
     with pytest.raises(api_exceptions.FailedPrecondition, match="composite index"):
-        RunRecord.query(RunRecord.job_id == "x").order(-RunRecord.schedule_time).fetch(1, retries=0)
+        RunRecord.query(RunRecord.job_id == "x").order(-RunRecord.expire_at).fetch(1, retries=0)
 
 
 def test_pages_are_filled_past_expired_records(make_client, clock):
