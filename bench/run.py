@@ -23,7 +23,7 @@ import time
 import werkzeug.test
 from flask import Flask
 
-from bench.fleet import FLEETS, measure_fleet, render_fleet
+from bench.fleet import AUDIT_FLEETS, FLEETS, measure_audit, measure_fleet, render_audit, render_fleet
 from dedup import fence_check, fence_probe
 from devtools.emulator import DatastoreEmulator
 from devtools.rpc_counter import counting_client
@@ -147,6 +147,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=list(FLEETS),
         help="Scheduler job counts the fleet rows measure (start-up, one audit pass)",
     )
+    parser.add_argument(
+        "--audit-fleet",
+        type=int,
+        nargs="*",
+        default=list(AUDIT_FLEETS),
+        help="per-minute Scheduler job counts the audit rows measure (one steady-state pass)",
+    )
     parser.add_argument("--cleanup-records", type=int, default=5000, help="the expired backlog the cleanup row deletes")
     parser.add_argument(
         "--rtt-ms",
@@ -162,6 +169,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--rtt-ms must be a finite number of milliseconds, 0 or more")
     if any(count < 1 for count in args.fleet):
         parser.error("--fleet takes Scheduler job counts of 1 or more")
+    if any(count < 1 for count in args.audit_fleet):
+        parser.error("--audit-fleet takes Scheduler job counts of 1 or more")
     args.output = None if args.no_write else RESULTS_FILE if args.record else LAST_RUN_FILE
     return args
 
@@ -190,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("DEDUP_AUTH", "none")  # measure the ledger, not token checks
         rows = measure_rows(emulator, emulator.host, args.requests)
         fleet = measure_fleet_on(emulator, emulator.host, args.fleet)
+        emulator.reset()
+        audit_client, audit_counter = counting_client(emulator.project, emulator.host)
+        audits = measure_audit(audit_client, audit_counter, args.audit_fleet)
         cleanup = measure_cleanup(emulator, emulator.host, args.cleanup_records)
         delayed = delayed_fleet = delayed_cleanup = None
         if args.rtt_ms:
@@ -209,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         + render_live(live, args.concurrency, args.throughput_requests)
         + render_cleanup(cleanup, delayed_cleanup, args.rtt_ms)
         + render_fleet(fleet, delayed_fleet, args.rtt_ms)
+        + render_audit(audits)
     )
     print(report)
     if args.output:

@@ -20,7 +20,7 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DEDUP_", "DATASTORE_"))}
     completed = subprocess.run(
         [sys.executable, "-m", "bench.run", "--requests", "10", "--no-write", "--concurrency", "4",
-         "--throughput-requests", "16", "--rtt-ms", "10", "--fleet", "5", "20", "--cleanup-records", "600"],
+         "--throughput-requests", "16", "--rtt-ms", "10", "--fleet", "5", "20", "--audit-fleet", "3", "7", "--cleanup-records", "600"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-2000:]
@@ -68,12 +68,19 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
     fleet = report.split("## At fleet size")[1]
     sizes = re.findall(r"^\| ([\d,]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", fleet, re.M)
     assert [size for size, *_ in sizes] == ["5", "20"]
+    # The audit's steady-state pass (issue 37 §3): per Scheduler job, its marks moved in one commit.
+    audit = report.split("## The audit at fleet size")[1]
+    measured = re.findall(r"^\| (\d+) \| [\d.]+ \| [\d.]+ \| ([\d.]+) \| ([\d.]+) \|$", audit, re.M)
+    assert [size for size, _, _ in measured] == ["3", "7"]
+    # 15 slots' records, the job's pauses, and its mark read twice (batched, then in the commit's transaction).
+    assert all(float(reads) == 18 for _, _, reads in measured)
 
 
 @pytest.mark.parametrize(
     "args",
     [("--requests", "0"), ("--requests", "-1"), ("--concurrency", "0"), ("--throughput-requests", "0"),
      ("--rtt-ms", "-5"), ("--rtt-ms", "nan"), ("--rtt-ms", "inf"), ("--requests", "many"), ("--fleet", "0"),
+     ("--audit-fleet", "0"),
      ("--cleanup-records", "0")],
 )  # fmt: skip
 def test_bad_arguments_are_refused_before_anything_runs(args, capsys):
