@@ -51,6 +51,7 @@ class Renewals:
         self._order = itertools.count()  # ties in time go first come, first served
         self._pid: int | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._thread: threading.Thread | None = None
 
     def schedule(self, beat: LeaseHeartbeat, at: float) -> None:
         with self._lock:
@@ -87,13 +88,16 @@ class Renewals:
             return
         self._pid, self._due = os.getpid(), []
         self._pool = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="lease-renewal")
-        threading.Thread(target=self._run, name="lease-renewals", daemon=True).start()
+        self._thread = threading.Thread(target=self._run, name="lease-renewals", daemon=True)
+        self._thread.start()
 
     def _run(self) -> None:
         while True:
             with self._lock:
                 while not self._due or self._due[0][0] > time.monotonic():
-                    self._lock.wait(timeout=self._due[0][0] - time.monotonic() if self._due else None)
+                    # Woken by each schedule and cancel; a wait no longer than an hour, since the
+                    # platform's clock refuses a timeout past its range (a lease of years).
+                    self._lock.wait(timeout=min(self._due[0][0] - time.monotonic(), 3600) if self._due else None)
                 _, _, beat = heapq.heappop(self._due)
                 pool = self._pool
             if not beat.stopped and pool is not None:

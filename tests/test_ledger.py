@@ -407,6 +407,7 @@ def test_a_finished_run_leaves_nothing_in_the_renewal_queue(datastore, ndb_clien
 
 def test_a_heartbeat_stopped_while_its_renewal_is_in_flight_is_not_queued_again():
     import threading
+    import time
 
     from dedup.heartbeat import LeaseHeartbeat, Renewals
 
@@ -420,3 +421,9 @@ def test_a_heartbeat_stopped_while_its_renewal_is_in_flight_is_not_queued_again(
     beat._stopped.set()
     renewals.schedule(beat, float("inf"))  # a renewal that ends after the run did
     assert renewals.pending() == 0
+    # A renewal due past the clock's range (waited for as an hour at most) leaves the thread running.
+    beat._stopped.clear()
+    renewals.schedule(beat, float("inf"))
+    time.sleep(0.2)
+    assert renewals._thread is not None and renewals._thread.is_alive()
+    renewals.cancel(beat)
