@@ -149,7 +149,11 @@ class InProcessDispatcher:
 
         def later() -> None:
             self.sleep(wait)
-            self._pool.submit(self._attempt, work, retries + 1, first, settled)
+            try:
+                self._pool.submit(self._attempt, work, retries + 1, first, settled)
+            except RuntimeError:  # the pool shut down meanwhile: the process is exiting
+                log.warning("dispatched task %s answered %s: not retried, the process is exiting", work.task_id, status)
+                settled.set_result(status)
 
         threading.Thread(target=later, name=f"dispatch-retry-{work.task_id[:24]}", daemon=True).start()
 

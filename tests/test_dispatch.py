@@ -94,6 +94,24 @@ def test_the_in_process_dispatcher_does_each_task_once_through_the_app(make_clie
     assert dispatcher.wait(30) == [400]  # the app's own answer to that body, through the whole stack
 
 
+def test_a_retry_due_after_the_process_began_to_exit_settles_with_the_last_answer():
+    """The queue's pool shuts down at interpreter exit; a retry due then is not sent, and its task
+    settles with the answer it had, instead of an exception in the retry's thread."""
+    from flask import Flask
+
+    released = Flask("released")
+    released.post("/tasks/x")(lambda: ("", 500))
+    dispatcher = InProcessDispatcher(workers=1, retry=RetryParameters(task_retry_limit=3))
+
+    def exiting(_seconds: float) -> None:
+        dispatcher._pool.shutdown(wait=False)
+
+    dispatcher.sleep = exiting
+    dispatcher.app = released
+    dispatcher.dispatch(Work("t-exit", "/tasks/x", {}))
+    assert dispatcher.wait(10) == [500]
+
+
 # Issue 35 §3 F6: make run's dispatcher retries what a task endpoint leaves to the queue.
 FORBIDDING_JOBS = """
 jobs:
