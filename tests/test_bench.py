@@ -20,7 +20,8 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DEDUP_", "DATASTORE_"))}
     completed = subprocess.run(
         [sys.executable, "-m", "bench.run", "--requests", "10", "--no-write", "--concurrency", "4",
-         "--throughput-requests", "16", "--rtt-ms", "10", "--fleet", "5", "20", "--audit-fleet", "3", "7", "--cleanup-records", "600"],
+         "--throughput-requests", "16", "--rtt-ms", "10", "--fleet", "5", "20", "--audit-fleet", "3", "7",
+         "--cleanup-records", "600"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-2000:]
