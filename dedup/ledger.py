@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, assert_never
 
 from google.cloud import ndb
@@ -109,6 +109,10 @@ class Ledger:
     ) -> tuple[list[RunRecord], str | None]:
         """Runs newest first, one page at a time (dedup/queries.py)."""
         return queries.find_runs(run_filter, page_size, self.clock.now(), cursor)
+
+    def find_runs_together(self, run_filters: Sequence[RunFilter], page_size: int) -> list[list[RunRecord]]:
+        """The first page of each filter's runs, the queries sent at once (dedup/queries.py)."""
+        return queries.find_runs_together(run_filters, page_size, self.clock.now())
 
     # -- claims ----------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import concurrent.futures
 import dataclasses
 import datetime
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from google.cloud import ndb
 
@@ -50,6 +50,39 @@ def find_runs(
     Expired records are left out, as every read leaves them out.  The
     composite indexes these queries use are in index.yaml.
     """
+    query = _query(run_filter)
+    start = ndb.Cursor(urlsafe=cursor) if cursor else None
+    visible: list[RunRecord] = []
+    # Expired records (not yet deleted) are skipped; fetch on until the page is full.
+    for _ in range(FIND_BATCHES):
+        records, start, more = query.fetch_page(page_size - len(visible), start_cursor=start)
+        visible += [record for record in records if not record.is_expired(now)]
+        more = more and start is not None and bool(records)
+        if len(visible) >= page_size or not more:
+            break
+    return visible, (start.urlsafe().decode("ascii") if more and start is not None else None)
+
+
+def find_runs_together(
+    run_filters: Sequence[RunFilter], page_size: int, now: datetime.datetime
+) -> list[list[RunRecord]]:
+    """The first page of each filter's runs, newest first, the queries sent at once: a view that
+    lists many jobs' runs pays one round trip for all of them, not one per job.  A page that
+    expired records left short is filled as find_runs fills it (rare: the cleanup runs hourly)."""
+    sent = [(run_filter, _query(run_filter).fetch_page_async(page_size)) for run_filter in run_filters]
+    pages = []
+    for run_filter, answer in sent:
+        records, cursor, more = answer.result()
+        visible = [record for record in records if not record.is_expired(now)]
+        if len(visible) < len(records) and more and cursor is not None:  # expired ones left it short
+            rest, _ = find_runs(run_filter, page_size - len(visible), now, cursor.urlsafe().decode("ascii"))
+            visible += rest
+        pages.append(visible)
+    return pages
+
+
+def _query(run_filter: RunFilter) -> ndb.Query:
+    """The runs ``run_filter`` names, newest first."""
     query = RunRecord.query()
     if run_filter.job_id:
         query = query.filter(RunRecord.job_id == run_filter.job_id)
@@ -61,17 +94,7 @@ def find_runs(
         query = query.filter(RunRecord.created >= run_filter.since)
     if run_filter.until:
         query = query.filter(RunRecord.created < run_filter.until)
-    query = query.order(-RunRecord.created)
-    start = ndb.Cursor(urlsafe=cursor) if cursor else None
-    visible: list[RunRecord] = []
-    # Expired records (not yet deleted) are skipped; fetch on until the page is full.
-    for _ in range(FIND_BATCHES):
-        records, start, more = query.fetch_page(page_size - len(visible), start_cursor=start)
-        visible += [record for record in records if not record.is_expired(now)]
-        more = more and start is not None and bool(records)
-        if len(visible) >= page_size or not more:
-            break
-    return visible, (start.urlsafe().decode("ascii") if more and start is not None else None)
+    return query.order(-RunRecord.created)
 
 
 def expired_keys(

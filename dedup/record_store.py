@@ -587,22 +587,34 @@ def _read(
     begun: bytes | None = None
     models = {key.kind(): ndb.Model._lookup_model(key.kind()) for key in keys}
     while wanted:
-        asked, later = wanted[:LOOKUP_KEYS], wanted[LOOKUP_KEYS:]
         read_options = options() if begun is None else datastore_types.ReadOptions(transaction=begun)
-        request = datastore_types.LookupRequest(
-            project_id=project, database_id=database, keys=[key_pb(key) for key in asked]
-        )
-        if read_options is not None:
-            request.read_options = read_options
-        response = _call(transport.lookup, request, metadata)
-        begun = begun or response.transaction or None
-        for result in response.found:
-            element = result.entity.key.path[-1]
-            found[(element.kind, element.name or element.id)] = Versioned(
-                decode(result.entity, models[element.kind]), result.version
+        # Outside a transaction every batch is sent at once (a page's thousands of slots cost one
+        # round trip, not one per LOOKUP_KEYS); a transaction's first Lookup begins it, so alone.
+        size = len(wanted) if read_options is None else LOOKUP_KEYS
+        batches = [wanted[start : start + LOOKUP_KEYS] for start in range(0, min(size, len(wanted)), LOOKUP_KEYS)]
+        wanted = wanted[sum(len(batch) for batch in batches) :]
+        requests = []
+        for batch in batches:
+            request = datastore_types.LookupRequest(
+                project_id=project, database_id=database, keys=[key_pb(key) for key in batch]
             )
-        deferred = {(key.path[-1].kind, key.path[-1].name or key.path[-1].id) for key in response.deferred}
-        wanted = [key for key in asked if (key.kind(), key.id()) in deferred] + later
+            if read_options is not None:
+                request.read_options = read_options
+            requests.append(request)
+        if len(requests) == 1:  # the usual read: a blocking call, no gRPC thread to poll a future
+            responses = [_call(transport.lookup, requests[0], metadata)]
+        else:
+            calls = [transport.lookup.future(r, timeout=CALL_TIMEOUT_SECONDS, metadata=metadata) for r in requests]
+            responses = [_call_future(call) for call in calls]
+        for batch, response in zip(batches, responses, strict=True):
+            begun = begun or response.transaction or None
+            for result in response.found:
+                element = result.entity.key.path[-1]
+                found[(element.kind, element.name or element.id)] = Versioned(
+                    decode(result.entity, models[element.kind]), result.version
+                )
+            deferred = {(key.path[-1].kind, key.path[-1].name or key.path[-1].id) for key in response.deferred}
+            wanted = [key for key in batch if (key.kind(), key.id()) in deferred] + wanted
     return [found.get((key.kind(), key.id())) for key in keys], begun
 
 
