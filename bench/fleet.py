@@ -13,7 +13,7 @@ import os
 import tempfile
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import yaml
@@ -86,6 +86,46 @@ def measure_fleet(client: Any, counts: Sequence[int] = FLEETS) -> list[dict[str,
     return rows
 
 
+def uniform_fleet(count: int, prefix: str, schedule: str) -> dict[str, Any]:
+    """scheduler.yaml for ``count`` Scheduler jobs of one ``schedule``, all calling ``noop``."""
+    return {
+        **scheduler_document(count),
+        "jobs": {f"{prefix}-{n}": {"target": "noop", "schedule": schedule} for n in range(count)},
+    }
+
+
+def measured(counter: Any, call: Callable[..., Any], *args: Any) -> dict[str, Any]:
+    """``call(*args)``'s result, its wall and CPU seconds (this process), and the Datastore calls and
+    entity reads it made (``counter``'s, from idle to idle)."""
+    counter.wait_until_idle()
+    counter.reset()
+    began, cpu = time.perf_counter(), time.process_time()
+    result = call(*args)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - began
+    counter.wait_until_idle()
+    return {
+        "result": result,
+        "s": wall,
+        "cpu_s": cpu,
+        "calls": sum(counter.snapshot().values()),
+        "reads": counter.billed()["reads"],
+    }
+
+
+CRON = {"X-Appengine-Cron": "true"}
+
+
+def _audit_pass(web: Any, queue: Any) -> Any:
+    """One /tasks/audit, and the shares it dispatched (run on this process's threads)."""
+    answer = web.get("/tasks/audit", headers=CRON)
+    queue.wait(600)
+    return answer
+
+
+def _status_of(site: Any, url: str) -> int:
+    return int(site.get(url).status_code)
+
+
 # The audit's steady state: a pass every AUDIT_INTERVAL_SECONDS over per-minute Scheduler jobs,
 # each with that interval's slots to judge (none delivered: each judged missed).
 AUDIT_FLEETS = (1000, 5000)
@@ -101,38 +141,68 @@ def measure_audit(client: Any, counter: Any, counts: Sequence[int] = AUDIT_FLEET
     rows = []
     for count in counts:
         with tempfile.TemporaryDirectory() as folder:
-            document = scheduler_document(count)
-            document["jobs"] = {
-                f"minutely-{index}": {"target": "noop", "schedule": "* * * * *"} for index in range(count)
-            }
-            jobs_file = fleet_files(count, folder, document)
+            jobs_file = fleet_files(count, folder, uniform_fleet(count, "minutely", "* * * * *"))
             # Just after the fleet's start_at: the first pass has a few slots a job, its marks are the fleet's.
             clock = ManualClock(datetime.datetime(2030, 1, 1, 0, 3, tzinfo=datetime.UTC))
             app = create_app(jobs_file=jobs_file, clock=clock, ndb_client=client)
             web, queue = app.test_client(), app.extensions["dedup"].dispatcher
-            cron = {"X-Appengine-Cron": "true"}
-            web.get("/tasks/audit", headers=cron)  # the first pass: every job's mark written
+            web.get("/tasks/audit", headers=CRON)  # the first pass: every job's mark written
             queue.wait(600)  # and its shares, past the first 1,000 jobs (service.audits)
             clock.advance(AUDIT_INTERVAL_SECONDS)
-            counter.wait_until_idle()
-            counter.reset()
-            began, cpu = time.perf_counter(), time.process_time()
-            answer = web.get("/tasks/audit", headers=cron).get_json()
-            shares = queue.wait(600)  # the shares it dispatched, on this process's threads
-            cpu, wall = time.process_time() - cpu, time.perf_counter() - began
-            counter.wait_until_idle()
+            cost = measured(counter, _audit_pass, web, queue)
             rows.append(
                 {
                     "jobs": count,
-                    "pass_s": wall,
-                    "cpu_ms_per_job": cpu / count * 1000,
-                    "calls_per_job": sum(counter.snapshot().values()) / count,
-                    "reads_per_job": counter.billed()["reads"] / count,
-                    "missed": len(answer["missed"]),
-                    "shares": sorted(set(shares)),
+                    "pass_s": cost["s"],
+                    "cpu_ms_per_job": cost["cpu_s"] / count * 1000,
+                    "calls_per_job": cost["calls"] / count,
+                    "reads_per_job": cost["reads"] / count,
                 }
             )
     return rows
+
+
+# The operator's pages over a fleet of 5-minute Scheduler jobs (a day's 288 slots each), one
+# jobs.yaml job behind them all: what a view costs as the fleet grows (issue 37 §1).
+PAGE_FLEETS = (20, 200)
+PAGES = (("home", "/admin/"), ("a day's history", "/admin/jobs/noop/history?day=2030-01-01"))
+
+
+def measure_pages(client: Any, counter: Any, counts: Sequence[int] = PAGE_FLEETS) -> list[dict[str, Any]]:
+    """For each fleet and each page: its wall seconds, this process's CPU seconds, its Datastore
+    calls and its entity reads, after a day of slots none of which was delivered."""
+    from handlers import create_app
+
+    rows = []
+    for count in counts:
+        with tempfile.TemporaryDirectory() as folder:
+            jobs_file = fleet_files(count, folder, uniform_fleet(count, "every-5", "*/5 * * * *"))
+            clock = ManualClock(datetime.datetime(2030, 1, 1, 23, 59, tzinfo=datetime.UTC))
+            site = create_app(jobs_file=jobs_file, clock=clock, ndb_client=client).test_client()
+            for label, url in PAGES:
+                site.get(url)  # the schedules bound and the fence checked: what a process pays once
+                cost = measured(counter, _status_of, site, url)
+                rows.append({"jobs": count, "page": label, "status": cost.pop("result"), **cost})
+    return rows
+
+
+def render_pages(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "",
+        "## The operator's pages at fleet size (bench/fleet.py, measure_pages)",
+        "",
+        "5-minute Scheduler jobs behind one jobs.yaml job, a day of slots none of which was delivered;",
+        "on loopback, this process's CPU.",
+        "",
+        "| Scheduler jobs | page | status | s | CPU s | Datastore calls | entity reads |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['jobs']:,} | {row['page']} | {row['status']} | {row['s']:.2f} | {row['cpu_s']:.2f} "
+            f"| {row['calls']} | {row['reads']:,} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def render_audit(rows: list[dict[str, Any]]) -> str:

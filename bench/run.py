@@ -23,7 +23,17 @@ import time
 import werkzeug.test
 from flask import Flask
 
-from bench.fleet import AUDIT_FLEETS, FLEETS, measure_audit, measure_fleet, render_audit, render_fleet
+from bench.fleet import (
+    AUDIT_FLEETS,
+    FLEETS,
+    PAGE_FLEETS,
+    measure_audit,
+    measure_fleet,
+    measure_pages,
+    render_audit,
+    render_fleet,
+    render_pages,
+)
 from dedup import fence_check, fence_probe
 from devtools.emulator import DatastoreEmulator
 from devtools.rpc_counter import counting_client
@@ -154,6 +164,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=list(AUDIT_FLEETS),
         help="per-minute Scheduler job counts the audit rows measure (one steady-state pass)",
     )
+    parser.add_argument(
+        "--page-fleet",
+        type=int,
+        nargs="*",
+        default=list(PAGE_FLEETS),
+        help="5-minute Scheduler job counts the page rows measure (the home page, a day's history)",
+    )
     parser.add_argument("--cleanup-records", type=int, default=5000, help="the expired backlog the cleanup row deletes")
     parser.add_argument(
         "--rtt-ms",
@@ -169,8 +186,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--rtt-ms must be a finite number of milliseconds, 0 or more")
     if any(count < 1 for count in args.fleet):
         parser.error("--fleet takes Scheduler job counts of 1 or more")
-    if any(count < 1 for count in args.audit_fleet):
-        parser.error("--audit-fleet takes Scheduler job counts of 1 or more")
+    for name in ("audit_fleet", "page_fleet"):
+        if any(count < 1 for count in getattr(args, name)):
+            parser.error(f"--{name.replace('_', '-')} takes Scheduler job counts of 1 or more")
     args.output = None if args.no_write else RESULTS_FILE if args.record else LAST_RUN_FILE
     return args
 
@@ -202,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         emulator.reset()
         audit_client, audit_counter = counting_client(emulator.project, emulator.host)
         audits = measure_audit(audit_client, audit_counter, args.audit_fleet)
+        emulator.reset()
+        page_rows = measure_pages(audit_client, audit_counter, args.page_fleet)
         cleanup = measure_cleanup(emulator, emulator.host, args.cleanup_records)
         delayed = delayed_fleet = delayed_cleanup = None
         if args.rtt_ms:
@@ -222,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         + render_cleanup(cleanup, delayed_cleanup, args.rtt_ms)
         + render_fleet(fleet, delayed_fleet, args.rtt_ms)
         + render_audit(audits)
+        + render_pages(page_rows)
     )
     print(report)
     if args.output:

@@ -21,7 +21,7 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
     completed = subprocess.run(
         [sys.executable, "-m", "bench.run", "--requests", "10", "--no-write", "--concurrency", "4",
          "--throughput-requests", "16", "--rtt-ms", "10", "--fleet", "5", "20", "--audit-fleet", "3", "7",
-         "--cleanup-records", "600"],
+         "--page-fleet", "2", "4", "--cleanup-records", "600"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-2000:]
@@ -75,13 +75,19 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
     assert [size for size, _, _ in measured] == ["3", "7"]
     # 15 slots' records, the job's pauses, and its mark read twice (batched, then in the commit's transaction).
     assert all(float(reads) == 18 for _, _, reads in measured)
+    # The pages at fleet size (issue 37 §1): each page's calls and reads, per fleet.
+    shown = report.split("## The operator's pages at fleet size")[1]
+    pages = re.findall(r"^\| (\d+) \| ([^|]+?) \| (\d+) \| [\d.]+ \| [\d.]+ \| (\d+) \| ([\d,]+) \|$", shown, re.M)
+    assert [(jobs, page, status) for jobs, page, status, _, _ in pages] == [
+        (jobs, page, "200") for jobs in ("2", "4") for page in ("home", "a day's history")
+    ]
 
 
 @pytest.mark.parametrize(
     "args",
     [("--requests", "0"), ("--requests", "-1"), ("--concurrency", "0"), ("--throughput-requests", "0"),
      ("--rtt-ms", "-5"), ("--rtt-ms", "nan"), ("--rtt-ms", "inf"), ("--requests", "many"), ("--fleet", "0"),
-     ("--audit-fleet", "0"),
+     ("--audit-fleet", "0"), ("--page-fleet", "0"),
      ("--cleanup-records", "0")],
 )  # fmt: skip
 def test_bad_arguments_are_refused_before_anything_runs(args, capsys):
