@@ -212,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     from devtools.latency_proxy import DelayingProxy
 
     logging.getLogger("dedup.requests").setLevel(logging.ERROR)  # one line per request is noise here
+    logging.getLogger("dedup.audit").setLevel(logging.CRITICAL)  # and one per missed slot of a fleet
     with DatastoreEmulator(project="dedup-bench") as emulator:
         os.environ.update(emulator.env)
         os.environ.setdefault("DEDUP_AUTH", "none")  # measure the ledger, not token checks
