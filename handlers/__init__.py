@@ -174,7 +174,7 @@ def bind_schedules(app: Flask) -> bool:
     contexts = getattr(app, "wsgi_app", None)
     if not isinstance(state, AppState) or not isinstance(contexts, NdbContextMiddleware):
         return False
-    return state.bind_schedules(contexts.client)
+    return state.bind_schedules(lambda: contexts.client)  # made inside: no credentials stops no worker
 
 
 # The settings' rules are settings.py's; these names are kept for the callers that import them here.

@@ -120,12 +120,10 @@ def audit(
     plans = [_slots_to_judge(job, mark, now) for job, mark in zip(jobs, marks, strict=True)]
     records = ledger.lookup_many([slot.run_id for slots, _ in plans for slot in slots])
     judged = [_judge(job, now, keys[index], marks[index], *plans[index], records) for index, job in enumerate(jobs)]
-    landed = move_marks(ledger.store(), [(j.key, j.mark, j.through, {"failure_streak": j.streak}) for j in judged])
     # What follows a mark that landed (lines, catch-up, pauses, the deadline rules) may call out:
     # on a few threads with contexts of their own, so a fleet's pass is bound by round trips, not CPU.
     client = ndb.get_context().client
     results = [AuditPass() for _ in jobs]
-    moved = [index for index, one in enumerate(judged) if one.key in landed]
 
     def report(index: int, context: bool = True) -> None:
         if not context:  # on the caller's thread, in its context
@@ -134,13 +132,20 @@ def audit(
         with client.context():
             _report(ledger, judged[index], now, results[index], catch_up, pause)
 
-    if len(moved) <= 1:
-        for index in moved:
-            report(index, context=False)
-    else:
-        with concurrent.futures.ThreadPoolExecutor(min(AUDIT_THREADS, len(moved))) as pool:
-            for done in [pool.submit(report, index) for index in moved]:
-                done.result()
+    # Each batch's marks, then at once its reports: a batch that fails after an earlier one landed
+    # (an outage, a lost answer past its patience) ends the pass with every landed mark reported,
+    # since the next pass starts after them and would never report their slots.
+    for first in range(0, len(judged), COMMIT_BATCH):
+        batch = range(first, min(first + COMMIT_BATCH, len(judged)))
+        landed = move_marks(ledger.store(), [judged[index].move for index in batch])
+        moved = [index for index in batch if judged[index].key in landed]
+        if len(moved) <= 1:
+            for index in moved:
+                report(index, context=False)
+        else:
+            with concurrent.futures.ThreadPoolExecutor(min(AUDIT_THREADS, len(moved))) as pool:
+                for done in [pool.submit(report, index) for index in moved]:
+                    done.result()
     found = AuditPass()
     for result in results:  # in the jobs' order, whichever finished first
         found.reported += result.reported
@@ -221,6 +226,11 @@ class _Judged:
     unknown: list[Slot]
     streak: int
     reached: list[int]  # each streak length this pass reached, in order: a streak can rise and end in one pass
+
+    @property
+    def move(self) -> Move:
+        """Its mark's move: to where the pass judged, with the failure streak it reached."""
+        return self.key, self.mark, self.through, {"failure_streak": self.streak}
 
 
 def _judge(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from google.cloud import ndb
 
@@ -57,12 +57,13 @@ class AppState:
         a process records the histories: needs NDB)."""
         return self.tracked_schedules.get()
 
-    def bind_schedules(self, client: ndb.Client) -> bool:
-        """Bind the schedules now, in a context of ``client`` (a worker about to serve): True when
+    def bind_schedules(self, client: Callable[[], ndb.Client]) -> bool:
+        """Bind the schedules now, in a context of ``client()`` (a worker about to serve): True when
         bound.  A worker binds them before its first request, so no delivery waits for a fleet's;
-        if Datastore cannot be reached then, the first request that needs them binds them."""
+        if Datastore cannot be reached then (or no client can be made: no credentials, no
+        project), the worker starts all the same and the first request that needs them binds them."""
         try:
-            with client.context():
+            with client().context():
                 self.tracked_schedules.get()
         except Exception as exc:  # the first request tries again: a worker must start regardless
             log.warning("the schedules were not bound before serving (%r); the first request binds them", exc)

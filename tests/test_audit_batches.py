@@ -74,3 +74,32 @@ def test_in_a_batch_only_the_marks_no_other_pass_moved_land(datastore, ndb_clien
         assert move_marks(store, [(key, mark, later, {}) for key, mark, _, _ in first]) == set(keys[2:])
         marks = get_many(store, keys)
     assert [mark.checked_until for mark in marks] == [T0, T0, later, later]
+
+
+def test_a_batch_that_fails_after_one_landed_leaves_the_landed_marks_reported(
+    datastore, ndb_client, clock, monkeypatch
+):
+    """The next pass starts after every mark that moved: a pass that moved a batch and then failed
+    must already have reported that batch's slots, or they are never reported."""
+    import schedules.audit as audit_module
+
+    jobs = fleet(5)
+    clock.advance((T0 + datetime.timedelta(hours=2) - clock.now()).total_seconds())
+    monkeypatch.setattr(audit_module, "COMMIT_BATCH", 2)  # three batches: 2, 2 and 1 jobs
+    moved_by = audit_module.move_marks
+    calls = []
+
+    def second_batch_fails(store, moves):
+        calls.append(len(moves))
+        if len(calls) == 2:
+            raise RuntimeError("Datastore unreachable past the patience")
+        return moved_by(store, moves)
+
+    monkeypatch.setattr(audit_module, "move_marks", second_batch_fails)
+    reported = []
+    monkeypatch.setattr(
+        audit_module, "_report", lambda ledger, judged, *rest: reported.append(judged.job.declared.name)
+    )
+    with ndb_client.context(), pytest.raises(RuntimeError):
+        audit(Ledger(clock), jobs)
+    assert calls == [2, 2] and sorted(reported) == ["fleet-0", "fleet-1"]  # the first batch, reported

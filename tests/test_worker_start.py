@@ -64,3 +64,15 @@ def test_a_worker_that_cannot_reach_datastore_starts_and_says_so(datastore, tmp_
     with caplog.at_level(logging.WARNING, logger="service.state"):
         assert bind_schedules(app) is False
     assert "the first request binds them" in caplog.text
+
+
+def test_a_worker_that_cannot_make_a_client_starts_and_says_so(datastore, ndb_client, tmp_path, caplog):
+    """No credentials or no project: making the NDB client raises, and the worker starts all the same."""
+    app = create_app(jobs_file=files(tmp_path), ndb_client=ndb_client)
+
+    def no_client():
+        raise RuntimeError("could not determine credentials")
+
+    with caplog.at_level(logging.WARNING, logger="service.state"):
+        assert app.extensions["dedup"].bind_schedules(no_client) is False
+    assert "could not determine credentials" in caplog.text
