@@ -64,6 +64,8 @@ CLEANUP_TRANSACTION_KEYS = 25
 CALL_TIMEOUT_SECONDS = 10.0
 # The most keys Datastore takes in one Lookup (NDB splits its batches at it too).
 LOOKUP_KEYS = 1000
+# The Lookups one read sends at once outside a transaction.
+LOOKUP_WAVE = 16
 # NDB marks a compressed blob with this meaning (google.appengine's ZLIB), and reads one by
 # zlib's header either way.
 COMPRESSED_MEANING = 22
@@ -588,9 +590,11 @@ def _read(
     models = {key.kind(): ndb.Model._lookup_model(key.kind()) for key in keys}
     while wanted:
         read_options = options() if begun is None else datastore_types.ReadOptions(transaction=begun)
-        # Outside a transaction every batch is sent at once (a page's thousands of slots cost one
-        # round trip, not one per LOOKUP_KEYS); a transaction's first Lookup begins it, so alone.
-        size = len(wanted) if read_options is None else LOOKUP_KEYS
+        # Outside a transaction the batches go LOOKUP_WAVE at a time (a page's thousands of slots
+        # cost one round trip, not one per LOOKUP_KEYS; an audit after a long outage, with a
+        # million, never has a thousand calls in flight); a transaction's first Lookup begins it,
+        # so it goes alone.
+        size = LOOKUP_KEYS * (LOOKUP_WAVE if read_options is None else 1)
         batches = [wanted[start : start + LOOKUP_KEYS] for start in range(0, min(size, len(wanted)), LOOKUP_KEYS)]
         wanted = wanted[sum(len(batch) for batch in batches) :]
         requests = []

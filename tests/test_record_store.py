@@ -416,3 +416,28 @@ def test_an_identical_rewrite_after_a_fenced_update_keeps_the_version_too(store)
     assert isinstance(updated, Applied)
     RunRecord.get_by_id(record.run_id).put()
     assert store.lookup(record.run_id).version == updated.version
+
+
+def test_a_lookup_of_many_batches_sends_them_in_waves_and_answers_in_order(datastore, monkeypatch):
+    """Outside a transaction the batches go LOOKUP_WAVE at a time: every key answered in the order
+    asked, absent ones as None, in as many Lookups as batches."""
+    from devtools.rpc_counter import counting_client
+
+    monkeypatch.setattr(record_store, "LOOKUP_KEYS", 3)
+    monkeypatch.setattr(record_store, "LOOKUP_WAVE", 2)
+    client, counter = counting_client(datastore.project)
+    with client.context():
+        store = RecordStore.of_context()
+        for n in range(4):
+            record = full_record()
+            record.key = ndb.Key(RunRecord, f"present-{n}")
+            assert isinstance(store.insert(record), Applied)
+        keys = [ndb.Key(RunRecord, f"{'present' if n % 3 == 0 else 'absent'}-{n // 3}") for n in range(11)]
+        counter.wait_until_idle()
+        counter.reset()
+        found = store.lookup_many(keys)
+        counter.wait_until_idle()
+    assert [None if f is None else f.record.key.id() for f in found] == [
+        key.id() if key.id().startswith("present") else None for key in keys
+    ]
+    assert counter.snapshot() == {"Lookup": 4}  # 11 keys in batches of 3, sent two at a time
