@@ -187,42 +187,51 @@ def measure_pages(client: Any, counter: Any, counts: Sequence[int] = PAGE_FLEETS
 
 
 def render_pages(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        "",
-        "## The operator's pages at fleet size (bench/fleet.py, measure_pages)",
-        "",
-        "5-minute Scheduler jobs behind one jobs.yaml job, a day of slots none of which was delivered;",
+    return _table(
+        "The operator's pages at fleet size (bench/fleet.py, measure_pages)",
+        "5-minute Scheduler jobs behind one jobs.yaml job, a day of slots none of which was delivered;\n"
         "on loopback, this process's CPU.",
-        "",
-        "| Scheduler jobs | page | status | s | CPU s | Datastore calls | entity reads |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for row in rows:
-        lines.append(
-            f"| {row['jobs']:,} | {row['page']} | {row['status']} | {row['s']:.2f} | {row['cpu_s']:.2f} "
-            f"| {row['calls']} | {row['reads']:,} |"
-        )
-    return "\n".join(lines) + "\n"
+        ("Scheduler jobs", "page", "status", "s", "CPU s", "Datastore calls", "entity reads"),
+        [
+            (
+                f"{r['jobs']:,}",
+                r["page"],
+                r["status"],
+                f"{r['s']:.2f}",
+                f"{r['cpu_s']:.2f}",
+                r["calls"],
+                f"{r['reads']:,}",
+            )
+            for r in rows
+        ],
+    )
 
 
 def render_audit(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        "",
-        "## The audit at fleet size (bench/fleet.py, measure_audit)",
-        "",
-        "Per-minute Scheduler jobs, none delivered; the pass after the first, 15 minutes on (15 slots",
-        "a job to judge, each missed), on loopback; past 1,000 jobs the pass dispatches the rest in",
-        "shares, run here on the process's threads and counted with it. Per Scheduler job: this",
+    return _table(
+        "The audit at fleet size (bench/fleet.py, measure_audit)",
+        "Per-minute Scheduler jobs, none delivered; the pass after the first, 15 minutes on (15 slots\n"
+        "a job to judge, each missed), on loopback; past 1,000 jobs the pass dispatches the rest in\n"
+        "shares, run here on the process's threads and counted with it. Per Scheduler job: this\n"
         "process's CPU (the app and NDB), Datastore calls and entity reads.",
-        "",
-        "| Scheduler jobs | pass, s | CPU ms / job | calls / job | reads / job |",
-        "|---|---|---|---|---|",
-    ]
-    for row in rows:
-        lines.append(
-            f"| {row['jobs']:,} | {row['pass_s']:.1f} | {row['cpu_ms_per_job']:.2f} "
-            f"| {row['calls_per_job']:.3f} | {row['reads_per_job']:.1f} |"
-        )
+        ("Scheduler jobs", "pass, s", "CPU ms / job", "calls / job", "reads / job"),
+        [
+            (
+                f"{r['jobs']:,}",
+                f"{r['pass_s']:.1f}",
+                f"{r['cpu_ms_per_job']:.2f}",
+                f"{r['calls_per_job']:.3f}",
+                f"{r['reads_per_job']:.1f}",
+            )
+            for r in rows
+        ],
+    )
+
+
+def _table(title: str, intro: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A section of the report: its title, what it measured, and a markdown table."""
+    lines = ["", f"## {title}", "", intro, "", f"| {' | '.join(header)} |", "|---" * len(header) + "|"]
+    lines += [f"| {' | '.join(str(cell) for cell in row)} |" for row in rows]
     return "\n".join(lines) + "\n"
 
 

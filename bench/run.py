@@ -138,6 +138,14 @@ def plain_app(job, ndb_client) -> Flask:
     return app
 
 
+# The fleet sizes each group of fleet rows measures: its flag, its default, and what it measures.
+FLEET_FLAGS = (
+    ("--fleet", FLEETS, "the fleet rows measure (daily schedules: start-up, one audit pass)"),
+    ("--audit-fleet", AUDIT_FLEETS, "the audit rows measure (per-minute schedules: one steady-state pass)"),
+    ("--page-fleet", PAGE_FLEETS, "the page rows measure (5-minute schedules: the home page, a day's history)"),
+)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=200)
@@ -150,27 +158,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--concurrency", type=int, default=64, help="concurrent duplicates of one execution")
     parser.add_argument("--throughput-requests", type=int, default=400, help="distinct runs per throughput row")
-    parser.add_argument(
-        "--fleet",
-        type=int,
-        nargs="*",
-        default=list(FLEETS),
-        help="Scheduler job counts the fleet rows measure (start-up, one audit pass)",
-    )
-    parser.add_argument(
-        "--audit-fleet",
-        type=int,
-        nargs="*",
-        default=list(AUDIT_FLEETS),
-        help="per-minute Scheduler job counts the audit rows measure (one steady-state pass)",
-    )
-    parser.add_argument(
-        "--page-fleet",
-        type=int,
-        nargs="*",
-        default=list(PAGE_FLEETS),
-        help="5-minute Scheduler job counts the page rows measure (the home page, a day's history)",
-    )
+    for flag, default, measured in FLEET_FLAGS:
+        parser.add_argument(flag, type=int, nargs="*", default=list(default), help=f"Scheduler job counts {measured}")
     parser.add_argument("--cleanup-records", type=int, default=5000, help="the expired backlog the cleanup row deletes")
     parser.add_argument(
         "--rtt-ms",
@@ -184,11 +173,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if not math.isfinite(args.rtt_ms) or args.rtt_ms < 0:
         parser.error("--rtt-ms must be a finite number of milliseconds, 0 or more")
-    if any(count < 1 for count in args.fleet):
-        parser.error("--fleet takes Scheduler job counts of 1 or more")
-    for name in ("audit_fleet", "page_fleet"):
-        if any(count < 1 for count in getattr(args, name)):
-            parser.error(f"--{name.replace('_', '-')} takes Scheduler job counts of 1 or more")
+    for flag, _, _ in FLEET_FLAGS:
+        if any(count < 1 for count in getattr(args, flag[2:].replace("-", "_"))):
+            parser.error(f"{flag} takes Scheduler job counts of 1 or more")
     args.output = None if args.no_write else RESULTS_FILE if args.record else LAST_RUN_FILE
     return args
 
