@@ -85,9 +85,13 @@ DUPLICATE_REMEMBERED = Operations()  # completed, this process answered it befor
 JOB_LOCK = Operations(reads=1, writes=1, deletes=1)
 JOB_LOCK_RENEWAL = Operations(reads=2, writes=1)
 # The missed-execution audit (schedules/audit.py): each pass reads and writes each Scheduler job's mark
-# (a read, then a transaction's read and write), and reads each slot's record once.
-AUDIT_PER_JOB_PASS = Operations(reads=2, writes=1)
+# (a read, then a transaction's read and write) and reads its two day summaries (schedules/summaries.py);
+# it reads the record of each slot whose run noted nothing there (a missed slot, a note lost), once.
+AUDIT_PER_JOB_PASS = Operations(reads=4, writes=1)
 AUDIT_PER_SLOT = Operations(reads=1)
+# A finished run of a Scheduler job's slot notes its digest in its day's summary after its answer (a
+# transaction's read and write): the home rows and the audit read that, not the run's record.
+SLOT_NOTE = Operations(reads=1, writes=1)
 # Without a TTL policy, /tasks/cleanup deletes expired records: a keys-only query (one read per batch of
 # up to CLEANUP_BATCH), a lookup of each record (its version) and a delete fenced on that version; its
 # deletes get the free usage.
@@ -114,7 +118,7 @@ class Fleet:
         if self.exclusive:
             per_run += JOB_LOCK + JOB_LOCK_RENEWAL * self.renewals_per_run
         if self.scheduler_jobs:
-            per_run += AUDIT_PER_SLOT
+            per_run += SLOT_NOTE  # the audit judges the slot from its note
         if cleanup:  # /tasks/cleanup instead of a TTL policy
             per_run += CLEANUP_PER_RECORD + Operations(expiry_deletes=-per_run.expiry_deletes)
         audit = AUDIT_PER_JOB_PASS * (self.scheduler_jobs * 24 * 60 / audit_minutes)

@@ -19,7 +19,7 @@ import sys
 import textwrap
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -125,9 +125,13 @@ def invoice(context: Any) -> dict[str, Any]:
     return {"invoiced": key}
 
 
-def build_week(folder: Path, ndb_client: Any, days: int = 7) -> tuple[Any, ManualClock]:
+def build_week(
+    folder: Path, ndb_client: Any, days: int = 7, each_hour: Callable[[Any, ManualClock], None] | None = None
+) -> tuple[Any, ManualClock]:
     """The app on the week's jobs and schedule, its records written by delivering the week (or its
-    first ``days``: bench/pages.py compares pages over more and fewer records)."""
+    first ``days``: bench/pages.py compares pages over more and fewer records).  ``each_hour`` is
+    called with the site and the clock before each hour's first slot is delivered (the audit's
+    passes and a recount, in tests/test_summaries.py)."""
     import webtest  # type: ignore[import-untyped]  # a dev tool: webtest is a dev requirement
 
     from dedup.keys import format_utc, scheduled_run_key
@@ -143,6 +147,9 @@ def build_week(folder: Path, ndb_client: Any, days: int = 7) -> tuple[Any, Manua
     site.get("/api/v1/scheduler-jobs")
     paused = False
     for slot in plan(days):
+        if each_hour is not None and slot.index % 12 == 0:
+            clock.advance((slot.schedule_time - clock.now()).total_seconds())
+            each_hour(site, clock)
         clock.advance((slot.schedule_time + datetime.timedelta(seconds=4) - clock.now()).total_seconds())
         if slot.fault == "paused" and not paused:
             site.post_json("/api/v1/scheduler-jobs/invoice-5min/pause", {"note": "bank maintenance"})

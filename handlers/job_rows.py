@@ -4,13 +4,14 @@ plus what only this app knows (issue 25 §1).
 A row says the schedule and its time zone, the job's state (enabled, or paused with who and
 why), its last expected execution and that execution's status, its next one, what was missed,
 failed and late in the last 24 hours, and its failure streak.  Rows that need attention sort
-first.  A row costs no round trip of its own: the day's slots of every Scheduler job are
-looked up in one batch, and the streaks (the audit's marks) and the duplicate deliveries
-absorbed (schedules.tallies) in another.
+first.  A row costs no round trip of its own and a few entity reads: its job's audit mark and
+two day summaries (schedules.summaries) say what its slots came to and the duplicates they
+absorbed, and only a slot they do not speak for (a run in flight, say) is looked up.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Sequence
 from typing import Any
@@ -25,48 +26,79 @@ from models.audit import AuditMark
 from schedules.bound import BoundJob
 from schedules.config import history_id
 from schedules.pauses import current
-from schedules.slots import ExecutionStatus, execution_document, latest_slots, ran_once_or_more, slots_between
-from schedules.tallies import duplicates_in, hours_between, tally_keys
+from schedules.slots import (
+    ExecutionStatus,
+    Slot,
+    execution_document,
+    latest_slots,
+    ran_once_or_more_of,
+    shown_status,
+    slots_between,
+)
+from schedules.summaries import JobSummaries, RunDigest, day_keys, days_between
 
 DAY = datetime.timedelta(hours=24)
-# The slots a row reads: a 5-minute job's day.  A job with more slots a day (a per-minute job)
-# is counted over its newest ROW_SLOTS, and its row says over how long: a view's reads stay
-# bounded by what it shows until per-job summaries kept as runs finish replace the reads.
+MICROSECOND = datetime.timedelta(microseconds=1)
+# The slots of a row that only their records can say (no day summary, no audit pass spoke for
+# them: a run in flight, a note lost, a job the audit has not reached) are looked up, the newest
+# ROW_SLOTS at most; a row with more counts from the oldest of those it looked up, and says since
+# when.  A 5-minute job's whole day fits, and a per-minute job's day is counted whole once the
+# audit has passed it (schedules.summaries).
 ROW_SLOTS = 288
+# The most slots a day can hold: a per-minute cron's.
+DAY_SLOTS = 24 * 60
 # What a row counts over its last 24 hours, and what makes it need attention (handlers/slot_statuses.py).
 COUNTED = NEEDS_ATTENTION
 
 
+@dataclasses.dataclass
+class _RowSlots:
+    """One row's slots of the last 24 hours: the facts the summaries give, and those to look up."""
+
+    slots: list[Slot]
+    facts: dict[int, RunDigest | None]  # by index into slots: what the summaries said
+    looked_up: list[int]  # the indexes whose records are read
+    since: int  # the first slot counted (0 unless the row looked up fewer than it lacks)
+
+
 def job_rows(ledger: Ledger, jobs: Sequence[BoundJob], now: datetime.datetime) -> list[dict[str, Any]]:
-    """A row per Scheduler job (bound to its pauses), those that need attention first, then by name."""
-    of_day = {id(job): _newest_of_day(job, now) for job in jobs}
-    day_slots = {key: slots for key, (slots, _) in of_day.items()}
+    """A row per Scheduler job (bound to its pauses), those that need attention first, then by name.
+
+    Two lookups whatever the fleet: every job's audit mark and day summaries, then the records
+    of the slots those do not speak for and of each job's last slot (its document says more)."""
+    day_slots = {id(job): slots_between([job], now - DAY + MICROSECOND, now, DAY_SLOTS) for job in jobs}
     # A job whose slots are more than a day apart: its last one, in the same batch.
     earlier = {id(job): latest_slots([job], now, 1) for job in jobs if not day_slots[id(job)]}
-    wanted = [slot for slots in (*day_slots.values(), *earlier.values()) for slot in slots]
-    records = ledger.lookup_many([slot.run_id for slot in wanted])
-    hours = {
-        id(job): hours_between(slots[0].schedule_time, slots[-1].schedule_time) if (slots := day_slots[id(job)]) else []
-        for job in jobs
-    }
-    # The audit's marks and the duplicate tallies of the slots' hours, in one batch.
+    days = days_between(now - DAY, now)
     mark_keys = [ndb.Key(AuditMark, history_id(job.declared)) for job in jobs]
-    wanted_tallies = [key for job in jobs for key in tally_keys(history_id(job.declared), hours[id(job)])]
-    found = get_many(ledger.store(), mark_keys + wanted_tallies)
-    marks = found[: len(mark_keys)]
-    tallies = dict(zip(wanted_tallies, found[len(mark_keys) :], strict=True))
+    bucket_keys = [key for job in jobs for key in day_keys(history_id(job.declared), days)]
+    found = get_many(ledger.store(), mark_keys + bucket_keys)
+    buckets = iter(found[len(mark_keys) :])
+    summaries = {
+        id(job): JobSummaries.of([next(buckets) for _ in days], days, mark)
+        for job, mark in zip(jobs, found[: len(mark_keys)], strict=True)
+    }
+    of_row = {id(job): _row_slots(day_slots[id(job)], summaries[id(job)], now) for job in jobs}
+    wanted = [row.slots[i].run_id for row in of_row.values() for i in row.looked_up]
+    wanted += [slots[-1].run_id for slots in (*day_slots.values(), *earlier.values()) if slots]
+    records = ledger.lookup_many(list(dict.fromkeys(wanted)))
     rows = []
-    for job, mark in zip(jobs, marks, strict=True):
-        documents = [execution_document(slot, records.get(slot.run_id), now) for slot in day_slots[id(job)]]
-        counts = {status: sum(d["status"] == status for d in documents) for status in COUNTED}
-        ran_once, ran_more = ran_once_or_more(documents)
+    for job in jobs:
+        of_job, summary = of_row[id(job)], summaries[id(job)]
+        counted = range(of_job.since, len(of_job.slots))
+        facts = [of_job.facts[i] if i in of_job.facts else records.get(of_job.slots[i].run_id) for i in counted]
+        statuses = [shown_status(of_job.slots[i], fact, now) for i, fact in zip(counted, facts, strict=True)]
+        counts = {status: statuses.count(status) for status in COUNTED}
+        ran_once, ran_more = ran_once_or_more_of(
+            (status, fact.attempt if fact is not None else None) for status, fact in zip(statuses, facts, strict=True)
+        )
         upcoming = slots_between([job], now, now + datetime.timedelta(days=366), limit=1)
-        before = [execution_document(slot, records.get(slot.run_id), now) for slot in earlier.get(id(job), [])]
-        shown = documents or before
-        last = shown[-1] if shown else None
+        shown = of_job.slots or earlier.get(id(job), [])
+        last = execution_document(shown[-1], records.get(shown[-1].run_id), now) if shown else None
         pause = current(job.pauses)
-        streak = mark.failure_streak if mark else 0
+        streak = summary.mark.failure_streak if summary.mark else 0
         attention = bool(pause or streak or any(counts.values()))
+        first = of_job.slots[of_job.since].schedule_time if of_job.slots else None
         rows.append(
             {
                 "scheduler_job": job.declared.name,
@@ -79,14 +111,14 @@ def job_rows(ledger: Ledger, jobs: Sequence[BoundJob], now: datetime.datetime) -
                 "last": last,
                 "next": format_utc(upcoming[0].schedule_time) if upcoming else None,
                 "counts": {str(status): n for status, n in counts.items()},
-                # Over how long the counts are: the whole day, or the newest ROW_SLOTS slots of it.
-                "counted_since": documents[0]["schedule_time"] if of_day[id(job)][1] else None,
+                # Over how long the counts are: the whole day, or from the oldest slot looked up.
+                "counted_since": format_utc(first) if first is not None and of_job.since else None,
                 "expected": sum(
-                    d["status"] not in (ExecutionStatus.UNTRACKED, ExecutionStatus.UPCOMING) for d in documents
+                    status not in (ExecutionStatus.UNTRACKED, ExecutionStatus.UPCOMING) for status in statuses
                 ),
                 "ran_once": ran_once,
                 "ran_more": ran_more,
-                "duplicates": duplicates_in(tallies, history_id(job.declared), hours[id(job)]),
+                "duplicates": summary.duplicates(of_job.slots[i].schedule_time for i in counted),
                 "streak": streak,
                 "attention": attention,
             }
@@ -94,9 +126,18 @@ def job_rows(ledger: Ledger, jobs: Sequence[BoundJob], now: datetime.datetime) -
     return sorted(rows, key=lambda row: (not row["attention"], row["scheduler_job"]))
 
 
-def _newest_of_day(job: BoundJob, now: datetime.datetime) -> tuple[list[Any], bool]:
-    """The job's slots of the last 24 hours, the newest ROW_SLOTS of them at most, and whether
-    the day held more (one slot more is computed, never looked up, to know)."""
-    newest = latest_slots([job], now - datetime.timedelta(microseconds=1), ROW_SLOTS + 1)
-    of_day = [slot for slot in newest if slot.schedule_time > now - DAY]
-    return of_day[-ROW_SLOTS:], len(of_day) > ROW_SLOTS
+def _row_slots(slots: list[Slot], summaries: JobSummaries, now: datetime.datetime) -> _RowSlots:
+    """Which of a row's slots the summaries speak for, and which records to read: the newest
+    ROW_SLOTS of those they do not (the row then counts from the oldest of them).  A slot past
+    its horizon (a retention under a day) is looked up: its status is what its record's absence says."""
+    facts: dict[int, RunDigest | None] = {}
+    lacking = []
+    for index, slot in enumerate(slots):
+        known, digest = summaries.facts(slot.schedule_time, slot.window_closes)
+        known = known and slot.is_remembered(now)
+        if known:
+            facts[index] = digest
+        else:
+            lacking.append(index)
+    looked_up = lacking[-ROW_SLOTS:]
+    return _RowSlots(slots, facts, looked_up, looked_up[0] if len(lacking) > ROW_SLOTS else 0)

@@ -44,6 +44,8 @@ def deliver(job_id: str):
     if delivered.duplicate is not None:
         # Counted once the answer has gone, with the status it went with.
         response.call_on_close(functools.partial(delivered.duplicate.count, response.status_code))
+    if delivered.note is not None:
+        response.call_on_close(delivered.note.write)  # the day's summary, once the answer has gone
     if delivered.paused is not None:
         response.headers["X-Dedup-Schedule-Paused"] = format_utc(delivered.paused.since)
     return response

@@ -26,6 +26,13 @@ class AuditMark(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has no typ
     previous_pass_id = ndb.TextProperty()
     # Failed executions in a row up to checked_until (a completed one ends the streak).
     failure_streak = ndb.IntegerProperty(indexed=False, default=0)
+    # From where the passes keep the job's day summaries (schedules.summaries): every slot whose
+    # retry window closed in [summarized_from, checked_until) was judged by such a pass, and a
+    # row may take its status from the summaries.  None: a mark of a pass before them.
+    summarized_from = ndb.DateTimeProperty(indexed=False, tzinfo=datetime.UTC)
+    # {schedule time: RunDigest.stored()} of the judged slots whose run the day summaries did not
+    # hold as its record says (a note lost after its answer), for the last day or so.
+    repairs = ndb.JsonProperty(indexed=False)
 
     @classmethod
     def _get_kind(cls) -> str:

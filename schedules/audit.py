@@ -20,7 +20,7 @@ import dataclasses
 import datetime
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from google.cloud import ndb
@@ -29,10 +29,12 @@ from dedup.keys import format_utc
 from dedup.ledger import Ledger
 from dedup.store import Store, Transaction
 from dedup.transactions import COMMIT_BATCH, get_many, transact
+from models import RunRecord
 from models.audit import AuditMark
 from schedules.bound import BoundJob
 from schedules.config import AUDIT_INTERVAL_SECONDS, SchedulerJob, history_id
 from schedules.slots import MAX_SLOTS, ExecutionStatus, Slot, execution_status, slots_between
+from schedules.summaries import JobSummaries, RunDigest, day_keys, days_between, repairs_for
 
 log = logging.getLogger("dedup.audit")
 # A first pass (no mark yet: a new Scheduler job, the first deploy) starts from the time the job's
@@ -41,6 +43,7 @@ log = logging.getLogger("dedup.audit")
 # start where the last stopped.
 AUDIT_PATIENCE_SECONDS = 10
 MICROSECOND = datetime.timedelta(microseconds=1)
+DAY = datetime.timedelta(days=1)
 REPORTED = (ExecutionStatus.MISSED, ExecutionStatus.CONFLICT)  # what a pass reports, one ERROR line per slot
 LOG_OUTCOMES = {ExecutionStatus.MISSED: "missed", ExecutionStatus.CONFLICT: "job_mismatch"}
 
@@ -116,10 +119,28 @@ def audit(
     # The reads, batched: every job's mark in one lookup, every slot's record in another (the
     # store splits batches over Datastore's limit).
     keys = [ndb.Key(AuditMark, history_id(job.declared)) for job in jobs]
-    marks = get_many(ledger.store(), keys)  # None where a job has none yet
+    # With the marks, each job's day summaries of the last day or so: a slot whose finished run
+    # noted itself there is judged from its note (the facts its record holds), its record unread.
+    days = days_between(now - DAY, now)  # two, whatever the hour
+    bucket_keys = [key for job in jobs for key in day_keys(history_id(job.declared), days)]
+    read = get_many(ledger.store(), keys + bucket_keys)
+    marks = read[: len(keys)]  # None where a job has none yet
+    buckets = iter(read[len(keys) :])
+    summaries = [JobSummaries.of([next(buckets) for _ in days], days, mark) for mark in marks]
     plans = [_slots_to_judge(job, mark, now) for job, mark in zip(jobs, marks, strict=True)]
-    records = ledger.lookup_many([slot.run_id for slots, _ in plans for slot in slots])
-    judged = [_judge(job, now, keys[index], marks[index], *plans[index], records) for index, job in enumerate(jobs)]
+    noted = {
+        slot.run_id: note
+        for (slots, _), summary in zip(plans, summaries, strict=True)
+        for slot in slots
+        # Past its horizon a slot is judged as its record says (gone: ``unknown``), as every view does.
+        if slot.is_remembered(now) and (note := summary.noted(slot.schedule_time)) is not None
+    }
+    records = ledger.lookup_many([slot.run_id for slots, _ in plans for slot in slots if slot.run_id not in noted])
+    facts: dict[str, RunRecord | RunDigest] = {**records, **noted}
+    judged = [
+        _judge(job, now, keys[index], marks[index], *plans[index], facts, summaries[index])
+        for index, job in enumerate(jobs)
+    ]
     # What follows a mark that landed (lines, catch-up, pauses, the deadline rules) may call out:
     # on a few threads with contexts of their own, so a fleet's pass is bound by round trips, not CPU.
     client = ndb.get_context().client
@@ -226,11 +247,15 @@ class _Judged:
     unknown: list[Slot]
     streak: int
     reached: list[int]  # each streak length this pass reached, in order: a streak can rise and end in one pass
+    summarized_from: datetime.datetime  # from where the passes keep summaries (schedules.summaries)
+    repairs: dict[str, Any]
 
     @property
     def move(self) -> Move:
-        """Its mark's move: to where the pass judged, with the failure streak it reached."""
-        return self.key, self.mark, self.through, {"failure_streak": self.streak}
+        """Its mark's move: to where the pass judged, with the failure streak it reached and the
+        summaries' repairs (in the same commit: a row never trusts a pass whose mark did not land)."""
+        fields = {"failure_streak": self.streak, "summarized_from": self.summarized_from, "repairs": self.repairs}
+        return self.key, self.mark, self.through, fields
 
 
 def _judge(
@@ -240,7 +265,8 @@ def _judge(
     mark: AuditMark | None,
     slots: list[Slot],
     through: datetime.datetime,
-    records: dict[str, Any],
+    records: Mapping[str, RunRecord | RunDigest],
+    summaries: JobSummaries,
 ) -> _Judged:
     job = bound.declared
     window = Slot(job, now).window_closes - now
@@ -263,7 +289,13 @@ def _judge(
             streak = 0
     if job.pause_after_consecutive_failures in reached:
         streak = 0  # the audit pauses the job: after a resume, its failures count afresh
-    return _Judged(bound, key, mark, through, reported, unknown, streak, reached)
+    # Where this pass starts: every slot whose window closes from here on is judged by a pass
+    # that keeps summaries (a mark of an earlier pass judged those before it without).
+    start = mark.checked_until if mark else (slots[0].window_closes if slots else through)
+    summarized_from = mark.summarized_from if mark and mark.summarized_from else start
+    kept = mark.repairs if mark else None
+    repairs = repairs_for(((s.schedule_time, records.get(s.run_id)) for s, _ in checked), summaries, kept, now)
+    return _Judged(bound, key, mark, through, reported, unknown, streak, reached, summarized_from, repairs)
 
 
 def _report(

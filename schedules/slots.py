@@ -15,7 +15,7 @@ import functools
 import heapq
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from croniter import croniter
 
@@ -81,6 +81,25 @@ def delivery_scope(job: SchedulerJob) -> tuple[str | None, str | None]:
         return job.project, job.location
     headers = {name.lower(): value for name, value in job.headers.items()}
     return headers.get("x-scheduler-project"), headers.get("x-scheduler-location")
+
+
+class RunFacts(Protocol):
+    """What a slot's status needs of its run: a RunRecord, or a day summary's digest of one
+    (schedules.summaries), which then gives the status the record would."""
+
+    @property
+    def job_id(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def finished(self) -> datetime.datetime | None: ...
+
+    def lease_is_live(self, now: datetime.datetime) -> bool: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -395,7 +414,7 @@ def scheduler_may_retry(record: RunRecord, job: SchedulerJob, now: datetime.date
     return int(record.attempt) - 1 < retry.retry_count or age < retry.max_retry_duration
 
 
-def execution_status(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> ExecutionStatus:
+def execution_status(slot: Slot, record: RunFacts | None, now: datetime.datetime) -> ExecutionStatus:
     """The slot's status: the run's own, or what its absence means at ``now``.
 
     A released run, or one whose lease ran out without finishing, becomes
@@ -411,7 +430,7 @@ def execution_status(slot: Slot, record: RunRecord | None, now: datetime.datetim
     return status
 
 
-def _status(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> ExecutionStatus:
+def _status(slot: Slot, record: RunFacts | None, now: datetime.datetime) -> ExecutionStatus:
     window_open = now < slot.window_closes
     if record is not None and record.job_id != slot.job.target:
         return ExecutionStatus.CONFLICT
@@ -435,7 +454,7 @@ def _status(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> Exe
 UNFINISHED = (ExecutionStatus.IN_PROGRESS, ExecutionStatus.STUCK, ExecutionStatus.DUE, ExecutionStatus.RELEASED)
 
 
-def timeliness(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> ExecutionStatus | None:
+def timeliness(slot: Slot, record: RunFacts | None, now: datetime.datetime) -> ExecutionStatus | None:
     """``late`` or ``overdue`` when the slot broke its job's finish_within, else None.
 
     ``late``: completed after the deadline.  ``overdue``: the deadline passed while the run
@@ -453,7 +472,7 @@ def timeliness(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> 
     return None
 
 
-def shown_status(slot: Slot, record: RunRecord | None, now: datetime.datetime) -> ExecutionStatus:
+def shown_status(slot: Slot, record: RunFacts | None, now: datetime.datetime) -> ExecutionStatus:
     """The status the listing shows: the execution status, or its deadline's breach."""
     return timeliness(slot, record, now) or execution_status(slot, record, now)
 
@@ -485,8 +504,13 @@ def ran_once_or_more(documents: Iterable[dict[str, Any]]) -> tuple[int, int]:
     """Of the completed executions (late ones too), how many completed at their first attempt
     (ran once) and how many took more: a takeover or a retry after a release, whose attempts
     before may have called downstream too.  The one count every view says "ran once" with."""
-    done = [d for d in documents if d["status"] in (ExecutionStatus.COMPLETED, ExecutionStatus.LATE)]
-    once = sum(1 for d in done if d.get("run", {}).get("attempt", 1) <= 1)
+    return ran_once_or_more_of((d["status"], d.get("run", {}).get("attempt", 1)) for d in documents)
+
+
+def ran_once_or_more_of(statuses: Iterable[tuple[str, int | None]]) -> tuple[int, int]:
+    """``ran_once_or_more`` of (status, attempt) pairs: a home row's, counted from day summaries."""
+    done = [attempt for status, attempt in statuses if status in (ExecutionStatus.COMPLETED, ExecutionStatus.LATE)]
+    once = sum(1 for attempt in done if (attempt or 1) <= 1)
     return once, len(done) - once
 
 

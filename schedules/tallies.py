@@ -22,6 +22,8 @@ from dedup.record_store import RecordStore
 from dedup.store import Store, Transaction
 from dedup.transactions import get_many, transact
 from models.delivery_tally import TALLY_HOURS, DeliveryTally
+from models.slot_day import SlotDay
+from schedules.summaries import bucket_for, count_duplicate, day_of
 
 log = logging.getLogger(__name__)
 # How long a contended bucket is tried (by the one retry loop) before the count is let go: about
@@ -89,9 +91,16 @@ def tally_duplicate(
     in a transaction of ``store`` (default: Datastore's, in the current NDB context)."""
     hour = hour_of(schedule_time)
     key = DeliveryTally.key_for(scheduler_job, hour)
+    # The day's summary counts it too, by hour: a home row reads two of those, not 24 tallies.
+    day = day_of(schedule_time)
+    day_key = SlotDay.key_for(scheduler_job, day)
 
     def add(transaction: Transaction) -> None:
-        (found,) = transaction.get([key])
+        found, found_day = transaction.get([key, day_key])
+        summary = bucket_for(found_day.record if found_day else None, day_key, day)
+        if summary is not None:
+            count_duplicate(summary, schedule_time)
+            transaction.put(summary)
         tally = found.record if found else None
         if tally is not None and tally.hour > hour:
             return  # the bucket has moved on to a newer hour: this slot is older than the ring holds

@@ -22,7 +22,7 @@ from dedup.claims import INSTANCE, REOPENED, RunDescription, RunPolicy
 from dedup.clock import Clock
 from dedup.idempotency import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS, IdempotencyGuard, fingerprint
 from dedup.keys import ScheduledRunKey, format_utc, is_run_id
-from dedup.outcomes import Attempt, InProgress, Replayed, RunOutcome
+from dedup.outcomes import Attempt, Finished, InProgress, Replayed, RunOutcome, Skipped
 from dedup.runner import Waiting, run_once
 from dispatch import Dispatched, Work, task_id
 from jobs.base import RunContext
@@ -31,6 +31,7 @@ from models import RunRecord, RunSource, RunStatus
 from schedules.config import SchedulerJob, history_id
 from schedules.pauses import Pause, pause_at, pauses_read
 from schedules.slots import declared_job, force_run_reason, force_run_retry, may_be_force_run_retry
+from schedules.summaries import NOTED, RunNote
 from schedules.tallies import DuplicateDelivery, tally_after_answer
 from service.errors import Declined, NotFound, RefusalKind
 from service.principal import Principal
@@ -166,6 +167,7 @@ class Delivered:
     force_run: str | None
     paused: Pause | None
     duplicate: DuplicateToCount | None
+    note: RunNote | None = None  # a finished run of a slot, for its day's summary once the answer has gone
 
 
 def run_delivery(
@@ -207,7 +209,21 @@ def run_delivery(
             pause.paused_by,
             extra={"scheduler_job": key.scheduler_job_name, "schedule_paused": format_utc(pause.since)},
         )
-    return Delivered(outcome, key, force_run, pause, duplicate)
+    note = run_note(delivery.declared, job_id, key, outcome, ndb.get_context().client)
+    return Delivered(outcome, key, force_run, pause, duplicate, note)
+
+
+def run_note(
+    declared: SchedulerJob | None, job_id: str, key: ScheduledRunKey, outcome: RunOutcome, client: ndb.Client
+) -> RunNote | None:
+    """The day summary's note of a run that finished a declared Scheduler job's slot under the
+    slot's own key (schedules.summaries), or None: nothing that a home row counts."""
+    record = outcome.record
+    if declared is None or declared.target != job_id or key.force_run or record is None:
+        return None
+    if not isinstance(outcome, Finished | Skipped) or record.status not in NOTED:
+        return None
+    return RunNote(history_id(declared), key.schedule_time, record, client)
 
 
 MANUAL_RUN_NAMESPACE = "manual-run"

@@ -123,8 +123,9 @@ def test_the_formula_prices_each_kind_less_its_free_usage_and_ttl_deletes_get_no
 
 def test_the_fleets_add_up():
     hourly, minutely, guarded = cost.FLEETS
-    # 1,000 minutely jobs: a run, a renewal, 1 % duplicates, its slot audited; 96 audit passes of each job's mark.
-    per_run = cost.FRESH_RUN + cost.RENEWAL + cost.DUPLICATE_ELSEWHERE * 0.01 + cost.AUDIT_PER_SLOT
+    # 1,000 minutely jobs: a run, a renewal, 1 % duplicates, its slot noted (the audit reads the note,
+    # not the record); 96 audit passes a job.
+    per_run = cost.FRESH_RUN + cost.RENEWAL + cost.DUPLICATE_ELSEWHERE * 0.01 + cost.SLOT_NOTE
     expected = per_run * 1_440_000 + cost.AUDIT_PER_JOB_PASS * (1000 * 96)
     assert minutely.operations_per_day() == expected
     assert guarded.operations_per_day().reads == pytest.approx(guarded.runs_per_day * (1 + 0.05 * 0.9))
