@@ -24,17 +24,19 @@ from dedup.queries import RunFilter
 from handlers.access import Role, requires
 from handlers.client_tokens import client_token_problem, new_form_token
 from handlers.history_range import DAYS, HISTORY_PAGE, HistoryRange, bulk_slots, history_range
-from handlers.job_rows import job_rows
+from handlers.job_rows import SEARCH_MAX, row_page
 from handlers.links import link
 from handlers.run_documents import deliveries_of, duration_seconds, may_retry, run_document, scheduler_job_document
 from handlers.slot_statuses import LEGEND, MARK_SHAPES
 from handlers.state import app_state, may
 from models import RunRecord, RunSource, RunStatus
 from schedules.bound import BoundJob
-from schedules.config import history_id, schedule_zone
+from schedules.config import SchedulerJob, history_id, schedule_zone
 from schedules.slots import (
     RUNNABLE,
     ExecutionStatus,
+    Slot,
+    declared_job,
     execution_document,
     latest_slots,
     ran_once_or_more,
@@ -56,6 +58,7 @@ MAX_SHOWN_DOCUMENT_BYTES = 128 * 1024
 RUNS_PER_JOB = 50
 CHART_WIDTH, CHART_LEFT, CHART_ROW = 960, 170, 30
 CARD_SLOTS = 48  # the expected executions a job card looks at (the newest of the last day)
+CARD_SCHEDULES = 10  # the Scheduler jobs a card names with their Pause forms (the table lists all)
 CARD_RUNNING = 10  # the runs in progress a card names (it counts them all; every stuck one is named)
 
 
@@ -86,14 +89,13 @@ def dashboard():
         abort(400, str(exc).replace("job_id", "job"))
     if chosen["job"] and chosen["job"] not in state.jobs:
         abort(404, f"jobs.yaml has no job {chosen['job']!r}: {', '.join(sorted(state.jobs))}")
+    search, page_text = request.args.get("q") or "", request.args.get("page") or "1"
+    if len(search) > SEARCH_MAX:
+        abort(400, f"a search (q) is at most {SEARCH_MAX} characters")
+    if not (page_text.isascii() and page_text.isdigit() and len(page_text) <= 6):
+        abort(400, "page must be a whole number, 1 or more")
     recent, _ = state.ledger.find_runs(run_filter, RECENT_RUNS)
-    # Every Scheduler job's pauses in one batched lookup, for every card's slots and its Pause form.
-    bound = state.with_pauses()
-    if chosen["status"]:
-        recent = [record for record in recent if run_status(record, bound, now) == chosen["status"]]
-    schedules_of_job = {job_id: [job for job in bound if job.declared.target == job_id] for job_id in state.jobs}
     carded = [job_id for job_id in sorted(state.jobs) if not chosen["job"] or job_id == chosen["job"]]
-    expected = expected_executions({job_id: schedules_of_job[job_id] for job_id in carded}, now)
     # Each card's newest runs and every run still in progress, however old (a stuck one must not
     # hide behind newer runs): the queries of every card sent at once, one round trip for all.
     pages = state.ledger.find_runs_together(
@@ -104,6 +106,21 @@ def dashboard():
         ],
         RUNS_PER_JOB,
     )
+    # The pauses of the Scheduler jobs this page shows (its runs', its cards' slots' and schedules'),
+    # in one lookup: not every job of the fleet (schedules.attention orders the rows without them).
+    schedules_of_job = _schedules_by_target(state.bound_schedules)
+    card_slots = {job_id: _card_slots(schedules_of_job.get(job_id, []), now) for job_id in carded}
+    named = {job_id: schedules_of_job.get(job_id, [])[:CARD_SCHEDULES] for job_id in carded}
+    shown_runs = [*recent, *(record for page in pages for record in page)]
+    bound = state.with_pauses(_scheduler_jobs_of(state.bound_schedules, shown_runs, card_slots, named))
+    by_id = {history_id(job.declared): job for job in bound}
+    if chosen["status"]:
+        recent = [record for record in recent if run_status(record, bound, now) == chosen["status"]]
+    rebound = {
+        job_id: [Slot(s.job, s.schedule_time, by_id[history_id(s.job)]) for s in of_job]
+        for job_id, of_job in card_slots.items()
+    }
+    expected = expected_executions(rebound, now)
     summaries = [
         job_summary(
             job_id,
@@ -111,12 +128,16 @@ def dashboard():
             pages[2 * index + 1],
             now,
             expected[job_id],
-            [scheduler_job_document(job) for job in schedules_of_job[job_id]],
+            [scheduler_job_document(by_id[history_id(job.declared)]) for job in named[job_id]],
             bound,
+            len(schedules_of_job.get(job_id, [])),
         )
         for index, job_id in enumerate(carded)
     ]
-    rows = [row for row in job_rows(state.ledger, bound, now) if not chosen["job"] or row["job_id"] == chosen["job"]]
+    try:
+        row_page_shown = row_page(state, now, int(page_text), search, chosen["job"])
+    except ValueError as exc:
+        abort(400, str(exc))
     gaps = [
         (job_id, e)
         for job_id, executions in expected.items()
@@ -127,7 +148,9 @@ def dashboard():
         "admin/dashboard.html",
         now=format_utc(now),
         summaries=summaries,
-        job_rows=rows,
+        job_rows=row_page_shown.rows,
+        row_page=row_page_shown,
+        search=search,
         chosen=chosen,
         sources=[source.value for source in RunSource],
         runs=[row(record, now, bound) for record in recent],
@@ -324,21 +347,45 @@ def row(record: RunRecord, now: datetime.datetime, jobs: Sequence[BoundJob]) -> 
     }
 
 
-def expected_executions(
-    scheduler_jobs: Mapping[str, Sequence[BoundJob]], now: datetime.datetime
-) -> dict[str, list[dict[str, Any]]]:
-    """For each job, the newest CARD_SLOTS expected executions (of the last day) of its Scheduler
-    jobs (bound to their pauses), with their status: every job's slots in one batched lookup."""
-    day_ago = now - datetime.timedelta(hours=24)
-    slots = {
-        job_id: [slot for slot in latest_slots(jobs, now, CARD_SLOTS) if slot.schedule_time > day_ago] if jobs else []
-        for job_id, jobs in scheduler_jobs.items()
-    }
+def expected_executions(slots: Mapping[str, Sequence[Slot]], now: datetime.datetime) -> dict[str, list[dict[str, Any]]]:
+    """Each job's card slots (``_card_slots``, bound to their pauses) with their status: every
+    job's in one batched lookup."""
     records = app_state().ledger.lookup_many([slot.run_id for of_job in slots.values() for slot in of_job])
     return {
         job_id: [execution_document(slot, records.get(slot.run_id), now) for slot in of_job]
         for job_id, of_job in slots.items()
     }
+
+
+def _schedules_by_target(jobs: Sequence[BoundJob]) -> dict[str, list[BoundJob]]:
+    """The Scheduler jobs of each job of jobs.yaml, by name."""
+    found: dict[str, list[BoundJob]] = {}
+    for job in sorted(jobs, key=lambda job: (job.declared.name, history_id(job.declared))):
+        found.setdefault(job.declared.target, []).append(job)
+    return found
+
+
+def _card_slots(jobs: Sequence[BoundJob], now: datetime.datetime) -> list[Slot]:
+    """A card's slots: the newest CARD_SLOTS of the last day of its Scheduler jobs (pauses unread)."""
+    day_ago = now - datetime.timedelta(hours=24)
+    return [slot for slot in latest_slots(jobs, now, CARD_SLOTS) if slot.schedule_time > day_ago] if jobs else []
+
+
+def _scheduler_jobs_of(
+    jobs: Sequence[BoundJob],
+    runs: Sequence[RunRecord],
+    slots: Mapping[str, Sequence[Slot]],
+    named: Mapping[str, Sequence[BoundJob]],
+) -> list[SchedulerJob]:
+    """The declared Scheduler jobs a page shows: of its runs, its cards' slots and its cards' lists."""
+    wanted = {history_id(slot.job) for of_job in slots.values() for slot in of_job}
+    wanted |= {history_id(job.declared) for of_job in named.values() for job in of_job}
+    for record in runs:
+        if record.scheduler_job_name:
+            job = declared_job(jobs, record.scheduler_job_name, record.project, record.location)
+            if job is not None:
+                wanted.add(history_id(job.declared))
+    return [job.declared for job in jobs if history_id(job.declared) in wanted]
 
 
 UNTRACKED = ExecutionStatus.UNTRACKED
@@ -354,6 +401,7 @@ def job_summary(
     expected: Sequence[dict[str, Any]] = (),
     scheduler_jobs: Sequence[dict[str, Any]] = (),
     bound: Sequence[BoundJob] = (),
+    scheduler_jobs_total: int | None = None,
 ) -> dict[str, Any]:
     finished = [r for r in runs if r.status != RunStatus.IN_PROGRESS]
     unfinished_rows = [row(r, now, bound) for r in unfinished]
@@ -379,6 +427,8 @@ def job_summary(
         "conflicts": sum(e["status"] == ExecutionStatus.CONFLICT for e in expected),
         "expected_count": sum(e["status"] != UNTRACKED for e in expected),
         "scheduler_jobs": list(scheduler_jobs),
+        # The card names the first CARD_SCHEDULES; the Scheduler jobs table lists them all, with search.
+        "scheduler_jobs_more": max(0, (scheduler_jobs_total or len(scheduler_jobs)) - len(scheduler_jobs)),
     }
 
 

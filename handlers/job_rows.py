@@ -23,6 +23,7 @@ from dedup.ledger import Ledger
 from dedup.transactions import get_many
 from handlers.slot_statuses import NEEDS_ATTENTION
 from models.audit import AuditMark
+from schedules.attention import needing_attention
 from schedules.bound import BoundJob
 from schedules.config import history_id
 from schedules.pauses import current
@@ -36,6 +37,7 @@ from schedules.slots import (
     slots_between,
 )
 from schedules.summaries import JobSummaries, RunDigest, day_keys, days_between
+from service.state import AppState
 
 DAY = datetime.timedelta(hours=24)
 MICROSECOND = datetime.timedelta(microseconds=1)
@@ -49,6 +51,44 @@ ROW_SLOTS = 288
 DAY_SLOTS = 24 * 60
 # What a row counts over its last 24 hours, and what makes it need attention (handlers/slot_statuses.py).
 COUNTED = NEEDS_ATTENTION
+# The rows a page shows: what a person reads at once, and what bounds a page's reads whatever the fleet.
+ROWS_PER_PAGE = 25
+# The longest search a page takes: a Scheduler job's name is at most 500 characters.
+SEARCH_MAX = 500
+
+
+@dataclasses.dataclass(frozen=True)
+class RowPage:
+    """One page of home rows: those that need attention first (by index, schedules.attention),
+    then by name; of the Scheduler jobs whose name holds ``search`` (case aside)."""
+
+    rows: list[dict[str, Any]]
+    number: int  # 1-based
+    pages: int
+    total: int  # the Scheduler jobs the search found
+    first: int  # of those, how many the index puts first (attention)
+
+
+def row_page(
+    state: AppState, now: datetime.datetime, number: int, search: str = "", job_id: str | None = None
+) -> RowPage:
+    """Page ``number`` of the home rows: two keys-only queries for the order, then the page's own
+    rows (``job_rows``), whatever the number of Scheduler jobs.  ValueError for a page past the last."""
+    wanted = search.casefold()
+    found = [
+        job
+        for job in state.bound_schedules
+        if (job_id is None or job.declared.target == job_id) and wanted in job.declared.name.casefold()
+    ]
+    first = needing_attention(now)
+    found.sort(key=lambda job: (history_id(job.declared) not in first, job.declared.name, history_id(job.declared)))
+    pages = max(1, -(-len(found) // ROWS_PER_PAGE))
+    if not 1 <= number <= pages:
+        raise ValueError(f"page {number} is not one of 1 to {pages}")
+    shown = found[(number - 1) * ROWS_PER_PAGE : number * ROWS_PER_PAGE]
+    rows = job_rows(state.ledger, state.with_pauses([job.declared for job in shown]), now) if shown else []
+    leading = sum(1 for job in found if history_id(job.declared) in first)
+    return RowPage(rows, number, pages, len(found), leading)
 
 
 @dataclasses.dataclass

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+import schedules.slots
 from schedules.slots import ExecutionStatus
 
 AMBER, BROWN, GREEN, GREY, BLUE, PURPLE, RED, SLATE = (
@@ -127,6 +128,8 @@ NEEDS_ATTENTION = tuple(
         key=lambda s: STATUSES[s].attention or 0,
     )
 )
+if set(NEEDS_ATTENTION) != set(schedules.slots.NEEDS_ATTENTION):  # the audit's index counts the same statuses
+    raise RuntimeError("handlers/slot_statuses.py's attention differs from schedules.slots.NEEDS_ATTENTION")
 RUNS_IN_BULK = tuple(status for status, traits in STATUSES.items() if traits.runs_in_bulk)
 
 

@@ -33,6 +33,11 @@ class AuditMark(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has no typ
     # {schedule time: RunDigest.stored()} of the judged slots whose run the day summaries did not
     # hold as its record says (a note lost after its answer), for the last day or so.
     repairs = ndb.JsonProperty(indexed=False)
+    # Until when the job's home row needs attention, as this pass judged it: a slot it judged
+    # missed, failed, late, overdue or stuck is counted for 24 hours, and a failure streak until
+    # the next pass.  Indexed: the home page finds the jobs that sort first by a keys-only query
+    # (handlers/attention.py), not by reading every job's row.
+    attention_until = ndb.DateTimeProperty(tzinfo=datetime.UTC)
 
     @classmethod
     def _get_kind(cls) -> str:

@@ -16,6 +16,10 @@ class SchedulePauses(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has n
     _use_global_cache = False
 
     pauses = ndb.JsonProperty(required=True)
+    # Whether the last interval is still open: indexed, so the home page finds the paused jobs
+    # (which sort first) by a keys-only query.  An entity written before it reads as not paused
+    # there until its next pause or resume; its row still says paused.
+    paused = ndb.BooleanProperty(default=False)
 
     @classmethod
     def _get_kind(cls) -> str:

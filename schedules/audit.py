@@ -33,7 +33,15 @@ from models import RunRecord
 from models.audit import AuditMark
 from schedules.bound import BoundJob
 from schedules.config import AUDIT_INTERVAL_SECONDS, SchedulerJob, history_id
-from schedules.slots import MAX_SLOTS, ExecutionStatus, Slot, execution_status, slots_between
+from schedules.slots import (
+    MAX_SLOTS,
+    NEEDS_ATTENTION,
+    ExecutionStatus,
+    Slot,
+    execution_status,
+    shown_status,
+    slots_between,
+)
 from schedules.summaries import JobSummaries, RunDigest, day_keys, days_between, repairs_for
 
 log = logging.getLogger("dedup.audit")
@@ -249,12 +257,18 @@ class _Judged:
     reached: list[int]  # each streak length this pass reached, in order: a streak can rise and end in one pass
     summarized_from: datetime.datetime  # from where the passes keep summaries (schedules.summaries)
     repairs: dict[str, Any]
+    attention_until: datetime.datetime | None
 
     @property
     def move(self) -> Move:
         """Its mark's move: to where the pass judged, with the failure streak it reached and the
         summaries' repairs (in the same commit: a row never trusts a pass whose mark did not land)."""
-        fields = {"failure_streak": self.streak, "summarized_from": self.summarized_from, "repairs": self.repairs}
+        fields = {
+            "failure_streak": self.streak,
+            "summarized_from": self.summarized_from,
+            "repairs": self.repairs,
+            "attention_until": self.attention_until,
+        }
         return self.key, self.mark, self.through, fields
 
 
@@ -295,7 +309,23 @@ def _judge(
     summarized_from = mark.summarized_from if mark and mark.summarized_from else start
     kept = mark.repairs if mark else None
     repairs = repairs_for(((s.schedule_time, records.get(s.run_id)) for s, _ in checked), summaries, kept, now)
-    return _Judged(bound, key, mark, through, reported, unknown, streak, reached, summarized_from, repairs)
+    needing = [s.schedule_time for s, _ in checked if shown_status(s, records.get(s.run_id), now) in NEEDS_ATTENTION]
+    attention = _attention_until(mark, needing, streak, now)
+    return _Judged(bound, key, mark, through, reported, unknown, streak, reached, summarized_from, repairs, attention)
+
+
+def _attention_until(
+    mark: AuditMark | None, needing: list[datetime.datetime], streak: int, now: datetime.datetime
+) -> datetime.datetime | None:
+    """Until when the job's row needs attention: 24 hours past the newest judged slot that needs it
+    (the row counts it that long), and past the next pass while a failure streak lasts."""
+    until = mark.attention_until if mark else None
+    candidates = [until] if until else []
+    if needing:
+        candidates.append(needing[-1] + DAY)
+    if streak:
+        candidates.append(now + datetime.timedelta(seconds=2 * AUDIT_INTERVAL_SECONDS))
+    return max(candidates) if candidates else None
 
 
 def _report(

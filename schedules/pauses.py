@@ -124,7 +124,9 @@ def change_pause(
     def apply(transaction: Transaction) -> list[Pause]:
         (found,) = transaction.get([key])
         updated = change(_read(found.record if found else None))
-        transaction.put(SchedulePauses(key=key, pauses=[p.document() for p in updated]))
+        transaction.put(
+            SchedulePauses(key=key, pauses=[p.document() for p in updated], paused=current(updated) is not None)
+        )
         return updated
 
     updated, _ = transact(apply, PAUSE_PATIENCE_SECONDS, store or RecordStore.of_context())

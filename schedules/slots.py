@@ -61,6 +61,19 @@ class ExecutionStatus(enum.StrEnum):
     STUCK = "stuck"
 
 
+# What makes a Scheduler job need an operator's attention: its home row counts these over its
+# last 24 hours and sorts first, and the audit indexes its mark by them (``attention_until``).
+# handlers/slot_statuses.py orders and draws them, and refuses to load if its table disagrees.
+NEEDS_ATTENTION = frozenset(
+    {
+        ExecutionStatus.MISSED,
+        ExecutionStatus.FAILED,
+        ExecutionStatus.LATE,
+        ExecutionStatus.OVERDUE,
+        ExecutionStatus.STUCK,
+    }
+)
+
 # What an operator may run again by hand (the dashboard's run, dedupctl backfill); an unknown
 # or untracked slot only when forced, since it may have run.
 RUNNABLE = (
@@ -274,21 +287,26 @@ def slot_pages(
 
 
 def latest_slots(jobs: Iterable[BoundJob], now: datetime.datetime, count: int) -> list[Slot]:
-    """The newest ``count`` slots at or before ``now`` of every job, oldest first."""
-    found: list[Slot] = []
+    """The newest ``count`` slots at or before ``now`` of every job, oldest first.
+
+    Merged newest first from each job's slots as they are computed: a job card over 5,000
+    Scheduler jobs computes about a slot a job and ``count`` more, not ``count`` a job."""
     after_now = now + datetime.timedelta(microseconds=1)
-    for job in jobs:
-        taken = 0
-        for as_then, start, end in reversed(_segments(job)):
-            if start >= after_now or taken >= count:
-                continue
-            for instant in _times_before(as_then, min(after_now, end)):
-                if instant < start or taken >= count:
-                    break
-                taken += 1
-                found.append(Slot(as_then, instant, job))
-    found.sort(key=_slot_order)
-    return found[-count:]
+    merged = heapq.merge(*(_newest_first(job, after_now, count) for job in jobs), key=_slot_order, reverse=True)
+    return sorted(itertools.islice(merged, count), key=_slot_order)
+
+
+def _newest_first(job: BoundJob, before: datetime.datetime, count: int) -> Iterator[Slot]:
+    """``job``'s newest ``count`` slots before ``before``, newest first, each of the schedule it had then."""
+    taken = 0
+    for as_then, start, end in reversed(_segments(job)):
+        if start >= before or taken >= count:
+            continue
+        for instant in _times_before(as_then, min(before, end)):
+            if instant < start or taken >= count:
+                break
+            taken += 1
+            yield Slot(as_then, instant, job)
 
 
 def nearest_slots(job: BoundJob, instant: datetime.datetime) -> tuple[datetime.datetime, datetime.datetime]:

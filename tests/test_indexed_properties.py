@@ -4,7 +4,8 @@ Each indexed property costs every write its index entries, and one whose value r
 (a schedule time, a creation time) concentrates a fleet's writes on one index range, where
 Datastore warns of hotspots above about 500 writes a second.  So a model indexes exactly what a
 query filters or sorts on: the run listing (dedup/queries.py: job_id, status, source, newest
-first by created), the cleanup (expire_at) and the ledger digest (jobs/builtin.py: created).
+first by created), the cleanup (expire_at), the ledger digest (jobs/builtin.py: created), and the
+home page's attention-first order (the audit mark's attention_until, a pause's paused).
 """
 
 from __future__ import annotations
@@ -20,9 +21,15 @@ from models.job_lock import JobLock
 from models.run import RunRecord
 from models.schedule_history import ScheduleHistory
 from models.schedule_pause import SchedulePauses
+from models.slot_day import SlotDay
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-QUERIED = {RunRecord: {"job_id", "status", "source", "created", "expire_at"}}
+QUERIED = {
+    RunRecord: {"job_id", "status", "source", "created", "expire_at"},
+    # The home page's attention-first order (handlers/attention.py): keys-only inequality and equality.
+    AuditMark: {"attention_until"},
+    SchedulePauses: {"paused"},
+}
 
 
 def indexed(model: type[ndb.Model]) -> set[str]:
@@ -30,7 +37,7 @@ def indexed(model: type[ndb.Model]) -> set[str]:
 
 
 def test_each_model_indexes_only_what_a_query_reads():
-    for model in (RunRecord, AuditMark, DeliveryTally, JobLock, ScheduleHistory, SchedulePauses):
+    for model in (RunRecord, AuditMark, DeliveryTally, JobLock, ScheduleHistory, SchedulePauses, SlotDay):
         assert indexed(model) == QUERIED.get(model, set()), model._get_kind()
 
 
