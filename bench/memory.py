@@ -108,6 +108,16 @@ def render(checkpoints: tuple[int, ...], measured: dict[str, list[float]]) -> st
     return "\n".join(lines)
 
 
+def section(checkpoints: tuple[int, ...], measured: dict[str, list[float]]) -> str:
+    """``render``'s table as a section of make bench's report."""
+    intro = (
+        "One gunicorn worker (8 threads) per app, keep-alive clients on 8 threads sending fresh Scheduler\n"
+        "deliveries of a job with an hour's lease (heartbeat on); the worker's resident memory (VmRSS)\n"
+        "after each count of runs. Compare the growth, not the absolute figures."
+    )
+    return f"\n## Worker memory over fresh runs (bench/memory.py)\n\n{intro}\n\n{render(checkpoints, measured)}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument(
@@ -115,10 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     checkpoints = tuple(args.runs)
-    if list(checkpoints) != sorted(set(checkpoints)) or checkpoints[0] < 1:
+    if not well_ordered(checkpoints):
         parser.error("--runs: positive counts in ascending order")
     print(render(checkpoints, measure(checkpoints)))
     return 0
+
+
+def well_ordered(checkpoints: tuple[int, ...]) -> bool:
+    """Checkpoints a measurement can reach one after another: positive, ascending, none twice."""
+    return bool(checkpoints) and list(checkpoints) == sorted(set(checkpoints)) and checkpoints[0] >= 1
 
 
 if __name__ == "__main__":

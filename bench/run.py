@@ -23,6 +23,7 @@ import time
 import werkzeug.test
 from flask import Flask
 
+from bench import memory
 from bench.fleet import (
     AUDIT_FLEETS,
     FLEETS,
@@ -164,6 +165,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.add_argument(flag, type=int, nargs="*", default=list(default), help=f"Scheduler job counts {measured}")
     parser.add_argument("--cleanup-records", type=int, default=5000, help="the expired backlog the cleanup row deletes")
     parser.add_argument(
+        "--memory-runs",
+        type=int,
+        nargs="+",
+        default=list(memory.CHECKPOINTS),
+        help="the fresh runs after which a gunicorn worker's memory is read (bench/memory.py), ascending",
+    )
+    parser.add_argument(
         "--rtt-ms",
         type=float,
         default=0,
@@ -178,6 +186,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for flag, _, _ in FLEET_FLAGS:
         if any(count < 1 for count in getattr(args, flag[2:].replace("-", "_"))):
             parser.error(f"{flag} takes Scheduler job counts of 1 or more")
+    if not memory.well_ordered(tuple(args.memory_runs)):
+        parser.error("--memory-runs takes positive counts of fresh runs in ascending order")
     args.output = None if args.no_write else RESULTS_FILE if args.record else LAST_RUN_FILE
     return args
 
@@ -225,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["DATASTORE_EMULATOR_HOST"] = emulator.host
         emulator.reset()
         live = measure_live(emulator, args.concurrency, args.throughput_requests)
+    checkpoints = tuple(args.memory_runs)
+    worker_memory = memory.measure(checkpoints)  # on an emulator of its own, after this one has stopped
 
     report = (
         render(rows, args.requests, delayed, args.rtt_ms)
@@ -233,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         + render_fleet(fleet, delayed_fleet, args.rtt_ms)
         + render_audit(audits)
         + render_pages(page_rows)
+        + memory.section(checkpoints, worker_memory)
     )
     print(report)
     if args.output:

@@ -21,7 +21,7 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
     completed = subprocess.run(
         [sys.executable, "-m", "bench.run", "--requests", "10", "--no-write", "--concurrency", "4",
          "--throughput-requests", "16", "--rtt-ms", "10", "--fleet", "5", "20", "--audit-fleet", "3", "7",
-         "--page-fleet", "2", "4", "--cleanup-records", "600"],
+         "--page-fleet", "2", "4", "--cleanup-records", "600", "--memory-runs", "20", "60"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-2000:]
@@ -82,14 +82,19 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
     assert [(jobs, page, status) for jobs, page, status, _, _ in pages] == [
         (jobs, page, "200") for jobs in ("2", "4") for page in ("home", "a day's history")
     ]
+    # A worker's memory over fresh runs (issue 37 §2), the app beside the original pattern.
+    worker = report.split("## Worker memory over fresh runs")[1]
+    measured = re.findall(r"^\| (\d+) \| ([\d.]+) \| ([\d.]+) \|$", worker, re.M)
+    assert [runs for runs, _, _ in measured] == ["20", "60"] and all(float(m) > 20 for _, *mib in measured for m in mib)
+    assert re.search(r"^\| growth after the first 20 \| [+-][\d.]+ \| [+-][\d.]+ \|$", worker, re.M)
 
 
 @pytest.mark.parametrize(
     "args",
     [("--requests", "0"), ("--requests", "-1"), ("--concurrency", "0"), ("--throughput-requests", "0"),
      ("--rtt-ms", "-5"), ("--rtt-ms", "nan"), ("--rtt-ms", "inf"), ("--requests", "many"), ("--fleet", "0"),
-     ("--audit-fleet", "0"), ("--page-fleet", "0"),
-     ("--cleanup-records", "0")],
+     ("--audit-fleet", "0"), ("--page-fleet", "0"), ("--memory-runs", "0"), ("--memory-runs", "20", "10"),
+     ("--memory-runs", "5", "5"), ("--cleanup-records", "0")],
 )  # fmt: skip
 def test_bad_arguments_are_refused_before_anything_runs(args, capsys):
     from bench import run
