@@ -35,14 +35,18 @@ from schedules.config import SchedulerJob, history_id, schedule_zone
 from schedules.slots import (
     RUNNABLE,
     ExecutionStatus,
+    RunFacts,
     Slot,
     declared_job,
     execution_document,
     latest_slots,
     ran_once_or_more,
     run_status,
+    shown_status,
     slot_of_run,
+    slots_between,
 )
+from schedules.summaries import days_between, summaries_of
 from schedules.tallies import DELIVERIES_LISTED, deliveries_of_slot
 from service.runs import runs_of_token
 from service.slots import executions_between
@@ -496,7 +500,7 @@ def history(job_id: str):
     page = executions_between(state, scheduler_jobs, job_id, shown.since, shown.until, HISTORY_PAGE)
     hours = None
     if shown.by_the_hour(page.next_since is not None):
-        hours = _by_hour(state, scheduler_jobs, job_id, shown.since, shown.until, zone)
+        hours = _by_hour(state, scheduler_jobs, shown.since, shown.until, zone)
     rows = [
         {**e, "local": _local(e["schedule_time"], zone)}
         for e in page.executions
@@ -581,22 +585,42 @@ def _local(utc_text: str, zone: Any) -> str:
 def _by_hour(
     state: Any,
     scheduler_jobs: list[BoundJob],
-    job_id: str,
     since: datetime.datetime,
     until: datetime.datetime,
     zone: Any,
 ) -> list[dict[str, Any]]:
-    """The range's slots counted by hour of the job's time zone and by status (read a page at a time)."""
+    """The range's slots counted by hour of the job's time zone and by status: each slot's status
+    from its Scheduler job's day summaries where they speak for it (schedules.summaries), else from
+    its record, in two lookups whatever the number of slots."""
+    now = state.clock.now()
+    ids = [history_id(job.declared) for job in scheduler_jobs]
+    days = days_between(since, until - datetime.timedelta(microseconds=1))
+    summaries = summaries_of(state.ledger.store(), ids, days)
     counts: dict[int, dict[str, int]] = {}
-    cursor: datetime.datetime | None = since
-    while cursor is not None:
-        page = executions_between(state, scheduler_jobs, job_id, cursor, until)
-        for e in page.executions:
-            hour = parse_rfc3339(e["schedule_time"], "time").astimezone(zone).hour
-            counts.setdefault(hour, {})
-            counts[hour][e["status"]] = counts[hour].get(e["status"], 0) + 1
-        cursor = page.next_since
+
+    def count(slot: Slot, facts: RunFacts | None) -> None:
+        hour, status = slot.schedule_time.astimezone(zone).hour, str(shown_status(slot, facts, now))
+        counts.setdefault(hour, {})
+        counts[hour][status] = counts[hour].get(status, 0) + 1
+
+    # A job at a time (a range's slots of thousands of Scheduler jobs are never all held at once);
+    # the slots the summaries do not speak for are kept, and looked up together.
+    unspoken = []
+    for job, summary in zip(scheduler_jobs, summaries, strict=True):
+        for slot in slots_between([job], since, until, DAY_SLOTS * RANGE_DAYS):
+            known, digest = summary.facts_of(slot, now)
+            if known:
+                count(slot, digest)
+            else:
+                unspoken.append(slot)
+    records = state.ledger.lookup_many([slot.run_id for slot in unspoken])
+    for slot in unspoken:
+        count(slot, records.get(slot.run_id))
     return [{"hour": hour, "counts": dict(sorted(counts[hour].items()))} for hour in sorted(counts)]
+
+
+DAY_SLOTS = 24 * 60  # the most a day holds: a per-minute cron's
+RANGE_DAYS = 2  # a history range is a day of its time zone (or an hour of it): two UTC days at most
 
 
 @blueprint.get("/search", provide_automatic_options=False)

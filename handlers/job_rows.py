@@ -16,13 +16,9 @@ import datetime
 from collections.abc import Sequence
 from typing import Any
 
-from google.cloud import ndb
-
 from dedup.keys import format_utc
 from dedup.ledger import Ledger
-from dedup.transactions import get_many
 from handlers.slot_statuses import NEEDS_ATTENTION
-from models.audit import AuditMark
 from schedules.attention import needing_attention
 from schedules.bound import BoundJob
 from schedules.config import history_id
@@ -36,7 +32,7 @@ from schedules.slots import (
     shown_status,
     slots_between,
 )
-from schedules.summaries import JobSummaries, RunDigest, day_keys, days_between
+from schedules.summaries import JobSummaries, RunDigest, days_between, summaries_of
 from service.state import AppState
 
 DAY = datetime.timedelta(hours=24)
@@ -109,15 +105,8 @@ def job_rows(ledger: Ledger, jobs: Sequence[BoundJob], now: datetime.datetime) -
     day_slots = {id(job): slots_between([job], now - DAY + MICROSECOND, now, DAY_SLOTS) for job in jobs}
     # A job whose slots are more than a day apart: its last one, in the same batch.
     earlier = {id(job): latest_slots([job], now, 1) for job in jobs if not day_slots[id(job)]}
-    days = days_between(now - DAY, now)
-    mark_keys = [ndb.Key(AuditMark, history_id(job.declared)) for job in jobs]
-    bucket_keys = [key for job in jobs for key in day_keys(history_id(job.declared), days)]
-    found = get_many(ledger.store(), mark_keys + bucket_keys)
-    buckets = iter(found[len(mark_keys) :])
-    summaries = {
-        id(job): JobSummaries.of([next(buckets) for _ in days], days, mark)
-        for job, mark in zip(jobs, found[: len(mark_keys)], strict=True)
-    }
+    read = summaries_of(ledger.store(), [history_id(job.declared) for job in jobs], days_between(now - DAY, now))
+    summaries = {id(job): summary for job, summary in zip(jobs, read, strict=True)}
     of_row = {id(job): _row_slots(day_slots[id(job)], summaries[id(job)], now) for job in jobs}
     wanted = [row.slots[i].run_id for row in of_row.values() for i in row.looked_up]
     wanted += [slots[-1].run_id for slots in (*day_slots.values(), *earlier.values()) if slots]
@@ -168,13 +157,11 @@ def job_rows(ledger: Ledger, jobs: Sequence[BoundJob], now: datetime.datetime) -
 
 def _row_slots(slots: list[Slot], summaries: JobSummaries, now: datetime.datetime) -> _RowSlots:
     """Which of a row's slots the summaries speak for, and which records to read: the newest
-    ROW_SLOTS of those they do not (the row then counts from the oldest of them).  A slot past
-    its horizon (a retention under a day) is looked up: its status is what its record's absence says."""
+    ROW_SLOTS of those they do not (the row then counts from the oldest of them)."""
     facts: dict[int, RunDigest | None] = {}
     lacking = []
     for index, slot in enumerate(slots):
-        known, digest = summaries.facts(slot.schedule_time, slot.window_closes)
-        known = known and slot.is_remembered(now)
+        known, digest = summaries.facts_of(slot, now)
         if known:
             facts[index] = digest
         else:

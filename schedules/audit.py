@@ -42,7 +42,7 @@ from schedules.slots import (
     shown_status,
     slots_between,
 )
-from schedules.summaries import JobSummaries, RunDigest, day_keys, days_between, repairs_for
+from schedules.summaries import JobSummaries, RunDigest, days_between, repairs_for, summaries_of
 
 log = logging.getLogger("dedup.audit")
 # A first pass (no mark yet: a new Scheduler job, the first deploy) starts from the time the job's
@@ -130,11 +130,8 @@ def audit(
     # With the marks, each job's day summaries of the last day or so: a slot whose finished run
     # noted itself there is judged from its note (the facts its record holds), its record unread.
     days = days_between(now - DAY, now)  # two, whatever the hour
-    bucket_keys = [key for job in jobs for key in day_keys(history_id(job.declared), days)]
-    read = get_many(ledger.store(), keys + bucket_keys)
-    marks = read[: len(keys)]  # None where a job has none yet
-    buckets = iter(read[len(keys) :])
-    summaries = [JobSummaries.of([next(buckets) for _ in days], days, mark) for mark in marks]
+    summaries = summaries_of(ledger.store(), [key.id() for key in keys], days)
+    marks = [summary.mark for summary in summaries]  # None where a job has none yet
     plans = [_slots_to_judge(job, mark, now) for job, mark in zip(jobs, marks, strict=True)]
     noted = {
         slot.run_id: note

@@ -226,14 +226,38 @@ def _times_before(job: SchedulerJob, until: datetime.datetime) -> Iterator[datet
         yield iterator.get_prev(datetime.datetime).astimezone(UTC)
 
 
+# A range this short is computed whole and kept (a few, the newest first): a fleet's Scheduler jobs
+# mostly share a few schedules, so a page over thousands of them computes each schedule's times
+# in its range once, not once a job (croniter takes about 100 µs a time).
+CACHED_RANGE = datetime.timedelta(days=2)
+
+
+@functools.lru_cache(maxsize=64)
+def _times_in(
+    schedule: str, time_zone: str, since: datetime.datetime, until: datetime.datetime
+) -> tuple[datetime.datetime, ...]:
+    """The schedule times of ``schedule`` in [since, until), in UTC: a short range's, kept."""
+    start = (since - datetime.timedelta(microseconds=1)).astimezone(schedule_zone(time_zone))
+    iterator, found = croniter(schedule, start), []
+    while (instant := iterator.get_next(datetime.datetime).astimezone(UTC)) < until:
+        found.append(instant)
+    return tuple(found)
+
+
 def _job_slots(job: BoundJob, since: datetime.datetime, until: datetime.datetime, limit: int) -> Iterator[Slot]:
     """``job``'s slots in [since, until), oldest first, each of the schedule it had then."""
     count = 0
     for as_then, start, end in _segments(job):
         if end <= since or start >= until:
             continue
-        for instant in _times(as_then, max(since, start)):
-            if instant >= min(until, end) or count >= limit:
+        low, high = max(since, start), min(until, end)
+        times: Iterable[datetime.datetime] = (
+            _times_in(as_then.schedule, as_then.time_zone, low, high)
+            if high - low <= CACHED_RANGE
+            else _times(as_then, low)
+        )
+        for instant in times:
+            if instant >= high or count >= limit:
                 break
             count += 1
             yield Slot(as_then, instant, job)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from google.cloud import ndb
@@ -32,10 +32,11 @@ from google.cloud import ndb
 from dedup.keys import format_utc, parse_rfc3339
 from dedup.record_store import RecordStore
 from dedup.store import Store, Transaction
-from dedup.transactions import transact
+from dedup.transactions import get_many, transact
 from models import RunRecord, RunStatus
 from models.audit import AuditMark
 from models.slot_day import SUMMARY_DAYS, SlotDay
+from schedules.slots import Slot
 
 log = logging.getLogger(__name__)
 # How long a contended bucket is tried before the note is let go (the audit repairs it): as a tally's.
@@ -222,6 +223,13 @@ class JobSummaries:
             return False, None  # not judged by a pass that kept summaries
         return True, RunDigest.from_stored((mark.repairs or {}).get(slot))
 
+    def facts_of(self, slot: Slot, now: datetime.datetime) -> tuple[bool, RunDigest | None]:
+        """``facts`` of a slot, where it lies within its horizon: past it (a retention under a
+        day) only its record can say, since its absence then means ``unknown``."""
+        if not slot.is_remembered(now):
+            return False, None
+        return self.facts(slot.schedule_time, slot.window_closes)
+
     def duplicates(self, schedule_times: Iterable[datetime.datetime]) -> int:
         """The duplicates counted for the slots at ``schedule_times``, of the buckets read."""
         total = 0
@@ -230,6 +238,16 @@ class JobSummaries:
             if bucket is not None:
                 total += _count((bucket.duplicates or {}).get(format_utc(schedule_time)))
         return total
+
+
+def summaries_of(store: Store, scheduler_jobs: Sequence[str], days: Sequence[datetime.date]) -> list[JobSummaries]:
+    """Each Scheduler job's (history id's) audit mark and day summaries of ``days``, in one lookup:
+    what a home row, a history page's hours and an audit pass read before any record."""
+    marks = [ndb.Key(AuditMark, scheduler_job) for scheduler_job in scheduler_jobs]
+    buckets = [key for scheduler_job in scheduler_jobs for key in day_keys(scheduler_job, days)]
+    found = get_many(store, marks + buckets)
+    read = iter(found[len(marks) :])
+    return [JobSummaries.of([next(read) for _ in days], days, mark) for mark in found[: len(marks)]]
 
 
 def repairs_for(
