@@ -20,7 +20,7 @@ import yaml
 
 from dedup.clock import ManualClock
 
-FLEETS = (100, 1000)
+FLEETS = (20, 200, 1000, 5000)
 JOBS_YAML = """
 jobs:
   noop:
@@ -67,11 +67,13 @@ def measure_fleet(client: Any, counts: Sequence[int] = FLEETS) -> list[dict[str,
         with tempfile.TemporaryDirectory() as folder:
             jobs_file = fleet_files(count, folder)
             clock = ManualClock(datetime.datetime(2030, 1, 2, tzinfo=datetime.UTC))
+            memory_before = resident_mib()
             started = time.process_time()
             app = create_app(jobs_file=jobs_file, clock=clock, ndb_client=client)
             start_up = time.process_time() - started
             web = app.test_client()
             web.get("/api/v1/scheduler-jobs")  # the first request records the schedules
+            bound_mib = resident_mib() - memory_before
             began = time.perf_counter()
             answer = web.get("/tasks/audit", headers={"X-Appengine-Cron": "true"}).get_json()
             audit_seconds = time.perf_counter() - began
@@ -79,11 +81,18 @@ def measure_fleet(client: Any, counts: Sequence[int] = FLEETS) -> list[dict[str,
                 {
                     "jobs": count,
                     "start_up_cpu_s": start_up,
+                    "bound_mib": bound_mib,
                     "audit_pass_s": audit_seconds,
                     "missed": len(answer["missed"]),
                 }
             )
     return rows
+
+
+def resident_mib() -> float:
+    """This process's resident memory (VmRSS), in MiB: what an app and its bound schedules add to it."""
+    with open("/proc/self/status", encoding="ascii") as handle:
+        return next(int(line.split()[1]) for line in handle if line.startswith("VmRSS:")) / 1024
 
 
 def uniform_fleet(count: int, prefix: str, schedule: str) -> dict[str, Any]:
@@ -128,7 +137,7 @@ def _status_of(site: Any, url: str) -> int:
 
 # The audit's steady state: a pass every AUDIT_INTERVAL_SECONDS over per-minute Scheduler jobs,
 # each with that interval's slots to judge (none delivered: each judged missed).
-AUDIT_FLEETS = (1000, 5000)
+AUDIT_FLEETS = (20, 200, 1000, 5000)
 
 
 def measure_audit(client: Any, counter: Any, counts: Sequence[int] = AUDIT_FLEETS) -> list[dict[str, Any]]:
@@ -164,7 +173,7 @@ def measure_audit(client: Any, counter: Any, counts: Sequence[int] = AUDIT_FLEET
 
 # The operator's pages over a fleet of 5-minute Scheduler jobs (a day's 288 slots each), one
 # jobs.yaml job behind them all: what a view costs as the fleet grows (issue 37 §1).
-PAGE_FLEETS = (20, 200)
+PAGE_FLEETS = (20, 200, 1000, 5000)
 PAGES = (("home", "/admin/"), ("a day's history", "/admin/jobs/noop/history?day=2030-01-01"))
 
 
@@ -245,14 +254,15 @@ def render_fleet(loopback: list[dict[str, Any]], delayed: list[dict[str, Any]] |
         "## At fleet size (bench/fleet.py)",
         "",
         "Scheduler jobs with a schedule each (daily, distinct times); one audit pass over a day of",
-        "slots none of which was delivered (each judged missed and logged).",
+        "slots none of which was delivered (each judged missed and logged). Memory: what building",
+        "the app and its first request (which records the schedules) added to this process's RSS.",
         "",
-        "| Scheduler jobs | start-up CPU, s | audit pass, loopback, s |"
+        "| Scheduler jobs | start-up CPU, s | memory, MiB | audit pass, loopback, s |"
         + (f" audit pass, {rtt_ms:g} ms round trip, s |" if delayed else ""),
-        "|---|---|---|" + ("---|" if delayed else ""),
+        "|---|---|---|---|" + ("---|" if delayed else ""),
     ]
     for index, row in enumerate(loopback):
-        line = f"| {row['jobs']:,} | {row['start_up_cpu_s']:.2f} | {row['audit_pass_s']:.1f} |"
+        line = f"| {row['jobs']:,} | {row['start_up_cpu_s']:.2f} | {row['bound_mib']:.1f} | {row['audit_pass_s']:.1f} |"
         if delayed:
             line += f" {delayed[index]['audit_pass_s']:.1f} |"
         lines.append(line)

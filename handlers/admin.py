@@ -24,7 +24,7 @@ from dedup.queries import RunFilter
 from handlers.access import Role, requires
 from handlers.client_tokens import client_token_problem, new_form_token
 from handlers.history_range import DAYS, HISTORY_PAGE, HistoryRange, bulk_slots, history_range
-from handlers.job_rows import SEARCH_MAX, row_page
+from handlers.job_rows import SEARCH_MAX, PageOutOfRange, row_page
 from handlers.links import link
 from handlers.run_documents import deliveries_of, duration_seconds, may_retry, run_document, scheduler_job_document
 from handlers.slot_statuses import LEGEND, MARK_SHAPES
@@ -140,7 +140,7 @@ def dashboard():
     ]
     try:
         row_page_shown = row_page(state, now, int(page_text), search, chosen["job"])
-    except ValueError as exc:
+    except PageOutOfRange as exc:
         abort(400, str(exc))
     gaps = [
         (job_id, e)
@@ -608,8 +608,8 @@ def _by_hour(
     unspoken = []
     for job, summary in zip(scheduler_jobs, summaries, strict=True):
         for slot in slots_between([job], since, until, DAY_SLOTS * RANGE_DAYS):
-            known, digest = summary.facts_of(slot, now)
-            if known:
+            digest = summary.facts_of(slot, now)
+            if digest is not None:
                 count(slot, digest)
             else:
                 unspoken.append(slot)

@@ -65,11 +65,15 @@ class RowPage:
     first: int  # of those, how many the index puts first (attention)
 
 
+class PageOutOfRange(ValueError):
+    """A page number past the pages the rows make (a bad link, or a fleet that shrank)."""
+
+
 def row_page(
     state: AppState, now: datetime.datetime, number: int, search: str = "", job_id: str | None = None
 ) -> RowPage:
     """Page ``number`` of the home rows: two keys-only queries for the order, then the page's own
-    rows (``job_rows``), whatever the number of Scheduler jobs.  ValueError for a page past the last."""
+    rows (``job_rows``), whatever the number of Scheduler jobs.  PageOutOfRange past the last."""
     wanted = search.casefold()
     found = [
         job
@@ -80,7 +84,7 @@ def row_page(
     found.sort(key=lambda job: (history_id(job.declared) not in first, job.declared.name, history_id(job.declared)))
     pages = max(1, -(-len(found) // ROWS_PER_PAGE))
     if not 1 <= number <= pages:
-        raise ValueError(f"page {number} is not one of 1 to {pages}")
+        raise PageOutOfRange(f"page {number} is not one of 1 to {pages}")
     shown = found[(number - 1) * ROWS_PER_PAGE : number * ROWS_PER_PAGE]
     rows = job_rows(state.ledger, state.with_pauses([job.declared for job in shown]), now) if shown else []
     leading = sum(1 for job in found if history_id(job.declared) in first)
@@ -161,8 +165,8 @@ def _row_slots(slots: list[Slot], summaries: JobSummaries, now: datetime.datetim
     facts: dict[int, RunDigest | None] = {}
     lacking = []
     for index, slot in enumerate(slots):
-        known, digest = summaries.facts_of(slot, now)
-        if known:
+        digest = summaries.facts_of(slot, now)
+        if digest is not None:
             facts[index] = digest
         else:
             lacking.append(index)

@@ -26,18 +26,17 @@ class AuditMark(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has no typ
     previous_pass_id = ndb.TextProperty()
     # Failed executions in a row up to checked_until (a completed one ends the streak).
     failure_streak = ndb.IntegerProperty(indexed=False, default=0)
-    # From where the passes keep the job's day summaries (schedules.summaries): every slot whose
-    # retry window closed in [summarized_from, checked_until) was judged by such a pass, and a
-    # row may take its status from the summaries.  None: a mark of a pass before them.
-    summarized_from = ndb.DateTimeProperty(indexed=False, tzinfo=datetime.UTC)
-    # {schedule time: RunDigest.stored()} of the judged slots whose run the day summaries did not
-    # hold as its record says (a note lost after its answer), for the last day or so.
+    # {schedule time: RunDigest.stored()} of the judged slots that completed and whose note the day
+    # summaries lack (lost after its answer), for the last day or so (schedules.summaries).
     repairs = ndb.JsonProperty(indexed=False)
-    # Until when the job's home row needs attention, as this pass judged it: a slot it judged
-    # missed, failed, late, overdue or stuck is counted for 24 hours, and a failure streak until
-    # the next pass.  Indexed: the home page finds the jobs that sort first by a keys-only query
+    # Until when the job's home row needs attention, as the passes judged it: a slot judged
+    # missed, failed, late, overdue or stuck is counted for 24 hours, and a failure streak for as
+    # long as it lasts.  Indexed: the home page finds the jobs that sort first by a keys-only query
     # (handlers/attention.py), not by reading every job's row.
     attention_until = ndb.DateTimeProperty(tzinfo=datetime.UTC)
+    # The part of attention_until the judged slots give (24 hours past the newest that needs
+    # attention): kept apart, so a failure streak's share ends with the streak.
+    slots_attention_until = ndb.DateTimeProperty(indexed=False, tzinfo=datetime.UTC)
 
     @classmethod
     def _get_kind(cls) -> str:

@@ -252,9 +252,9 @@ class _Judged:
     unknown: list[Slot]
     streak: int
     reached: list[int]  # each streak length this pass reached, in order: a streak can rise and end in one pass
-    summarized_from: datetime.datetime  # from where the passes keep summaries (schedules.summaries)
     repairs: dict[str, Any]
     attention_until: datetime.datetime | None
+    slots_attention_until: datetime.datetime | None
 
     @property
     def move(self) -> Move:
@@ -262,7 +262,7 @@ class _Judged:
         summaries' repairs (in the same commit: a row never trusts a pass whose mark did not land)."""
         fields = {
             "failure_streak": self.streak,
-            "summarized_from": self.summarized_from,
+            "slots_attention_until": self.slots_attention_until,
             "repairs": self.repairs,
             "attention_until": self.attention_until,
         }
@@ -300,29 +300,19 @@ def _judge(
             streak = 0
     if job.pause_after_consecutive_failures in reached:
         streak = 0  # the audit pauses the job: after a resume, its failures count afresh
-    # Where this pass starts: every slot whose window closes from here on is judged by a pass
-    # that keeps summaries (a mark of an earlier pass judged those before it without).
-    start = mark.checked_until if mark else (slots[0].window_closes if slots else through)
-    summarized_from = mark.summarized_from if mark and mark.summarized_from else start
     kept = mark.repairs if mark else None
     repairs = repairs_for(((s.schedule_time, records.get(s.run_id)) for s, _ in checked), summaries, kept, now)
     needing = [s.schedule_time for s, _ in checked if shown_status(s, records.get(s.run_id), now) in NEEDS_ATTENTION]
-    attention = _attention_until(mark, needing, streak, now)
-    return _Judged(bound, key, mark, through, reported, unknown, streak, reached, summarized_from, repairs, attention)
+    of_slots = max(
+        filter(None, [mark.slots_attention_until if mark else None, needing[-1] + DAY if needing else None]),
+        default=None,
+    )
+    attention = max(filter(None, [of_slots, FOREVER if streak else None]), default=None)
+    return _Judged(bound, key, mark, through, reported, unknown, streak, reached, repairs, attention, of_slots)
 
 
-def _attention_until(
-    mark: AuditMark | None, needing: list[datetime.datetime], streak: int, now: datetime.datetime
-) -> datetime.datetime | None:
-    """Until when the job's row needs attention: 24 hours past the newest judged slot that needs it
-    (the row counts it that long), and past the next pass while a failure streak lasts."""
-    until = mark.attention_until if mark else None
-    candidates = [until] if until else []
-    if needing:
-        candidates.append(needing[-1] + DAY)
-    if streak:
-        candidates.append(now + datetime.timedelta(seconds=2 * AUDIT_INTERVAL_SECONDS))
-    return max(candidates) if candidates else None
+# A failure streak's attention: until a pass ends the streak, however long the audit is away.
+FOREVER = datetime.datetime(9999, 1, 1, tzinfo=datetime.UTC)
 
 
 def _report(

@@ -9,14 +9,16 @@ A home row used to look up the record of every slot of its last 24 hours (288 re
   ends.  A note can be lost (a worker dies after the answer, a contended bucket outlasts its
   patience); the slot is then looked up, until the audit passes it.
 - **The audit** judges every slot once its retry window has closed.  In the transaction that
-  moves its mark it keeps, in the mark, the digest of each judged slot whose run the buckets
-  do not hold as its record says (a lost note: ``repairs``), and it says from where it
-  judged so (``summarized_from``).  A judged slot with no digest anywhere had no run.
+  moves its mark it keeps, in the mark, the digest of each judged slot that completed and whose
+  note the buckets lack (a lost note: ``repairs``), for a day or so.
 
-So the status a row shows for a slot is what ``schedules.slots.shown_status`` makes of the
-same facts its record holds: the summaries are exact for every slot they speak for, and a
-slot they do not speak for is looked up.  A test builds a week and holds every hour's row to
-a recount from the records (tests/test_summaries.py).
+Only a completed run's digest stands in for its record (``SETTLED``): a failed, skipped or
+missed slot may be run again by hand at any time, and that run's note may be lost like any, so
+such slots are always looked up.  So the status a row shows for a slot is what
+``schedules.slots.shown_status`` makes of the same facts its record holds: exact for every slot
+the summaries speak for, and the rest looked up.  A healthy job's row reads its mark and two
+buckets; one with failed or missed slots reads their records too (ROW_SLOTS at most).  A test
+builds a week and holds every hour's row to a recount from the records (tests/test_summaries.py).
 """
 
 from __future__ import annotations
@@ -41,11 +43,15 @@ from schedules.slots import Slot
 log = logging.getLogger(__name__)
 # How long a contended bucket is tried before the note is let go (the audit repairs it): as a tally's.
 NOTE_PATIENCE_SECONDS = 5.0
-# The statuses a run's note is kept for: those no delivery changes any more (a released run's
-# retry is still to come, and one in progress is still to finish).
-NOTED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.SKIPPED)
 # How long the audit keeps a repair in its mark: past the 24 hours a row counts, no longer.
 REPAIRS_KEPT = datetime.timedelta(hours=26)
+# What a digest may stand in for its record as: a completed run, which nothing runs again.  A failed,
+# skipped or missed slot may be reopened or run by hand at any time (a catch-up, a bulk run), and a
+# note of that run can be lost like any: such slots are always looked up, so a row never shows an
+# outcome its record has moved on from.
+SETTLED = (RunStatus.COMPLETED,)
+# The runs that note themselves: only what a row may take a note for.
+NOTED = SETTLED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,32 +209,24 @@ class JobSummaries:
         return cls(days, mark)
 
     def noted(self, schedule_time: datetime.datetime) -> RunDigest | None:
-        """The digest the slot's finished run noted in its day's summary, or None."""
+        """The digest of the slot's completed run, as noted in its day's summary, or None."""
         bucket = self.days.get(day_of(schedule_time))
-        return RunDigest.from_stored((bucket.runs or {}).get(format_utc(schedule_time))) if bucket else None
+        noted = RunDigest.from_stored((bucket.runs or {}).get(format_utc(schedule_time))) if bucket else None
+        return noted if noted is not None and noted.status in SETTLED else None
 
-    def facts(
-        self, schedule_time: datetime.datetime, window_closes: datetime.datetime
-    ) -> tuple[bool, RunDigest | None]:
-        """(True, the slot's run digest or None: it had no run) where the summaries speak for the
-        slot; (False, None) where only its record can say."""
-        slot = format_utc(schedule_time)
+    def facts(self, schedule_time: datetime.datetime, now: datetime.datetime) -> RunDigest | None:
+        """The digest of the slot's completed run, from its note or the audit's repair of a lost
+        one; None where only its record can say (anything else may still change: see SETTLED)."""
         noted = self.noted(schedule_time)
-        if noted is not None:
-            return True, noted
-        mark = self.mark
-        if mark is None or mark.summarized_from is None:
-            return False, None
-        if not mark.summarized_from <= window_closes < mark.checked_until:
-            return False, None  # not judged by a pass that kept summaries
-        return True, RunDigest.from_stored((mark.repairs or {}).get(slot))
+        if noted is not None or self.mark is None or schedule_time <= now - REPAIRS_KEPT:
+            return noted
+        repaired = RunDigest.from_stored((self.mark.repairs or {}).get(format_utc(schedule_time)))
+        return repaired if repaired is not None and repaired.status in SETTLED else None
 
-    def facts_of(self, slot: Slot, now: datetime.datetime) -> tuple[bool, RunDigest | None]:
+    def facts_of(self, slot: Slot, now: datetime.datetime) -> RunDigest | None:
         """``facts`` of a slot, where it lies within its horizon: past it (a retention under a
         day) only its record can say, since its absence then means ``unknown``."""
-        if not slot.is_remembered(now):
-            return False, None
-        return self.facts(slot.schedule_time, slot.window_closes)
+        return self.facts(slot.schedule_time, now) if slot.is_remembered(now) else None
 
     def duplicates(self, schedule_times: Iterable[datetime.datetime]) -> int:
         """The duplicates counted for the slots at ``schedule_times``, of the buckets read."""
@@ -265,7 +263,7 @@ def repairs_for(
         if (when := _parsed(slot)) is not None and when > now - REPAIRS_KEPT
     }
     for schedule_time, record in judged:
-        if record is None or schedule_time <= now - REPAIRS_KEPT:
+        if record is None or record.status not in SETTLED or schedule_time <= now - REPAIRS_KEPT:
             continue
         digest = RunDigest.of(record)
         if summaries.noted(schedule_time) != digest:
