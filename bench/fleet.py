@@ -8,12 +8,13 @@ CPU a worker spends validating scheduler.yaml before it serves; the audit pass i
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import tempfile
 import textwrap
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import yaml
@@ -144,19 +145,13 @@ def measure_audit(client: Any, counter: Any, counts: Sequence[int] = AUDIT_FLEET
     """For each fleet of per-minute Scheduler jobs: one steady-state audit pass (the one after the
     first), its wall seconds, and per Scheduler job its CPU milliseconds (this process: the app
     and NDB), its Datastore calls and its entity reads.  ``counter``: ``client``'s RpcCounter."""
-    from handlers import create_app
     from schedules.config import AUDIT_INTERVAL_SECONDS
 
     rows = []
     for count in counts:
-        with tempfile.TemporaryDirectory() as folder:
-            jobs_file = fleet_files(count, folder, uniform_fleet(count, "minutely", "* * * * *"))
-            # Just after the fleet's start_at: the first pass has a few slots a job, its marks are the fleet's.
-            clock = ManualClock(datetime.datetime(2030, 1, 1, 0, 3, tzinfo=datetime.UTC))
-            app = create_app(jobs_file=jobs_file, clock=clock, ndb_client=client)
-            web, queue = app.test_client(), app.extensions["dedup"].dispatcher
-            web.get("/tasks/audit", headers=CRON)  # the first pass: every job's mark written
-            queue.wait(600)  # and its shares, past the first 1,000 jobs (service.audits)
+        # Just after the fleet's start_at: the first pass has a few slots a job, its marks are the fleet's.
+        start = datetime.datetime(2030, 1, 1, 0, 3, tzinfo=datetime.UTC)
+        with audited_fleet(client, count, ("minutely", "* * * * *"), start) as (web, queue, clock):
             clock.advance(AUDIT_INTERVAL_SECONDS)
             cost = measured(counter, _audit_pass, web, queue)
             rows.append(
@@ -177,21 +172,33 @@ PAGE_FLEETS = (20, 200, 1000, 5000)
 PAGES = (("home", "/admin/"), ("a day's history", "/admin/jobs/noop/history?day=2030-01-01"))
 
 
+@contextlib.contextmanager
+def audited_fleet(
+    client: Any, count: int, schedule: tuple[str, str], now: datetime.datetime
+) -> Iterator[tuple[Any, Any, ManualClock]]:
+    """The app on ``count`` Scheduler jobs of one ``schedule`` (name prefix, cron) at ``now``, after
+    an audit pass and its shares: its test client, its dispatcher and its clock."""
+    from handlers import create_app
+
+    with tempfile.TemporaryDirectory() as folder:
+        jobs_file = fleet_files(count, folder, uniform_fleet(count, *schedule))
+        clock = ManualClock(now)
+        app = create_app(jobs_file=jobs_file, clock=clock, ndb_client=client)
+        web, queue = app.test_client(), app.extensions["dedup"].dispatcher
+        web.get("/tasks/audit", headers=CRON)  # every job's mark written
+        queue.wait(600)  # and its shares, past the first 1,000 jobs (service.audits)
+        yield web, queue, clock
+
+
 def measure_pages(client: Any, counter: Any, counts: Sequence[int] = PAGE_FLEETS) -> list[dict[str, Any]]:
     """For each fleet and each page: its wall seconds, this process's CPU seconds, its Datastore
     calls and its entity reads, after a day of slots none of which was delivered, audited (as
-    cron.yaml's pass every 15 minutes has: the home rows count from its marks)."""
-    from handlers import create_app
+    cron.yaml's pass every 15 minutes has)."""
 
     rows = []
     for count in counts:
-        with tempfile.TemporaryDirectory() as folder:
-            jobs_file = fleet_files(count, folder, uniform_fleet(count, "every-5", "*/5 * * * *"))
-            clock = ManualClock(datetime.datetime(2030, 1, 1, 23, 59, tzinfo=datetime.UTC))
-            app = create_app(jobs_file=jobs_file, clock=clock, ndb_client=client)
-            site = app.test_client()
-            site.get("/tasks/audit", headers={"X-Appengine-Cron": "true"})
-            app.extensions["dedup"].dispatcher.wait(600)  # and its shares, past the first 1,000 jobs
+        end_of_day = datetime.datetime(2030, 1, 1, 23, 59, tzinfo=datetime.UTC)
+        with audited_fleet(client, count, ("every-5", "*/5 * * * *"), end_of_day) as (site, _, _):
             for label, url in PAGES:
                 site.get(url)  # the schedules bound and the fence checked: what a process pays once
                 cost = measured(counter, _status_of, site, url)
