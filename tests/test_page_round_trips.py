@@ -47,12 +47,17 @@ def fleet_site(tmp_path, client, clock, jobs: int) -> webtest.TestApp:
 
 
 def home_round_trips(site: webtest.TestApp, counter) -> int:
+    """The fewest of three views: a thread descheduled between two sends on a loaded machine makes
+    calls sent together look sequential, and only ever adds a round trip."""
     site.get("/admin/")  # the schedules bound, the fence checked: what a page pays once per process
-    counter.wait_until_idle()
-    counter.reset()
-    site.get("/admin/")
-    answered = time.monotonic()
-    return counter.sequential_round_trips(until=answered)
+    counts = []
+    for _ in range(3):
+        counter.wait_until_idle()
+        counter.reset()
+        site.get("/admin/")
+        answered = time.monotonic()
+        counts.append(counter.sequential_round_trips(until=answered))
+    return min(counts)
 
 
 @pytest.mark.slow  # two fleets' home pages, one round trip away: a few seconds

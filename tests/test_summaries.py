@@ -167,6 +167,7 @@ def _recount(site: webtest.TestApp, now: datetime.datetime) -> dict[str, Any]:
 
 
 @pytest.mark.slow  # a week of deliveries, audited hourly and recounted every two hours: make test runs it
+@pytest.mark.timeout(900)  # about two minutes alone; a loaded CI run took more than pytest.ini's 180 s
 def test_every_row_of_a_week_agrees_with_a_recount_from_the_records_though_notes_are_lost(
     google, ndb_client, tmp_path, monkeypatch
 ):
