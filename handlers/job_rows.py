@@ -33,6 +33,7 @@ from schedules.slots import (
     slots_between,
 )
 from schedules.summaries import JobSummaries, RunDigest, days_between, summaries_of
+from service.audits import audit_shares
 from service.state import AppState
 
 DAY = datetime.timedelta(hours=24)
@@ -72,15 +73,16 @@ class PageOutOfRange(ValueError):
 def row_page(
     state: AppState, now: datetime.datetime, number: int, search: str = "", job_id: str | None = None
 ) -> RowPage:
-    """Page ``number`` of the home rows: two keys-only queries for the order, then the page's own
-    rows (``job_rows``), whatever the number of Scheduler jobs.  PageOutOfRange past the last."""
+    """Page ``number`` of the home rows: the audit shares' attention for the order
+    (schedules.attention), then the page's own rows (``job_rows``), whatever the number of
+    Scheduler jobs.  PageOutOfRange past the last."""
     wanted = search.casefold()
     found = [
         job
         for job in state.bound_schedules
         if (job_id is None or job.declared.target == job_id) and wanted in job.declared.name.casefold()
     ]
-    first = needing_attention(now)
+    first = needing_attention(state.ledger.store(), audit_shares(state.schedules), now)
     found.sort(key=lambda job: (history_id(job.declared) not in first, job.declared.name, history_id(job.declared)))
     pages = max(1, -(-len(found) // ROWS_PER_PAGE))
     if not 1 <= number <= pages:

@@ -6,6 +6,8 @@ delivery from running.
 
 from __future__ import annotations
 
+import datetime
+
 from google.cloud import ndb
 
 
@@ -20,6 +22,9 @@ class SchedulePauses(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has n
     # (which sort first) by a keys-only query.  An entity written before it reads as not paused
     # there until its next pause or resume; its row still says paused.
     paused = ndb.BooleanProperty(default=False)
+    # When an interval last began or ended: indexed, so a page finds the pauses changed since an
+    # audit share's entity read them (models.attention_share) without a query of every pause.
+    changed_at = ndb.DateTimeProperty(tzinfo=datetime.UTC)
 
     @classmethod
     def _get_kind(cls) -> str:

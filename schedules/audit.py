@@ -81,6 +81,9 @@ class AuditPass:
     caught_up: list[Slot] = dataclasses.field(default_factory=list)  # missed, and run by the misfire policy
     breaches: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # late, overdue, slow, failing
     unverified: int = 0
+    # Each judged job's attention_until by history id (None: none): what its share's entity says
+    # (schedules.attention), so a page finds the jobs to put first without a query.
+    attention: dict[str, datetime.datetime | None] = dataclasses.field(default_factory=dict)
 
     @property
     def missed(self) -> list[ReportedSlot]:
@@ -178,6 +181,7 @@ def audit(
         found.caught_up += result.caught_up
         found.breaches += result.breaches
         found.unverified += result.unverified
+    found.attention = {judged.key.id(): judged.attention_until for judged in judged}
     return found
 
 

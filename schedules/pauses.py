@@ -124,8 +124,14 @@ def change_pause(
     def apply(transaction: Transaction) -> list[Pause]:
         (found,) = transaction.get([key])
         updated = change(_read(found.record if found else None))
+        changed_at = max((when for p in updated for when in (p.since, p.until) if when is not None), default=None)
         transaction.put(
-            SchedulePauses(key=key, pauses=[p.document() for p in updated], paused=current(updated) is not None)
+            SchedulePauses(
+                key=key,
+                pauses=[p.document() for p in updated],
+                paused=current(updated) is not None,
+                changed_at=changed_at,
+            )
         )
         return updated
 

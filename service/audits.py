@@ -10,8 +10,10 @@ from typing import Any
 
 from dedup.keys import format_utc
 from dispatch import Dispatched, DispatchError, Work, task_id
+from schedules.attention import Share, note_share, shares_of
 from schedules.audit import AuditPass, audit
-from schedules.config import SchedulerJob
+from schedules.config import SchedulerJob, history_id
+from schedules.pauses import current
 from schedules.slots import Slot
 from service.pauses import failure_streak_pause
 from service.slots import slot_run_work
@@ -101,7 +103,24 @@ def misfire_catch_up(state: AppState) -> Callable[[Slot], bool]:
     return dispatch_slot
 
 
+def audit_shares(jobs: Sequence[SchedulerJob]) -> list[Share]:
+    """The shares a pass splits ``jobs`` into (scheduler.yaml's order): what a page reads the
+    attention of (schedules.attention)."""
+    return shares_of(jobs, AUDIT_SHARE_SIZE)
+
+
 def audit_jobs(state: AppState, jobs: Sequence[SchedulerJob]) -> AuditPass:
     """One audit of ``jobs`` (a pass's own share, or a dispatched one): with their pauses, the
-    misfire policy's catch-up and the failure-streak pause."""
-    return audit(state.ledger, tuple(state.with_pauses(jobs)), misfire_catch_up(state), failure_streak_pause(state))
+    misfire policy's catch-up and the failure-streak pause.  Where ``jobs`` is one of the pass's
+    shares as scheduler.yaml now splits it, what the pass judged of each job's attention is
+    written for the pages (schedules.attention); a share the file no longer splits so is not."""
+    pauses_read_at = state.clock.now()
+    bound = tuple(state.with_pauses(jobs))
+    found = audit(state.ledger, bound, misfire_catch_up(state), failure_streak_pause(state))
+    ids = [history_id(job) for job in jobs]
+    declared = [history_id(job) for job in state.schedules]
+    share = next((s for s in audit_shares(state.schedules) if ids and s.first == ids[0]), None)
+    if share is not None and declared[share.ordinal * AUDIT_SHARE_SIZE :][: share.count] == ids:
+        paused = [history_id(job.declared) for job in bound if current(job.pauses) is not None]
+        note_share(state.ledger.store(), share, found.attention, paused, pauses_read_at)
+    return found

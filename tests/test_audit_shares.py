@@ -13,10 +13,12 @@ import logging
 
 import pytest
 import webtest
+from google.cloud import ndb
 
 from bench.fleet import fleet_files
 from devtools.cloud_tasks_fake import to_webtest
 from handlers import create_app, tasks
+from models.attention_share import AttentionShare
 from service import audits
 
 CRON = {"X-Appengine-Cron": "true"}
@@ -47,6 +49,11 @@ def missed_lines(caplog) -> list[tuple[str, str]]:
     ]
 
 
+def attention_shares(count: int) -> list[dict | None]:
+    with ndb.Client().context():  # the emulator the test's app uses, named by the environment
+        return [e.to_dict() if e else None for e in ndb.get_multi([AttentionShare.key_for(n) for n in range(count)])]
+
+
 def declared(site) -> list[str]:
     return [job["scheduler_job"] for job in site.get("/api/v1/scheduler-jobs").json["scheduler_jobs"]]
 
@@ -63,6 +70,12 @@ def test_a_pass_audits_its_share_and_dispatches_the_rest_each_slot_reported_once
     assert [t.answers for t in cloud_tasks.tasks] == [[200, 200], [200, 200]]
     reported = missed_lines(caplog)
     assert sorted(job for job, _ in reported) == sorted(names) and len(set(reported)) == len(reported)
+    # Each share wrote what it judged, for the home page's order: every job missed its slot.
+    assert [(share["first"], share["count"], len(share["jobs"])) for share in attention_shares(3)] == [
+        (f"acme-prod/us-central1/{names[0]}", 2, 2),
+        (f"acme-prod/us-central1/{names[2]}", 2, 2),
+        (f"acme-prod/us-central1/{names[4]}", 1, 1),
+    ]
     # Cron's retry of the same pass: the queue refuses its shares, and nothing is reported again.
     again = site.get("/tasks/audit", headers=CRON).json
     assert again["missed"] == [] and all(s["already_dispatched"] for s in again["shares"])
@@ -140,3 +153,5 @@ def test_a_share_audits_the_jobs_from_its_first_in_the_files_order(fleet, caplog
     assert [m["scheduler_job"] for m in answer["missed"]] == names[1:3] and answer["scheduler_jobs"] == 2
     at = datetime.datetime.fromisoformat(answer["missed"][0]["schedule_time"].replace("Z", "+00:00"))
     assert at.date() == datetime.date(2030, 1, 1)
+    # Jobs 1 and 2 are no share of the file's split (0-1, 2-3, 4): their pass writes no share's entity.
+    assert attention_shares(3) == [None, None, None]

@@ -5,7 +5,8 @@ Each indexed property costs every write its index entries, and one whose value r
 Datastore warns of hotspots above about 500 writes a second.  So a model indexes exactly what a
 query filters or sorts on: the run listing (dedup/queries.py: job_id, status, source, newest
 first by created), the cleanup (expire_at), the ledger digest (jobs/builtin.py: created), and the
-home page's attention-first order (the audit mark's attention_until, a pause's paused).
+home page's attention-first order (the audit mark's attention_until, a pause's paused and
+changed_at).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import yaml
 from google.cloud import ndb
 
+from models.attention_share import AttentionShare
 from models.audit import AuditMark
 from models.delivery_tally import DeliveryTally
 from models.job_lock import JobLock
@@ -26,9 +28,10 @@ from models.slot_day import SlotDay
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUERIED = {
     RunRecord: {"job_id", "status", "source", "created", "expire_at"},
-    # The home page's attention-first order (handlers/attention.py): keys-only inequality and equality.
+    # The home page's attention-first order (schedules/attention.py): keys-only inequality and
+    # equality without the audit shares' entities, and the pauses changed since they were written.
     AuditMark: {"attention_until"},
-    SchedulePauses: {"paused"},
+    SchedulePauses: {"paused", "changed_at"},
 }
 
 
@@ -37,7 +40,16 @@ def indexed(model: type[ndb.Model]) -> set[str]:
 
 
 def test_each_model_indexes_only_what_a_query_reads():
-    for model in (RunRecord, AuditMark, DeliveryTally, JobLock, ScheduleHistory, SchedulePauses, SlotDay):
+    for model in (
+        RunRecord,
+        AuditMark,
+        AttentionShare,
+        DeliveryTally,
+        JobLock,
+        ScheduleHistory,
+        SchedulePauses,
+        SlotDay,
+    ):
         assert indexed(model) == QUERIED.get(model, set()), model._get_kind()
 
 
