@@ -35,19 +35,16 @@ from schedules.config import SchedulerJob, history_id, schedule_zone
 from schedules.slots import (
     RUNNABLE,
     ExecutionStatus,
-    RunFacts,
     Slot,
     declared_job,
     execution_document,
     latest_slots,
     ran_once_or_more,
     run_status,
-    shown_status,
     slot_of_run,
-    slots_between,
 )
-from schedules.summaries import days_between, summaries_of
 from schedules.tallies import DELIVERIES_LISTED, deliveries_of_slot
+from service.hours import hour_counts
 from service.runs import runs_of_token
 from service.slots import executions_between
 
@@ -500,7 +497,7 @@ def history(job_id: str):
     page = executions_between(state, scheduler_jobs, job_id, shown.since, shown.until, HISTORY_PAGE)
     hours = None
     if shown.by_the_hour(page.next_since is not None):
-        hours = _by_hour(state, scheduler_jobs, shown.since, shown.until, zone)
+        hours = hour_counts(state, scheduler_jobs, shown.since, shown.until, zone)
     rows = [
         {**e, "local": _local(e["schedule_time"], zone)}
         for e in page.executions
@@ -524,7 +521,8 @@ def history(job_id: str):
         next_day=(day + DAYS).isoformat(),
         status=status,
         statuses=list(ExecutionStatus),
-        hours=hours,
+        hours=hours.hours if hours else None,
+        unread=hours if hours and hours.unread_slots else None,
         next_page=_next_page(job_id, shown, status, page.next_since) if page.next_since and hours is None else None,
         rows=sorted(rows + apart, key=lambda r: r["local"]) if hours is None else [],
         apart=len(apart),
@@ -580,47 +578,6 @@ def _bulk_said(text: str | None) -> dict[str, int] | None:
 def _local(utc_text: str, zone: Any) -> str:
     """An instant in the job's time zone, to the second: what a person reads."""
     return parse_rfc3339(utc_text, "time").astimezone(zone).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _by_hour(
-    state: Any,
-    scheduler_jobs: list[BoundJob],
-    since: datetime.datetime,
-    until: datetime.datetime,
-    zone: Any,
-) -> list[dict[str, Any]]:
-    """The range's slots counted by hour of the job's time zone and by status: each slot's status
-    from its Scheduler job's day summaries where they speak for it (schedules.summaries), else from
-    its record, in two lookups whatever the number of slots."""
-    now = state.clock.now()
-    ids = [history_id(job.declared) for job in scheduler_jobs]
-    days = days_between(since, until - datetime.timedelta(microseconds=1))
-    summaries = summaries_of(state.ledger.store(), ids, days)
-    counts: dict[int, dict[str, int]] = {}
-
-    def count(slot: Slot, facts: RunFacts | None) -> None:
-        hour, status = slot.schedule_time.astimezone(zone).hour, str(shown_status(slot, facts, now))
-        counts.setdefault(hour, {})
-        counts[hour][status] = counts[hour].get(status, 0) + 1
-
-    # A job at a time (a range's slots of thousands of Scheduler jobs are never all held at once);
-    # the slots the summaries do not speak for are kept, and looked up together.
-    unspoken = []
-    for job, summary in zip(scheduler_jobs, summaries, strict=True):
-        for slot in slots_between([job], since, until, DAY_SLOTS * RANGE_DAYS):
-            digest = summary.facts_of(slot, now)
-            if digest is not None:
-                count(slot, digest)
-            else:
-                unspoken.append(slot)
-    records = state.ledger.lookup_many([slot.run_id for slot in unspoken])
-    for slot in unspoken:
-        count(slot, records.get(slot.run_id))
-    return [{"hour": hour, "counts": dict(sorted(counts[hour].items()))} for hour in sorted(counts)]
-
-
-DAY_SLOTS = 24 * 60  # the most a day holds: a per-minute cron's
-RANGE_DAYS = 2  # a history range is a day of its time zone (or an hour of it): two UTC days at most
 
 
 @blueprint.get("/search", provide_automatic_options=False)

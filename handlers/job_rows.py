@@ -34,6 +34,7 @@ from schedules.slots import (
 )
 from schedules.summaries import JobSummaries, RunDigest, days_between, summaries_of
 from service.audits import audit_shares
+from service.hours import DAY_SLOTS
 from service.state import AppState
 
 DAY = datetime.timedelta(hours=24)
@@ -44,8 +45,6 @@ MICROSECOND = datetime.timedelta(microseconds=1)
 # when.  A 5-minute job's whole day fits, and a per-minute job's day is counted whole once the
 # audit has passed it (schedules.summaries).
 ROW_SLOTS = 288
-# The most slots a day can hold: a per-minute cron's.
-DAY_SLOTS = 24 * 60
 # What a row counts over its last 24 hours, and what makes it need attention (handlers/slot_statuses.py).
 COUNTED = NEEDS_ATTENTION
 # The rows a page shows: what a person reads at once, and what bounds a page's reads whatever the fleet.

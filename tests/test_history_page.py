@@ -15,6 +15,8 @@ import pytest
 import webtest
 
 from handlers import create_app
+from handlers.job_rows import ROW_SLOTS, ROWS_PER_PAGE
+from service import hours
 from tests.support.deliveries import scheduler_headers
 from tests.support.schedule_sites import T0, at
 
@@ -256,3 +258,50 @@ def test_a_day_shown_by_the_hour_offers_no_bulk_run_and_its_confirmation_refuses
     assert "hour by hour" in refused.text
     hour = site.get("/admin/jobs/pulse/history", params={"day": "2030-01-01", "hour": "3"}).html
     assert hour.find(id="bulk-run") is not None  # one hour's 60 missed slots are listed, and offered
+
+
+FLEET_SCHEDULES = """
+defaults: {project: acme-prod, location: us-central1, attempt_deadline: 60s, start_at: "2030-01-01T00:00:00Z"}
+jobs:
+  pulse-a: {target: pulse, schedule: "* * * * *"}
+  pulse-b: {target: pulse, schedule: "* * * * *"}
+  pulse-c: {target: pulse, schedule: "* * * * *"}
+"""
+
+
+@pytest.mark.slow  # three per-minute Scheduler jobs' days counted by the hour: make test runs it
+def test_an_hours_count_reads_at_most_its_cap_of_records_and_says_what_it_left_unread(
+    datastore, ndb_client, tmp_path, clock, monkeypatch
+):
+    (tmp_path / "scheduler.yaml").write_text(textwrap.dedent(FLEET_SCHEDULES))
+    (tmp_path / "jobs.yaml").write_text(textwrap.dedent(JOBS))
+    fleet = webtest.TestApp(create_app(jobs_file=str(tmp_path / "jobs.yaml"), clock=clock, ndb_client=ndb_client))
+    fleet.get("/api/v1/scheduler-jobs")
+    deliver(fleet, "pulse-c", "pulse", 0)  # one slot of the last job ran: its summary speaks for it
+    clock.advance((T0 + datetime.timedelta(days=2) - clock.now()).total_seconds())
+
+    def counted(cap: int) -> tuple[dict[int, dict[str, int]], object]:
+        monkeypatch.setattr(hours, "HOUR_LOOKUPS", cap)
+        page = fleet.get("/admin/jobs/pulse/history", params={"day": "2030-01-01"}).html
+        rows = page.select("tr.hour-row")
+        by_hour = {
+            int(tr["data-hour"]): {c["data-status"]: int(c.text.split()[-1]) for c in tr.select(".count")}
+            for tr in rows
+        }
+        return by_hour, page.find(id="hours-unread")
+
+    whole, said = counted(3 * 1440)
+    assert said is None and whole[0] == {"completed": 1, "missed": 179} and whole[23] == {"missed": 180}
+    # Room for two jobs' records: the third's lacking slots are counted unread, whole, never guessed;
+    # its one completed slot still counts from its summary.
+    capped, said = counted(2 * 1440)
+    assert capped[0] == {"completed": 1, "missed": 120, "unread": 59} and capped[23] == {"missed": 120, "unread": 60}
+    assert "1,439 slots of 1 Scheduler job are counted as unread: more than 2,880 slots" in said.text
+    assert said.find("a")["href"] == "/admin/?job=pulse"
+    assert sum(sum(h.values()) for h in capped.values()) == sum(sum(h.values()) for h in whole.values())
+    one, said = counted(0)  # no records at all: every lacking slot unread
+    assert one[5] == {"unread": 180} and "4,319 slots of 3 Scheduler jobs" in said.text
+
+
+def test_an_hours_count_reads_no_more_records_than_a_home_page_may():
+    assert hours.HOUR_LOOKUPS == ROWS_PER_PAGE * ROW_SLOTS
