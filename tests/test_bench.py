@@ -78,10 +78,19 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
     assert all(float(reads) == 20 for _, _, reads in measured)
     # The pages at fleet size (issue 37 §1): each page's calls and reads, per fleet.
     shown = report.split("## The operator's pages at fleet size")[1]
-    pages = re.findall(r"^\| (\d+) \| ([^|]+?) \| (\d+) \| [\d.]+ \| [\d.]+ \| (\d+) \| ([\d,]+) \|$", shown, re.M)
-    assert [(jobs, page, status) for jobs, page, status, _, _ in pages] == [
-        (jobs, page, "200") for jobs in ("2", "4") for page in ("home", "a day's history")
+    row = r"^\| (\d+) \| ([^|]+?) \| ([^|]+?) \| (\d+) \| [\d.]+ \| [\d.]+ \| (\d+) \| ([\d,]+) \|$"
+    pages = re.findall(row, shown, re.M)
+    assert [(jobs, day, page, status) for jobs, day, page, status, _, _ in pages] == [
+        (jobs, day, page, "200")
+        for jobs in ("2", "4")
+        for day in ("none delivered", "all completed")
+        for page in ("home", "a day's history")
     ]
+    # A completed day's pages read the jobs' summaries, never a record per slot: fewer reads.
+    reads = {(jobs, day, page): int(n.replace(",", "")) for jobs, day, page, _, _, n in pages}
+    assert all(
+        reads[("4", "all completed", p)] < reads[("4", "none delivered", p)] for p in ("home", "a day's history")
+    )
     # A worker's memory over fresh runs (issue 37 §2), the app beside the original pattern.
     worker = report.split("## Worker memory over fresh runs")[1]
     measured = re.findall(r"^\| (\d+) \| ([\d.]+) \| ([\d.]+) \|$", worker, re.M)
