@@ -187,16 +187,16 @@ def audited_fleet(
         app = create_app(jobs_file=jobs_file, clock=clock, ndb_client=client)
         web, queue = app.test_client(), app.extensions["dedup"].dispatcher
         if completed:
-            completed_day(client, app.extensions["dedup"], now.date())
+            completed_day(client, app.extensions["dedup"], now)
         web.get("/tasks/audit", headers=CRON)  # every job's mark written
         queue.wait(600)  # and its shares, past the first 1,000 jobs (service.audits)
         yield web, queue, clock
 
 
-def completed_day(client: Any, state: Any, day: datetime.date) -> None:
-    """Each Scheduler job's day summary of ``day`` as its runs would have noted it had every slot
-    of the day completed at its first attempt (schedules.summaries.note_run), written directly: a
-    healthy fleet's day without a day of deliveries.  The records the notes stand for are not
+def completed_day(client: Any, state: Any, now: datetime.datetime) -> None:
+    """Each Scheduler job's day summary of ``now``'s day as its runs would have noted it had every
+    slot of the day until ``now`` completed at its first attempt (schedules.summaries.note_run),
+    written directly: a healthy fleet's day without a day of deliveries.  The records the notes stand for are not
     written; no page reads a noted slot's record."""
     from google.cloud import ndb
 
@@ -207,6 +207,7 @@ def completed_day(client: Any, state: Any, day: datetime.date) -> None:
     from schedules.slots import slots_between
     from schedules.summaries import RunDigest
 
+    day = now.date()
     start = datetime.datetime.combine(day, datetime.time(), datetime.UTC)
     second = datetime.timedelta(seconds=1)
     with client.context():
@@ -214,7 +215,7 @@ def completed_day(client: Any, state: Any, day: datetime.date) -> None:
         for first in range(0, len(scheduler_jobs), 50):  # a commit's 10 MiB: 50 per-minute days at most
             days = []
             for job in scheduler_jobs[first : first + 50]:
-                slots = slots_between([job], start, start + datetime.timedelta(days=1), 24 * 60)
+                slots = slots_between([job], start, now, 24 * 60)
                 digests = {
                     format_utc(s.schedule_time): RunDigest(
                         job.declared.target,

@@ -25,6 +25,9 @@ class AttentionShare(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has n
     # The share it describes: a page trusts it only while scheduler.yaml still splits the same way.
     first = ndb.TextProperty(required=True)
     count = ndb.IntegerProperty(required=True, indexed=False)
+    # A digest of the share's history ids in order: a version serving another scheduler.yaml (a
+    # traffic split) whose share has the same first job and size is told apart by it.
+    members = ndb.TextProperty(required=True)
     # When the pass read the share's pauses: pause changes since are found by their changed_at.
     pauses_read_at = ndb.DateTimeProperty(required=True, indexed=False, tzinfo=datetime.UTC)
     # {history id: [attention_until (RFC 3339) or None, paused]}, only of the jobs with either:

@@ -10,9 +10,10 @@ its pass judged in one entity (models.attention_share), and a page sends togethe
   streak), and the jobs paused when it read their pauses;
 - one query of the pauses changed since (a pause or resume by an operator or the audit).
 
-Where a share's entity is missing, describes other jobs (scheduler.yaml changed since), or is
-older than FRESH_SECONDS (the audit has stopped passing), the page asks the index instead: the
-marks whose ``attention_until`` is ahead and the pauses that are open, two keys-only queries.
+Where a share's entity is missing (a pass that failed or raced another deletes it), describes
+other jobs (scheduler.yaml changed since, or another version serves another), or is older than
+FRESH_SECONDS (the audit has stopped passing), the page asks the index instead: the marks whose
+``attention_until`` is ahead and the pauses that are open, two keys-only queries.
 
 The order is the audit's as of its last pass; a row shown says its own attention from its own
 reads, so a run that failed since the last pass is counted on its row at once, and sorts first
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -47,18 +50,25 @@ WRITE_PATIENCE_SECONDS = 10
 
 @dataclasses.dataclass(frozen=True)
 class Share:
-    """``count`` Scheduler jobs from ``first`` (a history id), the ``ordinal``-th share of an audit pass."""
+    """``count`` Scheduler jobs from ``first`` (a history id), the ``ordinal``-th share of an audit
+    pass; ``members``: a digest of all their history ids, in order (``members_of``)."""
 
     ordinal: int
     first: str
     count: int
+    members: str
+
+
+def members_of(history_ids: Sequence[str]) -> str:
+    return hashlib.sha256(json.dumps(list(history_ids)).encode()).hexdigest()
 
 
 def shares_of(jobs: Sequence[SchedulerJob], size: int) -> list[Share]:
     """The shares an audit pass splits ``jobs`` (scheduler.yaml's order) into, ``size`` jobs each."""
+    ids = [history_id(job) for job in jobs]
     return [
-        Share(ordinal, history_id(jobs[start]), len(jobs[start : start + size]))
-        for ordinal, start in enumerate(range(0, len(jobs), size))
+        Share(ordinal, ids[start], len(ids[start : start + size]), members_of(ids[start : start + size]))
+        for ordinal, start in enumerate(range(0, len(ids), size))
     ]
 
 
@@ -82,14 +92,32 @@ def note_share(
         key=AttentionShare.key_for(share.ordinal),
         first=share.first,
         count=share.count,
+        members=share.members,
         pauses_read_at=pauses_read_at,
         jobs=jobs,
     )
 
     def put(transaction: Transaction) -> None:
-        transaction.put(entity)
+        (found,) = transaction.get([entity.key])
+        newer = found is not None and _describes(found.record, share) and found.record.pauses_read_at > pauses_read_at
+        if not newer:  # a slower pass (a retried task beside the first) never undoes a later one
+            transaction.put(entity)
 
     transact(put, WRITE_PATIENCE_SECONDS, store)
+
+
+def forget_share(store: Store, share: Share) -> None:
+    """Delete ``share``'s entity: pages ask the index until a pass writes it whole again (a pass
+    that failed, or raced another, knows too little to write it)."""
+
+    def delete(transaction: Transaction) -> None:
+        transaction.delete(AttentionShare.key_for(share.ordinal))
+
+    transact(delete, WRITE_PATIENCE_SECONDS, store)
+
+
+def _describes(entity: Any, share: Share) -> bool:
+    return bool((entity.first, entity.count, entity.members) == (share.first, share.count, share.members))
 
 
 def needing_attention(store: Store, shares: Sequence[Share], now: datetime.datetime) -> set[str]:
@@ -106,9 +134,7 @@ def needing_attention(store: Store, shares: Sequence[Share], now: datetime.datet
     current: list[Any] = [
         entity
         for entity, share in zip(entities, shares, strict=True)
-        if entity is not None
-        and (entity.first, entity.count) == (share.first, share.count)
-        and entity.pauses_read_at >= oldest
+        if entity is not None and _describes(entity, share) and entity.pauses_read_at >= oldest
     ]
     if len(changed) > RECENT_CHANGES or len(current) < len(shares):
         return _by_index(now)

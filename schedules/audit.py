@@ -81,9 +81,12 @@ class AuditPass:
     caught_up: list[Slot] = dataclasses.field(default_factory=list)  # missed, and run by the misfire policy
     breaches: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # late, overdue, slow, failing
     unverified: int = 0
-    # Each judged job's attention_until by history id (None: none): what its share's entity says
-    # (schedules.attention), so a page finds the jobs to put first without a query.
+    # Each judged job's attention_until by history id (None: none), of the jobs whose marks this
+    # pass moved: what its share's entity says (schedules.attention), so a page finds the jobs to
+    # put first without a query.  ``contended``: another pass moved some of the marks first, and
+    # judged them later than this one did.
     attention: dict[str, datetime.datetime | None] = dataclasses.field(default_factory=dict)
+    contended: bool = False
 
     @property
     def missed(self) -> list[ReportedSlot]:
@@ -164,10 +167,12 @@ def audit(
     # Each batch's marks, then at once its reports: a batch that fails after an earlier one landed
     # (an outage, a lost answer past its patience) ends the pass with every landed mark reported,
     # since the next pass starts after them and would never report their slots.
+    ours = []
     for first in range(0, len(judged), COMMIT_BATCH):
         batch = range(first, min(first + COMMIT_BATCH, len(judged)))
         landed = move_marks(ledger.store(), [judged[index].move for index in batch])
         moved = [index for index in batch if judged[index].key in landed]
+        ours += moved
         if len(moved) <= 1:
             for index in moved:
                 report(index, context=False)
@@ -181,7 +186,8 @@ def audit(
         found.caught_up += result.caught_up
         found.breaches += result.breaches
         found.unverified += result.unverified
-    found.attention = {judged.key.id(): judged.attention_until for judged in judged}
+    found.attention = {judged[index].key.id(): judged[index].attention_until for index in ours}
+    found.contended = len(ours) < len(judged)
     return found
 
 

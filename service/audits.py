@@ -10,7 +10,7 @@ from typing import Any
 
 from dedup.keys import format_utc
 from dispatch import Dispatched, DispatchError, Work, task_id
-from schedules.attention import Share, note_share, shares_of
+from schedules.attention import Share, forget_share, members_of, note_share, shares_of
 from schedules.audit import AuditPass, audit
 from schedules.config import SchedulerJob, history_id
 from schedules.pauses import current
@@ -114,13 +114,31 @@ def audit_jobs(state: AppState, jobs: Sequence[SchedulerJob]) -> AuditPass:
     misfire policy's catch-up and the failure-streak pause.  Where ``jobs`` is one of the pass's
     shares as scheduler.yaml now splits it, what the pass judged of each job's attention is
     written for the pages (schedules.attention); a share the file no longer splits so is not."""
+    members = members_of([history_id(job) for job in jobs])
+    share = next((s for s in audit_shares(state.schedules) if s.members == members), None)
     pauses_read_at = state.clock.now()
     bound = tuple(state.with_pauses(jobs))
-    found = audit(state.ledger, bound, misfire_catch_up(state), failure_streak_pause(state))
-    ids = [history_id(job) for job in jobs]
-    declared = [history_id(job) for job in state.schedules]
-    share = next((s for s in audit_shares(state.schedules) if ids and s.first == ids[0]), None)
-    if share is not None and declared[share.ordinal * AUDIT_SHARE_SIZE :][: share.count] == ids:
-        paused = [history_id(job.declared) for job in bound if current(job.pauses) is not None]
-        note_share(state.ledger.store(), share, found.attention, paused, pauses_read_at)
+    try:
+        found = audit(state.ledger, bound, misfire_catch_up(state), failure_streak_pause(state))
+    except Exception:
+        if share is not None:  # some marks may have moved: the share's entity would hide them
+            _forget(state, share)
+        raise
+    if share is not None:
+        if found.contended:  # another pass judged some of them later: it writes what it knows
+            _forget(state, share)
+        else:
+            paused = [history_id(job.declared) for job in bound if current(job.pauses) is not None]
+            try:
+                note_share(state.ledger.store(), share, found.attention, paused, pauses_read_at)
+            except Exception:  # the pass is done and reported: pages ask the index instead
+                log.exception("the attention of %d Scheduler jobs from %s was not written", share.count, share.first)
+                _forget(state, share)
     return found
+
+
+def _forget(state: AppState, share: Share) -> None:
+    try:
+        forget_share(state.ledger.store(), share)
+    except Exception:  # then the entity ages out of FRESH_SECONDS
+        log.exception("the attention of %d Scheduler jobs from %s could not be forgotten", share.count, share.first)

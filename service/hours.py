@@ -24,6 +24,7 @@ from service.state import AppState
 HOUR_LOOKUPS = 25 * 288
 UNREAD = "unread"  # a slot counted without its status: its record was past HOUR_LOOKUPS
 DAY_SLOTS = 24 * 60  # the most a day holds: a per-minute cron's
+CLOCK_SKEW_SECONDS = 60
 RANGE_DAYS = 2  # a history range is a day of its time zone (or an hour of it): two UTC days at most
 
 
@@ -48,6 +49,8 @@ def hour_counts(
     whatever their number; a Scheduler job whose slots lacking a summary would take the records
     read past HOUR_LOOKUPS has them counted UNREAD (whole jobs: a job's count is never half read)."""
     now = state.clock.now()
+    # A slot this far ahead has no record, whatever the clocks of the instances that deliver it.
+    ahead = now + datetime.timedelta(seconds=CLOCK_SKEW_SECONDS)
     ids = [history_id(job.declared) for job in scheduler_jobs]
     summaries = summaries_of(state.ledger.store(), ids, days_between(since, until - datetime.timedelta(microseconds=1)))
     counts: dict[int, dict[str, int]] = {}
@@ -70,6 +73,8 @@ def hour_counts(
             digest = summary.facts_of(slot, now)
             if digest is not None:
                 counted(slot, digest)
+            elif slot.schedule_time > ahead:  # upcoming: no delivery can have come yet, nothing to read
+                counted(slot, None)
             else:
                 lacking.append(slot)
         if len(unspoken) + len(lacking) <= HOUR_LOOKUPS:

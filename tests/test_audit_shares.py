@@ -155,3 +155,36 @@ def test_a_share_audits_the_jobs_from_its_first_in_the_files_order(fleet, caplog
     assert at.date() == datetime.date(2030, 1, 1)
     # Jobs 1 and 2 are no share of the file's split (0-1, 2-3, 4): their pass writes no share's entity.
     assert attention_shares(3) == [None, None, None]
+
+
+def test_a_pass_that_fails_or_is_raced_or_cannot_write_leaves_no_attention_to_trust(fleet, monkeypatch, caplog, clock):
+    """The home page trusts a share's entity (schedules.attention): a pass that cannot say what it
+    judged of every job deletes it, and pages ask the index until a pass writes it whole."""
+    site = fleet()
+    site.get("/tasks/audit", headers=CRON)
+    site.app.extensions["dedup"].dispatcher.wait(30)
+    assert all(attention_shares(3))  # each share wrote what it judged
+    judge = audits.audit
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("Datastore went away after the first batch of marks")
+
+    def raced(*args, **kwargs):
+        found = judge(*args, **kwargs)
+        found.contended = True  # another pass moved some marks first
+        return found
+
+    def refused(*args, **kwargs):
+        raise RuntimeError("the entity's commit was refused past its patience")
+
+    for ordinal, (name, patch) in enumerate([("audit", failing), ("audit", raced), ("note_share", refused)]):
+        clock.advance(900)
+        with monkeypatch.context() as patched:
+            patched.setattr(audits, name, patch)
+            answer = site.post_json(
+                "/tasks/audit-share", {"first": declared(site)[2 * ordinal], "count": 2 if ordinal < 2 else 1},
+                headers=QUEUE, expect_errors=True,
+            )  # fmt: skip
+        assert answer.status_int == (500 if patch is failing else 200), name
+        assert attention_shares(3)[ordinal] is None and all(attention_shares(3)[ordinal + 1 :]), ordinal
+    assert any("was not written" in r.getMessage() for r in caplog.records if r.levelname == "ERROR")

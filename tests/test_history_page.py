@@ -301,6 +301,20 @@ def test_an_hours_count_reads_at_most_its_cap_of_records_and_says_what_it_left_u
     assert sum(sum(h.values()) for h in capped.values()) == sum(sum(h.values()) for h in whole.values())
     one, said = counted(0)  # no records at all: every lacking slot unread
     assert one[5] == {"unread": 180} and "4,319 slots of 3 Scheduler jobs" in said.text
+    # A status kept, the unread are shown beside it: an hour of unread slots is never "missed 0".
+    monkeypatch.setattr(hours, "HOUR_LOOKUPS", 2 * 1440)
+    missed = fleet.get("/admin/jobs/pulse/history", params={"day": "2030-01-01", "status": "missed"}).html
+    row = missed.find("tr", attrs={"data-hour": "23"})
+    assert {c["data-status"]: int(c.text.split()[-1]) for c in row.select(".count")} == {"missed": 120, "unread": 60}
+    # Today's slots still to come are counted upcoming without a read: they take none of the cap.
+    clock.advance((T0 + datetime.timedelta(days=2, minutes=30) - clock.now()).total_seconds())
+    # 00:00 to 00:31 of each job: the half hour past, and the next minute (whose delivery may have come).
+    monkeypatch.setattr(hours, "HOUR_LOOKUPS", 3 * 32)
+    today = fleet.get("/admin/jobs/pulse/history", params={"day": "2030-01-03"}).html
+    assert today.find(id="hours-unread") is None
+    first = today.find("tr", attrs={"data-hour": "0"})
+    counts = {c["data-status"]: int(c.text.split()[-1]) for c in first.select(".count")}
+    assert counts["upcoming"] >= 3 * 28 and sum(counts.values()) == 180 and "unread" not in counts
 
 
 def test_an_hours_count_reads_no_more_records_than_a_home_page_may():

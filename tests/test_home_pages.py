@@ -17,6 +17,7 @@ from devtools.rpc_counter import counting_client
 from handlers import create_app
 from handlers.job_rows import ROWS_PER_PAGE
 from models.attention_share import AttentionShare
+from schedules import attention
 from tests.support.deliveries import scheduler_headers
 from tests.support.schedule_sites import CRON, T0
 
@@ -134,8 +135,11 @@ def home_cost(site: webtest.TestApp, counter) -> tuple[int, int]:
 
 
 @pytest.mark.slow  # two fleets' home pages after a day: a few seconds
-def test_a_pages_reads_follow_its_rows_not_the_fleet(datastore, tmp_path, clock):
+def test_a_pages_reads_follow_its_rows_not_the_fleet(datastore, tmp_path, clock, monkeypatch):
     client, counter = counting_client(datastore.project, datastore.host)
+    # The order from the shares' entities, never the index's queries (whose calls follow the jobs
+    # that need attention, tests/test_attention.py).
+    monkeypatch.setattr(attention, "_by_index", lambda now: pytest.fail("the page asked the index"))
     clock.advance(86400 + 1800)  # a day of hourly slots, none delivered; audited, so every job needs attention
     # A job's card shows its newest 48 slots and names its first 10 Scheduler jobs, whatever their number.
     costs = []
