@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from dedup.job_lock import JobLock
 from dedup.keys import format_utc
 from dedup.outcomes import (
     Attempt,
@@ -30,8 +31,7 @@ from dedup.outcomes import (
     Replayed,
     Skipped,
 )
-from models import RunRecord, RunStatus
-from models.job_lock import JobLock
+from dedup.run_record import RunRecord, RunStatus
 
 # A finished record's preview of its result or error, in characters.
 PREVIEW_CHARS = 200
@@ -62,7 +62,7 @@ class RunPolicy:
     # for at most max_run_seconds.
     heartbeat: bool = False
     max_run_seconds: float | None = None
-    # overlap: forbid: one execution of the job at a time, under the job's lock (models.job_lock).
+    # overlap: forbid: one execution of the job at a time, under the job's lock (dedup.job_lock).
     exclusive: bool = False
 
 

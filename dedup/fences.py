@@ -16,12 +16,12 @@ from collections.abc import Callable
 from google.cloud import ndb
 
 from dedup.clock import Clock
+from dedup.job_lock import JobLock
 from dedup.outcomes import Attempt, Stale
 from dedup.record_store import RecordStore
+from dedup.run_record import RunRecord, RunStatus
 from dedup.store import Applied, Doubt, Refused, Store, Transaction, Write
 from dedup.transactions import transact
-from models import RunRecord, RunStatus
-from models.job_lock import JobLock
 
 
 def fenced_write[T](

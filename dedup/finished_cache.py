@@ -17,7 +17,7 @@ import json
 import pickle
 import threading
 
-from models import RunRecord, RunStatus
+from dedup.run_record import RunRecord, RunStatus
 
 MAX_ENTRIES = 1024
 # What the entries may hold together, pickled: the cache's bound in memory, whatever the entry count

@@ -37,8 +37,8 @@ from dedup.outcomes import (
     Skipped,
     Stale,
 )
+from dedup.run_record import RunSource, RunStatus
 from dedup.runner import Verdict, Waiting, run_once
-from models import RunSource, RunStatus
 
 log = logging.getLogger(__name__)
 

@@ -26,13 +26,13 @@ from dedup.claims import ClaimRequest, RunDescription, RunPolicy, finish_landed,
 from dedup.clock import Clock
 from dedup.fences import fenced_write
 from dedup.finished_cache import FinishedRuns
+from dedup.job_lock import JobLock
 from dedup.outcomes import Attempt, Claimed, ClaimOutcome, Contended, Finished, Released, Renewed, Skipped, Stale
 from dedup.queries import RunFilter
 from dedup.record_store import RecordStore, VersionFence, encode
+from dedup.run_record import RunRecord, RunStatus
 from dedup.store import Aborted, Applied, Doubt, Exists, Refused, StaleVersion, Store, Transaction
 from dedup.transactions import TRIED_AGAIN, is_contention, transact
-from models import RunRecord, RunStatus
-from models.job_lock import JobLock
 
 __all__ = ["CLAIM_PATIENCE_SECONDS", "FINISH_PATIENCE_SECONDS", "Ledger", "RunDescription", "RunPolicy"]
 log = logging.getLogger(__name__)

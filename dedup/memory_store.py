@@ -23,8 +23,8 @@ from google.cloud.datastore_v1.types import entity as entity_types
 
 from dedup.fence_check import FenceCheck, FenceMode
 from dedup.record_store import decode, encode
+from dedup.run_record import RunRecord
 from dedup.store import Applied, Exists, Refused, StaleVersion, Versioned, Write
-from models import RunRecord
 
 FENCE = FenceCheck(FenceMode.VERSION, "in memory: a stale version is refused by construction")
 

@@ -14,7 +14,7 @@ import math
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dedup.record_store import VersionFence
-from models import RunRecord
+from dedup.run_record import RunRecord
 
 
 class Outcome:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from google.cloud import ndb
 
 from dedup.record_store import RecordStore
-from models import RunRecord
+from dedup.run_record import RunRecord
 
 # The longest string a filter may compare (Datastore's limit for indexed strings).
 MAX_FILTER_BYTES = 1500

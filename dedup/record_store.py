@@ -47,10 +47,10 @@ from google.cloud.datastore_v1.types import datastore as datastore_types
 from google.cloud.datastore_v1.types import entity as entity_types
 
 from dedup import fence_check
+from dedup.run_record import RunRecord
 from dedup.store import Aborted, Applied, Doubt, Exists, Refused, StaleVersion, Versioned, Write
 from dedup.store import Transaction as StoreTransaction
 from dedup.transactions import transact
-from models import RunRecord
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from google.cloud import ndb
 
 from dedup.fence_check import FenceCheck
-from models import RunRecord
+from dedup.run_record import RunRecord
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,10 +34,10 @@ def test_one_fresh_delivery_is_traced_through_the_app(datastore, ndb_client, tmp
     trace = trace_delivery(ndb_client, str(jobs))
     figures = trace.figures()
     packages = {package for package, _ in trace.calls}
-    assert {"handlers", "dedup", "jobs", "models"} <= packages
+    assert {"handlers", "dedup", "jobs"} <= packages
     assert figures["modules"] <= figures["calls"] and figures["package switches"] < figures["calls"]
     # The run's record and its outcome are among the representations the request crossed.
-    assert {"models.run.RunRecord", "dedup.outcomes.Finished"} <= trace.returned
+    assert {"dedup.run_record.RunRecord", "dedup.outcomes.Finished"} <= trace.returned
     # The same code walks the same path: a second trace gives the same figures.
     assert trace_delivery(ndb_client, str(jobs)).figures() == figures
 
@@ -46,5 +46,5 @@ def test_one_fresh_delivery_is_traced_through_the_app(datastore, ndb_client, tmp
 def test_the_command_prints_the_figures(capsys, emulator):
     assert main(["--types"]) == 0
     printed = capsys.readouterr().out
-    for name in ("calls", "modules", "package switches", "representations", "models.run.RunRecord"):
+    for name in ("calls", "modules", "package switches", "representations", "dedup.run_record.RunRecord"):
         assert name in printed

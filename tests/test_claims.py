@@ -18,9 +18,9 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import ndb
 
 from dedup.claims import ClaimRequest, RunDescription, RunPolicy, record_end, refusal
+from dedup.job_lock import JobLock
 from dedup.outcomes import Claimed, Conflict, InProgress, JobMismatch, Overlap, Replayed, Skipped
 from models import RunRecord, RunStatus
-from models.job_lock import JobLock
 
 NOW = datetime.datetime(2030, 1, 1, 12, 0, tzinfo=datetime.UTC)
 MINUTE = datetime.timedelta(minutes=1)

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
+from dedup.run_record import RunSource, RunStatus
 from examples import demo_jobs
-from models.run import RunSource, RunStatus
 from tests.support.deliveries import JOBS
 from tests.support.downstream import Downstream, Reply
 

@@ -20,13 +20,13 @@ import pytest
 from flask import Flask
 from google.cloud.datastore_v1.types.datastore import CommitRequest
 
+from dedup.job_lock import JobLock
 from dedup.ledger import Ledger, RunDescription, RunPolicy
 from dedup.outcomes import Finished, Renewed
 from dedup.runner import run_once
 from devtools.rpc_counter import intercepted_client
 from handlers.answers import outcome_response
 from models import RunRecord, RunStatus
-from models.job_lock import JobLock
 from tests.conftest import ndb_client_of
 from tests.support.lost_answers import FailedCall
 

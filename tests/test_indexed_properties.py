@@ -16,11 +16,11 @@ import os
 import yaml
 from google.cloud import ndb
 
+from dedup.job_lock import JobLock
+from dedup.run_record import RunRecord
 from models.attention_share import AttentionShare
 from models.audit import AuditMark
 from models.delivery_tally import DeliveryTally
-from models.job_lock import JobLock
-from models.run import RunRecord
 from models.schedule_history import ScheduleHistory
 from models.schedule_pause import SchedulePauses
 from models.slot_day import SlotDay

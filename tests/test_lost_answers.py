@@ -88,7 +88,7 @@ def test_a_release_whose_answer_was_lost_is_released(ledger, lost_answers, early
 def test_a_finish_under_a_job_lock_whose_answer_was_lost_frees_the_lock(ledger, lost_answers, finish):
     """The finish's commit (the record, and the lock's delete) landed unseen: the transaction that
     settles the doubt recognises the finish and leaves the lock free, for the next execution."""
-    from models.job_lock import JobLock
+    from dedup.job_lock import JobLock
 
     exclusive = RunPolicy(lease_seconds=60, retention_seconds=3600, exclusive=True)
     claimed = ledger.claim_run("run-1", DESCRIPTION, exclusive)
@@ -109,7 +109,7 @@ def test_a_finish_that_landed_without_its_locks_delete_frees_the_lock_when_settl
     """The record's update landed and the lock's delete did not (here: fenced on a version the
     lock never had), and the answer was lost: the transaction that recognises the finish frees
     the lock, which is still this attempt's, instead of holding the job for the rest of a lease."""
-    from models.job_lock import JobLock
+    from dedup.job_lock import JobLock
 
     exclusive = RunPolicy(lease_seconds=60, retention_seconds=3600, exclusive=True)
     claimed = ledger.claim_run("run-1", DESCRIPTION, exclusive)

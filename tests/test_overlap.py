@@ -12,11 +12,11 @@ import threading
 import pytest
 
 from dedup.finished_cache import FinishedRuns
+from dedup.job_lock import JobLock
 from dedup.ledger import Ledger, RunDescription, RunPolicy
 from dedup.outcomes import Claimed, Finished, InProgress, Overlap, Released, Renewed, Replayed, Stale
 from jobs.config import parse_jobs
 from jobs.errors import JobsConfigError
-from models.job_lock import JobLock
 from tests import job_targets
 from tests.support.deliveries import scheduler_headers
 

@@ -383,7 +383,7 @@ def test_an_update_with_a_fenced_delete_lands_each_on_its_own_version(
     """A finish under a job's lock: the record's update and the lock's delete, in one commit, each
     fenced on its own version.  Each lands exactly when its version is current (dedup.fences says
     why every combination is safe); the answer is the record's."""
-    from models.job_lock import JobLock
+    from dedup.job_lock import JobLock
 
     record = full_record("e" * 64)
     inserted = store.insert(record)

@@ -17,6 +17,7 @@ import pytest
 import webtest
 from flask import Flask, jsonify, request
 
+from dedup.job_lock import JobLock
 from dedup.keys import ScheduledRunKey
 from dedup.ledger import Ledger, RunDescription, RunPolicy
 from dedup.outcomes import Finished, Renewed
@@ -25,7 +26,6 @@ from devtools.rpc_counter import counting_client
 from handlers import NdbContextMiddleware, create_app
 from handlers.idempotent import idempotent, install_guard
 from models import RunRecord
-from models.job_lock import JobLock
 from tests.support import manual_runs
 from tests.support.deliveries import JOBS, T0, scheduler_headers
 

@@ -19,6 +19,7 @@ from google.cloud import ndb
 from google.cloud.datastore_v1.types.entity import Entity
 
 from dedup.clock import ManualClock
+from dedup.job_lock import JobLock
 from dedup.ledger import Ledger, RunDescription, RunPolicy
 from dedup.memory_store import MemoryStore
 from dedup.outcomes import Claimed, Finished, InProgress, Overlap, Released, Replayed, Stale
@@ -28,7 +29,6 @@ from dedup.transactions import get_many, transact
 from models import RunRecord, RunStatus
 from models.audit import AuditMark
 from models.delivery_tally import DeliveryTally
-from models.job_lock import JobLock
 from models.schedule_history import ScheduleHistory
 from models.schedule_pause import SchedulePauses
 from schedules.pauses import change_pause
