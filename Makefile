@@ -22,7 +22,7 @@ PY := $(VENV)/bin/python
 # Named by the version, so a venv of another Python (an older checkout's) is rebuilt, not reused.
 STAMP := $(VENV)/.installed-$(PYTHON_VERSION)
 
-.PHONY: venv run devserver devserver-venv test check lint requirements schemas bench simulate screenshots clean browser
+.PHONY: venv run devserver devserver-venv test check lint requirements schemas library bench simulate screenshots clean browser
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "Python $(PYTHON_VERSION) (App Engine's runtime, app.yaml) was not found on PATH or under $(PYENV_ROOT)."; \
@@ -74,6 +74,11 @@ requirements: $(STAMP)
 
 schemas: $(STAMP)
 	$(PY) -m devtools.config_schemas
+
+# The library's wheel (library/pyproject.toml over dedup/) into dist/, with its size installed and
+# its import time measured in a fresh virtualenv (docs/library.md).
+library: $(STAMP)
+	$(PY) -m devtools.library_wheel --report
 
 # The dashboard test drives Debian's chromium; install it when missing (as root, as CI runs).
 browser:

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import venv
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,10 +19,10 @@ from packaging.utils import canonicalize_name
 
 from dedupctl.client import Exit
 from devtools.gunicorn import GunicornServer
+from devtools.packaging import ROOT, closure, install_outside, locked_blocks, requires_dist
 from tests.support.live import serving
 
 pytestmark = pytest.mark.live
-ROOT = Path(__file__).resolve().parent.parent
 # What the client may bring: requests and click, and what they need. Never the app's stack.
 ALLOWED = {"dedupctl", "requests", "click", "urllib3", "idna", "certifi", "charset-normalizer", "pip"}
 JOBS = """
@@ -32,37 +31,6 @@ jobs:
     kind: python
     target: tests.job_targets:file_effect
 """
-
-
-def locked_blocks(lock: Path) -> dict[str, str]:
-    """requirements.txt's entries (``name==version`` and its hashes), by normalised name."""
-    blocks: dict[str, str] = {}
-    name = None
-    for line in lock.read_text().splitlines():
-        if line and not line[0].isspace() and not line.startswith("#"):
-            name = canonicalize_name(line.split("==")[0])
-            blocks[name] = ""
-        if name and not line.lstrip().startswith("#"):
-            blocks[name] += line + "\n"
-    return blocks
-
-
-def closure(requirements: list[str]) -> set[str]:
-    """The distributions ``requirements`` need, as the test's own environment (installed from the
-    same locks) has them: markers evaluated, no extras."""
-    from importlib import metadata
-
-    found: set[str] = set()
-    queue = [Requirement(text) for text in requirements]
-    while queue:
-        requirement = queue.pop()
-        if requirement.marker and not requirement.marker.evaluate({"extra": ""}):
-            continue
-        name = canonicalize_name(requirement.name)
-        if name not in found:
-            found.add(name)
-            queue += [Requirement(text) for text in metadata.requires(name) or []]
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +47,7 @@ def installed(tmp_path_factory) -> Iterator[Path]:
     with zipfile.ZipFile(wheel) as archive:
         tops = {name.split("/")[0] for name in archive.namelist()}
     assert tops == {"dedupctl", wheel.name.removesuffix("-py3-none-any.whl") + ".dist-info"}  # no app, no tests
-    requires = _requires_dist(wheel)
+    requires = requires_dist(wheel)
     assert sorted(canonicalize_name(Requirement(r).name) for r in requires if "extra ==" not in r) == [
         "click",
         "requests",
@@ -90,45 +58,9 @@ def installed(tmp_path_factory) -> Iterator[Path]:
 
     for name in needed:  # the test's own environment was installed from the same locks, hashes checked
         assert locks[name].startswith(f"{name}=={metadata.version(name)} "), name
-    environment = folder / "venv"
-    venv.create(environment, with_pip=True)
-    bin_dir = environment / "bin"
-    # Offline, so the suite never waits on the package index: the dependencies are the locked
-    # distributions this environment already holds, copied file by file from their RECORDs;
-    # pip then installs the wheel without an index and checks every requirement is met.
-    (site,) = (environment / "lib").glob("python*/site-packages")
-    for name in sorted(needed):
-        copy_distribution(name, site)
-    subprocess.run(
-        [bin_dir / "python", "-m", "pip", "install", "-q", "--no-index", "--no-deps", str(wheel)],
-        check=True,
-        timeout=300,
-        cwd=folder,
-    )
-    subprocess.run([bin_dir / "python", "-m", "pip", "check"], check=True, timeout=120, cwd=folder)
+    # Offline, so the suite never waits on the package index (devtools.packaging).
+    bin_dir = install_outside(wheel, folder)
     yield bin_dir
-
-
-def copy_distribution(name: str, site: Path) -> None:
-    """An installed distribution's files (its RECORD), copied into another environment's site-packages."""
-    import shutil
-    from importlib import metadata
-
-    distribution = metadata.distribution(name)
-    for file in distribution.files or []:
-        source = Path(str(distribution.locate_file(file)))
-        if ".." in file.parts or "__pycache__" in file.parts or not source.is_file():
-            continue  # console scripts live outside site-packages; bytecode is rebuilt
-        target = site / file
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, target)
-
-
-def _requires_dist(wheel: Path) -> list[str]:
-    with zipfile.ZipFile(wheel) as archive:
-        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
-        text = archive.read(name).decode()
-    return [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Requires-Dist:")]
 
 
 @pytest.fixture(scope="module")
