@@ -17,49 +17,38 @@ counting it against retryCount, so an outage would be retried without bound.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import re
-from http import HTTPStatus
 from typing import Any
 
 from flask import Response, has_request_context, request
 
-MEDIA_TYPE = "application/problem+json"
-TYPE_PREFIX = "/problems/"
-# A status the same request may meet again and then succeed (RFC 9110 §15; 425 and 429 wait).
-RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 504})
+from dedup.problems import (
+    MEDIA_TYPE,
+    RETRYABLE_STATUSES,
+    RUN_TYPES_BY_ERROR,
+    TYPE_PREFIX,
+    ProblemType,
+    problem_document,
+)
 
+__all__ = [
+    "MEDIA_TYPE",
+    "PROBLEM_TYPES",
+    "RETRYABLE_STATUSES",
+    "TYPES_BY_ERROR",
+    "TYPES_BY_SLUG",
+    "TYPE_PREFIX",
+    "ProblemType",
+    "problem",
+]
 
-@dataclasses.dataclass(frozen=True)
-class ProblemType:
-    """One kind of error: the code clients match on, its title, and what to do about it."""
-
-    error: str  # the code, also the ``error`` member ("RunInProgress")
-    status: int  # the HTTP status every occurrence has
-    title: str  # the same for every occurrence (RFC 9457 §3.1.3)
-    retryable: bool  # whether the same request, sent again later, can succeed
-    explanation: str  # what happened and what to do: the documentation page
-
-    @property
-    def slug(self) -> str:
-        return re.sub(r"(?<!^)(?=[A-Z])", "-", self.error).lower()
-
-    @property
-    def uri(self) -> str:
-        return TYPE_PREFIX + self.slug
+# The run outcomes' types are the library's (dedup.problems); the app adds its own, in the order
+# docs/problems.md lists them.
+_RUN = RUN_TYPES_BY_ERROR
 
 
 PROBLEM_TYPES: tuple[ProblemType, ...] = (
-    ProblemType(
-        "InvalidRequest",
-        400,
-        "Not a Cloud Scheduler delivery",
-        False,
-        "The delivery's X-CloudScheduler-JobName or X-CloudScheduler-ScheduleTime header, or its "
-        "project and location scope, is missing or malformed (`field` names which). Nothing was "
-        "recorded. Fix the Scheduler job's target; sending the same delivery again cannot succeed.",
-    ),
+    _RUN["InvalidRequest"],
     ProblemType(
         "InvalidParameterException",
         400,
@@ -77,64 +66,13 @@ PROBLEM_TYPES: tuple[ProblemType, ...] = (
         "Structured Field String of 1 to 255 printable characters, the field twice, or a body that "
         "is not strict JSON. Nothing ran and nothing was recorded: fix the request.",
     ),
-    ProblemType(
-        "ConflictException",
-        422,
-        "Idempotency key reused with other parameters",
-        False,
-        "The key (or client token) was first used with other parameters; `differing` names them. "
-        "Nothing ran and the first request's answer was not replayed. Use a new key for a "
-        "different request; send the first request's parameters to get its answer.",
-    ),
-    ProblemType(
-        "JobMismatch",
-        422,
-        "Run key of another job",
-        False,
-        "The request's run key names a run of another job (two Scheduler jobs with one id and no "
-        "scope, or a key reused across jobs). Nothing ran and the other job's result was not "
-        "replayed; the error is logged at ERROR. Scope the deliveries or give the jobs distinct ids.",
-    ),
-    ProblemType(
-        "RunInProgress",
-        409,
-        "Run in progress",
-        True,
-        "Another attempt of this run holds a live lease (`lease_expires`). Send the same request "
-        "again after Retry-After: it is answered from the run's record once the run finishes.",
-    ),
-    ProblemType(
-        "RunContended",
-        409,
-        "Run being claimed",
-        True,
-        "Other deliveries of this run were claiming it at the same moment. Send the same request "
-        "again after Retry-After.",
-    ),
-    ProblemType(
-        "ExecutionOverlap",
-        409,
-        "Another execution holds the job",
-        True,
-        "The job forbids overlap and another execution (`holder_run_id`) holds it. This one did "
-        "not run; send it again after Retry-After.",
-    ),
-    ProblemType(
-        "StaleAttempt",
-        409,
-        "Attempt lost its lease",
-        True,
-        "This attempt's lease ran out and another attempt took the run over, so its outcome was not "
-        "recorded. Send the same request again: it is answered with what the new owner did.",
-    ),
-    ProblemType(
-        "RetryableFailure",
-        500,
-        "Run failed and was released",
-        True,
-        "The job failed with a retryable error (`cause`) and its run was released. Send the same "
-        "request again, with the same key: it runs as the next attempt.",
-    ),
+    _RUN["ConflictException"],
+    _RUN["JobMismatch"],
+    _RUN["RunInProgress"],
+    _RUN["RunContended"],
+    _RUN["ExecutionOverlap"],
+    _RUN["StaleAttempt"],
+    _RUN["RetryableFailure"],
     ProblemType(
         "ExecutionUnknown",
         422,
@@ -222,8 +160,6 @@ PROBLEM_TYPES: tuple[ProblemType, ...] = (
 )
 TYPES_BY_ERROR: dict[str, ProblemType] = {kind.error: kind for kind in PROBLEM_TYPES}
 TYPES_BY_SLUG: dict[str, ProblemType] = {kind.slug: kind for kind in PROBLEM_TYPES}
-# The RFC's members and ours: an occurrence's extras never overwrite them.
-RESERVED_MEMBERS = frozenset({"type", "title", "status", "detail", "instance", "retryable", "error", "message"})
 
 
 def problem(http_status: int, error: str, detail: str, /, *, retryable: bool | None = None, **extra: Any) -> Response:
@@ -231,32 +167,15 @@ def problem(http_status: int, error: str, detail: str, /, *, retryable: bool | N
 
     ``retryable`` defaults to the type's (or, for a plain HTTP error, to its status's).
     """
-    if http_status == 503:
-        raise ValueError("the app never answers 503: Cloud Scheduler retries it without bound")
-    clash = RESERVED_MEMBERS & extra.keys()
-    if clash:
-        raise ValueError(f"{', '.join(sorted(clash))}: reserved problem members")
-    kind = TYPES_BY_ERROR.get(error)
-    if kind is not None and kind.status != http_status:
-        raise ValueError(f"{error} is a {kind.status}, not a {http_status}")
-    document: dict[str, Any] = {
-        "type": kind.uri if kind else "about:blank",
-        "title": kind.title if kind else _phrase(http_status),
-        "status": http_status,
-        "detail": detail,
-    }
-    if has_request_context():
-        document["instance"] = request.path  # where it happened; the query may hold secrets
-    document["retryable"] = (
-        retryable if retryable is not None else kind.retryable if kind else http_status in RETRYABLE_STATUSES
+    document = problem_document(
+        http_status,
+        error,
+        detail,
+        types=TYPES_BY_ERROR,
+        retryable=retryable,
+        # Where it happened: the path, since the query may hold secrets.
+        at=request.path if has_request_context() else None,
+        **extra,
     )
-    document.update(error=error, message=detail, **extra)
     # The standard library's JSON: members in the RFC's order, whatever the host app's provider sorts.
     return Response(json.dumps(document), status=http_status, mimetype=MEDIA_TYPE)
-
-
-def _phrase(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Error"

@@ -4,6 +4,7 @@ surface renders the same row.  No emulator: the records are built in an offline 
 from __future__ import annotations
 
 import datetime
+import json
 import typing
 
 import pytest
@@ -11,6 +12,7 @@ from flask import Flask
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import ndb
 
+from dedup.answers import answer
 from dedup.outcomes import (
     Conflict,
     Contended,
@@ -156,3 +158,18 @@ def test_a_released_guarded_call_is_answered_by_the_table():
     released = Released("run", 2, {"type": "Boom", "message": "boom"})
     response = guarded_response(released, [], {}, (), {})
     assert response.status_code == 500 and response.json["error"] == answer_of(released).error == "RetryableFailure"
+
+
+@pytest.mark.parametrize("index", range(11))  # the samples of a run's outcomes
+def test_the_librarys_framework_free_answer_is_the_apps(index):
+    """dedup.answers.answer, what a handler without Flask sends, is what the app's JSON answer
+    sends: status, headers and document, for every outcome of a run."""
+    outcome = samples()[index]
+    assert not isinstance(outcome, NotFound | Invalid | Declined)
+    said = answer(outcome, at="/jobs/nightly")
+    with Flask(__name__).test_request_context("/jobs/nightly"):
+        sent = run_answer(outcome)
+    assert said.status == sent.status_code and json.loads(sent.get_data()) == said.document
+    assert {name: sent.headers[name] for name in said.headers} == said.headers
+    assert sent.mimetype == said.media_type
+    assert said.status != 503 and (said.media_type == "application/json") == (answer_of(outcome).error is None)
