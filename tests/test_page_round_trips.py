@@ -19,6 +19,7 @@ from devtools.latency_proxy import DelayingProxy
 from devtools.rpc_counter import counting_client
 from handlers import create_app
 
+CRON = {"X-Appengine-Cron": "true"}
 ROUND_TRIP_MS = 40  # long against the time Python takes between two sends
 
 
@@ -64,6 +65,11 @@ def home_round_trips(site: webtest.TestApp, counter) -> int:
 def test_the_home_page_costs_as_many_round_trips_for_eight_jobs_as_for_two(slow_client, tmp_path, clock):
     client, counter = slow_client
     clock.advance(86400)  # a day of slots, none delivered
-    two = home_round_trips(fleet_site(tmp_path, client, clock, 2), counter)
-    eight = home_round_trips(fleet_site(tmp_path, client, clock, 8), counter)
-    assert two == eight <= 8
+    trips = []
+    for jobs in (2, 8):
+        site = fleet_site(tmp_path, client, clock, jobs)
+        # Audited, as cron does every 15 minutes: the order then comes from the share's entity. (Before
+        # any pass, the index answers instead: one round trip more, schedules.attention.)
+        site.get("/tasks/audit", headers=CRON)
+        trips.append(home_round_trips(site, counter))
+    assert trips[0] == trips[1] <= 8
