@@ -24,6 +24,7 @@ renders the answer with its framework.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from typing import Any, assert_never
 
@@ -117,6 +118,16 @@ class Answer:
     headers: dict[str, str]
     document: dict[str, Any]
     media_type: str
+
+    def body(self) -> bytes:
+        """The document as JSON, its members in the order they were built (a problem's: the RFC's)."""
+        return json.dumps(self.document).encode()
+
+    def wsgi(self) -> tuple[str, list[tuple[str, str]], bytes]:
+        """The status line, headers and body a WSGI server sends (``start_response``'s arguments and the body)."""
+        body = self.body()
+        headers = [("Content-Type", self.media_type), ("Content-Length", str(len(body))), *self.headers.items()]
+        return f"{self.status} {phrase(self.status)}", headers, body
 
 
 def answer(outcome: RunOutcome, client: bool = False, at: str | None = None, **added: Any) -> Answer:

@@ -32,19 +32,23 @@ def locked_blocks(lock: Path) -> dict[str, str]:
     return blocks
 
 
-def closure(requirements: list[str]) -> set[str]:
+def closure(requirements: list[str], extras: tuple[str, ...] = ()) -> set[str]:
     """The distributions ``requirements`` need, as this environment (installed from the same
-    locks) has them: markers evaluated, no extras."""
+    locks) has them: markers evaluated, with ``extras`` of the first (a wheel's own)."""
     found: set[str] = set()
-    queue = [Requirement(text) for text in requirements]
+    # The first level's markers with the wheel's extras; its dependencies' without any.
+    queue = [
+        requirement.name
+        for requirement in map(Requirement, requirements)
+        if not requirement.marker or any(requirement.marker.evaluate({"extra": e}) for e in ("", *extras))
+    ]
     while queue:
-        requirement = queue.pop()
-        if requirement.marker and not requirement.marker.evaluate({"extra": ""}):
-            continue
-        name = canonicalize_name(requirement.name)
+        name = canonicalize_name(queue.pop())
         if name not in found:
             found.add(name)
-            queue += [Requirement(text) for text in metadata.requires(name) or []]
+            for requirement in map(Requirement, metadata.requires(name) or []):
+                if not requirement.marker or requirement.marker.evaluate({"extra": ""}):
+                    queue.append(requirement.name)
     return found
 
 
@@ -68,14 +72,14 @@ def copy_distribution(name: str, site: Path) -> None:
         shutil.copy2(source, target)
 
 
-def install_outside(wheel: Path, folder: Path) -> Path:
+def install_outside(wheel: Path, folder: Path, extras: tuple[str, ...] = ()) -> Path:
     """A fresh virtualenv in ``folder`` holding ``wheel`` and the locked distributions its
-    requirements (no extras) need, ``pip check``ed: its bin/."""
+    requirements (with ``extras``) need, ``pip check``ed: its bin/."""
     environment = folder / "venv"
     venv.create(environment, with_pip=True)
     bin_dir = environment / "bin"
     (site,) = (environment / "lib").glob("python*/site-packages")
-    for name in sorted(closure([r for r in requires_dist(wheel) if "extra ==" not in r])):
+    for name in sorted(closure(requires_dist(wheel), extras)):
         copy_distribution(name, site)
     pip = [str(bin_dir / "python"), "-m", "pip"]
     subprocess.run([*pip, "install", "-q", "--no-index", "--no-deps", str(wheel)], check=True, timeout=300, cwd=folder)

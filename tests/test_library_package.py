@@ -45,16 +45,19 @@ def test_the_wheel_holds_the_protocol_alone_typed_with_its_declared_dependencies
         wheel.name.removesuffix("-py3-none-any.whl") + ".dist-info",
     }
     shipped = {name for name in names if name.startswith("dedup/")}
-    assert shipped == {f"dedup/{p.name}" for p in (ROOT / "dedup").iterdir() if p.suffix in (".py", ".typed")}
-    assert "dedup/py.typed" in shipped and "dedup/run_record.py" in shipped
+    source = {p.relative_to(ROOT).as_posix() for p in (ROOT / "dedup").rglob("*") if p.suffix in (".py", ".typed")}
+    assert shipped == source and {"dedup/py.typed", "dedup/run_record.py", "dedup/adapters/flask.py"} <= shipped
     requires = requires_dist(wheel)
-    assert sorted(canonicalize_name(Requirement(r).name) for r in requires) == DECLARED
+    core = [r for r in requires if "extra ==" not in r]
+    assert sorted(canonicalize_name(Requirement(r).name) for r in core) == DECLARED
+    # Each framework is an extra of its adapter's: flask for dedup.adapters.flask.
+    assert {str(Requirement(r).marker) for r in requires if r not in core} == {'extra == "flask"'}
     # Each range admits the version the app is locked at, and every distribution they need is locked.
     for text in requires:
         requirement = Requirement(text)
         assert requirement.specifier.contains(metadata.version(requirement.name)), text
     locks = locked_blocks(ROOT / "requirements.txt")
-    for name in closure(requires):
+    for name in closure(requires, extras=("flask",)):
         assert locks[name].startswith(f"{name}=={metadata.version(name)} "), name
 
 
@@ -85,6 +88,9 @@ def test_the_installed_protocol_imports_from_the_wheel_without_a_web_framework(i
     found = json.loads(done.stdout)
     assert "site-packages" in found["file"] and not found["file"].startswith(str(ROOT))
     assert found["app"] == []
+    # The Flask adapter without its extra: a refusal that says what to install.
+    adapter = outside(installed, "import dedup.adapters.flask")
+    assert adapter.returncode == 1 and "pip install 'cloud-scheduler-dedup[flask]'" in adapter.stderr
 
 
 RUN_TWICE = """
@@ -138,3 +144,46 @@ def test_the_report_says_the_wheels_size_and_import_time(wheel, tmp_path):
 def test_make_library_builds_the_wheel_where_it_is_asked(tmp_path, capsys):
     assert library_wheel.main(["--out", str(tmp_path)]) == 0
     assert capsys.readouterr().out.startswith("built ") and list(tmp_path.glob("cloud_scheduler_dedup-*.whl"))
+
+
+@pytest.fixture(scope="module")
+def installed_with_flask(wheel, tmp_path_factory) -> Iterator[Path]:
+    """The wheel with its ``flask`` extra, in a fresh virtualenv of its own."""
+    yield install_outside(wheel, tmp_path_factory.mktemp("outside-with-flask"), extras=("flask",))
+
+
+SAMPLE = """
+import concurrent.futures, json, sys
+sys.path.insert(0, sys.argv[1])
+import library_flask_app as sample
+
+def deliver(when):
+    headers = {"X-CloudScheduler-JobName": "nightly", "X-CloudScheduler-ScheduleTime": when}
+    answer = sample.app.test_client().post("/tasks/nightly-report", headers=headers)
+    return answer.status_code, answer.get_json()
+
+with concurrent.futures.ThreadPoolExecutor(8) as pool:
+    first = list(pool.map(deliver, ["2030-01-01T02:00:00Z"] * 8))
+again = deliver("2030-01-01T02:00:00Z")
+print(json.dumps({"sent": len(sample.SENT), "first": [s for s, _ in first], "again": again}))
+"""
+
+
+def test_the_sample_flask_app_runs_each_execution_once_from_the_installed_wheel(
+    installed_with_flask, datastore, tmp_path
+):
+    """examples/library_flask_app.py as a user has it: its own file, beside no clone, on the wheel."""
+    (tmp_path / "library_flask_app.py").write_text((ROOT / "examples" / "library_flask_app.py").read_text())
+    done = subprocess.run(
+        [str(installed_with_flask / "python"), "-c", SAMPLE, str(tmp_path)],
+        cwd=tmp_path,
+        env={**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, **datastore.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["sent"] == 1 and 200 in found["first"] and set(found["first"]) <= {200, 409}
+    status, document = found["again"]
+    assert status == 200 and document["duplicate"] is True and document["result"]["sent"] is True

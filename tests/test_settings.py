@@ -196,7 +196,8 @@ READ_ON_PURPOSE = {
     # history (else host name and process id); no one configures it.
     "dedup/claims.py",
     # The rule of DEDUP_DATABASE over a mapping, which Settings.from_environ applies (the deploy
-    # CLI's --database takes the same rule through it).
+    # CLI's --database takes the same rule through it); and the library's default in a handler's
+    # own process, which has no Settings of the app's (dedup.deliveries).
     "dedup/database.py",
     # DEDUP_TOKEN: a client's credential on the caller's machine, never the app's setting.
     "dedupctl/cli.py",

@@ -1,0 +1,180 @@
+"""Exactly-once for a handler the library does not host: one framework-free call per delivery.
+
+    deliveries = Deliveries(job_id="report")
+    status, headers, body = deliveries.answer(request_headers, work).wsgi()
+
+``answer`` keys the delivery by its Cloud Scheduler headers (and the scope: the target's query,
+the X-Scheduler-Project and -Location headers, or the settings' ``project`` and ``location``),
+claims it, runs ``work(run)`` once, and answers as the exactly-once app does
+(``dedup.answers``): 200 done or duplicate, 409 with Retry-After while another attempt holds a
+live lease, 422 for a permanent failure, 500 after releasing a retryable one, never 503.
+``work`` receives the ``ScheduledRun``: its ``run_id`` is the key to pass downstream.
+
+A request that is no Cloud Scheduler delivery is refused (400, ``InvalidRequest``) before
+anything is recorded: App Engine cron requests carry no schedule time, so a retry could not
+be told from a new execution (give the job to Cloud Scheduler instead).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from google.cloud import ndb
+
+from dedup.answers import Answer, answer
+from dedup.claims import RunDescription, RunPolicy
+from dedup.clock import Clock, SystemClock
+from dedup.database import environment_database
+from dedup.errors import InvalidRunRequest
+from dedup.keys import ScheduledRunKey, scheduled_run_key
+from dedup.ledger import Ledger
+from dedup.outcomes import Attempt
+from dedup.problems import MEDIA_TYPE, problem_document
+from dedup.run_record import RunSource
+from dedup.runner import run_once
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduledRun:
+    """What the work is told of the execution it runs: its key (pass ``run_id`` downstream as the
+    idempotency key) and which attempt this is (1, then 2 after a release or a takeover)."""
+
+    run_id: str
+    attempt: int
+    scheduler_job: str
+    schedule_time: datetime.datetime
+    project: str
+    location: str
+
+
+@dataclasses.dataclass(frozen=True)
+class DeliverySettings:
+    """How the deliveries of one job are claimed and remembered.
+
+    ``lease_seconds``: how long an attempt holds the run before a retry may take it over (renewed
+    every third of it while the work runs, with ``heartbeat``); at least the Scheduler job's
+    attemptDeadline.  ``retention_seconds``: how long a finished run is remembered, so a late
+    retry is answered from its record.  ``project`` and ``location``: the scope, where the
+    deliveries name none (a Scheduler job's id is unique only in its project and location)."""
+
+    lease_seconds: float = 600
+    retention_seconds: float = 7 * 86400
+    heartbeat: bool = True
+    project: str | None = None
+    location: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.lease_seconds <= self.retention_seconds:
+            raise ValueError("lease_seconds must be more than 0 and at most retention_seconds")
+
+
+class Deliveries:
+    """The deliveries of ``job_id`` (the name its records carry, as a jobs.yaml job's): one per
+    process, shared by its threads.  ``client``: the Datastore client (default: one for the
+    project of the environment, and DEDUP_DATABASE's database)."""
+
+    def __init__(
+        self,
+        job_id: str,
+        settings: DeliverySettings | None = None,
+        *,
+        client: ndb.Client | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.job_id = job_id
+        self.settings = settings or DeliverySettings()
+        self._client = client
+        self.ledger = Ledger(clock or SystemClock())
+
+    @property
+    def client(self) -> ndb.Client:
+        if self._client is None:  # made at first use: importing a handler module needs no credentials
+            self._client = ndb.Client(database=environment_database())
+        return self._client
+
+    def answer(
+        self, headers: Mapping[str, str], work: Callable[[ScheduledRun], Any], query: Mapping[str, str] | None = None
+    ) -> Answer:
+        """Run ``work`` once for the delivery ``headers`` name (``query``: the target URL's query
+        parameters), and what to answer it.  ``work`` returns a JSON-serialisable result, raises
+        ``dedup.errors.PermanentJobError`` when a retry cannot help, or raises anything else to be
+        retried."""
+        get = _getter(headers)
+        try:
+            key = delivery_key(get, query or {}, self.settings)
+        except InvalidRunRequest as exc:
+            document = problem_document(400, "InvalidRequest", exc.message, field=exc.field)
+            return Answer(400, {}, document, MEDIA_TYPE)
+        description = RunDescription(
+            source=RunSource.SCHEDULER,
+            job_id=self.job_id,
+            scheduler_job_name=key.scheduler_job_name,
+            schedule_time=key.schedule_time,
+            project=key.project or None,
+            location=key.location or None,
+        )
+        policy = RunPolicy(
+            lease_seconds=self.settings.lease_seconds,
+            retention_seconds=self.settings.retention_seconds,
+            heartbeat=self.settings.heartbeat,
+        )
+
+        def run(attempt: Attempt) -> Any:
+            return work(
+                ScheduledRun(
+                    attempt.run_id,
+                    attempt.number,
+                    key.scheduler_job_name,
+                    key.schedule_time,
+                    key.project,
+                    key.location,
+                )
+            )
+
+        if ndb.get_context(raise_context_error=False) is not None:
+            outcome = run_once(self.ledger, key.run_id, description, policy, run)
+        else:
+            with self.client.context():
+                outcome = run_once(self.ledger, key.run_id, description, policy, run)
+        said = answer(outcome)
+        return dataclasses.replace(said, headers={**said.headers, "X-Dedup-Run-Id": outcome.run_id})
+
+
+def delivery_key(
+    header: Callable[[str], str | None], query: Mapping[str, str], settings: DeliverySettings
+) -> ScheduledRunKey:
+    """The key of a Cloud Scheduler delivery; InvalidRunRequest (naming the field) for anything else."""
+    if header("X-CloudScheduler-JobName") is None and header("X-Appengine-Cron") is not None:
+        raise InvalidRunRequest(
+            "X-Appengine-Cron",
+            "an App Engine cron request carries no schedule time, so a retry cannot be told from a new "
+            "execution: schedule the handler with Cloud Scheduler (an App Engine or HTTP target) instead "
+            "of cron.yaml",
+        )
+    project, location = query.get("project"), query.get("location")
+    key = scheduled_run_key(
+        header("X-CloudScheduler-JobName"),
+        header("X-CloudScheduler-ScheduleTime"),
+        query_project=project,
+        query_location=location,
+        header_project=header("X-Scheduler-Project"),
+        header_location=header("X-Scheduler-Location"),
+    )
+    if key.project or key.location or not (settings.project or settings.location):
+        return key
+    # The settings' scope, where the delivery names none.
+    return scheduled_run_key(
+        header("X-CloudScheduler-JobName"),
+        header("X-CloudScheduler-ScheduleTime"),
+        header_project=settings.project,
+        header_location=settings.location,
+    )
+
+
+def _getter(headers: Mapping[str, str]) -> Callable[[str], str | None]:
+    """Header lookup, case aside, whatever mapping the server gives."""
+    folded = {name.lower(): value for name, value in headers.items()}
+    return lambda name: folded.get(name.lower())

@@ -1,0 +1,143 @@
+"""Issue 38 §2: a handler of your own made exactly-once with the library: the framework-free
+call (dedup.deliveries) and its Flask decorator (dedup.adapters.flask), on the emulator."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+
+import pytest
+from flask import Flask
+
+from dedup.adapters.flask import exactly_once
+from dedup.deliveries import Deliveries, DeliverySettings, ScheduledRun
+from dedup.errors import PermanentJobError
+from examples import library_flask_app
+from tests.support.deliveries import scheduler_headers
+
+WHEN = "2030-01-01T02:00:00Z"
+
+
+def delivery(name: str = "nightly", when: str = WHEN, **extra: str) -> dict[str, str]:
+    return {**scheduler_headers(scheduler_job_name=name, schedule_time=when), **extra}
+
+
+@pytest.fixture
+def sample(ndb_client):
+    library_flask_app.reports._client = ndb_client  # the test's emulator, as the environment names it
+    library_flask_app.SENT.clear()
+    return library_flask_app.app.test_client()
+
+
+def test_the_sample_runs_each_execution_once_and_answers_its_duplicates_from_the_record(sample):
+    first = sample.post("/tasks/nightly-report", headers=delivery())
+    again = sample.post("/tasks/nightly-report", headers=delivery())
+    other = sample.post("/tasks/nightly-report", headers=delivery(when="2030-01-02T02:00:00Z"))
+    assert [first.status_code, again.status_code, other.status_code] == [200, 200, 200]
+    assert first.json["result"] == {"sent": True, "attempt": 1} and first.json["duplicate"] is False
+    assert again.json["duplicate"] is True and again.headers["Idempotent-Replayed"] == "true"
+    assert again.json["run_id"] == first.json["run_id"] == first.headers["X-Dedup-Run-Id"] != other.json["run_id"]
+    assert library_flask_app.SENT == [first.json["run_id"], other.json["run_id"]]  # the view entered twice, not 3
+
+
+@pytest.mark.parametrize(
+    "headers, query, field",
+    [
+        ({}, "", "X-CloudScheduler-JobName"),
+        ({"X-CloudScheduler-JobName": "nightly"}, "", "X-CloudScheduler-ScheduleTime"),
+        ({"X-Appengine-Cron": "true"}, "", "X-Appengine-Cron"),
+        (delivery(when="yesterday"), "", "X-CloudScheduler-ScheduleTime"),
+        (delivery(name="bad name"), "", "X-CloudScheduler-JobName"),
+        (delivery(), "?project=a&project=b", "project"),
+        (delivery(), "?location=Not_A_Location", "query parameter location"),
+        (delivery(**{"X-Scheduler-Project": "acme-prod"}), "?project=other-one", "header X-Scheduler-Project"),
+    ],
+)
+def test_what_is_no_scheduler_delivery_is_a_clear_400_and_records_nothing(sample, headers, query, field):
+    refused = sample.post("/tasks/nightly-report" + query, headers=headers)
+    assert refused.status_code == 400 and refused.mimetype == "application/problem+json"
+    assert refused.json["error"] == "InvalidRequest" and refused.json["field"] == field
+    assert library_flask_app.SENT == []
+
+
+def test_the_cron_refusal_says_how_to_schedule_it(sample):
+    refused = sample.post("/tasks/nightly-report", headers={"X-Appengine-Cron": "true"})
+    assert "Cloud Scheduler" in refused.json["detail"] and "no schedule time" in refused.json["detail"]
+
+
+def app_of(deliveries: Deliveries, view) -> Flask:
+    app = Flask(__name__)
+    app.add_url_rule("/run", "run", exactly_once(deliveries)(view), methods=["POST"])
+    return app
+
+
+def test_a_permanent_failure_is_422_for_good_and_a_retryable_one_runs_again(ndb_client):
+    calls: list[int] = []
+
+    def view(run: ScheduledRun):
+        calls.append(run.attempt)
+        if run.scheduler_job == "broken":
+            raise PermanentJobError("the report's template is gone")
+        if run.attempt == 1:
+            raise ConnectionError("the downstream timed out")
+        return {"ok": run.attempt}
+
+    client = app_of(Deliveries("report", client=ndb_client), view).test_client()
+    failed = [client.post("/run", headers=delivery(name="broken")).status_code for _ in range(2)]
+    assert failed == [422, 422] and calls == [1]
+    released = client.post("/run", headers=delivery())
+    assert released.status_code == 500 and released.json["error"] == "RetryableFailure"
+    retried = client.post("/run", headers=delivery())
+    assert retried.status_code == 200 and retried.json["result"] == {"ok": 2} and calls == [1, 1, 2]
+
+
+def test_concurrent_deliveries_enter_the_view_once_and_the_rest_are_told_to_come_back(ndb_client):
+    entered = threading.Event()
+    calls: list[str] = []
+
+    def view(run: ScheduledRun):
+        calls.append(run.run_id)
+        entered.set()
+        time.sleep(0.5)
+        return {"done": True}
+
+    app = app_of(Deliveries("report", DeliverySettings(lease_seconds=30), client=ndb_client), view)
+
+    def deliver(_):
+        return app.test_client().post("/run", headers=delivery())
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(deliver, range(8)))
+    assert len(calls) == 1
+    statuses = sorted(a.status_code for a in answers)
+    assert statuses.count(200) >= 1 and set(statuses) <= {200, 409}
+    busy = [a for a in answers if a.status_code == 409]
+    assert all(a.json["error"] in ("RunInProgress", "RunContended") and int(a.headers["Retry-After"]) > 0 for a in busy)
+
+
+def test_the_settings_scope_keeps_two_projects_jobs_of_one_name_apart(ndb_client):
+    calls: list[str] = []
+
+    def view(run: ScheduledRun):
+        calls.append(f"{run.project}/{run.location}")
+        return None
+
+    for project in ("acme-prod", "acme-stage"):
+        deliveries = Deliveries("report", DeliverySettings(project=project, location="us-central1"), client=ndb_client)
+        answered = app_of(deliveries, view).test_client().post("/run", headers=delivery())
+        assert answered.status_code == 200 and answered.json["duplicate"] is False
+    assert calls == ["acme-prod/us-central1", "acme-stage/us-central1"]
+
+
+@pytest.mark.parametrize("lease, retention", [(0, 60), (-1, 60), (120, 60)])
+def test_settings_that_cannot_hold_are_refused_at_once(lease, retention):
+    with pytest.raises(ValueError, match="lease_seconds"):
+        DeliverySettings(lease_seconds=lease, retention_seconds=retention)
+
+
+def test_the_default_client_reads_dedup_database_as_the_app_does(datastore, monkeypatch):
+    monkeypatch.setenv("DEDUP_DATABASE", "ledger")
+    assert Deliveries("report").client.database == "ledger"
+    monkeypatch.setenv("DEDUP_DATABASE", "(default)")
+    assert Deliveries("report").client.database is None
