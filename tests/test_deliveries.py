@@ -4,8 +4,15 @@ call (dedup.deliveries) and its Flask decorator (dedup.adapters.flask), on the e
 from __future__ import annotations
 
 import concurrent.futures
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 import pytest
 from flask import Flask
@@ -13,9 +20,11 @@ from flask import Flask
 from dedup.adapters.flask import exactly_once
 from dedup.deliveries import Deliveries, DeliverySettings, ScheduledRun
 from dedup.errors import PermanentJobError
+from devtools.emulator import free_port
 from examples import library_flask_app
 from tests.support.deliveries import scheduler_headers
 
+ROOT = Path(__file__).resolve().parent.parent
 WHEN = "2030-01-01T02:00:00Z"
 
 
@@ -141,3 +150,55 @@ def test_the_default_client_reads_dedup_database_as_the_app_does(datastore, monk
     assert Deliveries("report").client.database == "ledger"
     monkeypatch.setenv("DEDUP_DATABASE", "(default)")
     assert Deliveries("report").client.database is None
+
+
+def serving_function(datastore, port: int, log: Path) -> subprocess.Popen:
+    """examples/library_function.py under functions-framework's own server, as Cloud Run functions run it."""
+    command = [
+        str(Path(sys.executable).parent / "functions-framework"),
+        "--target", "nightly_report", "--source", str(ROOT / "examples" / "library_function.py"),
+        "--host", "127.0.0.1", "--port", str(port),
+    ]  # fmt: skip
+    environ = {**os.environ, **datastore.env, "PYTHONPATH": str(ROOT)}
+    with open(log, "wb") as written:  # the child keeps its own copy of the file
+        server = subprocess.Popen(command, env=environ, stdout=written, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2)
+        except urllib.error.HTTPError:
+            return server  # it answers (a GET is no delivery: 400)
+        except OSError:
+            time.sleep(0.3)
+    server.kill()
+    raise AssertionError(f"functions-framework never served: {log.read_text()[-2000:]}")
+
+
+def post(url: str, headers: dict[str, str]) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=b"", headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.loads(refused.read())
+
+
+@pytest.mark.live
+@pytest.mark.slow  # functions-framework's server, started on its own: a few seconds
+def test_the_sample_function_runs_each_execution_once_under_functions_framework(datastore, tmp_path):
+    port = free_port()
+    server = serving_function(datastore, port, tmp_path / "functions-framework.log")
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda _: post(url, delivery()), range(8)))
+        again = post(url, delivery())
+        refused = post(url, {"X-Appengine-Cron": "true"})
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    ran = [document for status, document in answers if status == 200 and not document["duplicate"]]
+    assert len(ran) == 1 and ran[0]["result"] == {"sent": True, "attempt": 1}
+    assert {status for status, _ in answers} <= {200, 409}
+    assert again[0] == 200 and again[1]["duplicate"] is True and again[1]["run_id"] == ran[0]["run_id"]
+    assert refused[0] == 400 and refused[1]["field"] == "X-Appengine-Cron"

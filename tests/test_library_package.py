@@ -50,14 +50,21 @@ def test_the_wheel_holds_the_protocol_alone_typed_with_its_declared_dependencies
     requires = requires_dist(wheel)
     core = [r for r in requires if "extra ==" not in r]
     assert sorted(canonicalize_name(Requirement(r).name) for r in core) == DECLARED
-    # Each framework is an extra of its adapter's: flask for dedup.adapters.flask.
-    assert {str(Requirement(r).marker) for r in requires if r not in core} == {'extra == "flask"'}
+    # Each framework is an extra: flask for dedup.adapters.flask, functions-framework for a Cloud Run function.
+    assert {str(Requirement(r).marker) for r in requires if r not in core} == {
+        'extra == "flask"',
+        'extra == "functions"',
+    }
     # Each range admits the version the app is locked at, and every distribution they need is locked.
     for text in requires:
         requirement = Requirement(text)
         assert requirement.specifier.contains(metadata.version(requirement.name)), text
+    # The core's in the app's locks; the extras' in the development locks (the tests serve them).
     locks = locked_blocks(ROOT / "requirements.txt")
-    for name in closure(requires, extras=("flask",)):
+    for name in closure(requires):
+        assert locks[name].startswith(f"{name}=={metadata.version(name)} "), name
+    locks = locked_blocks(ROOT / "requirements-dev.txt")
+    for name in closure(requires, extras=("flask", "functions")):
         assert locks[name].startswith(f"{name}=={metadata.version(name)} "), name
 
 
