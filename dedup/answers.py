@@ -130,18 +130,21 @@ class Answer:
         return f"{self.status} {phrase(self.status)}", headers, body
 
 
+def replayed_headers(outcome: RunOutcome) -> dict[str, str]:
+    """``Idempotent-Replayed: true`` on a duplicate's answer, whatever renders it."""
+    return {"Idempotent-Replayed": "true"} if isinstance(outcome, Replayed) else {}
+
+
 def answer(outcome: RunOutcome, client: bool = False, at: str | None = None, **added: Any) -> Answer:
     """The answer to ``outcome`` as the table says: the run's document for a record row (with
     what a surface ``added`` to it), else its problem (``at``: its instance, the request's path);
     Retry-After as the row says, and ``Idempotent-Replayed`` on a duplicate."""
     rule = outcome_rule(outcome, client)
-    headers: dict[str, str] = {}
+    headers = replayed_headers(outcome)
     if rule.error is None:
         assert isinstance(outcome, Finished | Replayed | Skipped)  # the table's record rows
         document = {**answer_body(outcome.record, duplicate=isinstance(outcome, Replayed)), **added}
         media_type = JSON
-        if isinstance(outcome, Replayed):
-            headers["Idempotent-Replayed"] = "true"
     else:
         detail, members = problem_of(outcome)
         document = problem_document(rule.status, rule.error, detail, at=at, **members)

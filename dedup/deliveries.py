@@ -17,21 +17,24 @@ be told from a new execution (give the job to Cloud Scheduler instead).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from google.cloud import ndb
 
+from dedup import fence_probe
 from dedup.answers import Answer, answer
 from dedup.claims import RunDescription, RunPolicy
 from dedup.clock import Clock, SystemClock
 from dedup.database import environment_database
 from dedup.errors import InvalidRunRequest
-from dedup.keys import ScheduledRunKey, scheduled_run_key
+from dedup.keys import LOCATION_ID, PROJECT_ID, ScheduledRunKey, ahead_of_its_time, scheduled_run_key
 from dedup.ledger import Ledger
-from dedup.outcomes import Attempt
+from dedup.outcomes import Attempt, RunOutcome
 from dedup.problems import MEDIA_TYPE, problem_document
 from dedup.run_record import RunSource
 from dedup.runner import run_once
@@ -48,6 +51,8 @@ class ScheduledRun:
     schedule_time: datetime.datetime
     project: str
     location: str
+    # A Force run (console, gcloud scheduler jobs run): keyed apart from the slot its time names.
+    force_run: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +74,10 @@ class DeliverySettings:
     def __post_init__(self) -> None:
         if not 0 < self.lease_seconds <= self.retention_seconds:
             raise ValueError("lease_seconds must be more than 0 and at most retention_seconds")
+        if self.project is not None and not PROJECT_ID.fullmatch(self.project):
+            raise ValueError(f"project {self.project!r} is not a Google Cloud project id")
+        if self.location is not None and not LOCATION_ID.fullmatch(self.location):
+            raise ValueError(f"location {self.location!r} is not a Cloud Scheduler location")
 
 
 class Deliveries:
@@ -87,29 +96,78 @@ class Deliveries:
         self.job_id = job_id
         self.settings = settings or DeliverySettings()
         self._client = client
+        self._made = threading.Lock()
         self.ledger = Ledger(clock or SystemClock())
 
     @property
     def client(self) -> ndb.Client:
-        if self._client is None:  # made at first use: importing a handler module needs no credentials
-            self._client = ndb.Client(database=environment_database())
-        return self._client
+        """The Datastore client, made at first use (importing a handler module needs no
+        credentials).  Its database's fence is then checked on a thread of its own; until it
+        answers, and for a client given to Deliveries (whose owner checks it, as the app does with
+        ``dedup.fence_probe.verify_in_background``), every write takes the transactional path."""
+        with self._made:
+            if self._client is None:
+                made = self._client = ndb.Client(database=environment_database())
+                fence_probe.verify_in_background(lambda: made)
+            return self._client
 
     def answer(
-        self, headers: Mapping[str, str], work: Callable[[ScheduledRun], Any], query: Mapping[str, str] | None = None
+        self,
+        headers: Mapping[str, str],
+        work: Callable[[ScheduledRun], Any],
+        query: Mapping[str, str] | None = None,
+        at: str | None = None,
     ) -> Answer:
         """Run ``work`` once for the delivery ``headers`` name (``query``: the target URL's query
-        parameters), and what to answer it.  ``work`` returns a JSON-serialisable result, raises
-        ``dedup.errors.PermanentJobError`` when a retry cannot help, or raises anything else to be
-        retried."""
-        get = _getter(headers)
+        parameters; ``at``: its path, a problem's ``instance``), and what to answer it.  ``work``
+        returns a JSON-serialisable result, raises ``dedup.errors.PermanentJobError`` when a retry
+        cannot help, or raises anything else to be retried."""
         try:
-            key = delivery_key(get, query or {}, self.settings)
+            key = delivery_key(_getter(headers), query or {}, self.settings)
         except InvalidRunRequest as exc:
-            document = problem_document(400, "InvalidRequest", exc.message, field=exc.field)
+            document = problem_document(400, "InvalidRequest", exc.message, at=at, field=exc.field)
             return Answer(400, {}, document, MEDIA_TYPE)
+        with self._context():
+            key = self._force_run_or_slot(key)
+            outcome = self._run(key, work)
+        said = answer(outcome, at=at)
+        return dataclasses.replace(said, headers={**said.headers, "X-Dedup-Run-Id": outcome.run_id})
+
+    @contextlib.contextmanager
+    def _context(self) -> Iterator[None]:
+        """The client's NDB context: the caller's where it has one of the same database, else a
+        new one; refused where the caller's is of another project, database or namespace (the
+        records would land there)."""
+        current = ndb.get_context(raise_context_error=False)
+        if current is None:
+            with self.client.context():
+                yield
+            return
+        theirs, ours = current.client, self.client
+        where = ("project", "database", "namespace")
+        if any(getattr(theirs, name, None) != getattr(ours, name, None) for name in where):
+            raise RuntimeError(
+                "Deliveries.answer was called inside an NDB context of another client (project, database "
+                "or namespace): call it outside that context, or give Deliveries that client"
+            )
+        yield
+
+    def _force_run_or_slot(self, key: ScheduledRunKey) -> ScheduledRunKey:
+        """The key a delivery runs under: a Force run's apart from the slot its time names, as the
+        app keys it (dedup.keys.ahead_of_its_time).  A delivery just before its time (within the
+        skew) is a retry of the Force run that carried the time if that run is remembered."""
+        now = self.ledger.clock.now()
+        if ahead_of_its_time(key, now) is not None:
+            return key.as_force_run()
+        if now < key.schedule_time:
+            forced = self.ledger.lookup(key.as_force_run().run_id)
+            if forced is not None and not forced.is_expired(now):
+                return key.as_force_run()
+        return key
+
+    def _run(self, key: ScheduledRunKey, work: Callable[[ScheduledRun], Any]) -> RunOutcome:
         description = RunDescription(
-            source=RunSource.SCHEDULER,
+            source=RunSource.FORCE_RUN if key.force_run else RunSource.SCHEDULER,
             job_id=self.job_id,
             scheduler_job_name=key.scheduler_job_name,
             schedule_time=key.schedule_time,
@@ -131,16 +189,11 @@ class Deliveries:
                     key.schedule_time,
                     key.project,
                     key.location,
+                    key.force_run,
                 )
             )
 
-        if ndb.get_context(raise_context_error=False) is not None:
-            outcome = run_once(self.ledger, key.run_id, description, policy, run)
-        else:
-            with self.client.context():
-                outcome = run_once(self.ledger, key.run_id, description, policy, run)
-        said = answer(outcome)
-        return dataclasses.replace(said, headers={**said.headers, "X-Dedup-Run-Id": outcome.run_id})
+        return run_once(self.ledger, key.run_id, description, policy, run)
 
 
 def delivery_key(
@@ -154,23 +207,15 @@ def delivery_key(
             "execution: schedule the handler with Cloud Scheduler (an App Engine or HTTP target) instead "
             "of cron.yaml",
         )
-    project, location = query.get("project"), query.get("location")
-    key = scheduled_run_key(
-        header("X-CloudScheduler-JobName"),
-        header("X-CloudScheduler-ScheduleTime"),
-        query_project=project,
-        query_location=location,
-        header_project=header("X-Scheduler-Project"),
-        header_location=header("X-Scheduler-Location"),
-    )
-    if key.project or key.location or not (settings.project or settings.location):
-        return key
-    # The settings' scope, where the delivery names none.
     return scheduled_run_key(
         header("X-CloudScheduler-JobName"),
         header("X-CloudScheduler-ScheduleTime"),
-        header_project=settings.project,
-        header_location=settings.location,
+        query_project=query.get("project"),
+        query_location=query.get("location"),
+        header_project=header("X-Scheduler-Project"),
+        header_location=header("X-Scheduler-Location"),
+        configured_project=settings.project,
+        configured_location=settings.location,
     )
 
 

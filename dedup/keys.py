@@ -21,7 +21,7 @@ from dedup.errors import InvalidRunRequest
 SCHEDULER_JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,500}")
 # Project ids (optionally domain-scoped, "example.com:my-project") and locations.
 PROJECT_ID = re.compile(r"(?:[a-z0-9][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
-_SCOPE_LOCATION = re.compile(r"[a-z][a-z0-9-]{0,62}")
+LOCATION_ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
 _FULL_JOB_NAME = re.compile(r"projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/jobs/(?P<job>[^/]+)")
 # Longer than any legal JobName, ScheduleTime or scope value: rejected unread.
 MAX_HEADER_LENGTH = 1024
@@ -35,6 +35,10 @@ LATEST_SCHEDULE_TIME = datetime.datetime(2100, 1, 1, tzinfo=datetime.UTC)
 _RUN_ID = re.compile(r"[0-9a-f]{64}")
 # Anything but printable ASCII: a control character, DEL, or any non-ASCII one.
 _NOT_PRINTABLE_ASCII = re.compile(r"[^\x20-\x7e]")
+# How far ahead of this server's clock a slot's delivery may say it is due and still be the slot's.
+# Cloud Scheduler and App Engine run on Google's synchronised clocks; a slot is delivered at or
+# after its time, never before, so more than this ahead is no slot's delivery (``ahead_of_its_time``).
+CLOCK_SKEW_SECONDS = 10
 _KEY_VERSION = "scheduler-run/v1"
 # A Force run's key: its own, so it never takes the slot its schedule time names (docs/schedules.md).
 _FORCE_RUN_KEY_VERSION = "force-run/v1"
@@ -148,6 +152,22 @@ def _scope_value(field: str, pattern: re.Pattern[str], *candidates: tuple[str, s
     return chosen[1] if chosen else ""
 
 
+def ahead_of_its_time(key: ScheduledRunKey, now: datetime.datetime) -> str | None:
+    """Why this delivery is a Force run by its time alone, or None.
+
+    Cloud Scheduler delivers no slot before its time, so a delivery carrying a time more than
+    CLOCK_SKEW_SECONDS ahead is a Force run (console, ``gcloud scheduler jobs run``) carrying the
+    next slot's time: keyed as that slot, it would take it, and the slot's own delivery would be
+    answered as a duplicate (``ScheduledRunKey.as_force_run`` keys it apart)."""
+    ahead = (key.schedule_time - now).total_seconds()
+    if ahead <= CLOCK_SKEW_SECONDS:
+        return None
+    return (
+        f"its schedule time is {ahead:.0f}s ahead of this server's clock (more than the "
+        f"{CLOCK_SKEW_SECONDS}s skew allowed): no slot is delivered before its time"
+    )
+
+
 def scheduled_run_key(
     scheduler_job_name: str | None,
     schedule_time: str | None,
@@ -156,8 +176,11 @@ def scheduled_run_key(
     query_location: str | None = None,
     header_project: str | None = None,
     header_location: str | None = None,
+    configured_project: str | None = None,
+    configured_location: str | None = None,
 ) -> ScheduledRunKey:
-    """Build the run key of a delivery, or raise InvalidRunRequest naming the field."""
+    """Build the run key of a delivery, or raise InvalidRunRequest naming the field.  The
+    ``configured_`` scope (a handler's settings) is one more source, which the others must agree with."""
     field = "X-CloudScheduler-JobName"
     if scheduler_job_name is None or scheduler_job_name == "":
         raise InvalidRunRequest(field, f"missing {field} header: this endpoint serves Cloud Scheduler jobs")
@@ -180,12 +203,14 @@ def scheduled_run_key(
         ("query parameter project", query_project),
         ("header X-Scheduler-Project", header_project),
         (field, name_project),
+        ("the configured project", configured_project),
     )
     location = _scope_value(
         "location",
-        _SCOPE_LOCATION,
+        LOCATION_ID,
         ("query parameter location", query_location),
         ("header X-Scheduler-Location", header_location),
         (field, name_location),
+        ("the configured location", configured_location),
     )
     return ScheduledRunKey(project, location, scheduler_job_name, instant)

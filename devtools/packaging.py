@@ -36,19 +36,21 @@ def closure(requirements: list[str], extras: tuple[str, ...] = ()) -> set[str]:
     """The distributions ``requirements`` need, as this environment (installed from the same
     locks) has them: markers evaluated, with ``extras`` of the first (a wheel's own)."""
     found: set[str] = set()
-    # The first level's markers with the wheel's extras; its dependencies' without any.
-    queue = [
-        requirement.name
-        for requirement in map(Requirement, requirements)
-        if not requirement.marker or any(requirement.marker.evaluate({"extra": e}) for e in ("", *extras))
-    ]
+    seen: set[tuple[str, str]] = set()
+    # (a distribution, the extras asked of it): the wheel's own with ``extras``, each dependency
+    # with the extras its requirement names (google-api-core[grpc] brings grpcio-status).
+    queue = [(text, extras) for text in requirements]
     while queue:
-        name = canonicalize_name(queue.pop())
-        if name not in found:
-            found.add(name)
-            for requirement in map(Requirement, metadata.requires(name) or []):
-                if not requirement.marker or requirement.marker.evaluate({"extra": ""}):
-                    queue.append(requirement.name)
+        text, asked = queue.pop()
+        requirement = Requirement(text)
+        if requirement.marker and not any(requirement.marker.evaluate({"extra": e}) for e in ("", *asked)):
+            continue
+        name = canonicalize_name(requirement.name)
+        found.add(name)
+        for extra in ("", *sorted(requirement.extras)):
+            if (name, extra) not in seen:
+                seen.add((name, extra))
+                queue += [(each, tuple(requirement.extras)) for each in metadata.requires(name) or []]
     return found
 
 

@@ -85,8 +85,9 @@ def force_runs_of(jobs: list[SchedulerJob], now: datetime.datetime) -> list[Exec
     """A Force run of each kind for the first job: one carrying its next slot's time (a slot
     at least twice the clock skew ahead, so no reading can take it for the slot's delivery),
     one carrying the moment it was forced."""
+    from dedup.keys import CLOCK_SKEW_SECONDS
     from schedules.bound import BoundJob
-    from schedules.slots import CLOCK_SKEW_SECONDS, slots_between
+    from schedules.slots import slots_between
 
     job = jobs[0]
     ahead = now + datetime.timedelta(seconds=2 * CLOCK_SKEW_SECONDS)

@@ -6,7 +6,7 @@ one place a status is decided for them: the run's record itself
 (``completed`` and ``skipped`` 200, ``failed`` 422) or a problem type (``handlers.problems``:
 its status and title), with the Retry-After rule of each busy outcome.  It matches the union
 with ``assert_never``, so an outcome or a refusal added to it fails the type check here until
-the table answers it, and every surface with it.  Three renderings read the table:
+the table answers it, and every surface with it.  Four renderings read the table:
 
 - ``run_answer``: the JSON answer (a run's document, or ``application/problem+json``), as a
   Scheduler delivery, a slot run, the task endpoints and the guard get it;
@@ -37,13 +37,12 @@ run in progress says to poll again within 30 s, not after the whole lease as a d
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, assert_never
 
 from flask import Response, has_request_context, jsonify, request
 
-from dedup.answers import AnswerRule, answer, outcome_rule
+from dedup.answers import AnswerRule, answer, outcome_rule, replayed_headers
 from dedup.answers import typed as library_typed
 from dedup.outcomes import (
     Conflict,
@@ -59,7 +58,7 @@ from dedup.outcomes import (
     Stale,
 )
 from handlers.logs import note_run
-from handlers.problems import MEDIA_TYPE, TYPES_BY_ERROR, problem
+from handlers.problems import TYPES_BY_ERROR, problem
 from handlers.replayed_response import StoredResponse
 from service.errors import Declined, Invalid, NotFound
 
@@ -141,19 +140,8 @@ def run_answer(outcome: RunOutcome, client: bool = False, **added: Any) -> Respo
     with (and what a surface ``added`` to it), else its problem, with Retry-After as the table
     says; ``Idempotent-Replayed`` on a duplicate.  ``client``: as ``answer_of``."""
     said = answer(outcome, client, at=request.path if has_request_context() else None, **added)
-    if said.media_type == MEDIA_TYPE:
-        # The standard library's JSON: members in the RFC's order, whatever the host app's provider sorts.
-        response = Response(json.dumps(said.document), status=said.status, mimetype=MEDIA_TYPE)
-    else:
-        response = jsonify(said.document)
-        response.status_code = said.status
-    response.headers.update(said.headers)
-    return response
-
-
-def _mark_replayed(response: Response, outcome: RunOutcome) -> None:
-    if isinstance(outcome, Replayed):
-        response.headers["Idempotent-Replayed"] = "true"
+    # The library's bytes, as a handler using it sends them (a problem's members in the RFC's order).
+    return Response(said.body(), status=said.status, headers=said.headers, mimetype=said.media_type)
 
 
 def kept_answer(outcome: Finished | Replayed, replayed_status: Mapping[int, int]) -> Response:
@@ -165,7 +153,7 @@ def kept_answer(outcome: Finished | Replayed, replayed_status: Mapping[int, int]
     kept = StoredResponse.from_document(stored)
     status = replayed_status.get(kept.status, kept.status) if isinstance(outcome, Replayed) else kept.status
     response = Response(kept.body_bytes(), status=status, headers=dict(kept.headers))
-    _mark_replayed(response, outcome)
+    response.headers.update(replayed_headers(outcome))
     return response
 
 

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from croniter import croniter
 
-from dedup.keys import ScheduledRunKey, format_utc, scheduled_run_key
+from dedup.keys import CLOCK_SKEW_SECONDS, ScheduledRunKey, ahead_of_its_time, format_utc, scheduled_run_key
 from models import RunRecord, RunSource, RunStatus
 from schedules.bound import BoundJob
 from schedules.config import DELIVERY_GRACE_SECONDS, SchedulerJob, retry_window_seconds, schedule_zone
@@ -347,12 +347,6 @@ def is_slot(job: BoundJob, instant: datetime.datetime) -> bool:
     return next(_times(schedule_at(job, instant), instant)) == instant
 
 
-# How far ahead of this server's clock a slot's delivery may say it is due and still be the slot's.
-# Cloud Scheduler and App Engine run on Google's synchronised clocks; a slot is delivered at or
-# after its time, never before, so more than this ahead is no slot's delivery (docs/schedules.md).
-CLOCK_SKEW_SECONDS = 10
-
-
 def declared_job(
     jobs: Iterable[BoundJob], scheduler_job_name: str, project: str | None, location: str | None
 ) -> BoundJob | None:
@@ -386,13 +380,9 @@ def force_run_reason(
     slot of a declared schedule).  Keyed as the slot, the first would take a slot that has
     not come and the real delivery would be answered as a duplicate.
     """
-    ahead = (key.schedule_time - now).total_seconds()
-    if ahead > CLOCK_SKEW_SECONDS:
-        return ForceRun(
-            f"its schedule time is {ahead:.0f}s ahead of this server's clock (more than the "
-            f"{CLOCK_SKEW_SECONDS}s skew allowed): no slot is delivered before its time",
-            own_key=True,
-        )
+    ahead = ahead_of_its_time(key, now)
+    if ahead is not None:
+        return ForceRun(ahead, own_key=True)
     found = declared_job(jobs, key.scheduler_job_name, key.project, key.location)
     if found is not None and found.declared.target == job_id and not is_slot(found, key.schedule_time):
         declared = found.declared

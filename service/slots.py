@@ -17,14 +17,13 @@ from typing import Any
 from google.cloud import ndb
 
 from dedup.claims import REOPENED
-from dedup.keys import ScheduledRunKey, format_utc, scheduled_run_key
+from dedup.keys import CLOCK_SKEW_SECONDS, ScheduledRunKey, format_utc, scheduled_run_key
 from dedup.outcomes import RunOutcome
 from dedup.queries import RunFilter
 from dispatch import DispatchError, Work, task_id
 from models import RunRecord
 from schedules.bound import BoundJob
 from schedules.slots import (
-    CLOCK_SKEW_SECONDS,
     MAX_SLOTS,
     NEEDS_FORCE,
     ExecutionStatus,

@@ -4,6 +4,8 @@ call (dedup.deliveries) and its Flask decorator (dedup.adapters.flask), on the e
 from __future__ import annotations
 
 import concurrent.futures
+import datetime
+import importlib.util
 import json
 import os
 import subprocess
@@ -15,9 +17,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from flask import Flask
+from flask import Flask, Response, jsonify
+from google.cloud import ndb
 
 from dedup.adapters.flask import exactly_once
+from dedup.clock import ManualClock
 from dedup.deliveries import Deliveries, DeliverySettings, ScheduledRun
 from dedup.errors import PermanentJobError
 from devtools.emulator import free_port
@@ -25,7 +29,10 @@ from examples import library_flask_app
 from tests.support.deliveries import scheduler_headers
 
 ROOT = Path(__file__).resolve().parent.parent
-WHEN = "2030-01-01T02:00:00Z"
+# In the past of the system clock the sample runs on: a slot's delivery, not a Force run.
+WHEN = "2025-06-01T02:00:00Z"
+SLOT = datetime.datetime(2025, 6, 1, 2, 0, tzinfo=datetime.UTC)
+LATER = SLOT + datetime.timedelta(minutes=1)  # the clock of the tests that are not about time
 
 
 def delivery(name: str = "nightly", when: str = WHEN, **extra: str) -> dict[str, str]:
@@ -42,7 +49,7 @@ def sample(ndb_client):
 def test_the_sample_runs_each_execution_once_and_answers_its_duplicates_from_the_record(sample):
     first = sample.post("/tasks/nightly-report", headers=delivery())
     again = sample.post("/tasks/nightly-report", headers=delivery())
-    other = sample.post("/tasks/nightly-report", headers=delivery(when="2030-01-02T02:00:00Z"))
+    other = sample.post("/tasks/nightly-report", headers=delivery(when="2025-06-02T02:00:00Z"))
     assert [first.status_code, again.status_code, other.status_code] == [200, 200, 200]
     assert first.json["result"] == {"sent": True, "attempt": 1} and first.json["duplicate"] is False
     assert again.json["duplicate"] is True and again.headers["Idempotent-Replayed"] == "true"
@@ -92,7 +99,7 @@ def test_a_permanent_failure_is_422_for_good_and_a_retryable_one_runs_again(ndb_
             raise ConnectionError("the downstream timed out")
         return {"ok": run.attempt}
 
-    client = app_of(Deliveries("report", client=ndb_client), view).test_client()
+    client = app_of(Deliveries("report", client=ndb_client, clock=ManualClock(LATER)), view).test_client()
     failed = [client.post("/run", headers=delivery(name="broken")).status_code for _ in range(2)]
     assert failed == [422, 422] and calls == [1]
     released = client.post("/run", headers=delivery())
@@ -111,7 +118,9 @@ def test_concurrent_deliveries_enter_the_view_once_and_the_rest_are_told_to_come
         time.sleep(0.5)
         return {"done": True}
 
-    app = app_of(Deliveries("report", DeliverySettings(lease_seconds=30), client=ndb_client), view)
+    app = app_of(
+        Deliveries("report", DeliverySettings(lease_seconds=30), client=ndb_client, clock=ManualClock(LATER)), view
+    )
 
     def deliver(_):
         return app.test_client().post("/run", headers=delivery())
@@ -133,16 +142,102 @@ def test_the_settings_scope_keeps_two_projects_jobs_of_one_name_apart(ndb_client
         return None
 
     for project in ("acme-prod", "acme-stage"):
-        deliveries = Deliveries("report", DeliverySettings(project=project, location="us-central1"), client=ndb_client)
-        answered = app_of(deliveries, view).test_client().post("/run", headers=delivery())
+        settings = DeliverySettings(project=project, location="us-central1")
+        client = app_of(Deliveries("report", settings, client=ndb_client, clock=ManualClock(LATER)), view).test_client()
+        answered = client.post("/run", headers=delivery())
         assert answered.status_code == 200 and answered.json["duplicate"] is False
+        # A target naming half the scope keeps the settings' other half: still this project's run.
+        again = client.post("/run?location=us-central1", headers=delivery())
+        assert again.json["duplicate"] is True and again.json["run_id"] == answered.json["run_id"]
+        # A delivery naming another scope than the settings' is refused, not run in either.
+        other = client.post("/run?project=acme-other", headers=delivery())
+        assert other.status_code == 400 and other.json["field"] == "the configured project"
     assert calls == ["acme-prod/us-central1", "acme-stage/us-central1"]
 
 
-@pytest.mark.parametrize("lease, retention", [(0, 60), (-1, 60), (120, 60)])
-def test_settings_that_cannot_hold_are_refused_at_once(lease, retention):
-    with pytest.raises(ValueError, match="lease_seconds"):
-        DeliverySettings(lease_seconds=lease, retention_seconds=retention)
+@pytest.mark.parametrize(
+    "fields, said",
+    [
+        ({"lease_seconds": 0, "retention_seconds": 60}, "lease_seconds"),
+        ({"lease_seconds": -1, "retention_seconds": 60}, "lease_seconds"),
+        ({"lease_seconds": 120, "retention_seconds": 60}, "lease_seconds"),
+        ({"project": "Acme Prod"}, "not a Google Cloud project id"),
+        ({"project": ""}, "not a Google Cloud project id"),
+        ({"location": "US_CENTRAL1"}, "not a Cloud Scheduler location"),
+    ],
+)
+def test_settings_that_cannot_hold_are_refused_at_once(fields, said):
+    with pytest.raises(ValueError, match=said):
+        DeliverySettings(**fields)
+
+
+def test_a_force_run_is_keyed_apart_from_the_slot_its_time_names_as_the_app_keys_it(ndb_client):
+    """gcloud scheduler jobs run at 01:00 may carry 02:00's time: it runs as a Force run, and
+    02:00's own delivery still runs the slot; a retry of the Force run just before 02:00 is its."""
+    clock = ManualClock(SLOT - datetime.timedelta(hours=1))
+    calls: list[tuple[str, bool]] = []
+
+    def view(run: ScheduledRun):
+        calls.append((run.run_id, run.force_run))
+        return None
+
+    client = app_of(Deliveries("report", client=ndb_client, clock=clock), view).test_client()
+    forced = client.post("/run", headers=delivery())
+    clock.advance(3600 - 5)  # 01:59:55: within the skew, a retry of the Force run (which is remembered)
+    retried = client.post("/run", headers=delivery())
+    clock.advance(10)  # 02:00:05: the slot's own delivery
+    slot = client.post("/run", headers=delivery())
+    assert forced.status_code == retried.status_code == slot.status_code == 200
+    assert retried.json["duplicate"] is True and retried.json["run_id"] == forced.json["run_id"]
+    assert slot.json["duplicate"] is False and slot.json["run_id"] != forced.json["run_id"]
+    assert calls == [(forced.json["run_id"], True), (slot.json["run_id"], False)]
+
+
+def test_inside_the_callers_ndb_context_it_runs_there_unless_that_is_another_database(ndb_client):
+    deliveries = Deliveries("report", client=ndb_client, clock=ManualClock(LATER))
+
+    def work(run: ScheduledRun):
+        return run.attempt
+
+    with ndb_client.context():
+        assert deliveries.answer(delivery(), work).status == 200
+    other = ndb.Client(project=ndb_client.project, namespace="tenant-b")
+    with other.context(), pytest.raises(RuntimeError, match="another client"):
+        deliveries.answer(delivery(when="2025-06-03T02:00:00Z"), work)
+
+
+@pytest.mark.parametrize(
+    "returned, status, said",
+    [
+        (lambda: jsonify(sent=True), 200, None),
+        (lambda: Response("sent", mimetype="text/plain"), 422, "text/plain response"),
+        (lambda: ({"sent": True}, 201), 422, "returned a tuple"),
+    ],
+)
+def test_what_a_view_returns_is_kept_as_json_or_refused_clearly(ndb_client, returned, status, said):
+    app = app_of(Deliveries("report", client=ndb_client, clock=ManualClock(LATER)), lambda run: returned())
+    with app.app_context():
+        answered = app.test_client().post("/run", headers=delivery())
+    assert answered.status_code == status
+    if said is None:
+        assert answered.json["result"] == {"sent": True}
+    else:
+        assert said in answered.json["error"]["message"]
+
+
+def test_an_async_view_without_flasks_async_extra_and_a_generator_view_are_refused_when_decorated(ndb_client):
+    async def coroutine(run: ScheduledRun):
+        return {"attempt": run.attempt}
+
+    assert importlib.util.find_spec("asgiref") is None  # the locks leave Flask's async extra out
+    with pytest.raises(TypeError, match=r"flask\[async\]"):
+        exactly_once(Deliveries("report", client=ndb_client))(coroutine)
+
+    def stream(run: ScheduledRun):
+        yield "a"
+
+    with pytest.raises(TypeError, match="generator"):
+        exactly_once(Deliveries("report", client=ndb_client))(stream)
 
 
 def test_the_default_client_reads_dedup_database_as_the_app_does(datastore, monkeypatch):

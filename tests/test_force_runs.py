@@ -17,10 +17,9 @@ import pytest
 import webtest
 
 from bench import cost
-from dedup.keys import format_utc, scheduled_run_key
+from dedup.keys import CLOCK_SKEW_SECONDS, format_utc, scheduled_run_key
 from devtools.rpc_counter import counting_client
 from handlers import create_app
-from schedules.slots import CLOCK_SKEW_SECONDS
 from tests import job_targets
 from tests.support.deliveries import scheduler_headers
 

@@ -113,7 +113,7 @@ lock = threading.Lock()
 client = ndb.Client()
 ledger = Ledger(SystemClock())
 scope = {"header_project": "acme-prod", "header_location": "us-central1"}
-key = scheduled_run_key("nightly-report", "2030-01-01T02:00:00Z", **scope)
+key = scheduled_run_key("nightly-report", "2025-06-01T02:00:00Z", **scope)
 described = RunDescription(source="scheduler", job_id="report", scheduler_job_name=key.scheduler_job_name)
 policy = RunPolicy(lease_seconds=60, retention_seconds=3600)
 
@@ -170,8 +170,8 @@ def deliver(when):
     return answer.status_code, answer.get_json()
 
 with concurrent.futures.ThreadPoolExecutor(8) as pool:
-    first = list(pool.map(deliver, ["2030-01-01T02:00:00Z"] * 8))
-again = deliver("2030-01-01T02:00:00Z")
+    first = list(pool.map(deliver, ["2025-06-01T02:00:00Z"] * 8))
+again = deliver("2025-06-01T02:00:00Z")
 print(json.dumps({"sent": len(sample.SENT), "first": [s for s, _ in first], "again": again}))
 """
 

@@ -23,10 +23,9 @@ import urllib.parse
 import pytest
 import webtest
 
-from dedup.keys import format_utc
+from dedup.keys import CLOCK_SKEW_SECONDS, format_utc
 from handlers import create_app
 from handlers.state import app_state
-from schedules.slots import CLOCK_SKEW_SECONDS
 from tests import job_targets
 from tests.support.callers import settle, slot_confirmation
 from tests.support.deliveries import scheduler_headers

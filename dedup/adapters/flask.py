@@ -17,11 +17,13 @@ run first, then the route's own arguments, and returns a JSON-serialisable resul
 from __future__ import annotations
 
 import functools
+import importlib.util
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 try:
-    from flask import Response, request
+    from flask import Response, current_app, request
 except ImportError as missing:  # the core installs without it
     raise ImportError(
         "dedup.adapters.flask needs Flask: pip install 'cloud-scheduler-dedup[flask]'", name=missing.name
@@ -29,15 +31,25 @@ except ImportError as missing:  # the core installs without it
 
 from dedup.answers import Answer
 from dedup.deliveries import Deliveries, ScheduledRun
+from dedup.errors import PermanentJobError
 from dedup.problems import MEDIA_TYPE, problem_document
 
 SCOPE = ("project", "location")
 
 
 def exactly_once(deliveries: Deliveries) -> Callable[[Callable[..., Any]], Callable[..., Response]]:
-    """The decorator of a view Cloud Scheduler calls: its deliveries are ``deliveries``'."""
+    """The decorator of a view Cloud Scheduler calls: its deliveries are ``deliveries``'.  An
+    ``async`` view is run as Flask runs one; a generator view is refused here, since a stream
+    cannot be kept to answer the retries with."""
 
     def decorate(view: Callable[..., Any]) -> Callable[..., Response]:
+        if inspect.isgeneratorfunction(view) or inspect.isasyncgenfunction(view):
+            raise TypeError(f"{view.__name__} is a generator: an exactly-once view returns a JSON-serialisable result")
+        if inspect.iscoroutinefunction(view) and importlib.util.find_spec("asgiref") is None:
+            raise TypeError(
+                f"{view.__name__} is async: Flask runs it only with its async extra (pip install 'flask[async]')"
+            )
+
         @functools.wraps(view)
         def deliver(*args: Any, **kwargs: Any) -> Response:
             twice = [name for name in SCOPE if len(request.args.getlist(name)) > 1]
@@ -45,16 +57,36 @@ def exactly_once(deliveries: Deliveries) -> Callable[[Callable[..., Any]], Calla
                 detail = f"query parameter {twice[0]} given more than once"
                 document = problem_document(400, "InvalidRequest", detail, at=request.path, field=twice[0])
                 return response(Answer(400, {}, document, MEDIA_TYPE))
+            run_view = current_app.ensure_sync(view)
 
             def work(run: ScheduledRun) -> Any:
-                return view(run, *args, **kwargs)
+                return result_of(run_view(run, *args, **kwargs))
 
             scope = {name: request.args[name] for name in SCOPE if name in request.args}
-            return response(deliveries.answer(dict(request.headers.items()), work, scope))
+            return response(deliveries.answer(dict(request.headers.items()), work, scope, at=request.path))
 
         return deliver
 
     return decorate
+
+
+def result_of(returned: Any) -> Any:
+    """What a view returned, as the run's result: a JSON response's JSON; any other response (or
+    a status tuple) is refused as a permanent failure, since the work has run and its answer
+    must be kept for the retries."""
+    if isinstance(returned, Response):
+        if returned.is_json:
+            return returned.get_json()
+        raise PermanentJobError(
+            f"the view returned a {returned.mimetype} response: an exactly-once view returns a "
+            "JSON-serialisable result (a dict, a list, ...), which answers every retry"
+        )
+    if isinstance(returned, tuple):
+        raise PermanentJobError(
+            "the view returned a tuple (a body and a status?): an exactly-once view returns a "
+            "JSON-serialisable result; the status is the protocol's"
+        )
+    return returned
 
 
 def response(said: Answer) -> Response:
