@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dedup import database
+from dedup.callers import DEFAULT_CERTS_URL
 from dedup.finished_cache import MAX_BYTES, MAX_ENTRIES
 from jobs.base import http_url
 from jobs.config import DEFAULT_JOBS_FILE, DEFAULT_REQUEST_TIMEOUT, REQUEST_TIMEOUT_SECONDS
@@ -52,7 +53,7 @@ SCHEDULER_API_BASE_SETTING = "DEDUP_SCHEDULER_API_BASE"
 TRACE_EXPORTS = ("cloud-trace", "none")
 # Caller verification's defaults (handlers/auth): Google's signing keys, and the value of
 # DEDUP_APPENGINE_OFF_GAE with which tests and local tools say they trust forgeable markers.
-DEFAULT_OIDC_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"
+DEFAULT_OIDC_CERTS_URL = DEFAULT_CERTS_URL  # Google's ID-token keys (dedup.callers)
 DEFAULT_IAP_CERTS_URL = "https://www.gstatic.com/iap/verify/public_key"
 OFF_APP_ENGINE_SETTING = "DEDUP_APPENGINE_OFF_GAE"
 OFF_APP_ENGINE_VALUE = "trust-forgeable-headers"

@@ -10,6 +10,11 @@ claims it, runs ``work(run)`` once, and answers as the exactly-once app does
 live lease, 422 for a permanent failure, 500 after releasing a retryable one, never 503.
 ``work`` receives the ``ScheduledRun``: its ``run_id`` is the key to pass downstream.
 
+With ``callers`` (dedup.callers.Callers), a delivery must carry a Google-signed ID token for
+the handler's audience from one of the allowed service accounts, as a Scheduler job's
+``oidcToken`` makes it: else 401 or 403, and nothing is recorded.  Without, serve the handler
+only where the platform checks the caller (Cloud Run's invoker IAM, ``login: admin``).
+
 A request that is no Cloud Scheduler delivery is refused (400, ``InvalidRequest``) before
 anything is recorded: App Engine cron requests carry no schedule time, so a retry could not
 be told from a new execution (give the job to Cloud Scheduler instead).
@@ -28,6 +33,7 @@ from google.cloud import ndb
 
 from dedup import fence_probe
 from dedup.answers import Answer, answer
+from dedup.callers import Callers
 from dedup.claims import RunDescription, RunPolicy
 from dedup.clock import Clock, SystemClock
 from dedup.database import environment_database
@@ -38,6 +44,7 @@ from dedup.outcomes import Attempt, RunOutcome
 from dedup.problems import MEDIA_TYPE, problem_document
 from dedup.run_record import RunSource
 from dedup.runner import run_once
+from dedup.signed_tokens import CertificatesUnavailable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,11 +97,13 @@ class Deliveries:
         job_id: str,
         settings: DeliverySettings | None = None,
         *,
+        callers: Callers | None = None,
         client: ndb.Client | None = None,
         clock: Clock | None = None,
     ) -> None:
         self.job_id = job_id
         self.settings = settings or DeliverySettings()
+        self.callers = callers
         self._client = client
         self._made = threading.Lock()
         self.ledger = Ledger(clock or SystemClock())
@@ -122,8 +131,12 @@ class Deliveries:
         parameters; ``at``: its path, a problem's ``instance``), and what to answer it.  ``work``
         returns a JSON-serialisable result, raises ``dedup.errors.PermanentJobError`` when a retry
         cannot help, or raises anything else to be retried."""
+        header = _getter(headers)
+        refused = self._refusal(header("Authorization"), at)
+        if refused is not None:
+            return refused
         try:
-            key = delivery_key(_getter(headers), query or {}, self.settings)
+            key = delivery_key(header, query or {}, self.settings)
         except InvalidRunRequest as exc:
             document = problem_document(400, "InvalidRequest", exc.message, at=at, field=exc.field)
             return Answer(400, {}, document, MEDIA_TYPE)
@@ -132,6 +145,22 @@ class Deliveries:
             outcome = self._run(key, work)
         said = answer(outcome, at=at)
         return dataclasses.replace(said, headers={**said.headers, "X-Dedup-Run-Id": outcome.run_id})
+
+    def _refusal(self, authorization: str | None, at: str | None) -> Answer | None:
+        """The answer to a caller ``callers`` does not admit (401, 403), or to a delivery whose
+        token cannot be checked now (500: Scheduler retries it; never 503); None to go on."""
+        if self.callers is None:
+            return None
+        try:
+            refused = self.callers.refusal(authorization)
+        except CertificatesUnavailable:
+            detail = "the ID tokens' signing keys could not be fetched: send the delivery again"
+            return Answer(500, {}, problem_document(500, "InternalError", detail, at=at), MEDIA_TYPE)
+        if refused is None:
+            return None
+        status, error, reason = refused
+        headers = {"WWW-Authenticate": 'Bearer realm="cloud-scheduler"'} if status == 401 else {}
+        return Answer(status, headers, problem_document(status, error, reason, at=at), MEDIA_TYPE)
 
     @contextlib.contextmanager
     def _context(self) -> Iterator[None]:

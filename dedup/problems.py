@@ -53,7 +53,8 @@ class ProblemType:
         return TYPE_PREFIX + self.slug
 
 
-# The problems a delivery, a manual run or a guarded call is answered with by the protocol.
+# The problems a delivery, a manual run or a guarded call is answered with by the protocol, and
+# those of a caller refused or a store out of reach.
 RUN_PROBLEM_TYPES: tuple[ProblemType, ...] = (
     ProblemType(
         "InvalidRequest",
@@ -121,6 +122,30 @@ RUN_PROBLEM_TYPES: tuple[ProblemType, ...] = (
         True,
         "The job failed with a retryable error (`cause`) and its run was released. Send the same "
         "request again, with the same key: it runs as the next attempt.",
+    ),
+    ProblemType(
+        "Unauthenticated",
+        401,
+        "Unauthenticated",
+        False,
+        "The request carried no credentials, or credentials that do not verify. Nothing was read or "
+        "written. See WWW-Authenticate and docs/access.md, 'Who may call'.",
+    ),
+    ProblemType(
+        "Forbidden",
+        403,
+        "Forbidden",
+        False,
+        "The caller is verified but lacks the role the endpoint needs, or a browser sent a "
+        "state-changing request from another site. Nothing was read or written.",
+    ),
+    ProblemType(
+        "InternalError",
+        500,
+        "Internal error",
+        True,
+        "Datastore (or the signing keys of ID tokens) could not be reached, or the app failed. No "
+        "job ran without a committed claim. Send the same request again, with the same key.",
     ),
 )
 RUN_TYPES_BY_ERROR: dict[str, ProblemType] = {kind.error: kind for kind in RUN_PROBLEM_TYPES}

@@ -25,18 +25,14 @@ make a consumer Google account with an address at any domain).
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable
 from typing import Any
 
+# Emails and domains as evidence names them: the library's rule (dedup.callers), one for both.
+from dedup.callers import DOMAIN, normal_email
+
 # The principal and the roles are the service layer's (a service call acts for one); re-exported for the gate.
 from service.principal import SERVICE_ACCOUNT_SUFFIX, Principal, Role, is_service_account
-
-# An email as the evidence names it: printable ASCII without spaces, one @, a dotted domain.
-EMAIL = re.compile(r"[!-?A-~]+@(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9-]{2,63}")
-DOMAIN = re.compile(r"(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9-]{2,63}")
-MAX_EMAIL_CHARS = 254  # RFC 5321's path limit
-
 
 # What a role lets a caller do, for the 403 that says which role was missing.
 ROLE_NEEDS = {
@@ -48,28 +44,6 @@ ROLE_NEEDS = {
 
 class AccessConfigError(ValueError):
     """A bad DEDUP_OPERATORS or DEDUP_VIEWERS: the app refuses to start."""
-
-
-def normal_domain(value: str) -> str:
-    """A hosted-domain claim lower-cased, or "" when it is absent or not a domain name."""
-    if not isinstance(value, str) or not value.isascii():
-        return ""
-    domain = value.strip().lower()
-    return domain if DOMAIN.fullmatch(domain) else ""
-
-
-def normal_email(value: str) -> str | None:
-    """``value`` lower-cased if it is an email this app can compare, else None.
-
-    ASCII is checked before lower-casing: some non-ASCII letters lower-case to
-    ASCII ones (the Kelvin sign to ``k``), and must not name someone else.
-    """
-    if not value.isascii():
-        return None
-    email = value.strip().lower()
-    if len(email) > MAX_EMAIL_CHARS or not EMAIL.fullmatch(email):
-        return None
-    return email
 
 
 @dataclasses.dataclass(frozen=True)

@@ -122,22 +122,8 @@ PROBLEM_TYPES: tuple[ProblemType, ...] = (
         "token of its own); this run is another (`run_status`, `source`), or its job (`job_id`) is "
         "gone from the jobs file. Nothing was queued.",
     ),
-    ProblemType(
-        "Unauthenticated",
-        401,
-        "Unauthenticated",
-        False,
-        "The request carried no credentials, or credentials that do not verify. Nothing was read or "
-        "written. See WWW-Authenticate and docs/access.md, 'Who may call'.",
-    ),
-    ProblemType(
-        "Forbidden",
-        403,
-        "Forbidden",
-        False,
-        "The caller is verified but lacks the role the endpoint needs, or a browser sent a "
-        "state-changing request from another site. Nothing was read or written.",
-    ),
+    _RUN["Unauthenticated"],
+    _RUN["Forbidden"],
     ProblemType(
         "ForbiddenEvidence",
         403,
@@ -149,14 +135,7 @@ PROBLEM_TYPES: tuple[ProblemType, ...] = (
         "to test, so they mark its own requests only when no one is signed in. Nothing was read or written: "
         "send the request without them.",
     ),
-    ProblemType(
-        "InternalError",
-        500,
-        "Internal error",
-        True,
-        "Datastore (or the signing keys of ID tokens) could not be reached, or the app failed. No "
-        "job ran without a committed claim. Send the same request again, with the same key.",
-    ),
+    _RUN["InternalError"],
 )
 TYPES_BY_ERROR: dict[str, ProblemType] = {kind.error: kind for kind in PROBLEM_TYPES}
 TYPES_BY_SLUG: dict[str, ProblemType] = {kind.slug: kind for kind in PROBLEM_TYPES}

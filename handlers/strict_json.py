@@ -13,6 +13,7 @@ from typing import Any
 from flask import g, request
 
 from dedup.idempotency import canonical_json
+from dedup.json_depth import nesting_depth_exceeds
 
 # Request bodies nested deeper than this are refused: they parse, but the
 # JSON encoders that store and fingerprint them recurse once per level.
@@ -59,25 +60,6 @@ def strict_json(raw: bytes | str, what: str) -> Any:
         )
         raise InvalidJson(f"{what} is not valid JSON: {reason}") from None
     return value
-
-
-def nesting_depth_exceeds(value: Any, limit: int) -> bool:
-    """Whether arrays and objects nest deeper than ``limit`` (counted without recursion).
-
-    The depth limits are the app's own: how deep ``json`` may parse before a
-    RecursionError is the interpreter's, and Python 3.13 parses far deeper than 3.11.
-    """
-    pending = [(value, 1)] if isinstance(value, (dict, list)) else []
-    while pending:
-        item, depth = pending.pop()
-        if depth > limit:
-            return True
-        pending.extend(
-            (child, depth + 1)
-            for child in (item.values() if isinstance(item, dict) else item)
-            if isinstance(child, (dict, list))
-        )
-    return False
 
 
 def _reject_constant(name: str) -> Any:

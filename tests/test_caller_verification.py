@@ -14,6 +14,7 @@ from typing import ClassVar
 import pytest
 import webtest
 
+from dedup.signed_tokens import InvalidToken
 from handlers import create_app
 from handlers.access import Principal, Role
 from handlers.auth import (
@@ -28,7 +29,6 @@ from handlers.auth import (
     Verifier,
     mode_names,
 )
-from handlers.signed_tokens import InvalidToken
 from settings import Settings
 from tests.support.callers import (  # noqa: F401 - fixtures
     ADMIN,

@@ -21,11 +21,13 @@ from flask import Flask, Response, jsonify
 from google.cloud import ndb
 
 from dedup.adapters.flask import exactly_once
+from dedup.callers import Callers
 from dedup.clock import ManualClock
 from dedup.deliveries import Deliveries, DeliverySettings, ScheduledRun
 from dedup.errors import PermanentJobError
 from devtools.emulator import free_port
 from examples import library_flask_app
+from tests.support.callers import AUDIENCE, CALLER, issuer  # noqa: F401 - fixture
 from tests.support.deliveries import scheduler_headers
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -297,3 +299,53 @@ def test_the_sample_function_runs_each_execution_once_under_functions_framework(
     assert {status for status, _ in answers} <= {200, 409}
     assert again[0] == 200 and again[1]["duplicate"] is True and again[1]["run_id"] == ran[0]["run_id"]
     assert refused[0] == 400 and refused[1]["field"] == "X-Appengine-Cron"
+
+
+@pytest.mark.parametrize(
+    "authorization, status, said",
+    [
+        (None, 401, "Authorization: Bearer"),
+        (lambda issuer: "Basic abc", 401, "Authorization: Bearer"),
+        (lambda issuer: "Bearer " + issuer.token(audience=AUDIENCE, email=CALLER, rogue=True), 401, "signature"),
+        (lambda issuer: "Bearer " + issuer.token(audience="https://elsewhere", email=CALLER), 401, "audience"),
+        (
+            lambda issuer: "Bearer " + issuer.token(audience=AUDIENCE, email=CALLER, email_verified=False),
+            401,
+            "verified",
+        ),
+        (lambda issuer: "Bearer " + issuer.token(audience=AUDIENCE, email="someone@gmail.com"), 403, "not one of"),
+        (lambda issuer: "Bearer " + issuer.token(audience=AUDIENCE, email=CALLER.upper()), 200, None),
+    ],
+)
+def test_with_callers_only_the_schedulers_service_account_is_run(ndb_client, issuer, authorization, status, said):
+    """A Cloud Run target's Scheduler job sends an OIDC token from its service account; anyone
+    else is refused before anything is recorded (a forged delivery could take a slot to come)."""
+    calls: list[str] = []
+    callers = Callers(AUDIENCE, [CALLER], issuer.certs_url)
+    deliveries = Deliveries("report", callers=callers, client=ndb_client, clock=ManualClock(LATER))
+    app = app_of(deliveries, lambda run: calls.append(run.run_id))
+    headers = delivery() if authorization is None else {**delivery(), "Authorization": authorization(issuer)}
+    answered = app.test_client().post("/run", headers=headers)
+    assert answered.status_code == status
+    if said is None:
+        assert len(calls) == 1
+    else:
+        assert said in answered.json["detail"] and calls == [] and answered.json["instance"] == "/run"
+        assert ("WWW-Authenticate" in answered.headers) == (status == 401)
+        # Nothing recorded: the same delivery, from the right caller, runs as the first attempt.
+        good = {**delivery(), "Authorization": "Bearer " + issuer.token(audience=AUDIENCE, email=CALLER)}
+        assert app.test_client().post("/run", headers=good).json["attempt"] == 1
+
+
+def test_with_callers_a_token_that_cannot_be_checked_now_is_a_retryable_500(ndb_client, issuer):
+    callers = Callers(AUDIENCE, [CALLER], f"http://127.0.0.1:{free_port()}/oauth2/v1/certs")
+    app = app_of(Deliveries("report", callers=callers, client=ndb_client, clock=ManualClock(LATER)), lambda run: 1)
+    headers = {**delivery(), "Authorization": "Bearer " + issuer.token(audience=AUDIENCE, email=CALLER)}
+    answered = app.test_client().post("/run", headers=headers)
+    assert answered.status_code == 500 and answered.json["error"] == "InternalError" and answered.json["retryable"]
+
+
+@pytest.mark.parametrize("audience, emails", [("", [CALLER]), (AUDIENCE, []), (AUDIENCE, ["not an email"])])
+def test_callers_that_admit_no_one_are_refused_at_once(audience, emails):
+    with pytest.raises(ValueError):
+        Callers(audience, emails)

@@ -23,7 +23,16 @@ from devtools.packaging import ROOT, closure, install_outside, locked_blocks, re
 pytestmark = pytest.mark.live
 # What the protocol brings: NDB, the Datastore client and API core, gRPC, the OpenTelemetry API
 # and ciso8601. Never a web framework, never the app.
-DECLARED = ["ciso8601", "google-api-core", "google-cloud-datastore", "google-cloud-ndb", "grpcio", "opentelemetry-api"]
+DECLARED = [
+    "ciso8601",
+    "google-api-core",
+    "google-auth",
+    "google-cloud-datastore",
+    "google-cloud-ndb",
+    "grpcio",
+    "opentelemetry-api",
+    "requests",
+]
 
 
 @pytest.fixture(scope="module")

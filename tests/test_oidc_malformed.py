@@ -42,8 +42,8 @@ ISSUER_WRONG = "the ID token's issuer is not Google"
 def nested(text: str) -> bytes:
     """JSON nested deeper than a token may be: on 3.11 it exhausts the parser's stack, on 3.13 it
     parses, and either way it is malformed (checked here, so the case tests what it says)."""
-    from handlers.signed_tokens import MAX_TOKEN_JSON_DEPTH
-    from handlers.strict_json import nesting_depth_exceeds
+    from dedup.json_depth import nesting_depth_exceeds
+    from dedup.signed_tokens import MAX_TOKEN_JSON_DEPTH
 
     try:
         assert nesting_depth_exceeds(json.loads(text), MAX_TOKEN_JSON_DEPTH)

@@ -12,7 +12,8 @@ import logging
 
 import pytest
 
-from handlers.access import AccessPolicy, Member, Principal, Role, normal_email
+from dedup.callers import normal_email
+from handlers.access import AccessPolicy, Member, Principal, Role
 from handlers.auth import AppEngineMarkers, AuthConfigError, AuthSettings, IapAssertions
 from tests import job_targets
 from tests.support.callers import (  # noqa: F401 - fixtures

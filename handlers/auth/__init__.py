@@ -27,6 +27,7 @@ messages that echo neither the token nor the configuration.
 Everything is importable from ``handlers.auth``, as it was from one module.
 """
 
+from dedup.callers import DEFAULT_CERTS_URL, GOOGLE_ISSUERS, ID_TOKEN, MISSING_TOKEN, UNVERIFIED_EMAIL, WRONG_ISSUER
 from handlers.auth.appengine import APPENGINE_MARKERS, OFF_APP_ENGINE_SETTING, OFF_APP_ENGINE_VALUE, AppEngineMarkers
 from handlers.auth.gate import (
     DIFFERENT_PEOPLE,
@@ -55,15 +56,7 @@ from handlers.auth.iap import (
     IapAssertions,
 )
 from handlers.auth.none import AnyCaller
-from handlers.auth.oidc import (
-    DEFAULT_CERTS_URL,
-    GOOGLE_ISSUERS,
-    ID_TOKEN,
-    MISSING_TOKEN,
-    UNVERIFIED_EMAIL,
-    WRONG_ISSUER,
-    GoogleIdTokens,
-)
+from handlers.auth.oidc import GoogleIdTokens
 from handlers.auth.verifier import AuthConfigError, RequestHeaders, Selection, Verifier
 
 __all__ = [

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Self
 
-from handlers.access import Principal, Role, normal_email
+from dedup.callers import normal_email
+from handlers.access import Principal, Role
 from handlers.auth.verifier import AuthConfigError, ForbiddenEvidence, RequestHeaders, Selection, Verifier
 from settings import OFF_APP_ENGINE_SETTING as OFF_APP_ENGINE_SETTING
 from settings import OFF_APP_ENGINE_VALUE as OFF_APP_ENGINE_VALUE

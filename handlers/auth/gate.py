@@ -13,13 +13,13 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 
+from dedup.signed_tokens import CertificatesUnavailable, InvalidToken
 from handlers.access import ROLE_NEEDS, AccessConfigError, AccessPolicy, Principal, Role
 from handlers.auth.appengine import AppEngineMarkers
 from handlers.auth.iap import IapAssertions
 from handlers.auth.none import AnyCaller
 from handlers.auth.oidc import GoogleIdTokens
 from handlers.auth.verifier import AuthConfigError, ForbiddenEvidence, RequestHeaders, Selection, Verifier
-from handlers.signed_tokens import CertificatesUnavailable, InvalidToken
 from settings import PRODUCTION_GAE_ENV as PRODUCTION_GAE_ENV
 from settings import Settings
 

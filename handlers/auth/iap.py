@@ -6,9 +6,10 @@ import dataclasses
 import re
 from typing import ClassVar, Self
 
-from handlers.access import Principal, normal_domain, normal_email
+from dedup.callers import normal_domain, normal_email
+from dedup.signed_tokens import InvalidToken, SignedTokens, TokenKind
+from handlers.access import Principal
 from handlers.auth.verifier import AuthConfigError, RequestHeaders, Selection, Verifier
-from handlers.signed_tokens import InvalidToken, SignedTokens, TokenKind
 from settings import DEFAULT_IAP_CERTS_URL as DEFAULT_IAP_CERTS_URL
 from settings import Settings
 

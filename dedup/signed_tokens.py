@@ -27,7 +27,7 @@ import google.auth.exceptions
 import google.auth.jwt
 import requests
 
-from handlers.strict_json import nesting_depth_exceeds
+from dedup.json_depth import nesting_depth_exceeds
 
 log = logging.getLogger(__name__)
 CLOCK_SKEW_SECONDS = 10
@@ -170,7 +170,9 @@ class SignedTokens:
         """
         certs = self._certs.get()
         try:
-            google.auth.jwt.decode(token, certs=certs, audience=None, clock_skew_in_seconds=CLOCK_SKEW_SECONDS)
+            google.auth.jwt.decode(  # type: ignore[no-untyped-call]  # google-auth declares no types here
+                token, certs=certs, audience=None, clock_skew_in_seconds=CLOCK_SKEW_SECONDS
+            )
         except (
             ValueError,
             TypeError,
@@ -187,7 +189,7 @@ class CertificateCache:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._certs: dict | None = None
+        self._certs: dict[str, str] | None = None
         self._expires = 0.0
         self._failed_until = 0.0
         self._lock = threading.Lock()
