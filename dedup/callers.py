@@ -98,7 +98,7 @@ class Callers:
     one of ``allowed_emails`` (the Scheduler jobs' service accounts)."""
 
     def __init__(self, audience: str, allowed_emails: Iterable[str], certs_url: str = DEFAULT_CERTS_URL) -> None:
-        emails = {normal_email(email) for email in allowed_emails}
+        emails = {normal_email(email) if isinstance(email, str) else None for email in allowed_emails}
         if not emails or None in emails:
             raise ValueError("allowed_emails must name the callers' service accounts, each an email")
         self.allowed_emails = frozenset(email for email in emails if email is not None)

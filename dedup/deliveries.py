@@ -159,7 +159,7 @@ class Deliveries:
         if refused is None:
             return None
         status, error, reason = refused
-        headers = {"WWW-Authenticate": 'Bearer realm="cloud-scheduler"'} if status == 401 else {}
+        headers = {"WWW-Authenticate": 'Bearer realm="dedup"'} if status == 401 else {}  # the app's realm
         return Answer(status, headers, problem_document(status, error, reason, at=at), MEDIA_TYPE)
 
     @contextlib.contextmanager
@@ -173,12 +173,16 @@ class Deliveries:
                 yield
             return
         theirs, ours = current.client, self.client
-        where = ("project", "database", "namespace")
-        if any(getattr(theirs, name, None) != getattr(ours, name, None) for name in where):
+        where = ("project", "database")
+        if any(getattr(theirs, name, None) != getattr(ours, name, None) for name in where) or (
+            current.get_namespace() != ours.namespace
+        ):
             raise RuntimeError(
                 "Deliveries.answer was called inside an NDB context of another client (project, database "
                 "or namespace): call it outside that context, or give Deliveries that client"
             )
+        if current.in_transaction():
+            raise RuntimeError("Deliveries.answer was called inside a transaction: its writes would wait on it")
         yield
 
     def _force_run_or_slot(self, key: ScheduledRunKey) -> ScheduledRunKey:

@@ -408,3 +408,14 @@ def test_what_a_mode_supersedes_is_data_on_its_class():
     assert "admin" not in settings(FrontKey).verifier(AppEngineMarkers).trusted_markers
     with pytest.raises(AuthConfigError, match="registered twice"):
         mode_names((*VERIFIERS, SharedKey, SharedKey))
+
+
+def test_an_oidc_mode_built_without_an_audience_fails_no_request_and_admits_no_token():
+    """from_settings refuses an empty audience; the keyword form may build one: it then names no
+    caller without a token and refuses any token, as a 401, never a 500."""
+    from handlers.auth.oidc import GoogleIdTokens
+
+    verifier = GoogleIdTokens(allowed_emails=frozenset({CALLER}))
+    assert verifier.identify({}) is None
+    with pytest.raises(InvalidToken):
+        verifier.identify({"Authorization": "Bearer a.b.c"})

@@ -25,6 +25,7 @@ from dedup.callers import Callers
 from dedup.clock import ManualClock
 from dedup.deliveries import Deliveries, DeliverySettings, ScheduledRun
 from dedup.errors import PermanentJobError
+from dedup.run_record import RunRecord
 from devtools.emulator import free_port
 from examples import library_flask_app
 from tests.support.callers import AUDIENCE, CALLER, issuer  # noqa: F401 - fixture
@@ -206,12 +207,26 @@ def test_inside_the_callers_ndb_context_it_runs_there_unless_that_is_another_dat
     other = ndb.Client(project=ndb_client.project, namespace="tenant-b")
     with other.context(), pytest.raises(RuntimeError, match="another client"):
         deliveries.answer(delivery(when="2025-06-03T02:00:00Z"), work)
+    # The same client, a context of another namespace: the records would land there.
+    with ndb_client.context(namespace="tenant-b"), pytest.raises(RuntimeError, match="another client"):
+        deliveries.answer(delivery(when="2025-06-04T02:00:00Z"), work)
+    with ndb_client.context():
+        assert RunRecord.query(namespace="tenant-b").fetch(keys_only=True) == []
+
+        @ndb.transactional()
+        def inside() -> None:
+            deliveries.answer(delivery(when="2025-06-05T02:00:00Z"), work)
+
+        with pytest.raises(RuntimeError, match="inside a transaction"):
+            inside()
 
 
 @pytest.mark.parametrize(
     "returned, status, said",
     [
         (lambda: jsonify(sent=True), 200, None),
+        (lambda: Response(b'{"error": "quota"}', 403, mimetype="application/json"), 422, "answered 403"),
+        (lambda: Response(b'{"error": "busy"}', 503, mimetype="application/json"), 500, "answered 503"),
         (lambda: Response("sent", mimetype="text/plain"), 422, "text/plain response"),
         (lambda: ({"sent": True}, 201), 422, "returned a tuple"),
     ],
@@ -223,6 +238,8 @@ def test_what_a_view_returns_is_kept_as_json_or_refused_clearly(ndb_client, retu
     assert answered.status_code == status
     if said is None:
         assert answered.json["result"] == {"sent": True}
+    elif status == 500:  # released: Scheduler's retry runs it again
+        assert said in answered.json["cause"]["message"] and answered.json["error"] == "RetryableFailure"
     else:
         assert said in answered.json["error"]["message"]
 
@@ -343,9 +360,13 @@ def test_with_callers_a_token_that_cannot_be_checked_now_is_a_retryable_500(ndb_
     headers = {**delivery(), "Authorization": "Bearer " + issuer.token(audience=AUDIENCE, email=CALLER)}
     answered = app.test_client().post("/run", headers=headers)
     assert answered.status_code == 500 and answered.json["error"] == "InternalError" and answered.json["retryable"]
+    with ndb_client.context():  # nothing ran and nothing was recorded
+        assert RunRecord.query().fetch(keys_only=True) == []
 
 
-@pytest.mark.parametrize("audience, emails", [("", [CALLER]), (AUDIENCE, []), (AUDIENCE, ["not an email"])])
+@pytest.mark.parametrize(
+    "audience, emails", [("", [CALLER]), (AUDIENCE, []), (AUDIENCE, ["not an email"]), (AUDIENCE, [None])]
+)
 def test_callers_that_admit_no_one_are_refused_at_once(audience, emails):
     with pytest.raises(ValueError):
         Callers(audience, emails)

@@ -31,7 +31,7 @@ except ImportError as missing:  # the core installs without it
 
 from dedup.answers import Answer
 from dedup.deliveries import Deliveries, ScheduledRun
-from dedup.errors import PermanentJobError
+from dedup.errors import PermanentJobError, RetryableJobError
 from dedup.problems import MEDIA_TYPE, problem_document
 
 SCOPE = ("project", "location")
@@ -71,10 +71,15 @@ def exactly_once(deliveries: Deliveries) -> Callable[[Callable[..., Any]], Calla
 
 
 def result_of(returned: Any) -> Any:
-    """What a view returned, as the run's result: a JSON response's JSON; any other response (or
-    a status tuple) is refused as a permanent failure, since the work has run and its answer
-    must be kept for the retries."""
+    """What a view returned, as the run's result: a 2xx JSON response's JSON.  A JSON response of
+    a 5xx status is a retryable failure (the run is released), of a 4xx a permanent one (its JSON
+    kept as the error's details).  Any other response, or a status tuple, is refused as a
+    permanent failure, since the work has run and its answer must be kept for the retries."""
     if isinstance(returned, Response):
+        if returned.is_json and returned.status_code >= 500:
+            raise RetryableJobError(f"the view answered {returned.status_code}", returned.get_json(silent=True))
+        if returned.is_json and returned.status_code >= 300:
+            raise PermanentJobError(f"the view answered {returned.status_code}", returned.get_json(silent=True))
         if returned.is_json:
             return returned.get_json()
         raise PermanentJobError(

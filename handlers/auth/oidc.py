@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Self
 
-from dedup.callers import DEFAULT_CERTS_URL, MISSING_TOKEN, IdTokens
+from dedup.callers import DEFAULT_CERTS_URL, ID_TOKEN, MISSING_TOKEN, IdTokens
+from dedup.signed_tokens import InvalidToken
 from handlers.access import Principal, Role
 from handlers.auth.verifier import AuthConfigError, RequestHeaders, Selection, Verifier
 from settings import Settings
@@ -46,9 +47,12 @@ class GoogleIdTokens(Verifier):
         return MISSING_TOKEN
 
     def identify(self, headers: RequestHeaders) -> Principal | None:
-        if self._tokens is None:  # no audience: from_settings refuses such settings
-            raise AuthConfigError("DEDUP_AUTH=oidc needs DEDUP_OIDC_AUDIENCE")
-        caller = self._tokens.identify(headers.get("Authorization"))
+        authorization = headers.get("Authorization")
+        if self._tokens is None:  # no audience (from_settings refuses one; the keyword form may not)
+            if authorization is None:
+                return None
+            raise InvalidToken(ID_TOKEN.wrong_audience)  # no token is for an empty audience
+        caller = self._tokens.identify(authorization)
         if caller is None:
             return None
         delivers = frozenset({Role.DELIVER}) if caller.email in self.allowed_emails else frozenset()
