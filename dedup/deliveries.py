@@ -17,7 +17,8 @@ only where the platform checks the caller (Cloud Run's invoker IAM, ``login: adm
 
 A request that is no Cloud Scheduler delivery is refused (400, ``InvalidRequest``) before
 anything is recorded: App Engine cron requests carry no schedule time, so a retry could not
-be told from a new execution (give the job to Cloud Scheduler instead).
+be told from a new execution (give the job to Cloud Scheduler instead); a Cloud Tasks task
+without the Scheduler headers is told to carry them (the slot it runs), as the app's own tasks do.
 """
 
 from __future__ import annotations
@@ -229,6 +230,10 @@ class Deliveries:
         return run_once(self.ledger, key.run_id, description, policy, run)
 
 
+# What marks a Cloud Tasks delivery (HTTP target, then App Engine target).
+TASK_HEADERS = ("X-CloudTasks-TaskName", "X-AppEngine-TaskName")
+
+
 def delivery_key(
     header: Callable[[str], str | None], query: Mapping[str, str], settings: DeliverySettings
 ) -> ScheduledRunKey:
@@ -239,6 +244,14 @@ def delivery_key(
             "an App Engine cron request carries no schedule time, so a retry cannot be told from a new "
             "execution: schedule the handler with Cloud Scheduler (an App Engine or HTTP target) instead "
             "of cron.yaml",
+        )
+    task = next((name for name in TASK_HEADERS if header(name) is not None), None)
+    if header("X-CloudScheduler-JobName") is None and task is not None:
+        raise InvalidRunRequest(
+            task,
+            "a Cloud Tasks task is no Cloud Scheduler delivery: give the task the slot it runs, as the "
+            "X-CloudScheduler-JobName and X-CloudScheduler-ScheduleTime headers (its retries keep them, so "
+            "they run under one key), or key the handler by the task's name with the idempotency guard",
         )
     return scheduled_run_key(
         header("X-CloudScheduler-JobName"),

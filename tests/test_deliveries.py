@@ -22,9 +22,10 @@ from google.cloud import ndb
 
 from dedup.adapters.flask import exactly_once
 from dedup.callers import Callers
-from dedup.clock import ManualClock
+from dedup.clock import ManualClock, SystemClock
 from dedup.deliveries import Deliveries, DeliverySettings, ScheduledRun
 from dedup.errors import PermanentJobError
+from dedup.ledger import Ledger
 from dedup.run_record import RunRecord
 from devtools.emulator import free_port
 from examples import library_flask_app
@@ -45,6 +46,8 @@ def delivery(name: str = "nightly", when: str = WHEN, **extra: str) -> dict[str,
 @pytest.fixture
 def sample(ndb_client):
     library_flask_app.reports._client = ndb_client  # the test's emulator, as the environment names it
+    # A process's memory of completed runs, as a new process has it: the emulator was wiped.
+    library_flask_app.reports.ledger = Ledger(SystemClock())
     library_flask_app.SENT.clear()
     return library_flask_app.app.test_client()
 
@@ -66,6 +69,8 @@ def test_the_sample_runs_each_execution_once_and_answers_its_duplicates_from_the
         ({}, "", "X-CloudScheduler-JobName"),
         ({"X-CloudScheduler-JobName": "nightly"}, "", "X-CloudScheduler-ScheduleTime"),
         ({"X-Appengine-Cron": "true"}, "", "X-Appengine-Cron"),
+        ({"X-CloudTasks-TaskName": "task-1", "X-CloudTasks-QueueName": "q"}, "", "X-CloudTasks-TaskName"),
+        ({"X-AppEngine-TaskName": "task-1", "X-AppEngine-QueueName": "q"}, "", "X-AppEngine-TaskName"),
         (delivery(when="yesterday"), "", "X-CloudScheduler-ScheduleTime"),
         (delivery(name="bad name"), "", "X-CloudScheduler-JobName"),
         (delivery(), "?project=a&project=b", "project"),
@@ -80,9 +85,14 @@ def test_what_is_no_scheduler_delivery_is_a_clear_400_and_records_nothing(sample
     assert library_flask_app.SENT == []
 
 
-def test_the_cron_refusal_says_how_to_schedule_it(sample):
+def test_the_cron_refusal_says_how_to_schedule_it_and_a_tasks_how_to_key_it(sample):
     refused = sample.post("/tasks/nightly-report", headers={"X-Appengine-Cron": "true"})
     assert "Cloud Scheduler" in refused.json["detail"] and "no schedule time" in refused.json["detail"]
+    task = sample.post("/tasks/nightly-report", headers={"X-CloudTasks-TaskName": "t"}).json["detail"]
+    assert "X-CloudScheduler-ScheduleTime" in task and "task's name" in task
+    # A task that carries the slot it runs is that slot's delivery, its retries included.
+    slot = sample.post("/tasks/nightly-report", headers={**delivery(), "X-CloudTasks-TaskName": "t"})
+    assert slot.status_code == 200 and slot.json["duplicate"] is False
 
 
 def app_of(deliveries: Deliveries, view) -> Flask:
