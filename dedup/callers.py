@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Protocol
 
+from dedup.app_engine_markers import Headers
 from dedup.signed_tokens import InvalidToken, SignedTokens, TokenKind
+
+# Why a caller is refused: the status (401, 403), the problem type and the reason.
+Refusal = tuple[int, str, str]
 
 DEFAULT_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"  # Google's ID-token signing keys
 GOOGLE_ISSUERS = frozenset({"accounts.google.com", "https://accounts.google.com"})
@@ -93,6 +98,23 @@ class IdTokens:
         return IdentifiedCaller(email, normal_domain(claims.get("hd", "")))
 
 
+class FoldedHeaders:
+    """Headers looked up without regard to case, from whatever mapping a server gives."""
+
+    def __init__(self, headers: Mapping[str, str]) -> None:
+        self._folded = {name.lower(): value for name, value in headers.items()}
+
+    def get(self, key: str, /) -> str | None:
+        return self._folded.get(key.lower())
+
+
+class CallerCheck(Protocol):
+    """Who a handler admits (``Callers``; ``dedup.app_engine_markers.AppEngineCallers``)."""
+
+    def refusal(self, headers: Headers) -> Refusal | None:
+        """None for an admitted caller; else why it is refused (nothing is recorded)."""
+
+
 class Callers:
     """The callers a handler using the library admits: ID tokens for ``audience`` whose email is
     one of ``allowed_emails`` (the Scheduler jobs' service accounts)."""
@@ -104,9 +126,10 @@ class Callers:
         self.allowed_emails = frozenset(email for email in emails if email is not None)
         self.tokens = IdTokens(audience, certs_url)
 
-    def refusal(self, authorization: str | None) -> tuple[int, str, str] | None:
+    def refusal(self, headers: Headers) -> Refusal | None:
         """None for an admitted caller; else the status, problem type and reason to refuse it with
         (nothing is recorded).  Raises ``CertificatesUnavailable`` when no token can be checked now."""
+        authorization = headers.get("Authorization")
         try:
             caller = self.tokens.identify(authorization)
         except InvalidToken as refused:

@@ -7,7 +7,6 @@ NDB client and ``python -m deploy bootstrap`` read the name through ``database_n
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 
@@ -37,9 +36,3 @@ def client_database(environ: Mapping[str, str]) -> str | None:
     """What ``ndb.Client(database=...)`` takes for DEDUP_DATABASE: None for the default database."""
     name = database_name(environ.get(SETTING))
     return None if name == DEFAULT else name
-
-
-def environment_database() -> str | None:
-    """DEDUP_DATABASE of this process, by ``client_database``'s rule: the library's default for a
-    handler it does not host (dedup.deliveries), whose process has no Settings of the app's."""
-    return client_database(os.environ)

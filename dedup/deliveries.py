@@ -10,10 +10,12 @@ claims it, runs ``work(run)`` once, and answers as the exactly-once app does
 live lease, 422 for a permanent failure, 500 after releasing a retryable one, never 503.
 ``work`` receives the ``ScheduledRun``: its ``run_id`` is the key to pass downstream.
 
-With ``callers`` (dedup.callers.Callers), a delivery must carry a Google-signed ID token for
-the handler's audience from one of the allowed service accounts, as a Scheduler job's
-``oidcToken`` makes it: else 401 or 403, and nothing is recorded.  Without, serve the handler
-only where the platform checks the caller (Cloud Run's invoker IAM, ``login: admin``).
+With ``callers=Callers(...)`` (dedup.callers), a delivery must carry a Google-signed ID token
+for the handler's audience from one of the allowed service accounts, as a Scheduler job's
+``oidcToken`` makes it; with ``callers=AppEngineCallers()`` (dedup.app_engine_markers), on App
+Engine, it must be one of App Engine's own requests, as an App Engine-target Scheduler job's is.
+Else 401 or 403, and nothing is recorded.  Without, serve the handler only where the platform
+checks the caller (Cloud Run's invoker IAM, ``login: admin``).
 
 A request that is no Cloud Scheduler delivery is refused (400, ``InvalidRequest``) before
 anything is recorded: App Engine cron requests carry no schedule time, so a retry could not
@@ -34,10 +36,10 @@ from google.cloud import ndb
 
 from dedup import fence_probe
 from dedup.answers import Answer, answer
-from dedup.callers import Callers
+from dedup.callers import CallerCheck, FoldedHeaders
 from dedup.claims import RunDescription, RunPolicy
 from dedup.clock import Clock, SystemClock
-from dedup.database import environment_database
+from dedup.environment import EnvironmentSettingError, delivery_settings, environment_database
 from dedup.errors import InvalidRunRequest
 from dedup.keys import LOCATION_ID, PROJECT_ID, ScheduledRunKey, ahead_of_its_time, scheduled_run_key
 from dedup.ledger import Ledger
@@ -79,6 +81,15 @@ class DeliverySettings:
     project: str | None = None
     location: str | None = None
 
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> DeliverySettings:
+        """The settings the process's DEDUP_* variables set, the defaults elsewhere (dedup.environment)."""
+        found = delivery_settings(environ)
+        try:
+            return cls(**found)
+        except ValueError as exc:
+            raise EnvironmentSettingError(f"{exc} (as the DEDUP_* environment variables set it)") from exc
+
     def __post_init__(self) -> None:
         if not 0 < self.lease_seconds <= self.retention_seconds:
             raise ValueError("lease_seconds must be more than 0 and at most retention_seconds")
@@ -98,12 +109,12 @@ class Deliveries:
         job_id: str,
         settings: DeliverySettings | None = None,
         *,
-        callers: Callers | None = None,
+        callers: CallerCheck | None = None,
         client: ndb.Client | None = None,
         clock: Clock | None = None,
     ) -> None:
         self.job_id = job_id
-        self.settings = settings or DeliverySettings()
+        self.settings = settings or DeliverySettings.from_environment()
         self.callers = callers
         self._client = client
         self._made = threading.Lock()
@@ -132,8 +143,9 @@ class Deliveries:
         parameters; ``at``: its path, a problem's ``instance``), and what to answer it.  ``work``
         returns a JSON-serialisable result, raises ``dedup.errors.PermanentJobError`` when a retry
         cannot help, or raises anything else to be retried."""
-        header = _getter(headers)
-        refused = self._refusal(header("Authorization"), at)
+        folded = FoldedHeaders(headers)
+        header = folded.get
+        refused = self._refusal(folded, at)
         if refused is not None:
             return refused
         try:
@@ -147,21 +159,21 @@ class Deliveries:
         said = answer(outcome, at=at)
         return dataclasses.replace(said, headers={**said.headers, "X-Dedup-Run-Id": outcome.run_id})
 
-    def _refusal(self, authorization: str | None, at: str | None) -> Answer | None:
+    def _refusal(self, headers: FoldedHeaders, at: str | None) -> Answer | None:
         """The answer to a caller ``callers`` does not admit (401, 403), or to a delivery whose
         token cannot be checked now (500: Scheduler retries it; never 503); None to go on."""
         if self.callers is None:
             return None
         try:
-            refused = self.callers.refusal(authorization)
+            refused = self.callers.refusal(headers)
         except CertificatesUnavailable:
             detail = "the ID tokens' signing keys could not be fetched: send the delivery again"
             return Answer(500, {}, problem_document(500, "InternalError", detail, at=at), MEDIA_TYPE)
         if refused is None:
             return None
         status, error, reason = refused
-        headers = {"WWW-Authenticate": 'Bearer realm="dedup"'} if status == 401 else {}  # the app's realm
-        return Answer(status, headers, problem_document(status, error, reason, at=at), MEDIA_TYPE)
+        challenge = {"WWW-Authenticate": 'Bearer realm="dedup"'} if status == 401 else {}  # the app's realm
+        return Answer(status, challenge, problem_document(status, error, reason, at=at), MEDIA_TYPE)
 
     @contextlib.contextmanager
     def _context(self) -> Iterator[None]:
@@ -263,9 +275,3 @@ def delivery_key(
         configured_project=settings.project,
         configured_location=settings.location,
     )
-
-
-def _getter(headers: Mapping[str, str]) -> Callable[[str], str | None]:
-    """Header lookup, case aside, whatever mapping the server gives."""
-    folded = {name.lower(): value for name, value in headers.items()}
-    return lambda name: folded.get(name.lower())

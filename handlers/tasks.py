@@ -7,9 +7,9 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
+from dedup.app_engine_markers import from_task_queue
 from handlers.access import Principal, Role, requires
 from handlers.answers import task_answer
-from handlers.auth.appengine import from_task_queue
 from handlers.client_tokens import BODY_KEYS, earlier_manual_run_request, read_manual_run_request
 from handlers.cross_site import changes_state, json_body
 from handlers.idempotent import GuardRejected

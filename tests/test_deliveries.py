@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import datetime
 import importlib.util
+import itertools
 import json
 import os
 import subprocess
@@ -21,14 +22,18 @@ from flask import Flask, Response, jsonify
 from google.cloud import ndb
 
 from dedup.adapters.flask import exactly_once
-from dedup.callers import Callers
+from dedup.app_engine_markers import INTERNAL_MARKERS, AppEngineCallers
+from dedup.callers import Callers, FoldedHeaders
 from dedup.clock import ManualClock, SystemClock
 from dedup.deliveries import Deliveries, DeliverySettings, ScheduledRun
+from dedup.environment import EnvironmentSettingError
 from dedup.errors import PermanentJobError
 from dedup.ledger import Ledger
 from dedup.run_record import RunRecord
 from devtools.emulator import free_port
 from examples import library_flask_app
+from handlers.auth.appengine import AppEngineMarkers
+from handlers.auth.verifier import ForbiddenEvidence
 from tests.support.callers import AUDIENCE, CALLER, issuer  # noqa: F401 - fixture
 from tests.support.deliveries import scheduler_headers
 
@@ -380,3 +385,113 @@ def test_with_callers_a_token_that_cannot_be_checked_now_is_a_retryable_500(ndb_
 def test_callers_that_admit_no_one_are_refused_at_once(audience, emails):
     with pytest.raises(ValueError):
         Callers(audience, emails)
+
+
+SCHEDULER_ON_APP_ENGINE = {"X-Appengine-User-Ip": "0.1.0.2", "X-CloudScheduler": "true"}
+
+
+@pytest.mark.parametrize(
+    "extra, status, said",
+    [
+        (SCHEDULER_ON_APP_ENGINE, 200, None),
+        ({"X-AppEngine-QueueName": "projects/p/locations/l/queues/q"}, 200, None),
+        ({}, 403, "none of App Engine's own markers"),
+        ({"X-Appengine-User-Ip": "203.0.113.9"}, 403, "none of App Engine's own markers"),
+        ({"X-Appengine-User-Ip": "0.1.0.2", "X-Appengine-User-Email": "admin@example.com"}, 403, "signed-in"),
+        ({"X-AppEngine-TaskName": "t1", "X-Appengine-User-Email": "viewer@example.com"}, 403, "signed-in"),
+    ],
+)
+def test_on_app_engine_only_its_own_requests_are_run(ndb_client, extra, status, said):
+    """An App Engine-target Scheduler job's delivery carries App Engine's markers, which its front
+    end strips from anyone else's request, except a signed-in admin's: those are refused."""
+    calls: list[str] = []
+    callers = AppEngineCallers(off_app_engine_for_tests=True)
+    deliveries = Deliveries("report", callers=callers, client=ndb_client, clock=ManualClock(LATER))
+    answered = (
+        app_of(deliveries, lambda run: calls.append(run.run_id))
+        .test_client()
+        .post("/run", headers={**delivery(), **extra})
+    )
+    assert answered.status_code == status
+    if said is None:
+        assert len(calls) == 1
+    else:
+        assert said in answered.json["detail"] and calls == [] and "WWW-Authenticate" not in answered.headers
+        with ndb_client.context():
+            assert RunRecord.query().fetch(keys_only=True) == []
+
+
+def test_app_engine_callers_are_refused_off_app_engine_and_must_name_known_markers(monkeypatch):
+    monkeypatch.delenv("GAE_ENV", raising=False)
+    with pytest.raises(ValueError, match="anyone can send them"):
+        AppEngineCallers()
+    monkeypatch.setenv("GAE_ENV", "localdev")  # dev_appserver strips nothing
+    with pytest.raises(ValueError, match="anyone can send them"):
+        AppEngineCallers()
+    monkeypatch.setenv("GAE_ENV", "standard")
+    assert AppEngineCallers().trusted == frozenset(INTERNAL_MARKERS)
+    for trusted in (frozenset(), frozenset({"admin"}), frozenset({"ip:0.1.0.3"})):
+        with pytest.raises(ValueError, match="choose from"):
+            AppEngineCallers(trusted=trusted)
+
+
+def test_the_apps_appengine_mode_and_the_library_admit_the_same_requests():
+    """One implementation: the app's verifier and the library's callers decide alike, marker by marker."""
+    verifier = AppEngineMarkers(trusted_markers=frozenset(INTERNAL_MARKERS))
+    library = AppEngineCallers(off_app_engine_for_tests=True)
+    values = {"X-Appengine-Cron": ["true", "TRUE", "false"], "X-AppEngine-QueueName": ["q"]}
+    values |= {"X-Appengine-User-Ip": ["0.1.0.2", "0.1.0.1", "10.0.0.1"], "X-AppEngine-TaskName": ["t"]}
+    values |= {"X-Appengine-User-Email": ["", "a@example.com"]}
+    for chosen in itertools.product(*([None, *options] for options in values.values())):
+        headers = FoldedHeaders({n: v for n, v in zip(values, chosen, strict=True) if v is not None})
+        try:
+            admitted = verifier.identify(headers) is not None
+        except ForbiddenEvidence:
+            admitted = False
+        assert admitted == (library.refusal(headers) is None), chosen
+
+
+@pytest.mark.parametrize(
+    "environ, expected",
+    [
+        ({}, DeliverySettings()),
+        (
+            {"DEDUP_LEASE_SECONDS": "30", "DEDUP_RETENTION_SECONDS": "3600", "DEDUP_HEARTBEAT": "False"},
+            DeliverySettings(lease_seconds=30, retention_seconds=3600, heartbeat=False),
+        ),
+        (
+            {"DEDUP_PROJECT": " acme-prod ", "DEDUP_LOCATION": "us-central1"},
+            DeliverySettings(project="acme-prod", location="us-central1"),
+        ),
+        ({"DEDUP_LEASE_SECONDS": "  "}, DeliverySettings()),
+    ],
+)
+def test_a_handlers_settings_come_from_its_environment(environ, expected):
+    assert DeliverySettings.from_environment(environ) == expected
+
+
+@pytest.mark.parametrize(
+    "environ, named",
+    [
+        ({"DEDUP_LEASE_SECONDS": "ten"}, "DEDUP_LEASE_SECONDS"),
+        ({"DEDUP_LEASE_SECONDS": "nan"}, "DEDUP_LEASE_SECONDS"),
+        ({"DEDUP_LEASE_SECONDS": "inf"}, "DEDUP_LEASE_SECONDS"),
+        ({"DEDUP_RETENTION_SECONDS": "-5"}, "DEDUP_RETENTION_SECONDS"),
+        ({"DEDUP_HEARTBEAT": "yes"}, "DEDUP_HEARTBEAT"),
+        ({"DEDUP_LEASE_SECONDS": "700000", "DEDUP_RETENTION_SECONDS": "600"}, "lease_seconds"),
+        ({"DEDUP_PROJECT": "Acme Prod"}, "project"),
+        ({"DEDUP_LOCATION": "../x"}, "location"),
+    ],
+)
+def test_an_unreadable_environment_setting_is_refused_naming_it(environ, named):
+    with pytest.raises(EnvironmentSettingError, match=named):
+        DeliverySettings.from_environment(environ)
+
+
+def test_deliveries_made_without_settings_take_the_environments(monkeypatch):
+    monkeypatch.setenv("DEDUP_LEASE_SECONDS", "45")
+    assert Deliveries("report").settings.lease_seconds == 45
+    assert Deliveries("report", DeliverySettings(lease_seconds=5)).settings.lease_seconds == 5  # code wins
+    monkeypatch.setenv("DEDUP_HEARTBEAT", "maybe")
+    with pytest.raises(EnvironmentSettingError, match="DEDUP_HEARTBEAT"):
+        Deliveries("report")

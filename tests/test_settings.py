@@ -199,6 +199,9 @@ READ_ON_PURPOSE = {
     # CLI's --database takes the same rule through it); and the library's default in a handler's
     # own process, which has no Settings of the app's (dedup.deliveries).
     "dedup/database.py",
+    # The library's DEDUP_* settings of a handler's own process (DeliverySettings.from_environment),
+    # and GAE_ENV, which decides whether App Engine's markers can be trusted there.
+    "dedup/environment.py",
     # DEDUP_TOKEN: a client's credential on the caller's machine, never the app's setting.
     "dedupctl/cli.py",
     # DEDUP_LOGGING_API_BASE (click's envvar): the smoke command's own option; the app calls no Cloud Logging.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Self
 
+from dedup.app_engine_markers import MarkersForged, internal_caller
 from dedup.callers import normal_email
 from handlers.access import Principal, Role
 from handlers.auth.verifier import AuthConfigError, ForbiddenEvidence, RequestHeaders, Selection, Verifier
@@ -22,56 +23,6 @@ APPENGINE_MARKERS = {
     "ip:0.1.0.2": "X-Appengine-User-Ip 0.1.0.2 (Cloud Scheduler App Engine jobs, Cloud Tasks, cron)",
     "ip:0.1.0.1": "X-Appengine-User-Ip 0.1.0.1 (cron jobs created with older tools)",
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class InternalMarker:
-    """A header App Engine sets on its own requests (cron, task queues), and the value that marks one."""
-
-    header: str
-    value: str | None = None  # None: any value (compared without regard to case)
-
-    def sent_in(self, headers: RequestHeaders) -> bool:
-        sent = headers.get(self.header)
-        return bool(sent) and (self.value is None or str(sent).lower() == self.value)
-
-    def __str__(self) -> str:
-        return self.header if self.value is None else f"{self.header}: {self.value}"
-
-
-# The internal callers' markers, by their DEDUP_APPENGINE_TRUSTED names: each makes a deliverer.
-INTERNAL_MARKERS = {
-    "cron": InternalMarker("X-Appengine-Cron", "true"),
-    "queue": InternalMarker("X-AppEngine-QueueName"),
-    "ip:0.1.0.2": InternalMarker("X-Appengine-User-Ip", "0.1.0.2"),
-    "ip:0.1.0.1": InternalMarker("X-Appengine-User-Ip", "0.1.0.1"),
-}
-# Set beside the queue's name on a task: it makes no deliverer, but no signed-in user sends it either.
-TASK_NAME = InternalMarker("X-AppEngine-TaskName")
-# App Engine strips client-sent X-Appengine-* headers except a signed-in admin's, who may set them to
-# test (a project Viewer is one): so the internal markers count only on a request with no one signed in.
-SIGNED_IN_USER = "X-Appengine-User-Email"
-
-
-def is_signed_in(headers: RequestHeaders) -> bool:
-    """Whether a user is signed in (dev_appserver sends the header empty when no one is)."""
-    return bool(headers.get(SIGNED_IN_USER, "").strip())
-
-
-def from_task_queue(headers: RequestHeaders) -> bool:
-    """Whether App Engine's task queue sent the request: its queue's name, and no one signed in."""
-    return INTERNAL_MARKERS["queue"].sent_in(headers) and not is_signed_in(headers)
-
-
-def signed_in_markers(headers: RequestHeaders) -> str | None:
-    """Why the request is refused: internal markers beside a signed-in user (None: there are none)."""
-    sent = [str(marker) for marker in (*INTERNAL_MARKERS.values(), TASK_NAME) if marker.sent_in(headers)]
-    if not sent or not is_signed_in(headers):
-        return None
-    return (
-        f"{' and '.join(sent)} came with a signed-in user ({SIGNED_IN_USER}): App Engine passes a signed-in "
-        "admin's own X-AppEngine-* headers on, so its internal markers count only with no one signed in"
-    )
 
 
 # App Engine's markers are only as good as App Engine stripping client-sent copies: outside it
@@ -117,12 +68,12 @@ class AppEngineMarkers(Verifier):
 
     def identify(self, headers: RequestHeaders) -> Principal | None:
         trusted = self.trusted_markers
-        refusal = signed_in_markers(headers)  # trusted or not: the task queue's marker names who asked
-        if refusal is not None:
-            raise ForbiddenEvidence(refusal)
-        for name, marker in INTERNAL_MARKERS.items():
-            if name in trusted and marker.sent_in(headers):
-                return Principal(name=f"appengine:{name}", granted=frozenset({Role.DELIVER}))
+        try:  # trusted or not, markers beside a signed-in user are refused (the library's rule)
+            caller = internal_caller(headers, trusted)
+        except MarkersForged as forged:
+            raise ForbiddenEvidence(forged.reason) from None
+        if caller is not None:
+            return Principal(name=f"appengine:{caller}", granted=frozenset({Role.DELIVER}))
         if "admin" in trusted and headers.get("X-Appengine-User-Is-Admin") == "1":
             # A person, named by unsigned headers: beside a mode that supersedes them (iap) the gate ignores it.
             email = normal_email(headers.get("X-Appengine-User-Email", ""))
