@@ -7,14 +7,9 @@ import concurrent.futures
 import datetime
 import importlib.util
 import itertools
-import json
-import os
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,6 +31,7 @@ from handlers.auth.appengine import AppEngineMarkers
 from handlers.auth.verifier import ForbiddenEvidence
 from tests.support.callers import AUDIENCE, CALLER, issuer  # noqa: F401 - fixture
 from tests.support.deliveries import scheduler_headers
+from tests.support.downstream import Downstream, Reply
 
 ROOT = Path(__file__).resolve().parent.parent
 # In the past of the system clock the sample runs on: a slot's delivery, not a Force run.
@@ -49,23 +45,31 @@ def delivery(name: str = "nightly", when: str = WHEN, **extra: str) -> dict[str,
 
 
 @pytest.fixture
-def sample(ndb_client):
+def reports() -> Iterator[Downstream]:
+    """The reports service the sample calls: a recording server."""
+    with Downstream() as running:
+        running.default = Reply(body=b'{"id": "report-1"}')
+        yield running
+
+
+@pytest.fixture
+def sample(ndb_client, reports, monkeypatch):
     library_flask_app.reports._client = ndb_client  # the test's emulator, as the environment names it
     # A process's memory of completed runs, as a new process has it: the emulator was wiped.
     library_flask_app.reports.ledger = Ledger(SystemClock())
-    library_flask_app.SENT.clear()
+    monkeypatch.setattr(library_flask_app, "REPORTS_URL", reports.url + "/v1/reports")
     return library_flask_app.app.test_client()
 
 
-def test_the_sample_runs_each_execution_once_and_answers_its_duplicates_from_the_record(sample):
+def test_the_sample_runs_each_execution_once_and_answers_its_duplicates_from_the_record(sample, reports):
     first = sample.post("/tasks/nightly-report", headers=delivery())
     again = sample.post("/tasks/nightly-report", headers=delivery())
     other = sample.post("/tasks/nightly-report", headers=delivery(when="2025-06-02T02:00:00Z"))
     assert [first.status_code, again.status_code, other.status_code] == [200, 200, 200]
-    assert first.json["result"] == {"sent": True, "attempt": 1} and first.json["duplicate"] is False
+    assert first.json["result"] == {"report": "report-1", "attempt": 1} and first.json["duplicate"] is False
     assert again.json["duplicate"] is True and again.headers["Idempotent-Replayed"] == "true"
     assert again.json["run_id"] == first.json["run_id"] == first.headers["X-Dedup-Run-Id"] != other.json["run_id"]
-    assert library_flask_app.SENT == [first.json["run_id"], other.json["run_id"]]  # the view entered twice, not 3
+    assert reports.keys() == [first.json["run_id"], other.json["run_id"]]  # the view entered twice, not 3
 
 
 @pytest.mark.parametrize(
@@ -83,11 +87,11 @@ def test_the_sample_runs_each_execution_once_and_answers_its_duplicates_from_the
         (delivery(**{"X-Scheduler-Project": "acme-prod"}), "?project=other-one", "header X-Scheduler-Project"),
     ],
 )
-def test_what_is_no_scheduler_delivery_is_a_clear_400_and_records_nothing(sample, headers, query, field):
+def test_what_is_no_scheduler_delivery_is_a_clear_400_and_records_nothing(sample, reports, headers, query, field):
     refused = sample.post("/tasks/nightly-report" + query, headers=headers)
     assert refused.status_code == 400 and refused.mimetype == "application/problem+json"
     assert refused.json["error"] == "InvalidRequest" and refused.json["field"] == field
-    assert library_flask_app.SENT == []
+    assert reports.requests == []
 
 
 def test_the_cron_refusal_says_how_to_schedule_it_and_a_tasks_how_to_key_it(sample):
@@ -279,58 +283,6 @@ def test_the_default_client_reads_dedup_database_as_the_app_does(datastore, monk
     assert Deliveries("report").client.database == "ledger"
     monkeypatch.setenv("DEDUP_DATABASE", "(default)")
     assert Deliveries("report").client.database is None
-
-
-def serving_function(datastore, port: int, log: Path) -> subprocess.Popen:
-    """examples/library_function.py under functions-framework's own server, as Cloud Run functions run it."""
-    command = [
-        str(Path(sys.executable).parent / "functions-framework"),
-        "--target", "nightly_report", "--source", str(ROOT / "examples" / "library_function.py"),
-        "--host", "127.0.0.1", "--port", str(port),
-    ]  # fmt: skip
-    environ = {**os.environ, **datastore.env, "PYTHONPATH": str(ROOT)}
-    with open(log, "wb") as written:  # the child keeps its own copy of the file
-        server = subprocess.Popen(command, env=environ, stdout=written, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and server.poll() is None:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2)
-        except urllib.error.HTTPError:
-            return server  # it answers (a GET is no delivery: 400)
-        except OSError:
-            time.sleep(0.3)
-    server.kill()
-    raise AssertionError(f"functions-framework never served: {log.read_text()[-2000:]}")
-
-
-def post(url: str, headers: dict[str, str]) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data=b"", headers=headers, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as refused:
-        return refused.code, json.loads(refused.read())
-
-
-@pytest.mark.live
-@pytest.mark.slow  # functions-framework's server, started on its own: a few seconds
-def test_the_sample_function_runs_each_execution_once_under_functions_framework(datastore, tmp_path):
-    port = free_port()
-    server = serving_function(datastore, port, tmp_path / "functions-framework.log")
-    try:
-        url = f"http://127.0.0.1:{port}/"
-        with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            answers = list(pool.map(lambda _: post(url, delivery()), range(8)))
-        again = post(url, delivery())
-        refused = post(url, {"X-Appengine-Cron": "true"})
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-    ran = [document for status, document in answers if status == 200 and not document["duplicate"]]
-    assert len(ran) == 1 and ran[0]["result"] == {"sent": True, "attempt": 1}
-    assert {status for status, _ in answers} <= {200, 409}
-    assert again[0] == 200 and again[1]["duplicate"] is True and again[1]["run_id"] == ran[0]["run_id"]
-    assert refused[0] == 400 and refused[1]["field"] == "X-Appengine-Cron"
 
 
 @pytest.mark.parametrize(
