@@ -27,7 +27,14 @@ import click
 from dedup.keys import PROJECT_ID, SCHEDULER_JOB_ID
 from deploy import bootstrap as project_setup
 from deploy import smoke as delivery_smoke
-from deploy.scheduler_config import app_service, gcloud_commands, pause_commands, shell_line, update_warnings
+from deploy.scheduler_config import (
+    app_service,
+    gcloud_commands,
+    pause_commands,
+    shell_line,
+    target_type,
+    update_warnings,
+)
 from jobs.base import http_url
 from jobs.config import JobSpec, load_jobs
 from jobs.errors import JobsConfigError
@@ -150,8 +157,8 @@ def check() -> None:
 
 
 def _existing_jobs(project: str, location: str) -> dict[str, tuple[str, str]]:
-    """The Scheduler jobs of one project and location: name -> (App Engine HTTP method, "" for other
-    targets; state: ENABLED, PAUSED, ...)."""
+    """The Scheduler jobs of one project and location: name -> (their target type and HTTP method,
+    ``app-engine POST`` or ``http GET``, "" for other targets; state: ENABLED, PAUSED, ...)."""
     if shutil.which("gcloud") is None:
         raise click.ClickException("gcloud is not on PATH; install the Google Cloud CLI, or pass --assume-new")
     command = [
@@ -161,7 +168,7 @@ def _existing_jobs(project: str, location: str) -> dict[str, tuple[str, str]]:
         "list",
         f"--project={project}",
         f"--location={location}",
-        "--format=value(name,appEngineHttpTarget.httpMethod,state)",
+        "--format=value(name,appEngineHttpTarget.httpMethod,httpTarget.httpMethod,state)",
     ]
     completed = subprocess.run(command, capture_output=True, text=True, check=False)
     if completed.returncode != 0:
@@ -169,14 +176,18 @@ def _existing_jobs(project: str, location: str) -> dict[str, tuple[str, str]]:
     jobs = {}
     for line in completed.stdout.splitlines():
         if line.strip():
-            name, _, rest = line.strip().partition("\t")
-            method, _, state = rest.partition("\t")
-            jobs[name.rsplit("/", 1)[-1]] = (method.strip().upper(), state.strip().upper() or "ENABLED")
+            name, app_engine, http, state = (line.rstrip("\n").split("\t") + ["", "", ""])[:4]
+            if app_engine.strip():
+                target = f"app-engine {app_engine.strip().upper()}"
+            else:
+                target = f"http {http.strip().upper()}" if http.strip() else ""
+            jobs[name.strip().rsplit("/", 1)[-1]] = (target, state.strip().upper() or "ENABLED")
     return jobs
 
 
 def _plan(file: str, assume_new: bool) -> list[list[str]]:
     jobs = _validated(file)
+    declared = _declared_jobs()
     existing: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
     commands = []
     for job in jobs:
@@ -184,13 +195,15 @@ def _plan(file: str, assume_new: bool) -> list[list[str]]:
         if scope not in existing:
             existing[scope] = {} if assume_new else _existing_jobs(*scope)
         exists = job.name in existing[scope]
-        live_method, live_state = existing[scope].get(job.name, (None, "ENABLED"))
-        if exists and live_method != job.method:
-            # gcloud's update leaves the HTTP method (and the target type) as they
+        external = declared[job.target].runner.external  # validated: the target is declared
+        wanted = f"{target_type(external)} {job.method}"
+        live_target, live_state = existing[scope].get(job.name, (None, "ENABLED"))
+        if exists and live_target != wanted:
+            # gcloud's update leaves the HTTP method and the target type as they
             # are, whatever it is told: the job must be made again.
             click.echo(
-                f"warning: {job.name}: the live job sends {live_method or 'no App Engine request'}, "
-                f"the file says {job.method}; it is deleted and created again",
+                f"warning: {job.name}: the live job sends {live_target or 'no App Engine or HTTP request'}, "
+                f"the file says {wanted}; it is deleted and created again",
                 err=True,
             )
             commands.append(
@@ -206,8 +219,8 @@ def _plan(file: str, assume_new: bool) -> list[list[str]]:
                 ]
             )
             exists = False
-        commands += gcloud_commands(job, exists=exists)
-        for warning in update_warnings(job) if exists else []:
+        commands += gcloud_commands(job, exists=exists, external=external)
+        for warning in update_warnings(job, external) if exists else []:
             click.echo(f"warning: {warning}", err=True)
         commands += pause_commands(job, live_state, created=not exists)
         if exists and job.paused is not None and (live_state == "PAUSED") != job.paused:

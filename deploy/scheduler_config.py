@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 import yaml
 
+from jobs.base import ExternalTarget
 from schedules.config import LIST_DELIMITERS, SchedulerJob
 
 APP_YAML = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "app.yaml")
@@ -27,27 +28,37 @@ def app_service(path: str = APP_YAML) -> str:
 # -- gcloud ---------------------------------------------------------------------------------
 
 
-def gcloud_commands(job: SchedulerJob, exists: bool) -> list[list[str]]:
+def gcloud_commands(job: SchedulerJob, exists: bool, external: ExternalTarget | None = None) -> list[list[str]]:
     """The gcloud commands that make Cloud Scheduler's job match the declaration.
 
     An update clears the headers, then sets the declared ones (gcloud cannot
     replace them in one command), so a header removed from the file goes too.
-    The service is always named (the job's, else app.yaml's), never left to
-    Scheduler's default.
+    An App Engine target always names its service (the job's, else app.yaml's),
+    never left to Scheduler's default.  An ``external`` job's is an HTTP target
+    calling its handler with an OIDC token from its caller's service account.
     """
     verb = "update" if exists else "create"
+    kind = target_type(external)
     retry = job.retry
     target = [job.name, f"--project={job.project}", f"--location={job.location}"]
+    if external is not None:
+        where = [
+            f"--uri={external.delivery_url(job.project, job.location, job.pass_scope)}",
+            f"--oidc-service-account-email={external.service_account}",
+            f"--oidc-token-audience={external.audience}",
+        ]
+    else:
+        where = [f"--relative-url={job.relative_url}"]
     command = [
         "gcloud",
         "scheduler",
         "jobs",
         verb,
-        "app-engine",
+        kind,
         *target,
         f"--schedule={job.schedule}",
         f"--time-zone={job.time_zone}",
-        f"--relative-url={job.relative_url}",
+        *where,
         f"--http-method={job.method.lower()}",
         f"--attempt-deadline={_seconds(job.deadline)}",
         f"--max-retry-attempts={retry.retry_count}",
@@ -57,32 +68,31 @@ def gcloud_commands(job: SchedulerJob, exists: bool) -> list[list[str]]:
         f"--max-doublings={retry.max_doublings}",
     ]
     commands = [command]
-    command.append(f"--service={job.service or app_service()}")
+    if external is None:
+        command.append(f"--service={job.service or app_service()}")
     if exists:
         command.append("--clear-headers")
         command.append(f"--message-body={job.body}" if job.body is not None else "--clear-message-body")
         if job.headers:
             commands.append(
-                [
-                    "gcloud",
-                    "scheduler",
-                    "jobs",
-                    "update",
-                    "app-engine",
-                    *target,
-                    _mapping_flag("--update-headers", job.headers),
-                ]
+                ["gcloud", "scheduler", "jobs", "update", kind, *target, _mapping_flag("--update-headers", job.headers)]
             )
     else:
         if job.headers:
             command.append(_mapping_flag("--headers", job.headers))
         if job.body is not None:
             command.append(f"--message-body={job.body}")
-    if job.version:
+    if job.version and external is None:
         command.append(f"--version={job.version}")
     if job.description:
         command.append(f"--description={job.description}")
     return commands
+
+
+def target_type(external: ExternalTarget | None) -> str:
+    """gcloud's name of the Scheduler job's target type: ``app-engine`` for this app's jobs,
+    ``http`` for an external job's handler."""
+    return "app-engine" if external is None else "http"
 
 
 def pause_commands(job: SchedulerJob, live_state: str, created: bool) -> list[list[str]]:
@@ -99,11 +109,17 @@ def pause_commands(job: SchedulerJob, live_state: str, created: bool) -> list[li
     return []
 
 
-def update_warnings(job: SchedulerJob) -> list[str]:
-    """What an update cannot undo: gcloud has no --clear-version or --clear-description."""
+def update_warnings(job: SchedulerJob, external: ExternalTarget | None = None) -> list[str]:
+    """What an update cannot undo: gcloud has no --clear-version or --clear-description (an HTTP
+    target has no version)."""
+    fields = (
+        (("description", job.description),)
+        if external
+        else (("version", job.version), ("description", job.description))
+    )
     return [
         f"{job.name}: no {field} declared; gcloud cannot clear it, so the live job keeps any it has"
-        for field, value in (("version", job.version), ("description", job.description))
+        for field, value in fields
         if not value
     ]
 

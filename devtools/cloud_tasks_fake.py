@@ -1,11 +1,13 @@
-"""A local stand-in for Cloud Tasks (v2 REST): tasks.create with App Engine requests, and delivery.
+"""A local stand-in for Cloud Tasks (v2 REST): tasks.create with App Engine or HTTP requests, and delivery.
 
 It speaks the API's shapes (``POST /v2/{queue}/tasks`` with ``{"task": {...}}``; a task id
 it has seen is 409 ALREADY_EXISTS, as a queue refuses a name within its dedup window) and
 delivers each task to the app as App Engine would: a POST of its relative URI and body with
 ``X-AppEngine-QueueName``, ``-TaskName``, ``-TaskRetryCount`` and ``-TaskExecutionCount``,
 again after any answer but 2xx.  ``deliver`` is given the app to call (a webtest app or a
-base URL), so tests choose when tasks run.
+base URL), so tests choose when tasks run.  An HTTP task (``httpRequest``, an external job's
+slot run) is sent to its own URL with ``X-CloudTasks-QueueName``, ``-TaskName`` and
+``-TaskRetryCount``; the OIDC token it asks for is kept (``oidc``), not minted.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class FakeTask:
     headers: dict[str, str]
     service: str | None
     answers: list[int] = dataclasses.field(default_factory=list)
+    url: str | None = None  # an HTTP task's (relative_uri is then "")
+    oidc: dict[str, str] | None = None  # an HTTP task's oidcToken: serviceAccountEmail, audience
 
     @property
     def task_id(self) -> str:
@@ -91,10 +95,15 @@ class CloudTasksFake:
             return 404, _error(404, "NOT_FOUND", f"no such method {path}")
         try:
             task = json.loads(raw)["task"]
-            request = task["appEngineHttpRequest"]
+            request = task.get("appEngineHttpRequest") or task["httpRequest"]
             name = task["name"]
-        except (ValueError, KeyError, TypeError):
-            return 400, _error(400, "INVALID_ARGUMENT", "a task needs a name and an appEngineHttpRequest")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return 400, _error(
+                400, "INVALID_ARGUMENT", "a task needs a name and an appEngineHttpRequest or httpRequest"
+            )
+        http_task = "appEngineHttpRequest" not in task
+        if http_task and not str(request.get("url", "")).startswith(("http://", "https://")):
+            return 400, _error(400, "INVALID_ARGUMENT", "an httpRequest needs an absolute url")
         if not name.startswith(match[1] + "/tasks/") or not re.fullmatch(r"[A-Za-z0-9_-]{1,500}", name.rsplit("/")[-1]):
             return 400, _error(400, "INVALID_ARGUMENT", f"bad task name {name!r}")
         if request.get("httpMethod") not in ("POST", 1):
@@ -113,10 +122,12 @@ class CloudTasksFake:
             self.tasks.append(
                 FakeTask(
                     name=name,
-                    relative_uri=request["relativeUri"],
+                    relative_uri="" if http_task else request["relativeUri"],
                     body=base64.b64decode(request.get("body", "")),
                     headers=dict(request.get("headers", {})),
                     service=(request.get("appEngineRouting") or {}).get("service") or None,
+                    url=request["url"] if http_task else None,
+                    oidc=dict(request["oidcToken"]) if http_task and request.get("oidcToken") else None,
                 )
             )
         return 200, task
@@ -139,14 +150,19 @@ class CloudTasksFake:
             for retry in range(max_attempts):
                 with lock:
                     executions = len(task.answers)
-                headers = {
-                    **task.headers,
-                    "X-AppEngine-QueueName": task.queue,
-                    "X-AppEngine-TaskName": task.task_id,
-                    "X-AppEngine-TaskRetryCount": str(retry),
-                    "X-AppEngine-TaskExecutionCount": str(executions),
-                }
-                status = post(task, headers)
+                if task.url is not None:  # an HTTP task: to its own URL, whatever ``post`` is
+                    marks = {"QueueName": task.queue, "TaskName": task.task_id, "TaskRetryCount": str(retry)}
+                    headers = {**task.headers, **{f"X-CloudTasks-{name}": value for name, value in marks.items()}}
+                    status = requests.post(task.url, task.body, headers=headers, timeout=60).status_code
+                else:
+                    headers = {
+                        **task.headers,
+                        "X-AppEngine-QueueName": task.queue,
+                        "X-AppEngine-TaskName": task.task_id,
+                        "X-AppEngine-TaskRetryCount": str(retry),
+                        "X-AppEngine-TaskExecutionCount": str(executions),
+                    }
+                    status = post(task, headers)
                 with lock:
                     task.answers.append(status)
                 if 200 <= status < 300:

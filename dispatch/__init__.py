@@ -7,8 +7,12 @@ made later by a queue, under a task id derived from the run it is for: a queue r
 id it has seen, and a task delivered twice still reaches the ledger under the run's key,
 so it is one run either way.
 
+An ``external`` job's slot runs are the exception: its handler is served elsewhere with the
+library, so its ``Work`` is an HTTP request to that handler (``HttpTarget``: a Cloud Tasks HTTP
+task with an OIDC token), carrying the slot's Scheduler headers.
+
 ``Dispatcher`` is the one interface; ``dispatch.cloud_tasks`` is production's (Cloud Tasks,
-App Engine targets), ``dispatch.in_process`` is ``make run``'s.
+App Engine and HTTP targets), ``dispatch.in_process`` is ``make run``'s.
 """
 
 from __future__ import annotations
@@ -21,12 +25,28 @@ MAX_TASK_ID = 500  # Cloud Tasks: letters, digits, hyphens and underscores, at m
 
 
 @dataclasses.dataclass(frozen=True)
+class HttpTarget:
+    """A request to a handler served elsewhere: ``method`` ``url`` with ``headers`` and ``body``,
+    and an OIDC token ``service_account`` signs for ``audience`` (Cloud Tasks mints it)."""
+
+    url: str
+    method: str
+    headers: dict[str, str]
+    body: bytes
+    service_account: str
+    audience: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Work:
-    """A request this app makes of itself: POST ``relative_uri`` with the JSON ``body``."""
+    """A request this app makes of itself: POST ``relative_uri`` with the JSON ``body``; or, with
+    ``http``, the request ``http`` describes, to a handler elsewhere (``relative_uri`` and ``body``
+    then only describe it, for logs and tests)."""
 
     task_id: str
     relative_uri: str
     body: dict[str, Any]
+    http: HttpTarget | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Dispatching through Cloud Tasks: App Engine tasks to this app's own endpoints.
+"""Dispatching through Cloud Tasks: App Engine tasks to this app's own endpoints, and HTTP tasks
+with an OIDC token to an external job's handler.
 
 A task named ``<queue>/tasks/<task id>`` is refused (ALREADY_EXISTS) while the queue
 remembers the id (an hour for queues made through the API, 9 days for queue.yaml's), so
@@ -19,7 +20,7 @@ from google.api_core import exceptions as api_exceptions
 from google.api_core.client_options import ClientOptions
 from google.cloud import tasks_v2
 
-from dispatch import Dispatched, DispatchError, Work
+from dispatch import Dispatched, DispatchError, HttpTarget, Work
 from settings import SettingError, Settings, tasks_queue_name
 
 # The app's one setting error: a bad DEDUP_TASKS_* setting stops the app (settings.py's rules).
@@ -59,14 +60,18 @@ class CloudTasksDispatcher:
         return cls.from_settings(Settings.from_environ(environ))
 
     def dispatch(self, work: Work) -> Dispatched:
-        request = tasks_v2.AppEngineHttpRequest(
-            http_method=tasks_v2.HttpMethod.POST,
-            relative_uri=work.relative_uri,
-            headers={"Content-Type": "application/json"},
-            body=json.dumps(work.body, sort_keys=True).encode("utf-8"),
-            app_engine_routing=tasks_v2.AppEngineRouting(service=self.service) if self.service else None,
-        )
-        task = tasks_v2.Task(name=f"{self.queue}/tasks/{work.task_id}", app_engine_http_request=request)
+        name = f"{self.queue}/tasks/{work.task_id}"
+        if work.http is not None:
+            task = tasks_v2.Task(name=name, http_request=http_request(work.http))
+        else:
+            request = tasks_v2.AppEngineHttpRequest(
+                http_method=tasks_v2.HttpMethod.POST,
+                relative_uri=work.relative_uri,
+                headers={"Content-Type": "application/json"},
+                body=json.dumps(work.body, sort_keys=True).encode("utf-8"),
+                app_engine_routing=tasks_v2.AppEngineRouting(service=self.service) if self.service else None,
+            )
+            task = tasks_v2.Task(name=name, app_engine_http_request=request)
         try:
             self.client.create_task(parent=self.queue, task=task)
         except (api_exceptions.GoogleAPIError, google.auth.exceptions.GoogleAuthError, OSError) as exc:
@@ -74,6 +79,18 @@ class CloudTasksDispatcher:
                 return Dispatched(work.task_id, already=True)
             raise DispatchError(f"Cloud Tasks did not take task {work.task_id}: {exc}") from exc
         return Dispatched(work.task_id)
+
+
+def http_request(target: HttpTarget) -> tasks_v2.HttpRequest:
+    """An HTTP target's request: Cloud Tasks signs an OIDC token as ``service_account`` (the app's
+    own account needs roles/iam.serviceAccountUser on it) and sends it with the request."""
+    return tasks_v2.HttpRequest(
+        url=target.url,
+        http_method=getattr(tasks_v2.HttpMethod, target.method),
+        headers=target.headers,
+        body=target.body,
+        oidc_token=tasks_v2.OidcToken(service_account_email=target.service_account, audience=target.audience),
+    )
 
 
 def already_exists(exc: BaseException) -> bool:

@@ -157,6 +157,8 @@ def dashboard():
         runs=[row(record, now, bound) for record in recent],
         chart=timeline(recent, now, gaps, bound),
         job_ids=sorted(state.jobs),
+        # External jobs' handlers run them elsewhere: no Run now on their cards, and why.
+        external={job_id: job.runner.external.url for job_id, job in state.jobs.items() if job.runner.external},
         statuses=list(SHOWN_STATUSES),
         # A slot with no run (due, upcoming, ...) is in no runs table: its history lists it.
         status_without_runs=chosen["status"] in SLOT_ONLY_STATUSES,

@@ -50,7 +50,7 @@ from models import RunSource
 from schedules.slots import NEEDS_FORCE, Slot, execution_status
 from service.errors import Declined, Invalid, NotFound
 from service.pauses import CATCH_UP, ScheduleChangeRequest, pause_schedule, resume_schedule, scheduler_job_named
-from service.runs import ManualRunRequest, Queued, job_named, retry_of, run_manually_later
+from service.runs import ManualRunRequest, Queued, manually_runnable, retry_of, run_manually_later
 from service.slots import SlotRunRequest, executions_between, run_slot_later, run_slots_later, slot_of
 
 blueprint = Blueprint("dashboard_actions", __name__, url_prefix="/admin", template_folder="templates")
@@ -78,7 +78,7 @@ REFUSED = (FormProblem, NotFound, Invalid, Declined)
 @requires(Role.OPERATE)
 def run_now(job_id: str) -> Response | tuple[str, int]:
     try:
-        job = job_named(app_state(), job_id)
+        job = manually_runnable(app_state(), job_id)
         note_run(job_id=job_id, source=RunSource.API)
         fields = form_fields(RUN_NOW_FIELDS)
         ask = ManualRunRequest(form_token(fields), form_parameters(fields.get("parameters", "")))
@@ -96,9 +96,9 @@ def confirm_run_now(job_id: str) -> Response | str | tuple[str, int]:
     to this page and sending it again, even where the browser fetches the page anew, is the
     same run; a link without one gets a fresh token."""
     try:
-        job = job_named(app_state(), job_id)
-    except NotFound as missing:
-        return refused_page(missing)
+        job = manually_runnable(app_state(), job_id)
+    except (NotFound, Declined) as refused:
+        return refused_page(refused)
     token = request.args.get("token")
     if not token:
         # A link without a token (typed, bookmarked) gets one in its URL, so going back to the

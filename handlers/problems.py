@@ -122,6 +122,16 @@ PROBLEM_TYPES: tuple[ProblemType, ...] = (
         "token of its own); this run is another (`run_status`, `source`), or its job (`job_id`) is "
         "gone from the jobs file. Nothing was queued.",
     ),
+    ProblemType(
+        "RunsElsewhere",
+        422,
+        "Run by its own handler",
+        False,
+        "The job is an external target: a handler served elsewhere with the library runs it, and this "
+        "app never claims its runs. A slot of it is run through the dashboard's run this slot (a Cloud "
+        "Tasks task to the handler, under the slot's key); a failed one is run again from the handler's "
+        "side. Nothing was recorded.",
+    ),
     _RUN["Unauthenticated"],
     _RUN["Forbidden"],
     ProblemType(

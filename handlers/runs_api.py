@@ -32,7 +32,7 @@ from handlers.strict_json import InvalidJson
 from jobs.config import JobSpec
 from models import RunSource, RunStatus
 from service.errors import Invalid, NotFound  # answered by the answers table, as every refusal
-from service.runs import job_named, run_manually
+from service.runs import manually_runnable, run_manually
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,9 @@ OPENAPI_DESCRIPTION = pathlib.Path(__file__).with_name("openapi.yaml").read_byte
 
 
 def known_job(job_id: str) -> JobSpec:
-    """The job (NotFound before anything is written), named on the request's log line."""
-    job = job_named(app_state(), job_id)
+    """The job (NotFound before anything is written; RunsElsewhere for an external job), named on
+    the request's log line."""
+    job = manually_runnable(app_state(), job_id)
     note_run(job_id=job_id, source=RunSource.API)
     return job
 

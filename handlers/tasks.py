@@ -22,8 +22,8 @@ from models import RunSource
 from schedules.audit import ReportedSlot
 from schedules.config import SchedulerJob
 from service.audits import AUDIT_SHARE_SIZE, audit_jobs, audit_share, split_audit
-from service.errors import Invalid, NotFound
-from service.runs import job_named, run_manually
+from service.errors import Declined, Invalid, NotFound
+from service.runs import manually_runnable, run_manually
 from service.slots import SlotRunRequest, run_slot_now, slot_of
 
 blueprint = Blueprint("tasks", __name__, url_prefix="/tasks")
@@ -171,7 +171,7 @@ def run_dispatched_manual_run():
         return ask
     state = app_state()
     try:  # as the API reads it: the job, the token's rule, the parameters' bound
-        job = job_named(state, ask["job_id"])
+        job = manually_runnable(state, ask["job_id"])
         manual_run = (
             read_manual_run_request(also=MANUAL_RUN_TASK_FIELDS)
             if "clientToken" in ask
@@ -179,8 +179,8 @@ def run_dispatched_manual_run():
         )
     except (GuardRejected, InvalidJson) as exc:
         return task_answer(Invalid(exc.message))
-    except NotFound as missing:
-        return task_answer(missing)
+    except (NotFound, Declined) as refused:
+        return task_answer(refused)
     note_run(job_id=ask["job_id"], source=RunSource.API)
     # The run records who confirmed it; the queue only carried it.
     asked_by = Principal.named(ask["requested_by"])

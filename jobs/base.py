@@ -24,6 +24,27 @@ MAX_DOWNSTREAM_CHARS = 1024
 
 
 @dataclasses.dataclass(frozen=True)
+class ExternalTarget:
+    """Where an ``external`` job's own handler is (jobs/kinds/external.py), and how a request
+    reaches it: ``url`` with an OIDC token that ``service_account`` signs for ``audience``."""
+
+    url: str
+    service_account: str
+    audience: str
+
+    def delivery_url(self, project: str, location: str, pass_scope: bool) -> str:
+        """What a Scheduler job or a task calls: the url, with the scope in its query unless not
+        ``pass_scope`` (then the handler's DEDUP_PROJECT and DEDUP_LOCATION name it)."""
+        if not pass_scope:
+            return self.url
+        parts = urllib.parse.urlsplit(self.url)
+        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        query = [(name, value) for name, value in query if name not in ("project", "location")]
+        query += [("project", project), ("location", location)]
+        return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+
+
+@dataclasses.dataclass(frozen=True)
 class RunContext:
     """Everything a job may need to know about the run it performs.
 
@@ -145,6 +166,12 @@ class JobKind(abc.ABC):
         """What a run calls downstream, in words, for the person about to start one (the
         dashboard's confirmation step names it).  A kind of one's own may say more."""
         return f"a {self.name} job"
+
+    @property
+    def external(self) -> ExternalTarget | None:
+        """Where a handler served elsewhere runs the job (the ``external`` kind), or None: this
+        app runs it (every other kind)."""
+        return None
 
 
 # Far beyond any sensible lease or retention, and far from datetime's limits.

@@ -139,7 +139,7 @@ class JobDeclaration(Declaration):
     Literal of its name) and its own keys, and builds the kind's runner from them (``build``)."""
 
     kind: str
-    """The job's kind: python, http, workflow, cloud_run_job or cloud_build_trigger (docs/jobs.md)."""
+    """The job's kind: python, http, workflow, cloud_run_job, cloud_build_trigger or external (docs/jobs.md)."""
     lease_seconds: Seconds = DEFAULT_LEASE_SECONDS
     """How long an attempt holds its run before another may take it over, in seconds."""
     retention_seconds: OmittableSeconds = None

@@ -477,6 +477,47 @@ class SchedulerJob(Declaration):
         return self
 
 
+MAX_HTTP_ATTEMPT_DEADLINE = 30 * 60  # HTTP targets: 15 s to 30 min (job.proto)
+
+
+def external_target_problems(job: SchedulerJob) -> list[Problem]:
+    """What keeps an external job's Scheduler job (an HTTP target calling its handler) from being
+    keyed as the app keys its slots: the scope must travel with each delivery, since the app
+    cannot see the handler's DEDUP_PROJECT and DEDUP_LOCATION; and an HTTP target's deadline."""
+    problems = []
+    project, location = delivery_scope(job)
+    if not (project and location):
+        problems.append(
+            Problem(
+                job.key,
+                "pass_scope",
+                "an external target's deliveries must carry their project and location (pass_scope: true, the "
+                "default), so its handler keys each slot exactly as this app lists and runs it",
+            )
+        )
+    if job.deadline > MAX_HTTP_ATTEMPT_DEADLINE:
+        problems.append(
+            Problem(
+                job.key,
+                "attempt_deadline",
+                f"{int(job.deadline)}s is longer than an HTTP target's limit ({MAX_HTTP_ATTEMPT_DEADLINE}s): "
+                "Cloud Scheduler refuses it",
+            )
+        )
+    for field, value in (("service", job.service), ("version", job.version)):
+        if value is not None:
+            problems.append(Problem(job.key, field, "names an App Engine target: an external job's is its url"))
+    return problems
+
+
+def delivery_scope(job: SchedulerJob) -> tuple[str | None, str | None]:
+    """(project, location) as a delivery of ``job`` carries them: its URL's query, else its headers."""
+    if job.pass_scope:
+        return job.project, job.location
+    headers = {name.lower(): value for name, value in job.headers.items()}
+    return headers.get("x-scheduler-project"), headers.get("x-scheduler-location")
+
+
 def _merge_defaults(document: dict[str, Any]) -> dict[str, Any]:
     """Each job with the file's defaults under its own keys (retry merged key by key), and its
     name defaulting to its key."""
@@ -685,8 +726,11 @@ def dedup_problems(jobs: list[SchedulerJob], app_jobs: Mapping[str, JobSpec], ex
                     ),
                 )
             )
+        external = spec.runner.external
+        if external is not None:
+            problems += external_target_problems(job)
         limit = REQUEST_TIMEOUT_SECONDS[job.scaling]
-        if job.deadline > limit:
+        if external is None and job.deadline > limit:
             problems.append(
                 Problem(
                     job.key,

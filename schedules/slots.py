@@ -22,7 +22,13 @@ from croniter import croniter
 from dedup.keys import CLOCK_SKEW_SECONDS, ScheduledRunKey, ahead_of_its_time, format_utc, scheduled_run_key
 from models import RunRecord, RunSource, RunStatus
 from schedules.bound import BoundJob
-from schedules.config import DELIVERY_GRACE_SECONDS, SchedulerJob, retry_window_seconds, schedule_zone
+from schedules.config import (
+    DELIVERY_GRACE_SECONDS,
+    SchedulerJob,
+    delivery_scope,
+    retry_window_seconds,
+    schedule_zone,
+)
 from schedules.intervals import Pause
 
 # The most slots one answer lists (a job every minute: 16 hours of them).
@@ -86,14 +92,6 @@ RUNNABLE = (
     ExecutionStatus.UNTRACKED,
 )
 NEEDS_FORCE = (ExecutionStatus.UNKNOWN, ExecutionStatus.UNTRACKED)
-
-
-def delivery_scope(job: SchedulerJob) -> tuple[str | None, str | None]:
-    """(project, location) as a delivery of ``job`` carries them: its URL's query, else its headers."""
-    if job.pass_scope:
-        return job.project, job.location
-    headers = {name.lower(): value for name, value in job.headers.items()}
-    return headers.get("x-scheduler-project"), headers.get("x-scheduler-location")
 
 
 class RunFacts(Protocol):

@@ -16,7 +16,7 @@ from schedules.config import SchedulerJob, history_id
 from schedules.pauses import current
 from schedules.slots import Slot
 from service.pauses import failure_streak_pause
-from service.slots import slot_run_work
+from service.slots import external_of, slot_run_work
 from service.state import AppState
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,9 @@ def misfire_catch_up(state: AppState) -> Callable[[Slot], bool]:
         # Never raises: the audit's mark has moved, and its lines must still be written.
         try:
             record = state.ledger.lookup(slot.run_id)
-            work = slot_run_work(slot.job.target, slot, record.attempt if record else 0, MISFIRE_PRINCIPAL)
+            seen = record.attempt if record else 0
+            external = external_of(state, slot.job.target)
+            work = slot_run_work(slot.job.target, slot, seen, MISFIRE_PRINCIPAL, external=external)
             state.dispatcher.dispatch(work)
         except Exception:
             log.warning("the misfire policy could not dispatch %s: reported as missed", slot.run_id, exc_info=True)

@@ -36,6 +36,7 @@ class RefusalKind(enum.StrEnum):
     EXECUTION_UNKNOWN = "ExecutionUnknown"  # its record may be forgotten: runs only when forced
     PRECONDITION_REQUIRED = "PreconditionRequired"  # reopening a failed slot needs the attempt seen
     RUN_NOT_RETRYABLE = "RunNotRetryable"  # only a failed manual run of a declared job is retried
+    RUNS_ELSEWHERE = "RunsElsewhere"  # an external job: its own handler runs it, never this app
 
 
 class Declined(Refusal):

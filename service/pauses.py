@@ -29,7 +29,7 @@ from schedules.pauses import (
 from schedules.slots import ExecutionStatus, Slot, execution_status, latest_slots, slot_pages
 from service.errors import Invalid, NotFound
 from service.principal import Principal
-from service.slots import NO_SCHEDULE, slot_run_work
+from service.slots import NO_SCHEDULE, external_of, slot_run_work
 from service.state import AppState
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,9 @@ def catch_up(state: AppState, principal: Principal, job: BoundJob, interval: Pau
             record = records.get(slot.run_id)
             if execution_status(slot, record, now) != ExecutionStatus.PAUSED:
                 continue
-            work = slot_run_work(job.declared.target, slot, record.attempt if record else 0, principal.name)
+            seen = record.attempt if record else 0
+            external = external_of(state, job.declared.target)
+            work = slot_run_work(job.declared.target, slot, seen, principal.name, external=external)
             caught_up.append(CaughtUp(slot, state.dispatcher.dispatch(work)))
     return caught_up
 

@@ -22,10 +22,10 @@ from dedup.claims import INSTANCE, REOPENED, RunDescription, RunPolicy
 from dedup.clock import Clock
 from dedup.idempotency import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS, IdempotencyGuard, fingerprint
 from dedup.keys import ScheduledRunKey, format_utc, is_run_id
-from dedup.outcomes import Attempt, Finished, InProgress, Replayed, RunOutcome, Skipped
+from dedup.outcomes import Attempt, Claimed, Finished, InProgress, Replayed, RunOutcome, Skipped
 from dedup.runner import Waiting, run_once
 from dispatch import Dispatched, Work, task_id
-from jobs.base import RunContext
+from jobs.base import ExternalTarget, RunContext
 from jobs.config import JobSpec
 from models import RunRecord, RunSource, RunStatus
 from schedules.config import SchedulerJob, history_id
@@ -64,6 +64,12 @@ def run_scheduled(
         location=key.location,
         requested_by=principal.name,
     )
+
+    if job.runner.external is not None:  # its handler claims this key: answer from the record, never claim
+        said = state.ledger.refusal(key.run_id, description, reopen_attempt=reopen_attempt)
+        if said is None or isinstance(said, Claimed):  # nothing to answer from: a claim would take it
+            raise runs_elsewhere(job_id, job.runner.external)
+        return said
 
     def work(attempt: Attempt) -> Any:
         return job.runner.run(
@@ -226,6 +232,17 @@ def run_note(
     return RunNote(history_id(declared), key.schedule_time, record, client)
 
 
+def runs_elsewhere(job_id: str, external: ExternalTarget) -> Declined:
+    """The refusal of a run this app was asked to do of an external job (its handler runs it)."""
+    return Declined(
+        RefusalKind.RUNS_ELSEWHERE,
+        f"{job_id} is run by its own handler at {external.url}, not by this app: its slots are run through the "
+        "dashboard's run this slot (a Cloud Tasks task to the handler, under the slot's key), and it takes no "
+        "manual runs. Nothing was recorded",
+        {"job_id": job_id, "url": external.url},
+    )
+
+
 MANUAL_RUN_NAMESPACE = "manual-run"
 
 
@@ -234,6 +251,15 @@ def job_named(state: AppState, job_id: str) -> JobSpec:
     job = state.jobs.get(job_id)
     if job is None:
         raise NotFound(f"no job {job_id!r} is declared in the jobs file")
+    return job
+
+
+def manually_runnable(state: AppState, job_id: str) -> JobSpec:
+    """``job_named``'s job, refused (RunsElsewhere) when its own handler runs it: a manual run has
+    no Scheduler slot, and so no key the handler would run it under."""
+    job = job_named(state, job_id)
+    if job.runner.external is not None:
+        raise runs_elsewhere(job_id, job.runner.external)
     return job
 
 
@@ -273,6 +299,8 @@ def run_manually(
     wait: Waiting | None = None,
 ) -> RunOutcome:
     """Run ``job`` once per client token, for ``principal``: the API's and the dashboard's one path."""
+    if job.runner.external is not None:
+        raise runs_elsewhere(job_id, job.runner.external)
     guard = IdempotencyGuard(state.ledger, MANUAL_RUN_NAMESPACE, manual_run_policy(job), RunSource.API)
     return guard.run(
         ask.client_token,
@@ -367,6 +395,8 @@ def run_manually_later(
 ) -> RunOutcome | Queued:
     """A manual run queued (the dashboard's Run now and Retry), or answered at once from its record
     (done, running, another form's): nothing is queued then."""
+    if job.runner.external is not None:
+        raise runs_elsewhere(job_id, job.runner.external)
     run_id = manual_run_id(state, job_id, job, ask.client_token)
     return answer_or_queue(
         state,

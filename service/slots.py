@@ -20,15 +20,16 @@ from dedup.claims import REOPENED
 from dedup.keys import CLOCK_SKEW_SECONDS, ScheduledRunKey, format_utc, scheduled_run_key
 from dedup.outcomes import RunOutcome
 from dedup.queries import RunFilter
-from dispatch import DispatchError, Work, task_id
+from dispatch import DispatchError, HttpTarget, Work, task_id
+from jobs.base import ExternalTarget
 from models import RunRecord
 from schedules.bound import BoundJob
+from schedules.config import delivery_scope
 from schedules.slots import (
     MAX_SLOTS,
     NEEDS_FORCE,
     ExecutionStatus,
     Slot,
-    delivery_scope,
     execution_document,
     execution_status,
     is_slot,
@@ -180,6 +181,15 @@ def check_slot_run(state: AppState, slot: Slot, ask: SlotRunRequest) -> tuple[De
                 "remembered_until": format_utc(slot.remembered_until) if slot.remembered_until else None,
             },
         ), record
+    external = external_of(state, slot.job.target)
+    if external is not None and record is not None and record.status in REOPENED:
+        return Declined(
+            RefusalKind.RUNS_ELSEWHERE,
+            f"this slot {record.status} at attempt {record.attempt} in {slot.job.target}'s own handler "
+            f"({external.url}), which answers every delivery of the slot from that record until it expires: "
+            "the library reopens no slot, so running it again here would change nothing",
+            {"execution_status": status, "attempt": record.attempt, "url": external.url},
+        ), record
     if ask.seen_attempt is None and record is not None and record.status in REOPENED:
         return Declined(
             RefusalKind.PRECONDITION_REQUIRED,
@@ -210,7 +220,14 @@ def run_slot_now(
 SLOT_RUN_TASK = "/tasks/run-slot"  # the endpoint a dispatched run of a slot calls (handlers/tasks.py)
 
 
-def slot_run_work(job_id: str, slot: Slot, seen_attempt: int, requested_by: str, force: bool = False) -> Work:
+def slot_run_work(
+    job_id: str,
+    slot: Slot,
+    seen_attempt: int,
+    requested_by: str,
+    force: bool = False,
+    external: ExternalTarget | None = None,
+) -> Work:
     """A run of ``slot`` dispatched to be done later, under the slot's own key (run_slot_now).
 
     The task id is the run id and the attempt seen: the queue refuses the same catch-up twice,
@@ -226,7 +243,36 @@ def slot_run_work(job_id: str, slot: Slot, seen_attempt: int, requested_by: str,
         "requested_by": requested_by,
         **({"force": True} if force else {}),
     }
-    return Work(task_id("slot-run", slot.run_id, str(seen_attempt)), SLOT_RUN_TASK, body)
+    work_id = task_id("slot-run", slot.run_id, str(seen_attempt))
+    if external is not None:  # to its handler, as Scheduler's delivery of the slot: one key for both
+        return Work(work_id, SLOT_RUN_TASK, body, http=slot_delivery(slot, external))
+    return Work(work_id, SLOT_RUN_TASK, body)
+
+
+def slot_delivery(slot: Slot, external: ExternalTarget) -> HttpTarget:
+    """The request Cloud Scheduler sends an external job's handler for ``slot``: its URL (with the
+    scope), method, headers, schedule time and body, with the OIDC token of the job's caller."""
+    job = slot.job
+    headers = {
+        **job.headers,
+        "X-CloudScheduler": "true",
+        "X-CloudScheduler-JobName": job.name,
+        "X-CloudScheduler-ScheduleTime": format_utc(slot.schedule_time),
+    }
+    return HttpTarget(
+        url=external.delivery_url(job.project, job.location, job.pass_scope),
+        method=job.method,
+        headers=headers,
+        body=(job.body or "").encode("utf-8") if job.method == "POST" else b"",
+        service_account=external.service_account,
+        audience=external.audience,
+    )
+
+
+def external_of(state: AppState, job_id: str) -> ExternalTarget | None:
+    """Where ``job_id``'s own handler is, if it is an external job."""
+    job = state.jobs.get(job_id)
+    return job.runner.external if job is not None else None
 
 
 MAX_UNSCHEDULED = 100
@@ -299,7 +345,9 @@ def _queue_slot_run[Answer](
         slot.run_id,
         record,
         answer,
-        lambda seen: slot_run_work(job_id, slot, seen, principal.name, force=ask.force),
+        lambda seen: slot_run_work(
+            job_id, slot, seen, principal.name, force=ask.force, external=external_of(state, job_id)
+        ),
         reopen_attempt=ask.seen_attempt,
     )
 

@@ -10,27 +10,16 @@ devtools/emulator.py).
 
 from __future__ import annotations
 
-import os
 import re
-import shlex
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.support.gcloud import PARSED, parse
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").glob("**/README.md"))]
 FENCE = re.compile(r"^```[a-z]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
-# What a reader fills in: the docs' shell variables and placeholders.
-FILLED_IN = {
-    "$SA": "dedup-app@acme-prod.iam.gserviceaccount.com",
-    "TRIGGER_SA_EMAIL": "builds@acme-prod.iam.gserviceaccount.com",
-    "PROJECT_ID": "acme-prod",
-    "PROJECT_NUMBER": "123456789012",
-    "REGION": "us-central1",
-}
-PARSED = "You do not currently have an active account selected"
 
 
 def gcloud_commands(text: str) -> list[str]:
@@ -67,18 +56,3 @@ def test_a_misspelt_flag_is_told_apart(tmp_path):
 def test_every_gcloud_command_in_the_docs_parses(command, tmp_path):
     code, said = parse(command, tmp_path)
     assert code != 2 and PARSED in said, said[-2000:]
-
-
-def parse(command: str, folder: Path) -> tuple[int, str]:
-    if shutil.which("gcloud") is None:
-        pytest.fail("gcloud is not on PATH: install the Google Cloud CLI (README, Needs)")
-    for name, value in FILLED_IN.items():
-        command = command.replace(name, value)
-    arguments = [word for word in shlex.split(command, comments=True) if word != "&"]
-    environ = {**os.environ, "CLOUDSDK_CONFIG": str(folder / "gcloud"), "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"}
-    environ["CLOUDSDK_CORE_PROJECT"] = "acme-prod"
-    environ.pop("CLOUDSDK_CORE_ACCOUNT", None)
-    done = subprocess.run(
-        arguments, cwd=folder, env=environ, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120
-    )
-    return done.returncode, done.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 import subprocess
 import sys
@@ -14,6 +15,8 @@ from click.testing import CliRunner
 
 from deploy.cli import cli as ops_cli
 from schedules.config import RetryConfig, retry_intervals
+from tests.support.gcloud import PARSED as GCLOUD_PARSED
+from tests.support.gcloud import parse as gcloud_parse
 from tests.support.shipped import EXAMPLE_JOBS, EXAMPLE_SCHEDULE, filled_in
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -281,7 +284,7 @@ def fake_gcloud(tmp_path):
             handle.write("\\x1f".join(sys.argv[1:]) + "\\n")
         if sys.argv[1:4] == ["scheduler", "jobs", "list"]:
             state = os.environ.get("FAKE_NIGHTLY_STATE", "ENABLED")
-            print("projects/acme-prod/locations/us-central1/jobs/nightly\tPOST\t" + state)
+            print("projects/acme-prod/locations/us-central1/jobs/nightly\tPOST\t\t" + state)
         if sys.argv[1:4] == ["app", "firewall-rules", "list"]:
             print("1000\tALLOW\t0.1.0.2/32\tCloud Scheduler App Engine jobs, Cloud Tasks and cron")
             print("1002\tDENY\t192.0.2.7\tblock a scraper")
@@ -333,7 +336,7 @@ def test_a_changed_http_method_recreates_the_job(cli, fake_gcloud, monkeypatch):
     lines = [line for line in result.output.splitlines() if line.startswith("gcloud ")]
     assert lines[0] == "gcloud scheduler jobs delete nightly --project=acme-prod --location=us-central1 --quiet"
     assert lines[1].startswith("gcloud scheduler jobs create app-engine nightly ") and "--http-method=get" in lines[1]
-    assert "the live job sends POST, the file says GET" in result.output
+    assert "the live job sends app-engine POST, the file says app-engine GET" in result.output
 
 
 def test_a_key_given_twice_is_refused(cli):
@@ -554,3 +557,37 @@ def test_a_new_paused_job_is_created_then_paused(cli):
 def test_a_bad_paused_or_note_is_refused_by_name(cli, settings, words):
     result = cli("scheduler", "validate", schedule=job(**settings))
     assert result.exit_code == 1 and words in result.output
+
+
+EXTERNAL_JOBS = """
+jobs:
+  reports:
+    kind: external
+    url: https://nightly-report-abc123-uc.a.run.app/tasks/nightly-report
+    service_account: nightly-caller@acme-prod.iam.gserviceaccount.com
+    lease_seconds: 900
+"""
+
+
+def test_an_external_jobs_scheduler_job_is_an_http_target_with_an_oidc_token(jobs_file, tmp_path, fake_gcloud):
+    """Its Scheduler job calls the handler (with the scope), signed by the caller's service
+    account; a live App Engine job of the same name is made again as an HTTP one."""
+    schedule = tmp_path / "scheduler.yaml"
+    schedule.write_text(VALID.replace("target: report", "target: reports"))
+    arguments = ["--jobs", jobs_file(EXTERNAL_JOBS), "scheduler", "plan"]
+    planned = CliRunner().invoke(ops_cli, [*arguments, "--assume-new", str(schedule)])
+    assert planned.exit_code == 0, planned.output
+    [line] = [line for line in planned.output.splitlines() if line.startswith("gcloud ")]
+    command = shlex.split(line)
+    assert command[:6] == ["gcloud", "scheduler", "jobs", "create", "http", "nightly"]
+    url = "https://nightly-report-abc123-uc.a.run.app/tasks/nightly-report"
+    assert f"--uri={url}?project=acme-prod&location=us-central1" in command
+    assert "--oidc-service-account-email=nightly-caller@acme-prod.iam.gserviceaccount.com" in command
+    assert f"--oidc-token-audience={url}" in command and not any(c.startswith("--service=") for c in command)
+    code, said = gcloud_parse(line, tmp_path)  # gcloud's own parser takes it
+    assert code != 2 and GCLOUD_PARSED in said, said
+    env, _ = fake_gcloud  # the live nightly is an App Engine job
+    live = CliRunner().invoke(ops_cli, [*arguments, str(schedule)], env=env)
+    assert "the live job sends app-engine POST, the file says http POST" in live.output
+    lines = [line for line in live.output.splitlines() if line.startswith("gcloud ")]
+    assert lines[0].startswith("gcloud scheduler jobs delete nightly ") and " create http nightly " in lines[1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from jobs.base import JobKind
 from jobs.kinds.cloud_build_trigger import CloudBuildTriggerJob
 from jobs.kinds.cloud_run_job import CloudRunJob
+from jobs.kinds.external import ExternalJob
 from jobs.kinds.http import HttpJob
 from jobs.kinds.python import PythonJob
 from jobs.kinds.workflow import WorkflowJob
@@ -19,5 +20,5 @@ def register_kind(kind: type[JobKind]) -> type[JobKind]:
     return kind
 
 
-for _kind in (PythonJob, HttpJob, WorkflowJob, CloudRunJob, CloudBuildTriggerJob):
+for _kind in (PythonJob, HttpJob, WorkflowJob, CloudRunJob, CloudBuildTriggerJob, ExternalJob):
     register_kind(_kind)
