@@ -297,6 +297,12 @@ def measure_rows(emulator, datastore_host: str, requests_: int, first_minute: in
         return http.post("/api/v1/jobs/noop/runs", data=body, content_type="application/json")
 
     guarded = werkzeug.test.Client(guarded_app(client, state.ledger.clock))
+    # A team's own view behind the library's decorator (docs/library.md): its own Deliveries and ledger.
+    library = werkzeug.test.Client(library_app(client, state.ledger.clock))
+
+    def decorated(schedule_time: datetime.datetime):
+        headers = {"X-CloudScheduler-JobName": "bench-lib", "X-CloudScheduler-ScheduleTime": schedule_time.isoformat()}
+        return library.post("/report", headers=headers)
 
     def guard(key: str):
         return guarded.post("/orders", json={"sku": "a"}, headers={"Idempotency-Key": key})
@@ -312,6 +318,7 @@ def measure_rows(emulator, datastore_host: str, requests_: int, first_minute: in
         deliver(at(-1000 - index), "warmup-original", to=original)
         manual(f"warmup-{tag}-{index}")
         guard(f"warmup-{tag}-{index}")
+        decorated(at(-2000 - index))
         http.post(
             "/jobs/exclusive",
             headers={
@@ -400,6 +407,8 @@ def measure_rows(emulator, datastore_host: str, requests_: int, first_minute: in
     rows.append(measure("manual run, retried", requests_, lambda i: manual(f"bench-{tag}-0"), counter, 200, True))
     rows.append(measure("guarded endpoint", requests_, lambda i: guard(f"order-{tag}-{i}"), counter, 201))
     rows.append(measure("guarded endpoint, retried", requests_, lambda i: guard(f"order-{tag}-0"), counter, 201, True))
+    rows.append(measure("library view: fresh run", requests_, lambda i: decorated(at(i)), counter, 200))
+    rows.append(measure("library view: completed duplicate", requests_, lambda i: decorated(at(0)), counter, 200, True))
     rows.append(measure("same job without dedup", requests_, lambda i: baseline.post("/plain"), counter, 200))
     rows.append(
         measure(f"{ORIGINAL}: fresh run", requests_, lambda i: deliver(at(i), "original", to=original), counter, 200)
@@ -444,6 +453,23 @@ def guarded_app(client, clock) -> Flask:
         return {"order": "o-1"}, 201
 
     app.wsgi_app = NdbContextMiddleware(app.wsgi_app, client)  # type: ignore[method-assign]  # Flask's middleware hook, typed as a method
+    return app
+
+
+def library_app(client, clock) -> Flask:
+    """A Flask view of one's own made exactly-once by the library's decorator, as
+    examples/library_flask_app.py is, on the bench's client (no downstream: the protocol's cost)."""
+    from dedup.adapters.flask import exactly_once
+    from dedup.deliveries import Deliveries, DeliverySettings, ScheduledRun
+
+    app = Flask("library")
+    deliveries = Deliveries("bench-library", DeliverySettings(), client=client, clock=clock)
+
+    @app.post("/report")
+    @exactly_once(deliveries)
+    def report(run: ScheduledRun) -> dict[str, object]:
+        return {"sent": True, "attempt": run.attempt}
+
     return app
 
 

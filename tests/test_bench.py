@@ -39,6 +39,8 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
     assert counted["in-progress duplicate"] == 1 and counted["heartbeat renewal (each)"] == 1
     assert counted["manual run"] == 2 and counted["manual run, retried"] == 0
     assert counted["guarded endpoint"] == 2 and counted["guarded endpoint, retried"] == 0
+    # A view of one's own behind the library's decorator (issue 38 §5): the app's protocol, the app's trips.
+    assert counted["library view: fresh run"] == 2 and counted["library view: completed duplicate"] == 0
     assert counted["bad input (400)"] == 0 and counted["same job without dedup"] == 0
     assert counted["fresh run over a released record"] == 3 and counted["overlap: forbid, fresh run"] == 3
     # Where the fence is not verified: the finish is a transaction (begun by its read, or on its own).
