@@ -1,4 +1,4 @@
-"""The code the docs show is code that runs: every ``python`` block of README.md and docs/
+"""The code the docs show is code that runs: every ``python`` block of README.md, library/README.md and docs/
 is a verbatim part of a file in examples/, and each of those files is exercised here."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from jobs.config import parse_jobs
 from tests.support.deliveries import scheduler_headers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOCS = ["README.md", *sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))]
+DOCS = ["README.md", "library/README.md", *sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))]
 
 
 def blocks(language: str) -> list[tuple[str, str]]:

@@ -30,9 +30,23 @@ except ImportError as missing:  # the core installs without it
     ) from missing
 
 from dedup.answers import Answer
-from dedup.deliveries import Deliveries, ScheduledRun
+from dedup.app_engine_markers import AppEngineCallers
+from dedup.callers import Callers
+from dedup.deliveries import Deliveries, DeliverySettings, ScheduledRun
 from dedup.errors import PermanentJobError, RetryableJobError
 from dedup.problems import MEDIA_TYPE, problem_document
+
+# What a Flask app adopting the library needs, from one import.
+__all__ = [
+    "AppEngineCallers",
+    "Callers",
+    "Deliveries",
+    "DeliverySettings",
+    "PermanentJobError",
+    "RetryableJobError",
+    "ScheduledRun",
+    "exactly_once",
+]
 
 SCOPE = ("project", "location")
 
