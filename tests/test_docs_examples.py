@@ -15,7 +15,11 @@ from jobs.config import parse_jobs
 from tests.support.deliveries import scheduler_headers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOCS = ["README.md", "library/README.md", *sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))]
+DOCS = [
+    "README.md",
+    "library/README.md",
+    *sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))),
+]
 
 
 def blocks(language: str) -> list[tuple[str, str]]:
