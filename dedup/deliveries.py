@@ -29,7 +29,7 @@ import contextlib
 import dataclasses
 import datetime
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from google.cloud import ndb
@@ -136,11 +136,12 @@ class Deliveries:
         self,
         headers: Mapping[str, str],
         work: Callable[[ScheduledRun], Any],
-        query: Mapping[str, str] | None = None,
+        query: Mapping[str, str | Sequence[str]] | None = None,
         at: str | None = None,
     ) -> Answer:
         """Run ``work`` once for the delivery ``headers`` name (``query``: the target URL's query
-        parameters; ``at``: its path, a problem's ``instance``), and what to answer it.  ``work``
+        parameters, each a value or every value it was given; ``at``: its path, a problem's
+        ``instance``), and what to answer it.  The caller is checked before anything is read.  ``work``
         returns a JSON-serialisable result, raises ``dedup.errors.PermanentJobError`` when a retry
         cannot help, or raises anything else to be retried."""
         folded = FoldedHeaders(headers)
@@ -247,9 +248,18 @@ TASK_HEADERS = ("X-CloudTasks-TaskName", "X-AppEngine-TaskName")
 
 
 def delivery_key(
-    header: Callable[[str], str | None], query: Mapping[str, str], settings: DeliverySettings
+    header: Callable[[str], str | None], query: Mapping[str, str | Sequence[str]], settings: DeliverySettings
 ) -> ScheduledRunKey:
-    """The key of a Cloud Scheduler delivery; InvalidRunRequest (naming the field) for anything else."""
+    """The key of a Cloud Scheduler delivery; InvalidRunRequest (naming the field) for anything else,
+    a scope named twice in the query among it (which one names it is anyone's guess)."""
+    scope: dict[str, str] = {}
+    for name in ("project", "location"):
+        given = query.get(name)
+        values = [given] if isinstance(given, str) or given is None else list(given)
+        if len(values) > 1:
+            raise InvalidRunRequest(name, f"query parameter {name} given more than once")
+        if values and values[0] is not None:
+            scope[name] = values[0]
     if header("X-CloudScheduler-JobName") is None and header("X-Appengine-Cron") is not None:
         raise InvalidRunRequest(
             "X-Appengine-Cron",
@@ -268,8 +278,8 @@ def delivery_key(
     return scheduled_run_key(
         header("X-CloudScheduler-JobName"),
         header("X-CloudScheduler-ScheduleTime"),
-        query_project=query.get("project"),
-        query_location=query.get("location"),
+        query_project=scope.get("project"),
+        query_location=scope.get("location"),
         header_project=header("X-Scheduler-Project"),
         header_location=header("X-Scheduler-Location"),
         configured_project=settings.project,

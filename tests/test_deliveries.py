@@ -447,3 +447,16 @@ def test_deliveries_made_without_settings_take_the_environments(monkeypatch):
     monkeypatch.setenv("DEDUP_HEARTBEAT", "maybe")
     with pytest.raises(EnvironmentSettingError, match="DEDUP_HEARTBEAT"):
         Deliveries("report")
+
+
+def test_the_caller_is_checked_before_the_request_is_read(ndb_client, issuer):
+    """A caller who is not admitted learns nothing of what the handler would accept: 401, not the 400
+    a malformed delivery (a scope named twice) gets from an admitted one."""
+    callers = Callers(AUDIENCE, [CALLER], issuer.certs_url)
+    app = app_of(Deliveries("report", callers=callers, client=ndb_client, clock=ManualClock(LATER)), lambda run: 1)
+    twice = "/run?project=a-project&project=b-project"
+    assert app.test_client().post(twice, headers=delivery()).status_code == 401
+    assert app.test_client().post("/run", headers={"X-CloudScheduler-JobName": "x"}).status_code == 401
+    signed = {**delivery(), "Authorization": "Bearer " + issuer.token(audience=AUDIENCE, email=CALLER)}
+    refused = app.test_client().post(twice, headers=signed)
+    assert refused.status_code == 400 and refused.json["field"] == "project"
