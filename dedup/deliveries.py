@@ -65,6 +65,10 @@ class ScheduledRun:
     force_run: bool = False
 
 
+MIN_LEASE_SECONDS = 1  # shorter, a lease is over before the attempt that holds it has started
+MAX_RETENTION_SECONDS = 10 * 365 * 86400  # the app's bound on any time it keeps (jobs.base.MAX_SECONDS)
+
+
 @dataclasses.dataclass(frozen=True)
 class DeliverySettings:
     """How the deliveries of one job are claimed and remembered.
@@ -91,8 +95,11 @@ class DeliverySettings:
             raise EnvironmentSettingError(f"{exc} (as the DEDUP_* environment variables set it)") from exc
 
     def __post_init__(self) -> None:
-        if not 0 < self.lease_seconds <= self.retention_seconds:
-            raise ValueError("lease_seconds must be more than 0 and at most retention_seconds")
+        if not MIN_LEASE_SECONDS <= self.lease_seconds <= self.retention_seconds <= MAX_RETENTION_SECONDS:
+            raise ValueError(
+                f"lease_seconds must be at least {MIN_LEASE_SECONDS} and at most retention_seconds, which is at "
+                f"most {MAX_RETENTION_SECONDS} (a record's expiry must be a date Datastore holds)"
+            )
         if self.project is not None and not PROJECT_ID.fullmatch(self.project):
             raise ValueError(f"project {self.project!r} is not a Google Cloud project id")
         if self.location is not None and not LOCATION_ID.fullmatch(self.location):

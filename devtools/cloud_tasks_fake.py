@@ -38,6 +38,8 @@ class FakeTask:
     service: str | None
     answers: list[int] = dataclasses.field(default_factory=list)
     url: str | None = None  # an HTTP task's (relative_uri is then "")
+    method: str = "POST"
+    dispatch_deadline: str | None = None  # an HTTP task's, as the API spells a Duration ("600s")
     oidc: dict[str, str] | None = None  # an HTTP task's oidcToken: serviceAccountEmail, audience
 
     @property
@@ -106,8 +108,9 @@ class CloudTasksFake:
             return 400, _error(400, "INVALID_ARGUMENT", "an httpRequest needs an absolute url")
         if not name.startswith(match[1] + "/tasks/") or not re.fullmatch(r"[A-Za-z0-9_-]{1,500}", name.rsplit("/")[-1]):
             return 400, _error(400, "INVALID_ARGUMENT", f"bad task name {name!r}")
-        if request.get("httpMethod") not in ("POST", 1):
-            return 400, _error(400, "INVALID_ARGUMENT", "this stand-in takes POST tasks only")
+        methods = ("POST", 1, "GET", 2) if http_task else ("POST", 1)
+        if request.get("httpMethod") not in methods:
+            return 400, _error(400, "INVALID_ARGUMENT", "this stand-in takes POST tasks (and GET HTTP tasks) only")
         with self._lock:
             if self.fail_next:
                 status = self.fail_next.pop(0)
@@ -128,6 +131,8 @@ class CloudTasksFake:
                     service=(request.get("appEngineRouting") or {}).get("service") or None,
                     url=request["url"] if http_task else None,
                     oidc=dict(request["oidcToken"]) if http_task and request.get("oidcToken") else None,
+                    method="GET" if request.get("httpMethod") in ("GET", 2) else "POST",
+                    dispatch_deadline=task.get("dispatchDeadline"),
                 )
             )
         return 200, task
@@ -153,7 +158,8 @@ class CloudTasksFake:
                 if task.url is not None:  # an HTTP task: to its own URL, whatever ``post`` is
                     marks = {"QueueName": task.queue, "TaskName": task.task_id, "TaskRetryCount": str(retry)}
                     headers = {**task.headers, **{f"X-CloudTasks-{name}": value for name, value in marks.items()}}
-                    status = requests.post(task.url, task.body, headers=headers, timeout=60).status_code
+                    sent = requests.request(task.method, task.url, data=task.body or None, headers=headers, timeout=60)
+                    status = sent.status_code
                 else:
                     headers = {
                         **task.headers,

@@ -35,6 +35,7 @@ class HttpTarget:
     body: bytes
     service_account: str
     audience: str
+    deadline_seconds: float = 600  # how long the task waits for the handler's answer (Cloud Tasks: 15 s to 30 min)
 
 
 @dataclasses.dataclass(frozen=True)

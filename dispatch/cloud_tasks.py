@@ -10,6 +10,7 @@ from outside requests).
 
 from __future__ import annotations
 
+import datetime
 import json
 import threading
 from collections.abc import Mapping
@@ -62,7 +63,8 @@ class CloudTasksDispatcher:
     def dispatch(self, work: Work) -> Dispatched:
         name = f"{self.queue}/tasks/{work.task_id}"
         if work.http is not None:
-            task = tasks_v2.Task(name=name, http_request=http_request(work.http))
+            deadline = datetime.timedelta(seconds=round(min(max(work.http.deadline_seconds, 15), 1800)))
+            task = tasks_v2.Task(name=name, http_request=http_request(work.http), dispatch_deadline=deadline)
         else:
             request = tasks_v2.AppEngineHttpRequest(
                 http_method=tasks_v2.HttpMethod.POST,

@@ -15,15 +15,26 @@ import datetime
 from flask import Blueprint, jsonify, request
 
 from dedup.keys import EARLIEST_SCHEDULE_TIME, format_utc
+from dispatch import DispatchError
 from handlers.access import Role, requires
 from handlers.answers import outcome_response, refusal_problem
 from handlers.logs import note_run
+from handlers.problems import problem
 from handlers.request_times import BadTime, request_time, time_problem
 from handlers.run_documents import run_summaries
 from handlers.state import app_state, current_principal
 from models import RunSource
 from service.errors import Declined, Invalid
-from service.slots import SlotRunRequest, executions_between, find_slot, run_slot_now, schedules_of
+from service.runs import Queued
+from service.slots import (
+    SlotRunRequest,
+    executions_between,
+    external_of,
+    find_slot,
+    run_slot_later,
+    run_slot_now,
+    schedules_of,
+)
 
 blueprint = Blueprint("executions", __name__, url_prefix="/api/v1")
 
@@ -72,7 +83,8 @@ def run_slot(job_id: str, schedule_time: str):
     ``attempt`` is the attempt it still is; released and missed ones run;
     a completed one is answered as a duplicate, and one in progress gets
     409.  An ``unknown`` slot (past the ledger's horizon) runs only with
-    ``force=true``.  The answer is a delivery's.
+    ``force=true``.  The answer is a delivery's; an external job's slot that would start a run
+    is queued for its own handler instead (202).
     """
     scheduler_jobs = schedules_of(app_state(), job_id)  # NotFound (an unknown job, no schedule) first
     try:
@@ -83,7 +95,18 @@ def run_slot(job_id: str, schedule_time: str):
     found = find_slot(job_id, scheduler_jobs, instant, **chosen)  # NotFound, Invalid: the service's refusals
     ask = SlotRunRequest.parse(request.args.get("attempt"), request.args.get("force"))
     note_run(job_id=job_id, source=RunSource.SCHEDULER, run_id=found.run_id)
-    outcome = run_slot_now(app_state(), current_principal(), job_id, found, ask)
+    state = app_state()
+    if external_of(state, job_id) is not None:  # its own handler runs it: a task to it, answered 202
+        try:
+            later = run_slot_later(state, current_principal(), job_id, found, ask)
+        except DispatchError as exc:
+            return problem(502, "DispatchFailed", f"the task queue did not take the slot's run: {exc}")
+        if isinstance(later, Queued):
+            document = {"run_id": later.run_id, "queued": True, "already": later.dispatched.already}
+            return jsonify({**document, "task_id": later.dispatched.task_id, "attempt": later.seen_attempt}), 202
+        outcome = later
+    else:
+        outcome = run_slot_now(state, current_principal(), job_id, found, ask)
     if isinstance(outcome, Declined):
         return refusal_problem(outcome)
     return outcome_response(outcome)

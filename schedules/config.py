@@ -480,7 +480,7 @@ class SchedulerJob(Declaration):
 MAX_HTTP_ATTEMPT_DEADLINE = 30 * 60  # HTTP targets: 15 s to 30 min (job.proto)
 
 
-def external_target_problems(job: SchedulerJob) -> list[Problem]:
+def external_target_problems(job: SchedulerJob, external_url: str | None = None) -> list[Problem]:
     """What keeps an external job's Scheduler job (an HTTP target calling its handler) from being
     keyed as the app keys its slots: the scope must travel with each delivery, since the app
     cannot see the handler's DEDUP_PROJECT and DEDUP_LOCATION; and an HTTP target's deadline."""
@@ -502,6 +502,17 @@ def external_target_problems(job: SchedulerJob) -> list[Problem]:
                 "attempt_deadline",
                 f"{int(job.deadline)}s is longer than an HTTP target's limit ({MAX_HTTP_ATTEMPT_DEADLINE}s): "
                 "Cloud Scheduler refuses it",
+            )
+        )
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(external_url).query) if external_url else {}
+    if not job.pass_scope and {"project", "location"} & set(query):
+        problems.append(
+            Problem(
+                job.key,
+                "pass_scope",
+                "the external job's url names a project or location in its query, beside the scope this job sends "
+                "in its headers: the handler would refuse every delivery whose two scopes differ. Take them out "
+                "of the url, or set pass_scope: true",
             )
         )
     for field, value in (("service", job.service), ("version", job.version)):
@@ -728,7 +739,7 @@ def dedup_problems(jobs: list[SchedulerJob], app_jobs: Mapping[str, JobSpec], ex
             )
         external = spec.runner.external
         if external is not None:
-            problems += external_target_problems(job)
+            problems += external_target_problems(job, external.url)
         limit = REQUEST_TIMEOUT_SECONDS[job.scaling]
         if external is None and job.deadline > limit:
             problems.append(

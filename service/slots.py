@@ -210,7 +210,12 @@ def run_slot_now(
     if refused is not None:
         return refused
     body = (slot.job.body or "").encode("utf-8")  # what Scheduler sends for this job
-    outcome = run_scheduled(state, principal, job_id, state.jobs[job_id], key, body, reopen_attempt=ask.seen_attempt)
+    try:
+        outcome = run_scheduled(
+            state, principal, job_id, state.jobs[job_id], key, body, reopen_attempt=ask.seen_attempt
+        )
+    except Declined as elsewhere:  # an external job's slot with nothing to answer from: its handler runs it
+        return elsewhere
     note = run_note(slot.job, job_id, key, outcome, ndb.get_context().client)
     if note is not None:
         note.keep()  # the slot's row counts the run at once, not after the audit's repair
@@ -266,6 +271,7 @@ def slot_delivery(slot: Slot, external: ExternalTarget) -> HttpTarget:
         body=(job.body or "").encode("utf-8") if job.method == "POST" else b"",
         service_account=external.service_account,
         audience=external.audience,
+        deadline_seconds=job.deadline,  # the Scheduler job's attempt deadline, as its own deliveries wait
     )
 
 

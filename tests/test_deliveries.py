@@ -433,6 +433,8 @@ def test_a_handlers_settings_come_from_its_environment(environ, expected):
         ({"DEDUP_LEASE_SECONDS": "700000", "DEDUP_RETENTION_SECONDS": "600"}, "lease_seconds"),
         ({"DEDUP_PROJECT": "Acme Prod"}, "project"),
         ({"DEDUP_LOCATION": "../x"}, "location"),
+        ({"DEDUP_LEASE_SECONDS": "1e-7"}, "lease_seconds"),
+        ({"DEDUP_RETENTION_SECONDS": "1e12"}, "retention_seconds"),
     ],
 )
 def test_an_unreadable_environment_setting_is_refused_naming_it(environ, named):

@@ -131,12 +131,22 @@ def test_what_this_app_cannot_do_for_an_external_job_is_refused_and_records_noth
     assert refused.json["error"] == "RunsElsewhere" and handler.url in refused.json["detail"]
     manual = site.post_json("/api/v1/jobs/reports/runs", {"clientToken": "by-hand"}, status=422).json
     assert manual["error"] == "RunsElsewhere"
-    api_slot = site.post(f"/api/v1/jobs/reports/executions/{at(3)}/run", "", status=422).json
-    assert api_slot["error"] == "RunsElsewhere"
     confirm = site.get("/admin/jobs/reports/run", status=422)
     assert "own handler" in confirm.text
+    # A slot-run task for it (one queued before the job became external) is settled, not retried.
+    body = {"job_id": "reports", "schedule_time": at(3), "scheduler_job": "reports-hourly", **SCOPE}
+    task = {**body, "attempt": 0, "requested_by": "someone"}
+    settled = site.post_json("/tasks/run-slot", task, headers={"X-AppEngine-QueueName": "q"}, status=200).json
+    assert settled["settled"] is True and settled["status"] == 422 and settled["answer"]["error"] == "RunsElsewhere"
     with ndb_client.context():
         assert RunRecord.query().fetch(keys_only=True) == []
+    # The executions API queues the slot for the handler (202), as the dashboard does.
+    queued = site.post(f"/api/v1/jobs/reports/executions/{at(3)}/run", "", status=202).json
+    assert queued["queued"] is True and queued["already"] is False and queued["attempt"] == 0
+    [sent] = cloud_tasks.tasks
+    assert sent.url.startswith(handler.url) and sent.dispatch_deadline == "60s"  # the job's attempt deadline
+    assert site.post(f"/api/v1/jobs/reports/executions/{at(3)}/run", "", status=202).json["already"] is True
+    cloud_tasks.reset()
     # A slot the handler ran is answered from its record, wherever it is asked.
     handler.deliver(at(1))
     done = {"X-CloudScheduler-JobName": "reports-hourly", "X-CloudScheduler-ScheduleTime": at(1)}
@@ -191,6 +201,13 @@ def test_an_external_job_declares_where_its_handler_is():
         ({"pass_scope": False}, "pass_scope"),
         ({"attempt_deadline": "45m"}, "attempt_deadline"),
         ({"service": "worker"}, "service"),
+        (
+            {
+                "pass_scope": False,
+                "headers": {"X-Scheduler-Project": "acme-prod", "X-Scheduler-Location": "us-central1"},
+            },
+            None,
+        ),
     ],
 )
 def test_an_external_jobs_scheduler_job_must_carry_its_scope_and_fit_an_http_target(extra, field):
@@ -199,7 +216,14 @@ def test_an_external_jobs_scheduler_job_must_carry_its_scope_and_fit_an_http_tar
         "jobs": {"reports-hourly": {"target": "reports", "schedule": "0 * * * *", **extra}},
     }
     problems = dedup_problems(parse_scheduler_document(document), parse_jobs(external_jobs(lease_seconds=3600)))
-    assert [problem.field for problem in problems] == [field]
+    assert [problem.field for problem in problems] == ([field] if field else [])
+    # The scope in the headers beside one in the url's own query: every delivery would be refused.
+    url = "https://reports-abc-uc.a.run.app/tasks/nightly?location=europe-west1"
+    if field is None:
+        clash = dedup_problems(
+            parse_scheduler_document(document), parse_jobs(external_jobs(url=url, lease_seconds=3600))
+        )
+        assert [problem.field for problem in clash] == ["pass_scope"]
 
 
 def test_the_audits_misfire_policy_sends_missed_slots_to_the_handler(

@@ -1,6 +1,6 @@
 """``external`` jobs: a handler of their own, served elsewhere with the library, runs them.
 
-A Cloud Run service or function (or another App Engine app) made exactly-once with
+A Cloud Run service or function (or an App Engine app called at its URL) made exactly-once with
 ``cloud-scheduler-dedup`` (docs/library.md) writes the same run records as this app, under the
 job id its ``Deliveries`` name.  Declared here as an ``external`` job, its Scheduler jobs are
 listed, audited, alerted on and shown on the operator's page beside the app's own jobs, from
@@ -8,7 +8,8 @@ those records.  Its Scheduler jobs are HTTP targets calling ``url`` with an OIDC
 ``service_account`` (``python -m deploy scheduler``), and the operator's runs of its slots
 (run this slot, catch-up, a missed slot's misfire) are Cloud Tasks HTTP tasks to the same URL
 with the same token and the slot's Scheduler headers: the handler keys them as that slot's
-delivery, so a run and Scheduler's own delivery are one execution.
+delivery, so a run and Scheduler's own delivery are one execution.  Every call carries an OIDC
+token, so the handler admits it with ``dedup.callers.Callers``, never ``AppEngineCallers``.
 
 This app never runs such a job itself: a run it claimed would hold the key the handler's
 delivery claims.  So its runner refuses (``RunsElsewhere``), and every way of asking the app to
