@@ -49,10 +49,11 @@ class Instance:
             self.process = subprocess.Popen(
                 command, cwd=folder, env=env, stdout=written, stderr=subprocess.STDOUT, start_new_session=True
             )
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline and self.process.poll() is None:
-            with contextlib.suppress(requests.ConnectionError):
-                requests.get(self.url, timeout=5)  # any answer: it serves
+            # gunicorn listens before its workers have imported the app: a probe may wait on them.
+            with contextlib.suppress(requests.ConnectionError, requests.Timeout):
+                requests.get(self.url, timeout=10)  # any answer: it serves
                 return
             time.sleep(0.2)
         self.stop()
