@@ -113,8 +113,9 @@ def run_with_retries(
 
 def _settled(status: int, body: Any, is_answer: Callable[[Any], bool]) -> Exit | None:
     """The exit an answer settles on, or None when the same request should be sent again."""
-    if status in (200, 201):
-        # Only the app's own answer counts: a sign-in page is not a run.
+    if status in (200, 201, 202):
+        # Only the app's own answer counts: a sign-in page is not a run.  202: an external job's
+        # slot, queued for its own handler (the executions API), is as settled as a run.
         return Exit.OK if is_answer(body) else Exit.REFUSED
     if status == 422:
         error = body.get("error") if isinstance(body, Mapping) else None

@@ -385,3 +385,16 @@ def test_backfill_says_why_it_leaves_each_other_status_alone():
     from schedules.slots import ExecutionStatus
 
     assert set(ExecutionStatus) - set(REOPENABLE) <= set(LEFT_ALONE)
+
+
+def test_a_slot_queued_for_an_external_jobs_handler_is_settled_not_refused():
+    """The executions API answers 202 for an external job's slot it queued (docs/jobs.md, external):
+    a backfill of such a job counts it done, and a 202 that is no answer of the app's is refused."""
+    from dedupctl.client import Exit, _settled
+
+    def is_answer(body):
+        return isinstance(body, dict) and "run_id" in body
+
+    queued = {"run_id": "a" * 64, "queued": True, "already": False, "task_id": "slot-run-x", "attempt": 0}
+    assert _settled(202, queued, is_answer) == Exit.OK
+    assert _settled(202, "<html>sign in</html>", is_answer) == Exit.REFUSED

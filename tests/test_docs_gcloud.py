@@ -19,7 +19,7 @@ from tests.support.gcloud import PARSED, parse
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").glob("**/README.md"))]
-FENCE = re.compile(r"^```[a-z]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+FENCE = re.compile(r"^[ \t]*```[a-z]*\n(.*?)^[ \t]*```", re.MULTILINE | re.DOTALL)  # a list item's too
 
 
 def gcloud_commands(text: str) -> list[str]:
