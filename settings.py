@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from dedup import database
 from dedup.callers import DEFAULT_CERTS_URL
 from dedup.finished_cache import MAX_BYTES, MAX_ENTRIES
+from dedup.runner import DEFAULT_MAX_WAITERS
 from jobs.base import http_url
 from jobs.config import DEFAULT_JOBS_FILE, DEFAULT_REQUEST_TIMEOUT, REQUEST_TIMEOUT_SECONDS
 from jobs.errors import JobsConfigError
@@ -35,8 +36,7 @@ from jobs.errors import JobsConfigError
 PRODUCTION_GAE_ENV = "standard"
 
 # How many requests of a process may wait at once (Prefer: wait) unless DEDUP_MAX_WAITERS says
-# otherwise: a quarter of the 8 threads app.yaml gives each worker; and its bound.
-DEFAULT_MAX_WAITERS = 2
+# otherwise (the library's default, dedup.runner); and its bound.
 MAX_WAITERS_LIMIT = 64
 MAX_FINISHED_CACHE_ENTRIES = 100_000
 MAX_FINISHED_CACHE_MIB = 1024

@@ -440,9 +440,9 @@ def measure_rows(emulator, datastore_host: str, requests_: int, first_minute: in
 
 def guarded_app(client, clock) -> Flask:
     """An endpoint of one's own behind @idempotent (docs/manual-runs.md), on the bench's client."""
+    from dedup.adapters.flask_guard import idempotent, install_guard
     from dedup.ledger import Ledger
     from handlers import NdbContextMiddleware
-    from handlers.idempotent import idempotent, install_guard
 
     app = Flask("guarded")
     install_guard(app, Ledger(clock))

@@ -7,7 +7,7 @@ parameters is refused.  A guarded call is remembered at least 24 hours after
 it finishes (Stripe's and idempot-js's window, the one clients are taught);
 manual runs follow the Amazon ECS client-token rule instead, min(created + 24 h,
 finished + 1 h).  Manual runs and any guarded endpoint use this one
-implementation; the Flask decorator lives in handlers/idempotent.py.
+implementation; the Flask decorator lives in dedup/adapters/flask_guard.py.
 """
 
 from __future__ import annotations

@@ -57,6 +57,15 @@ class ProblemType:
 # those of a caller refused or a store out of reach.
 RUN_PROBLEM_TYPES: tuple[ProblemType, ...] = (
     ProblemType(
+        "InvalidIdempotencyRequest",
+        400,
+        "Invalid idempotency key or body",
+        False,
+        "A guarded endpoint was sent no Idempotency-Key where one is required, a key that is not a "
+        "Structured Field String of 1 to 255 printable characters, the field twice, or a body that "
+        "is not strict JSON. Nothing ran and nothing was recorded: fix the request.",
+    ),
+    ProblemType(
         "InvalidRequest",
         400,
         "Not a Cloud Scheduler delivery",

@@ -12,6 +12,10 @@ from typing import Any
 
 from google.cloud import ndb
 
+# A record's job id (a jobs.yaml job's, a library handler's, a guard's namespace): what readers are
+# sent, what Datastore indexes, and what /jobs/<job_id> serves.
+MAX_JOB_ID_CHARS = 100
+
 
 class RunStatus(enum.StrEnum):
     IN_PROGRESS = "in_progress"

@@ -45,6 +45,11 @@ MAX_STORED_JSON_BYTES = 512 * 1024
 WAIT_POLL_SECONDS = (0.1, 0.2, 0.4, 0.8, 1.0)
 
 
+# How many requests of a process may wait at once (Prefer: wait) by default: a quarter of the 8
+# threads app.yaml gives each worker (the app's DEDUP_MAX_WAITERS sets its own).
+DEFAULT_MAX_WAITERS = 2
+
+
 class WaitSlots:
     """How many calls of this process may wait for a lease holder at once.
 

@@ -130,8 +130,8 @@ NOW: dict[str, tuple[str | None, Selection]] = {
         None,
         {
             "jobs/declared.py": ("*",),
+            "dedup/run_record.py": ("MAX_JOB_ID_CHARS",),
             "jobs/config.py": (
-                "MAX_JOB_ID_CHARS",
                 "JOB_ID_PATTERN",
                 "parse_jobs",
                 "JobsFile",

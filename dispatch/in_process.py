@@ -25,9 +25,9 @@ from typing import Any
 import requests
 
 from dedup.clock import Clock, SystemClock
+from dedup.http_status import is_retryable_status
 from dispatch import Dispatched, HttpTarget, Work
 from jobs.config import load_strict_yaml
-from jobs.http_status import is_retryable_status
 from schedules.config import backoff_seconds
 
 log = logging.getLogger(__name__)

@@ -17,11 +17,11 @@ import datetime
 from flask import Flask, g, jsonify, request
 from google.cloud import ndb
 
+from dedup.adapters.flask_guard import Fingerprint, idempotent, install_guard, unscoped
 from dedup.clock import Clock, SystemClock
 from dedup.ledger import Ledger
 from handlers import NdbContextMiddleware
 from handlers.errors import register as register_error_handlers
-from handlers.idempotent import Fingerprint, idempotent, install_guard, unscoped
 from handlers.request_limits import limit_requests
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from flask import Flask, jsonify, request
 
+from dedup.adapters.flask_guard import Fingerprint, idempotent, install_guard
 from dedup.clock import SystemClock
 from dedup.ledger import Ledger
 from handlers import NdbContextMiddleware, problem_pages
-from handlers.idempotent import Fingerprint, idempotent, install_guard
 from handlers.request_limits import limit_requests
 
 app = Flask(__name__)

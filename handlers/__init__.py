@@ -12,6 +12,7 @@ from google.cloud import ndb
 
 import settings as settings_module
 from dedup import fence_probe
+from dedup.adapters.flask_guard import install_guard
 from dedup.clock import Clock, SystemClock
 from dedup.finished_cache import FinishedRuns
 from dedup.ledger import Ledger
@@ -19,8 +20,9 @@ from dispatch import Dispatcher
 from dispatch.cloud_tasks import CloudTasksDispatcher
 from dispatch.in_process import InProcessDispatcher
 from handlers.access import role_of
+from handlers.answers import note_outcome
 from handlers.auth import Admission, AuthSettings, CallerGate
-from handlers.idempotent import install_guard
+from handlers.problems import TYPES_BY_ERROR
 from handlers.state import AppState, current_principal
 from jobs.config import load_jobs
 from schedules.config import SchedulerJob, load_app_schedules, scheduler_file_path
@@ -95,7 +97,14 @@ def create_app(
     )
     ledger = Ledger(clock, finished)
     # Guarded keys are per principal: one caller never gets another's stored answer.
-    install_guard(app, ledger, wait_slots, caller=lambda: current_principal().name)
+    install_guard(
+        app,
+        ledger,
+        wait_slots,
+        caller=lambda: current_principal().name,
+        on_outcome=note_outcome,  # the request's log line names it
+        problem_types=TYPES_BY_ERROR,  # the app's types beside the library's (a bad_request_error of its own)
+    )
     scheduler_api = SchedulerApi(settings.scheduler_api_base)
 
     def file_pause(job: SchedulerJob, pause: bool) -> None:

@@ -12,7 +12,7 @@ the table answers it, and every surface with it.  Four renderings read the table
   Scheduler delivery, a slot run, the task endpoints and the guard get it;
 - ``page_status``: the status of the dashboard's page saying why there is no run to see;
 - ``task_answer``: a dispatched task's answer, settled (200) unless a retry may cure it;
-- ``kept_answer``: a guarded call's kept HTTP response, replayed (its record's row, for the guard).
+- the guard's ``kept_answer`` (dedup.adapters.flask_guard): a guarded call's kept HTTP response, replayed.
 
 A client asking under its own token (a manual run, a guarded call: ``client=True``) gets two
 rows of its own, both documented (docs/manual-runs.md): the run its request made is 201, and a
@@ -37,12 +37,12 @@ run in progress says to poll again within 30 s, not after the whole lease as a d
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, assert_never
 
-from flask import Response, has_request_context, jsonify, request
+from flask import Response, jsonify
 
-from dedup.answers import AnswerRule, answer, outcome_rule, replayed_headers
+from dedup.adapters.flask_guard import run_answer
+from dedup.answers import AnswerRule, outcome_rule
 from dedup.answers import typed as library_typed
 from dedup.outcomes import (
     Conflict,
@@ -59,7 +59,6 @@ from dedup.outcomes import (
 )
 from handlers.logs import note_run
 from handlers.problems import TYPES_BY_ERROR, problem
-from handlers.replayed_response import StoredResponse
 from service.errors import Declined, Invalid, NotFound
 
 # What the table answers: every outcome of a run, and every refusal of the service.
@@ -133,28 +132,6 @@ def note_outcome(outcome: RunOutcome) -> None:
     if isinstance(outcome, JobMismatch):
         fields.update(job_id=outcome.job_id, attempt=None)  # the job asked for, not the record's
     note_run(**fields)
-
-
-def run_answer(outcome: RunOutcome, client: bool = False, **added: Any) -> Response:
-    """The JSON answer (dedup.answers.answer): the run's document for a record the table answers
-    with (and what a surface ``added`` to it), else its problem, with Retry-After as the table
-    says; ``Idempotent-Replayed`` on a duplicate.  ``client``: as ``answer_of``."""
-    said = answer(outcome, client, at=request.path if has_request_context() else None, **added)
-    # The library's bytes, as a handler using it sends them (a problem's members in the RFC's order).
-    return Response(said.body(), status=said.status, headers=said.headers, mimetype=said.media_type)
-
-
-def kept_answer(outcome: Finished | Replayed, replayed_status: Mapping[int, int]) -> Response:
-    """A guarded call's record row: the HTTP response it kept, rebuilt; a replay's status as the
-    guard's ``replayed_status`` maps it (``{201: 200}``: a retry of a create is told 200)."""
-    stored = outcome.record.kept
-    if not StoredResponse.is_document(stored):  # not written by a guard: never expected
-        return problem(500, "InternalError", "this key's record holds no response")
-    kept = StoredResponse.from_document(stored)
-    status = replayed_status.get(kept.status, kept.status) if isinstance(outcome, Replayed) else kept.status
-    response = Response(kept.body_bytes(), status=status, headers=dict(kept.headers))
-    response.headers.update(replayed_headers(outcome))
-    return response
 
 
 def outcome_response(outcome: RunOutcome) -> Response:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from handlers.idempotent import Fingerprint, GuardRejected, KeyFrom
-from handlers.strict_json import json_payload
+from dedup.adapters.flask_guard import Fingerprint, GuardRejected, KeyFrom
+from dedup.adapters.flask_json import json_payload
 from service.runs import ManualRunRequest
 
 MAX_TOKEN_LENGTH = 64

@@ -19,6 +19,8 @@ from typing import Any, assert_never
 from flask import Blueprint, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
+from dedup.adapters.flask_guard import Fingerprint, GuardRejected
+from dedup.adapters.flask_json import InvalidJson, strict_json
 from dedup.idempotency import fingerprint
 from dedup.keys import format_utc
 from dedup.outcomes import (
@@ -39,12 +41,10 @@ from handlers.access import Role, requires
 from handlers.answers import note_outcome, page_status
 from handlers.client_tokens import client_token_problem, new_form_token, retry_token
 from handlers.history_range import BULK_LIMIT, HISTORY_PAGE, bulk_slots, history_range
-from handlers.idempotent import Fingerprint, GuardRejected
 from handlers.links import link
 from handlers.logs import note_run
 from handlers.request_times import BadTime, request_time
 from handlers.state import app_state, current_principal
-from handlers.strict_json import InvalidJson, strict_json
 from jobs.config import JobSpec
 from models import RunSource
 from schedules.slots import NEEDS_FORCE, Slot, execution_status

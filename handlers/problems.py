@@ -17,18 +17,17 @@ counting it against retryCount, so an outage would be retried without bound.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from flask import Response, has_request_context, request
+from flask import Response
 
+from dedup.adapters.flask_guard import problem as problem_response
 from dedup.problems import (
     MEDIA_TYPE,
     RETRYABLE_STATUSES,
     RUN_TYPES_BY_ERROR,
     TYPE_PREFIX,
     ProblemType,
-    problem_document,
 )
 
 __all__ = [
@@ -57,15 +56,7 @@ PROBLEM_TYPES: tuple[ProblemType, ...] = (
         "A parameter of the run API (a client token, a time, a query parameter, the JSON body) "
         "breaks the rule the detail names. Nothing ran and nothing was recorded: fix the request.",
     ),
-    ProblemType(
-        "InvalidIdempotencyRequest",
-        400,
-        "Invalid idempotency key or body",
-        False,
-        "A guarded endpoint was sent no Idempotency-Key where one is required, a key that is not a "
-        "Structured Field String of 1 to 255 printable characters, the field twice, or a body that "
-        "is not strict JSON. Nothing ran and nothing was recorded: fix the request.",
-    ),
+    _RUN["InvalidIdempotencyRequest"],
     _RUN["ConflictException"],
     _RUN["JobMismatch"],
     _RUN["RunInProgress"],
@@ -152,19 +143,8 @@ TYPES_BY_SLUG: dict[str, ProblemType] = {kind.slug: kind for kind in PROBLEM_TYP
 
 
 def problem(http_status: int, error: str, detail: str, /, *, retryable: bool | None = None, **extra: Any) -> Response:
-    """The answer for one error: ``error`` is its code, ``detail`` says what happened this time.
+    """The answer for one error, of the app's types (the library's rendering: one for both).
 
     ``retryable`` defaults to the type's (or, for a plain HTTP error, to its status's).
     """
-    document = problem_document(
-        http_status,
-        error,
-        detail,
-        types=TYPES_BY_ERROR,
-        retryable=retryable,
-        # Where it happened: the path, since the query may hold secrets.
-        at=request.path if has_request_context() else None,
-        **extra,
-    )
-    # The standard library's JSON: members in the RFC's order, whatever the host app's provider sorts.
-    return Response(json.dumps(document), status=http_status, mimetype=MEDIA_TYPE)
+    return problem_response(http_status, error, detail, types=TYPES_BY_ERROR, retryable=retryable, **extra)

@@ -1,5 +1,5 @@
-"""The guard's answers: a guarded view's (``guarded_response``, which replays kept responses)
-and a manual run's (``manual_run_response``).
+"""A manual run's answer (``manual_run_response``), on the guard's (``guarded_response``, the
+library's: dedup.adapters.flask_guard, which replays kept responses).
 
 Every status is the answers table's (``handlers.answers``: a client's rows, and a kept
 response's for a guarded call's record); what is the guard's own is the key's expiry on every
@@ -14,8 +14,7 @@ from typing import Any, assert_never
 
 from flask import Response
 
-from dedup.idempotency import differing_names
-from dedup.keys import format_utc
+from dedup.adapters.flask_guard import guarded_response, run_answer, with_expiry
 from dedup.outcomes import (
     Conflict,
     Contended,
@@ -30,64 +29,9 @@ from dedup.outcomes import (
     Stale,
 )
 from dedup.runner import Waiting
-from handlers.answers import answer_of, kept_answer, note_outcome, run_answer
+from dedup.stored_response import StoredResponse
+from handlers.answers import answer_of, note_outcome
 from handlers.problems import problem
-from handlers.replayed_response import StoredResponse
-from models import RunRecord
-
-EXPIRES_HEADER = "Idempotency-Expires"
-
-
-def guarded_response(
-    outcome: RunOutcome,
-    live: list[Response],
-    given: Mapping[str, Any],
-    exclude: Collection[str],
-    replayed_status: Mapping[int, int],
-) -> Response:
-    """A guarded view's answer: its own response (``live``) when this request ran it, else
-    the kept one replayed, or why not (422 other parameters, 409 in progress, ...).
-
-    Every answer about an existing record carries its expiry (``Idempotency-Expires``).
-    """
-    match outcome:
-        case Finished() if live:
-            return _with_expiry(live[0], outcome.record)  # the view's own response, untouched
-        case Finished() | Replayed():
-            return _with_expiry(kept_answer(outcome, replayed_status), outcome.record)
-        case Conflict():
-            record = outcome.record
-            differing = differing_names(record.parameters, given, exclude)
-            answer = answer_of(outcome, client=True)
-            assert answer.error is not None  # a conflict is a problem
-            response = problem(
-                answer.status,
-                answer.error,
-                "this idempotency key was already used with different parameters"
-                + (f": {', '.join(differing)}" if differing else "")
-                + "; use a new key for a different request",
-                run_id=record.run_id,
-                differing=differing,
-            )
-            return _with_expiry(response, record)
-        case JobMismatch():
-            return run_answer(outcome, client=True)
-        case Released() if live:
-            return live[0]  # a retryable answer, not kept: the key is free again
-        case Released():  # the guard's own work failed before the view answered: never expected
-            return run_answer(outcome, client=True)
-        case InProgress() | Contended() | Overlap() | Stale():
-            response = run_answer(outcome, client=True)
-            return _with_expiry(response, outcome.record) if outcome.record is not None else response
-        case Skipped():
-            raise TypeError("a guarded call is never skipped: only a late scheduled delivery is")
-        case _ as unreachable:
-            assert_never(unreachable)
-
-
-def _with_expiry(response: Response, record: RunRecord) -> Response:
-    response.headers[EXPIRES_HEADER] = format_utc(record.expire_at)
-    return response
 
 
 def manual_run_response(
@@ -114,7 +58,7 @@ def manual_run_response(
             # The run's answer, as every surface gives it, and what the run API adds: the token and
             # who asked (the table's client rows: 201 for the run this request made).
             added = {"clientToken": client_token, "requested_by": outcome.record.requested_by}
-            response = _with_expiry(run_answer(outcome, client=True, **added), outcome.record)
+            response = with_expiry(run_answer(outcome, client=True, **added), outcome.record)
         case Released():
             answer = answer_of(outcome, client=True)
             assert answer.error is not None  # a released run is a problem

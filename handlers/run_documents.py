@@ -9,7 +9,7 @@ from typing import Any
 
 from dedup.claims import json_preview
 from dedup.keys import format_utc
-from handlers.replayed_response import StoredResponse
+from dedup.stored_response import StoredResponse
 from models import DELIVERED_SOURCES, RunRecord, RunStatus
 from schedules.bound import BoundJob
 from schedules.pauses import current

@@ -15,6 +15,8 @@ import pathlib
 from flask import Blueprint, Response, jsonify, request
 from google.api_core import exceptions as google_exceptions
 
+from dedup.adapters.flask_guard import GuardRejected, preferred_wait
+from dedup.adapters.flask_json import InvalidJson
 from dedup.keys import is_run_id
 from dedup.queries import RunFilter
 from dedup.record_store import RecordStore
@@ -22,13 +24,11 @@ from dedup.runner import Waiting
 from handlers.access import Role, requires
 from handlers.client_tokens import read_manual_run_request
 from handlers.cross_site import json_body
-from handlers.idempotent import GuardRejected, preferred_wait
 from handlers.logs import note_run
 from handlers.request_times import BadTime, request_time, time_problem
 from handlers.responses import manual_run_response
 from handlers.run_documents import run_document, run_summaries
 from handlers.state import app_state, current_principal
-from handlers.strict_json import InvalidJson
 from jobs.config import JobSpec
 from models import RunSource, RunStatus
 from service.errors import Invalid, NotFound  # answered by the answers table, as every refusal

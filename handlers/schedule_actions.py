@@ -12,12 +12,12 @@ from typing import Any
 
 from flask import Blueprint, jsonify, request
 
+from dedup.adapters.flask_json import InvalidJson, json_payload
 from handlers.access import Role, requires
 from handlers.cross_site import json_body
 from handlers.problems import problem
 from handlers.run_documents import scheduler_job_document
 from handlers.state import app_state, current_principal
-from handlers.strict_json import InvalidJson, json_payload
 from service.errors import Invalid
 from service.pauses import ScheduleChanged, ScheduleChangeRequest, pause_schedule, resume_schedule
 

@@ -7,17 +7,17 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
+from dedup.adapters.flask_guard import GuardRejected
+from dedup.adapters.flask_json import InvalidJson, json_payload
 from dedup.app_engine_markers import from_task_queue
 from handlers.access import Principal, Role, requires
 from handlers.answers import task_answer
 from handlers.client_tokens import BODY_KEYS, earlier_manual_run_request, read_manual_run_request
 from handlers.cross_site import changes_state, json_body
-from handlers.idempotent import GuardRejected
 from handlers.logs import note_run
 from handlers.problems import problem
 from handlers.request_times import BadTime, request_time
 from handlers.state import app_state
-from handlers.strict_json import InvalidJson, json_payload
 from models import RunSource
 from schedules.audit import ReportedSlot
 from schedules.config import SchedulerJob

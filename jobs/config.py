@@ -19,6 +19,7 @@ import yaml
 from pydantic_core import ErrorDetails
 
 from dedup.ledger import RunPolicy
+from dedup.run_record import MAX_JOB_ID_CHARS
 from jobs.base import JobKind
 from jobs.declared import Declaration, JobDeclaration, error_field, reason
 from jobs.errors import JobsConfigError
@@ -29,7 +30,6 @@ DEFAULT_JOBS_FILE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "jo
 REQUEST_TIMEOUT_SECONDS = {"automatic": 600, "basic": 24 * 3600, "manual": 24 * 3600}
 DEFAULT_REQUEST_TIMEOUT = REQUEST_TIMEOUT_SECONDS["automatic"]
 # Served at /jobs/<job_id>: keep ids to URL-safe characters.
-MAX_JOB_ID_CHARS = 100
 JOB_ID_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9_-]{{0,{MAX_JOB_ID_CHARS - 1}}}$"
 
 

@@ -12,12 +12,12 @@ import os
 
 from flask import Flask, request
 
+from dedup.adapters.flask_guard import KeyFrom, idempotent, install_guard
 from dedup.clock import SystemClock
 from dedup.finished_cache import FinishedRuns
 from dedup.ledger import Ledger
 from handlers import NdbContextMiddleware, finished_cache_entries_from_environ
 from handlers.errors import register
-from handlers.idempotent import KeyFrom, idempotent, install_guard
 
 app = Flask(__name__)
 # The tests wipe the Datastore between them, which production never does: the cache of

@@ -15,10 +15,10 @@ import pytest
 import webtest
 from flask import Flask, request
 
+from dedup.adapters.flask_guard import KeyFrom, idempotent, install_guard
 from dedup.ledger import Ledger
 from handlers import NdbContextMiddleware
 from handlers.errors import register as register_error_handlers
-from handlers.idempotent import KeyFrom, idempotent, install_guard
 from tests.support.callers import appengine_app  # noqa: F401 - fixture
 from tests.support.routes import every_route
 

@@ -6,12 +6,12 @@ import pytest
 import webtest
 from flask import Flask, Response, g, jsonify, request, send_file
 
+from dedup.adapters.flask_guard import Fingerprint, KeyFrom, idempotent, install_guard
 from dedup.errors import PermanentJobError
 from dedup.idempotency import IdempotencyConflict, IdempotencyGuard, differing_names, fingerprint
 from dedup.ledger import Ledger
 from handlers import NdbContextMiddleware
 from handlers.errors import register as register_error_handlers
-from handlers.idempotent import Fingerprint, KeyFrom, idempotent, install_guard
 
 
 def test_fingerprint_is_canonical_and_skips_excluded_names():
@@ -290,3 +290,33 @@ def test_a_guard_may_name_its_own_source_and_deeply_nested_parameters(ndb_contex
         return "shipped"
 
     assert ship("o-1") == ship("o-1") == "shipped" and calls == ["o-1"]
+
+
+def test_install_guard_tells_each_outcome_and_adds_a_host_apps_problem_types(ndb_client, clock):
+    """A host app hears every outcome (the app names it on its log line) and answers with its own
+    problem types beside the library's, which still answer what they answer."""
+    from dedup.problems import ProblemType
+
+    told: list[str] = []
+    refused = ProblemType("PaymentRefused", 400, "Payment refused", False, "The payment request is refused.")
+    app = Flask("shop")
+    install_guard(app, Ledger(clock), on_outcome=lambda outcome: told.append(type(outcome).__name__),
+                  problem_types={"PaymentRefused": refused})  # fmt: skip
+
+    @app.post("/pay")
+    @idempotent("pay", bad_request_error="PaymentRefused")
+    def pay():
+        return {"paid": True}, 201
+
+    def post(body: dict, **headers: str):
+        with ndb_client.context():
+            return app.test_client().post("/pay", json=body, headers=headers)
+
+    assert post({"amount": 5}, **{"Idempotency-Key": "k-1"}).status_code == 201
+    assert post({"amount": 5}, **{"Idempotency-Key": "k-1"}).headers["Idempotent-Replayed"] == "true"
+    other = post({"amount": 6}, **{"Idempotency-Key": "k-1"})
+    assert told == ["Finished", "Replayed", "Conflict"]
+    assert other.status_code == 422 and other.json["type"] == "/problems/conflict-exception"
+    missing = post({"amount": 5})  # no key: refused with the host's type
+    assert missing.status_code == 400 and missing.json["type"] == "/problems/payment-refused"
+    assert missing.json["title"] == "Payment refused" and told == ["Finished", "Replayed", "Conflict"]

@@ -17,11 +17,11 @@ import pytest
 import webtest
 from flask import Flask, request
 
+from dedup.adapters.flask_guard import Fingerprint, KeyFrom, idempotent, install_guard, unscoped
 from dedup.idempotency import DEFAULT_POLICY, GUARD_KEY_LIFETIME_SECONDS
 from dedup.ledger import Ledger
 from handlers import NdbContextMiddleware
 from handlers.errors import register as register_error_handlers
-from handlers.idempotent import Fingerprint, KeyFrom, idempotent, install_guard, unscoped
 
 
 def make_app(ndb_client, clock, caller=True):
@@ -152,9 +152,9 @@ def test_an_app_that_names_no_caller_shares_keys(datastore, ndb_client, clock):
 def test_this_apps_guard_scopes_keys_by_its_principal(datastore, ndb_client, clock, jobs_file):
     from flask import g
 
+    from dedup.adapters.flask_guard import GUARD_EXTENSION
     from handlers import create_app
     from handlers.access import Principal
-    from handlers.idempotent import GUARD_EXTENSION
 
     jobs = jobs_file("jobs:\n  report:\n    kind: python\n    target: tests.job_targets:record\n")
     app = create_app(jobs_file=jobs, clock=clock, ndb_client=ndb_client)

@@ -95,7 +95,8 @@ def test_the_installed_protocol_imports_from_the_wheel_without_a_web_framework(i
         installed,
         """
         import json, sys
-        import dedup, dedup.ledger, dedup.record_store, dedup.runner, dedup.idempotency
+        import dedup, dedup.ledger, dedup.record_store, dedup.runner, dedup.idempotency, dedup.deliveries
+        import dedup.answers, dedup.stored_response, dedup.http_status, dedup.app_engine_markers, dedup.environment
         app = {"flask", "werkzeug", "handlers", "models", "service", "schedules", "jobs"}
         print(json.dumps({"file": dedup.__file__, "app": sorted(m for m in sys.modules if m.split(".")[0] in app)}))
         """,
@@ -105,8 +106,9 @@ def test_the_installed_protocol_imports_from_the_wheel_without_a_web_framework(i
     assert "site-packages" in found["file"] and not found["file"].startswith(str(ROOT))
     assert found["app"] == []
     # The Flask adapter without its extra: a refusal that says what to install.
-    adapter = outside(installed, "import dedup.adapters.flask")
-    assert adapter.returncode == 1 and "pip install 'cloud-scheduler-dedup[flask]'" in adapter.stderr
+    for adapter in ("flask", "flask_guard", "flask_json"):
+        refused = outside(installed, f"import dedup.adapters.{adapter}")
+        assert refused.returncode == 1 and "pip install 'cloud-scheduler-dedup[flask]'" in refused.stderr, adapter
 
 
 RUN_TWICE = """

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -277,3 +278,55 @@ def test_a_frozen_instance_is_taken_over_and_its_late_finish_refused(pair, repor
     # Two calls, one key: a downstream that honours Idempotency-Key applies the night's report once.
     assert effects(reports) == {takeover.json()["run_id"]: 2}
     assert other.process.poll() is None and frozen.process.poll() is None
+
+
+GUARDED = """
+import json
+from flask import Flask
+from google.cloud import ndb
+from dedup.adapters.flask_guard import idempotent, install_guard
+from dedup.clock import SystemClock
+from dedup.ledger import Ledger
+
+app = Flask("orders")
+install_guard(app, Ledger(SystemClock()))
+ORDERS = []
+
+
+@app.post("/orders")
+@idempotent("orders")
+def create_order():
+    ORDERS.append(1)
+    return {"order": len(ORDERS)}, 201
+
+
+client = ndb.Client()
+
+
+def post(body):
+    with client.context():
+        answer = app.test_client().post("/orders", json=body, headers={"Idempotency-Key": "order-7"})
+    return answer.status_code, answer.get_json(), answer.headers.get("Idempotent-Replayed")
+
+
+first, again, other = post({"sku": "a"}), post({"sku": "a"}), post({"sku": "b"})
+print(json.dumps({"orders": len(ORDERS), "first": first, "again": again, "other": other[:2]}))
+"""
+
+
+def test_the_guard_makes_an_endpoint_of_ones_own_idempotent_from_the_installed_wheel(installed, datastore, tmp_path):
+    """The idempotency guard is the library's too: a Flask app with only the wheel guards its POST."""
+    environ = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    done = subprocess.run(
+        [str(installed / "python"), "-c", GUARDED],
+        cwd=tmp_path,
+        env={**environ, **datastore.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout)
+    assert found["orders"] == 1 and found["first"][:2] == [201, {"order": 1}]
+    assert found["again"] == [201, {"order": 1}, "true"]  # the kept response, replayed
+    assert found["other"][0] == 422 and found["other"][1]["error"] == "ConflictException"

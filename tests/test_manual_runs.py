@@ -302,7 +302,7 @@ def test_prefer_wait_gives_up_with_409_and_is_capped(client):
     assert "Preference-Applied" not in capped.headers
     job_targets.GATES["g1"].set()
     thread.join(10)
-    from handlers.idempotent import _PREFER_WAIT, MAX_WAIT_SECONDS
+    from dedup.adapters.flask_guard import _PREFER_WAIT, MAX_WAIT_SECONDS
 
     assert MAX_WAIT_SECONDS == 60 and _PREFER_WAIT.match("wait=3600")
 
@@ -338,7 +338,7 @@ def test_expiry_is_created_plus_24_hours_for_a_long_run(client, clock):
 
 def test_a_run_kept_as_a_response_before_manual_runs_kept_results_is_still_replayed(client, ndb_client):
     """Records written when manual runs kept their HTTP answer (for at most a day) replay it."""
-    from handlers.replayed_response import StoredResponse
+    from dedup.stored_response import StoredResponse
 
     first = start(client, token="old-1", parameters={"value": 1}, status=201)
     with ndb_client.context():

@@ -118,7 +118,7 @@ def test_every_error_code_the_handlers_send_has_a_type_and_every_type_is_sent():
     assert {code: where for code, where in sent.items() if code not in TYPES_BY_ERROR} == {}
     # A type no handler sends is documentation of nothing (bad_request_error's default: the guard).
     assert set(TYPES_BY_ERROR) - set(sent) <= {"InvalidIdempotencyRequest"}
-    assert '"InvalidIdempotencyRequest"' in (ROOT / "handlers" / "idempotent.py").read_text()
+    assert '"InvalidIdempotencyRequest"' in (ROOT / "dedup" / "adapters" / "flask_guard.py").read_text()
 
 
 def test_every_type_uri_resolves_to_its_documentation(make_client):

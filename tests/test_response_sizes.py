@@ -15,12 +15,12 @@ import re
 
 import pytest
 
+from dedup.adapters.flask_guard import MAX_KEPT_BODY_BYTES, MAX_STORED_PARAMETER_BYTES, _check_fingerprintable
 from dedup.claims import MAX_ATTEMPT_HISTORY
 from dedup.keys import scheduled_run_key
 from dedup.ledger import Ledger, RunDescription, RunPolicy
 from dedup.runner import MAX_STORED_JSON_BYTES, storable_json_problem
-from handlers.idempotent import MAX_KEPT_BODY_BYTES, MAX_STORED_PARAMETER_BYTES, _check_fingerprintable
-from handlers.replayed_response import StoredResponse
+from dedup.stored_response import StoredResponse
 from jobs.base import MAX_DOWNSTREAM_CHARS
 
 pytestmark = pytest.mark.slow

@@ -17,6 +17,7 @@ import pytest
 import webtest
 from flask import Flask, jsonify, request
 
+from dedup.adapters.flask_guard import idempotent, install_guard
 from dedup.job_lock import JobLock
 from dedup.keys import ScheduledRunKey
 from dedup.ledger import Ledger, RunDescription, RunPolicy
@@ -24,7 +25,6 @@ from dedup.outcomes import Finished, Renewed
 from devtools.latency_proxy import DelayingProxy
 from devtools.rpc_counter import counting_client
 from handlers import NdbContextMiddleware, create_app
-from handlers.idempotent import idempotent, install_guard
 from models import RunRecord
 from tests.support import manual_runs
 from tests.support.deliveries import JOBS, T0, scheduler_headers

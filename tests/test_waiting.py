@@ -14,9 +14,9 @@ import pytest
 import requests
 import webtest
 
+from dedup.adapters.flask_guard import DEFAULT_MAX_WAITERS, GUARD_EXTENSION
 from devtools.gunicorn import GunicornServer
 from handlers import SettingError, create_app, max_waiters_from_environ
-from handlers.idempotent import DEFAULT_MAX_WAITERS, GUARD_EXTENSION
 from tests import job_targets
 from tests.support.manual_runs import JOBS, start, start_slow
 

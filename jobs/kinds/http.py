@@ -18,10 +18,10 @@ import urllib3
 from pydantic import model_validator
 
 from dedup.errors import PermanentJobError, RetryableJobError
+from dedup.http_status import is_retryable_status
 from dedup.keys import format_utc
 from jobs.base import JobKind, RunContext
 from jobs.declared import HttpUrl, JobDeclaration, OmittableSeconds, check, field_problem, mapping_of
-from jobs.http_status import is_retryable_status
 
 DEFAULT_TIMEOUT_SECONDS = 30
 MAX_STORED_BODY_BYTES = 4096

@@ -10,7 +10,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from flask import g, request
+try:
+    from flask import g, request
+except ImportError as missing:  # the core installs without it
+    raise ImportError(
+        "dedup.adapters.flask_json needs Flask: pip install 'cloud-scheduler-dedup[flask]'", name=missing.name
+    ) from missing
 
 from dedup.idempotency import canonical_json
 from dedup.json_depth import nesting_depth_exceeds

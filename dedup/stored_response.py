@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from dedup.http_status import is_retryable_status
 from dedup.runner import Verdict
-from jobs.http_status import is_retryable_status
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,8 +34,8 @@ class StoredResponse:
     def body_bytes(self) -> bytes:
         return base64.b64decode(self.body) if self.binary else self.body.encode("utf-8")
 
-    def document(self) -> dict:
-        document = {"status": self.status, "body": self.body, "headers": dict(self.headers)}
+    def document(self) -> dict[str, Any]:
+        document: dict[str, Any] = {"status": self.status, "body": self.body, "headers": dict(self.headers)}
         if self.binary:
             document["binary"] = True
         return document
@@ -65,7 +65,9 @@ class StoredResponse:
 VALIDATION_STATUSES = frozenset({400, 422})
 
 
-def response_verdict(keep_validation_errors: bool = False, keep_server_errors: bool = False):
+def response_verdict(
+    keep_validation_errors: bool = False, keep_server_errors: bool = False
+) -> Callable[[Any], Verdict]:
     """How a view's answer is kept: 2xx-3xx as results, business refusals (402, 403, 404, ...)
     as failures; not kept (the key free again): answers a retry may cure (408, 409, 425, 429,
     5xx) and, unless ``keep_validation_errors``, 400 and 422, as Stripe saves nothing when

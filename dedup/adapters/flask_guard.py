@@ -4,13 +4,14 @@
     @idempotent("payments", fingerprint=Fingerprint.fields("amount", "currency"), scope=current_tenant)
     def create_payment(): ...
 
-A first request runs the view and its response (status, body, chosen
-headers) is kept; a retry with the same key and fields gets that response
+Part of the library (the ``[flask]`` extra): the app's run API and any Flask app of one's own
+guard their endpoints with it alike.  A first request runs the view and its response (status,
+body, chosen headers) is kept; a retry with the same key and fields gets that response
 again with ``Idempotent-Replayed: true``; a retry while the first is running
 gets 409 (or waits, with ``Prefer: wait=N``); the same key with other fields
 gets 422.  Answers a retry may cure (408, 409, 425, 429, 5xx, exceptions)
-are not kept.  The app must give each request an NDB context
-(handlers.NdbContextMiddleware).
+are not kept.  The app must give each request an NDB context (the app's
+handlers.NdbContextMiddleware, or ``with client.context()`` around its WSGI app).
 """
 
 from __future__ import annotations
@@ -23,27 +24,44 @@ import logging
 import re
 import uuid
 from collections.abc import Callable, Collection, Mapping
-from typing import Any
+from typing import Any, assert_never
 
-from flask import Flask, Response, current_app, g, make_response, request
-from werkzeug.exceptions import HTTPException
+try:
+    from flask import Flask, Response, current_app, g, has_request_context, make_response, request
+    from werkzeug.exceptions import HTTPException
+except ImportError as missing:  # the core installs without it
+    raise ImportError(
+        "dedup.adapters.flask_guard needs Flask: pip install 'cloud-scheduler-dedup[flask]'", name=missing.name
+    ) from missing
 
+from dedup.adapters.flask_json import InvalidJson, json_payload, strict_json
+from dedup.answers import answer, outcome_rule, replayed_headers
 from dedup.idempotency import (
     DEFAULT_POLICY,
     IdempotencyGuard,
     canonical_json,
+    differing_names,
 )
+from dedup.keys import format_utc
 from dedup.ledger import Ledger, RunPolicy
-from dedup.outcomes import Attempt
-from dedup.runner import Waiting, WaitSlots, storable_json_problem
-from handlers.answers import note_outcome
-from handlers.problems import problem
-from handlers.replayed_response import StoredResponse, response_verdict
-from handlers.responses import guarded_response
-from handlers.strict_json import InvalidJson, json_payload, strict_json
-from jobs.config import MAX_JOB_ID_CHARS  # a guard's namespace and job_id(), as jobs.yaml's job ids
-from models import RunSource
-from settings import DEFAULT_MAX_WAITERS
+from dedup.outcomes import (
+    Attempt,
+    Conflict,
+    Contended,
+    Finished,
+    InProgress,
+    JobMismatch,
+    Overlap,
+    Released,
+    Replayed,
+    RunOutcome,
+    Skipped,
+    Stale,
+)
+from dedup.problems import MEDIA_TYPE, RUN_TYPES_BY_ERROR, ProblemType, problem_document
+from dedup.run_record import MAX_JOB_ID_CHARS, RunRecord, RunSource
+from dedup.runner import DEFAULT_MAX_WAITERS, Waiting, WaitSlots, storable_json_problem
+from dedup.stored_response import StoredResponse, response_verdict
 
 log = logging.getLogger(__name__)
 
@@ -116,22 +134,33 @@ class GuardRegistry:
     # are two requests, and neither is ever served the other's answer (the IETF draft's
     # security considerations).  None: the app has no identity to give; keys are then shared.
     caller: Callable[[], str] | None = None
+    # Told every outcome, for the request's log line (the app names it there); None: nothing.
+    on_outcome: Callable[[RunOutcome], None] | None = None
+    # The problem types an answer may name, by code: the library's, and the host app's own.
+    problem_types: Mapping[str, ProblemType] = dataclasses.field(default_factory=lambda: RUN_TYPES_BY_ERROR)
 
 
 def install_guard(
-    app: Flask, ledger: Ledger, wait_slots: WaitSlots | None = None, caller: Callable[[], str] | None = None
+    app: Flask,
+    ledger: Ledger,
+    wait_slots: WaitSlots | None = None,
+    caller: Callable[[], str] | None = None,
+    on_outcome: Callable[[RunOutcome], None] | None = None,
+    problem_types: Mapping[str, ProblemType] | None = None,
 ) -> GuardRegistry:
-    """Give ``app``'s guarded views their ledger, wait bound and caller identity; call once, in the app factory."""
-    registry = GuardRegistry(ledger, wait_slots or WaitSlots(DEFAULT_MAX_WAITERS), caller)
+    """Give ``app``'s guarded views their ledger, wait bound and caller identity (and, for a host
+    app, where outcomes are told and its own problem types); call once, in the app factory."""
+    types = {**RUN_TYPES_BY_ERROR, **(problem_types or {})}  # the library's, and the host app's own
+    registry = GuardRegistry(ledger, wait_slots or WaitSlots(DEFAULT_MAX_WAITERS), caller, on_outcome, types)
     app.extensions[GUARD_EXTENSION] = registry
     return registry
 
 
 def guard_registry() -> GuardRegistry:
     registry = current_app.extensions.get(GUARD_EXTENSION)
-    if registry is None:
+    if not isinstance(registry, GuardRegistry):
         raise RuntimeError(
-            "this app serves @idempotent views but never called handlers.idempotent.install_guard(app, ledger)"
+            "this app serves @idempotent views but never called dedup.adapters.flask_guard.install_guard(app, ledger)"
         )
     return registry
 
@@ -287,7 +316,7 @@ class Fingerprint:
     ) -> Fingerprint:
         return cls(from_function=parameters, exclude=exclude)
 
-    def parameters(self) -> dict:
+    def parameters(self) -> dict[str, Any]:
         """The request's parameters, checked to be fingerprintable and small enough to keep."""
         given = dict(self.from_function()) if self.from_function else _fields_of_request(self.field_names)
         _check_fingerprintable(given)
@@ -358,7 +387,7 @@ def idempotent(
             wait = Waiting(preferred_wait(), registry.wait_slots)
             live: list[Response] = []  # this request's own response, when it ran the view
 
-            def work(attempt: Attempt) -> dict:
+            def work(attempt: Attempt) -> dict[str, Any]:
                 g.idempotency = GuardedCall(token, generated, attempt)
                 live.append(_run_view(view, args, kwargs))
                 return _document(live[0], replay_headers)
@@ -377,7 +406,8 @@ def idempotent(
                 )
             except Exception:  # the ledger's (Datastore): the view's own are answered in _run_view
                 return ledger_unavailable()
-            note_outcome(outcome)
+            if registry.on_outcome is not None:
+                registry.on_outcome(outcome)
             response = guarded_response(outcome, live, given, skipped, replayed_status or {})
             response.headers["Idempotency-Key"] = token
             if wait.waited and not live:
@@ -422,10 +452,10 @@ def job_id_problem(value: Any) -> str | None:
 
 
 def _checked_job_id(value: Any) -> str:
-    problem = job_id_problem(value)
-    if problem:
-        raise GuardRejected(f"the job this request names {problem}")
-    return value
+    wrong = job_id_problem(value)
+    if wrong:
+        raise GuardRejected(f"the job this request names {wrong}")
+    return str(value)
 
 
 def _check_fingerprintable(given: Mapping[str, Any]) -> None:
@@ -449,7 +479,7 @@ def _check_fingerprintable(given: Mapping[str, Any]) -> None:
         )
 
 
-def _fields_of_request(fields: Collection[str] | None) -> dict:
+def _fields_of_request(fields: Collection[str] | None) -> dict[str, Any]:
     if fields is None:
         return _body_fingerprint(request.get_data(cache=True))
     payload = json_payload()
@@ -484,7 +514,7 @@ def preferred_wait() -> int:
     return 0
 
 
-def _run_view(view: Callable[..., Any], args: tuple, kwargs: dict) -> Response:
+def _run_view(view: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Response:
     try:
         return make_response(view(*args, **kwargs))
     except HTTPException as exc:
@@ -494,7 +524,7 @@ def _run_view(view: Callable[..., Any], args: tuple, kwargs: dict) -> Response:
         return problem(500, "InternalError", f"{type(exc).__name__}: the request failed; retry it")
 
 
-def _document(response: Response, replay_headers: Collection[str]) -> dict:
+def _document(response: Response, replay_headers: Collection[str]) -> dict[str, Any]:
     """What is kept of a response: status, chosen headers, the body (base64 when not UTF-8).
 
     A body too large to keep is replaced by a note, so replays still say the
@@ -518,3 +548,101 @@ def _document(response: Response, replay_headers: Collection[str]) -> dict:
         ).encode()
         document = StoredResponse.from_body(response.status_code, body, kept).document()
     return document
+
+
+def problem(
+    http_status: int,
+    error: str,
+    detail: str,
+    /,
+    *,
+    types: Mapping[str, ProblemType] | None = None,
+    retryable: bool | None = None,
+    **extra: Any,
+) -> Response:
+    """A problem (RFC 9457) for one error: ``error`` its code, of ``types`` (by default the guard's
+    registry's, else the library's; about:blank for another code), ``detail`` what happened."""
+    if types is None:
+        registry = current_app.extensions.get(GUARD_EXTENSION) if has_request_context() else None
+        types = registry.problem_types if isinstance(registry, GuardRegistry) else RUN_TYPES_BY_ERROR
+    at = request.path if has_request_context() else None  # the path: its query may hold secrets
+    document = problem_document(http_status, error, detail, types=types, retryable=retryable, at=at, **extra)
+    # The standard library's JSON: members in the RFC's order, whatever the host app's provider sorts.
+    return Response(json.dumps(document), status=http_status, mimetype=MEDIA_TYPE)
+
+
+EXPIRES_HEADER = "Idempotency-Expires"
+
+
+def run_answer(outcome: RunOutcome, client: bool = False, **added: Any) -> Response:
+    """The library's answer of an outcome (dedup.answers.answer: the run's document for a record
+    the table answers with, and what a surface ``added`` to it, else its problem), as Flask sends
+    it.  ``client``: asked by a client under its own token (a manual run, a guarded call)."""
+    said = answer(outcome, client, at=request.path if has_request_context() else None, **added)
+    return Response(said.body(), status=said.status, headers=said.headers, mimetype=said.media_type)
+
+
+def kept_answer(outcome: Finished | Replayed, replayed_status: Mapping[int, int]) -> Response:
+    """A guarded call's record row: the HTTP response it kept, rebuilt; a replay's status as the
+    guard's ``replayed_status`` maps it (``{201: 200}``: a retry of a create is told 200)."""
+    stored = outcome.record.kept
+    if not StoredResponse.is_document(stored):  # not written by a guard: never expected
+        return problem(500, "InternalError", "this key's record holds no response")
+    kept = StoredResponse.from_document(stored)
+    status = replayed_status.get(kept.status, kept.status) if isinstance(outcome, Replayed) else kept.status
+    response = Response(kept.body_bytes(), status=status, headers=dict(kept.headers))
+    response.headers.update(replayed_headers(outcome))
+    return response
+
+
+def guarded_response(
+    outcome: RunOutcome,
+    live: list[Response],
+    given: Mapping[str, Any],
+    exclude: Collection[str],
+    replayed_status: Mapping[int, int],
+) -> Response:
+    """A guarded view's answer: its own response (``live``) when this request ran it, else
+    the kept one replayed, or why not (422 other parameters, 409 in progress, ...).
+
+    Every answer about an existing record carries its expiry (``Idempotency-Expires``).
+    """
+    match outcome:
+        case Finished() if live:
+            return with_expiry(live[0], outcome.record)  # the view's own response, untouched
+        case Finished() | Replayed():
+            return with_expiry(kept_answer(outcome, replayed_status), outcome.record)
+        case Conflict():
+            record = outcome.record
+            differing = differing_names(record.parameters, given, exclude)
+            rule = outcome_rule(outcome, client=True)
+            assert rule.error is not None  # a conflict is a problem
+            response = problem(
+                rule.status,
+                rule.error,
+                "this idempotency key was already used with different parameters"
+                + (f": {', '.join(differing)}" if differing else "")
+                + "; use a new key for a different request",
+                run_id=record.run_id,
+                differing=differing,
+            )
+            return with_expiry(response, record)
+        case JobMismatch():
+            return run_answer(outcome, client=True)
+        case Released() if live:
+            return live[0]  # a retryable answer, not kept: the key is free again
+        case Released():  # the guard's own work failed before the view answered: never expected
+            return run_answer(outcome, client=True)
+        case InProgress() | Contended() | Overlap() | Stale():
+            response = run_answer(outcome, client=True)
+            return with_expiry(response, outcome.record) if outcome.record is not None else response
+        case Skipped():
+            raise TypeError("a guarded call is never skipped: only a late scheduled delivery is")
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def with_expiry(response: Response, record: RunRecord) -> Response:
+    """``response`` with the key's expiry, as every answer about a record carries it."""
+    response.headers[EXPIRES_HEADER] = format_utc(record.expire_at)
+    return response
