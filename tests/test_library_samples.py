@@ -50,6 +50,13 @@ class Instance:
             self.process = subprocess.Popen(
                 command, cwd=folder, env=env, stdout=written, stderr=subprocess.STDOUT, start_new_session=True
             )
+        try:
+            self._wait_until_it_serves(command)
+        except BaseException:
+            self.stop()  # never left running past its test: its process group is its own
+            raise
+
+    def _wait_until_it_serves(self, command: list[str]) -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and self.process.poll() is None:
             # gunicorn listens before its workers have imported the app: a probe may wait on them.
@@ -57,7 +64,6 @@ class Instance:
                 requests.get(self.url, timeout=10)  # any answer: it serves
                 return
             time.sleep(0.2)
-        self.stop()
         raise AssertionError(f"{command[2]} never served: {self.log.read_text()[-3000:]}")
 
     def signal(self, number: int) -> None:
