@@ -26,14 +26,15 @@ from dedupctl.output import err, out, say
 REOPENABLE = ("missed", "paused", "failed", "released", "skipped")
 # An operator paused those slots on purpose: a backfill runs them only when asked (--only paused).
 DEFAULT_ONLY = ",".join(status for status in REOPENABLE if status != "paused")
-# Past the job's retention the ledger may have forgotten a run, and before a job's slots are expected
-# (untracked) the app was not expecting it: only --only unknown (or untracked) --force runs one.
-FORCED = ("unknown", "untracked")
+# Past the job's retention the ledger may have forgotten a run, before a job's slots are expected
+# (untracked) the app was not expecting it, and a stuck one's attempt may have taken effect: only
+# --only unknown (untracked, stuck) --force runs one.
+FORCED = ("unknown", "untracked", "stuck")
 # The executions the app lists that a backfill leaves alone, and why.
 LEFT_ALONE = {
     "completed": "completed already",
     "in_progress": "running now",
-    "stuck": "its lease ran out unfinished, inside its retry window: Scheduler's next delivery takes it over",
+    "stuck": "an attempt started and never finished, so it may have taken effect (--only stuck --force runs it)",
     "due": "still inside its retry window: Scheduler may deliver it",
     "upcoming": "still to come",
     "unknown": "older than the job's retention, so it may have run (--only unknown --force runs it anyway)",
@@ -70,8 +71,9 @@ def backfill(args: Backfill, headers: dict[str, str]) -> int:
         return Exit.REFUSED
     if set(only) & set(FORCED) and not args.force:
         say(
-            "unknown slots are older than the job's retention, and untracked ones before the app first knew "
-            "the schedule: either may have run, so running them may run the job twice. Add --force to run them anyway"
+            "unknown slots are older than the job's retention, untracked ones before the app first knew the "
+            "schedule, and stuck ones started an attempt that never finished: each may have run, so running them "
+            "may run the job twice. Add --force to run them anyway"
         )
         return Exit.REFUSED
     if (

@@ -496,18 +496,20 @@ def iap(project: str, members: tuple[str, ...], apply_: bool) -> None:
 
 
 # Log-based metrics over the request and audit lines' `outcome` (handlers/logs.py, schedules/audit.py).
-# A slot that never ran: the audit's missed line, or its line for a slot another job's run holds.
+# A slot that never ran: the audit's missed line, or its line for a slot another job's run holds;
+# a slot whose attempt started and never finished: its stuck line.
 # A deadline or failure streak broken: the audit's late, overdue, slow and failing lines.
 BREACHES = " OR ".join(f'jsonPayload.outcome="{outcome}"' for outcome in BREACH_OUTCOMES)
 MISSED_FILTER = (
     'resource.type="gae_app" AND (jsonPayload.outcome="missed" OR '
     '(jsonPayload.outcome="job_mismatch" AND jsonPayload.logger="dedup.audit") OR '
+    '(jsonPayload.outcome="stuck" AND jsonPayload.logger="dedup.audit") OR '
     f'(jsonPayload.logger="dedup.audit" AND ({BREACHES})))'
 )
 FAILED_FILTER = 'resource.type="gae_app" AND jsonPayload.outcome="failed" AND jsonPayload.source="scheduler"'
 ALERT_METRICS = {
     "dedup-missed-executions": (
-        "Scheduler executions that never ran (missed, or their key held by another job's run), "
+        "Scheduler executions that never ran (missed, or their key held by another job's run), stuck, "
         "broke a deadline (late, overdue, slow) or failed in a row (failing): the /tasks/audit pass, one line each",
         MISSED_FILTER,
     ),
@@ -532,7 +534,7 @@ def missed_alert_policy(project: str, channels: tuple[str, ...]) -> dict:
     the metric would say only that some count rose within its alignment period.
     """
     return {
-        "displayName": "Dedup: a Scheduler execution never ran, broke its deadline, or failed in a row",
+        "displayName": "Dedup: a Scheduler execution never ran, is stuck, broke its deadline, or failed in a row",
         "combiner": "OR",
         "conditions": [
             {

@@ -69,7 +69,7 @@ class SlotPlan:
             "late": "skipped",
             "undelivered": "missed",
             "paused": "paused",
-            "stuck": "missed",
+            "stuck": "stuck",
         }[self.fault]
 
     @property

@@ -241,6 +241,7 @@ def run_page(run_id: str):
         may_retry=may(Role.OPERATE) and may_retry(record, state.jobs),
         # A scheduled run that failed or was skipped may be run again under its slot's key.
         run_again=slot if slot and may(Role.OPERATE) and status in RUNNABLE else None,
+        stuck=_stuck_facts(record, slot, now) if status == ExecutionStatus.STUCK else None,
         logs_url=logs_query_url(run_id, record.project or state.project),
         # The run took another send's parameters (a form resent with others before its task ran).
         sent_other=sent_fingerprint(request.args.get("sent")) not in (None, record.fingerprint),
@@ -257,6 +258,22 @@ def run_page(run_id: str):
         if waiting or (record.status == RunStatus.IN_PROGRESS and record.lease_is_live(now))
         else None,
     )
+
+
+def _stuck_facts(record: RunRecord, slot: Slot | None, now: datetime.datetime) -> dict[str, Any]:
+    """What is known of a stuck run's last attempt: where and when it ran, when it last wrote its
+    record (its claim or a lease renewal), whether it recorded a downstream resource, and whether a
+    Scheduler retry can still take it over."""
+    latest = (record.attempts or [{}])[-1]
+    return {
+        "attempt": record.attempt,
+        "started": latest.get("started") or (format_utc(record.started) if record.started else None),
+        "instance": latest.get("instance"),
+        "last_written": format_utc(record.updated),
+        "lease_expired": format_utc(record.lease_expires),
+        "downstream": record.downstream,
+        "retry_may_come": slot is not None and now < slot.window_closes,
+    }
 
 
 def _lateness(record: RunRecord) -> float | None:

@@ -47,11 +47,11 @@ from handlers.request_times import BadTime, request_time
 from handlers.state import app_state, current_principal
 from jobs.config import JobSpec
 from models import RunSource
-from schedules.slots import NEEDS_FORCE, Slot, execution_status
+from schedules.slots import NEEDS_FORCE, ExecutionStatus, Slot, execution_status
 from service.errors import Declined, Invalid, NotFound
 from service.pauses import CATCH_UP, ScheduleChangeRequest, pause_schedule, resume_schedule, scheduler_job_named
 from service.runs import ManualRunRequest, Queued, manually_runnable, retry_of, run_manually_later
-from service.slots import SlotRunRequest, executions_between, run_slot_later, run_slots_later, slot_of
+from service.slots import SlotRunRequest, executions_between, run_slot_later, run_slots_later, slot_of, stuck_words
 
 blueprint = Blueprint("dashboard_actions", __name__, url_prefix="/admin", template_folder="templates")
 
@@ -286,12 +286,12 @@ def refused_page(refused: FormProblem | NotFound | Invalid | Declined, **context
 @blueprint.post("/jobs/<job_id>/executions/<schedule_time>/run", provide_automatic_options=False)
 @requires(Role.OPERATE)
 def run_slot(job_id: str, schedule_time: str) -> Response | tuple[str, int]:
-    """The dashboard's "run" on a missed, failed, released, skipped or unknown slot.
+    """The dashboard's "run" on a missed, failed, released, skipped, unknown or stuck slot.
 
     No form token: the slot's own key makes a Scheduler retry the same run,
     and the attempt the form was rendered with (``attempt``) makes a double
-    click, a refresh or a resent form one reopen.  An unknown slot's form
-    asks for ``force``, a box the operator ticks.
+    click, a refresh or a resent form one reopen.  An unknown or stuck slot's
+    form asks for ``force``, a box the operator ticks.
     """
     try:
         found, ask = asked_slot(job_id, schedule_time, form_fields(SLOT_RUN_FIELDS))
@@ -317,10 +317,19 @@ def confirm_run_slot(job_id: str, schedule_time: str) -> str | tuple[str, int]:
     except REFUSED as refused:
         return refused_page(refused)
     state = app_state()
-    status = execution_status(found, state.ledger.lookup(found.run_id), state.clock.now())
+    record = state.ledger.lookup(found.run_id)
+    status = execution_status(found, record, state.clock.now())
     facts = [f"The slot of {found.job.name} at {format_utc(found.schedule_time)} ({status}), under its own key."]
     if ask.seen_attempt:
         facts.append(f"It replaces attempt {ask.seen_attempt}.")
+    force = "its record has expired: it may have run; run anyway" if status in NEEDS_FORCE else None
+    if status == ExecutionStatus.STUCK and record is not None:
+        words = stuck_words(record)
+        facts.append(words[0].upper() + words[1:] + ".")
+        force = (
+            f"I understand that attempt {record.attempt} may already have taken effect; "
+            f"attempt {record.attempt + 1} passes the downstream key {record.run_id}"
+        )
     return render_template(
         "admin/confirm.html",
         title=f"Run this slot of {job_id}?",
@@ -335,7 +344,7 @@ def confirm_run_slot(job_id: str, schedule_time: str) -> str | tuple[str, int]:
             "attempt": str(ask.seen_attempt or 0),
         },
         parameters=None,
-        force="its record has expired: it may have run; run anyway" if status in NEEDS_FORCE else None,
+        force=force,
         button="Run this slot",
         back=url_for("admin.history", job_id=job_id),
     )

@@ -55,7 +55,7 @@ STATUSES: Mapping[ExecutionStatus, StatusTraits] = {
     ),
     ExecutionStatus.IN_PROGRESS: StatusTraits("running, its lease still held", BLUE, "M-5,-6L6,0L-5,6Z"),  # a triangle
     ExecutionStatus.STUCK: StatusTraits(
-        "its lease is over and it never finished",
+        "an attempt started, its lease is over and it never finished: it may have taken effect",
         BROWN,
         "M-5.5,-5.5H5.5V5.5H-5.5Z",
         attention=5,  # a square

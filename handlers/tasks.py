@@ -1,4 +1,4 @@
-"""``/tasks/cleanup`` (cron.yaml's fallback for deleting expired records) and ``/tasks/audit`` (missed executions)."""
+"""``/tasks/cleanup`` (cron.yaml's fallback for deleting expired records) and ``/tasks/audit`` (missed, stuck)."""
 
 from __future__ import annotations
 
@@ -93,6 +93,7 @@ def _audited(jobs: tuple[SchedulerJob, ...]) -> dict[str, Any]:
         "caught_up": [ReportedSlot(slot).document() for slot in found.caught_up],
         "breaches": found.breaches,
         "conflicts": [slot.document() for slot in found.conflicts],
+        "stuck": [slot.document() for slot in found.stuck],
         "unverified": found.unverified,
     }
 

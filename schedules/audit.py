@@ -52,13 +52,20 @@ log = logging.getLogger("dedup.audit")
 AUDIT_PATIENCE_SECONDS = 10
 MICROSECOND = datetime.timedelta(microseconds=1)
 DAY = datetime.timedelta(days=1)
-REPORTED = (ExecutionStatus.MISSED, ExecutionStatus.CONFLICT)  # what a pass reports, one ERROR line per slot
-LOG_OUTCOMES = {ExecutionStatus.MISSED: "missed", ExecutionStatus.CONFLICT: "job_mismatch"}
+# What a pass reports, one ERROR line per slot: missed (nothing ran), conflict (another job's run
+# holds the key) and stuck (an attempt started, never finished, and no retry can take it over).
+REPORTED = (ExecutionStatus.MISSED, ExecutionStatus.CONFLICT, ExecutionStatus.STUCK)
+LOG_OUTCOMES = {
+    ExecutionStatus.MISSED: "missed",
+    ExecutionStatus.CONFLICT: "job_mismatch",
+    ExecutionStatus.STUCK: "stuck",
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class ReportedSlot:
-    """A slot the audit reports: ``missed`` (nothing ran) or ``conflict`` (another job's run holds its key)."""
+    """A slot the audit reports: ``missed`` (nothing ran), ``conflict`` (another job's run holds
+    its key) or ``stuck`` (its attempt started and never finished)."""
 
     slot: Slot
     status: ExecutionStatus = ExecutionStatus.MISSED
@@ -95,6 +102,10 @@ class AuditPass:
     @property
     def conflicts(self) -> list[ReportedSlot]:
         return [found for found in self.reported if found.status == ExecutionStatus.CONFLICT]
+
+    @property
+    def stuck(self) -> list[ReportedSlot]:
+        return [found for found in self.reported if found.status == ExecutionStatus.STUCK]
 
 
 # Runs a missed slot the job's misfire policy names (dispatched, under the slot's key): True when
@@ -353,6 +364,11 @@ def _report(
         slot = finding.slot
         if finding.status == ExecutionStatus.MISSED:
             message = "execution of %s at %s was missed: no run completed, failed or was skipped, and no retry can come"
+        elif finding.status == ExecutionStatus.STUCK:
+            message = (
+                "execution of %s at %s is stuck: an attempt started and never finished, its lease ran out and no "
+                "retry can come; it may have taken effect, so it is not run again unless an operator acknowledges that"
+            )
         else:
             message = (
                 "execution of %s at %s never ran: its key holds a run of another job (a misrouted delivery); "

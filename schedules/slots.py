@@ -62,8 +62,10 @@ class ExecutionStatus(enum.StrEnum):
     # No record, and the slot is before its Scheduler job's slots are expected from (schedules.history): the
     # app did not know the schedule then, so the slot was never expected of it.
     UNTRACKED = "untracked"
-    # A run holds the slot, its lease ran out and it never finished, and the retry window is
-    # still open: the next delivery takes it over.  Once the window closes it is ``missed``.
+    # A run holds the slot: its attempt started, its lease ran out and it never finished.  Not
+    # ``missed``: the attempt may have called downstream before it died, so running the slot again
+    # needs an operator's acknowledgement (NEEDS_FORCE).  While the retry window is open the next
+    # delivery takes it over; after that it stays stuck until someone runs it or it expires.
     STUCK = "stuck"
 
 
@@ -80,10 +82,11 @@ NEEDS_ATTENTION = frozenset(
     }
 )
 
-# What an operator may run again by hand (the dashboard's run, dedupctl backfill); an unknown
-# or untracked slot only when forced, since it may have run.
+# What an operator may run again by hand (the dashboard's run, dedupctl backfill); an unknown,
+# untracked or stuck slot only when forced (acknowledged), since it may have run or taken effect.
 RUNNABLE = (
     ExecutionStatus.MISSED,
+    ExecutionStatus.STUCK,
     ExecutionStatus.PAUSED,
     ExecutionStatus.FAILED,
     ExecutionStatus.RELEASED,
@@ -91,7 +94,7 @@ RUNNABLE = (
     ExecutionStatus.UNKNOWN,
     ExecutionStatus.UNTRACKED,
 )
-NEEDS_FORCE = (ExecutionStatus.UNKNOWN, ExecutionStatus.UNTRACKED)
+NEEDS_FORCE = (ExecutionStatus.UNKNOWN, ExecutionStatus.UNTRACKED, ExecutionStatus.STUCK)
 
 
 class RunFacts(Protocol):
@@ -447,11 +450,12 @@ def scheduler_may_retry(record: RunRecord, job: SchedulerJob, now: datetime.date
 def execution_status(slot: Slot, record: RunFacts | None, now: datetime.datetime) -> ExecutionStatus:
     """The slot's status: the run's own, or what its absence means at ``now``.
 
-    A released run, or one whose lease ran out without finishing, becomes
-    ``missed`` once no retry can come; so does an absent run, while the ledger
+    A released run becomes ``missed`` once no retry can come; so does an absent run, while the ledger
     would still hold its record (``unknown`` after that).  A record of another
     job is a ``conflict``, never the slot's own outcome.  No record before the
     job's slots are expected from is ``untracked``: the app was not expecting the slot then.
+    A run whose lease ran out unfinished is ``stuck``, window open or closed: it started, so
+    it is never ``missed`` (which says nothing ran).
     A slot that would be ``missed`` or ``due`` inside a pause interval is ``paused``.
     """
     status = _status(slot, record, now)
@@ -475,8 +479,9 @@ def _status(slot: Slot, record: RunFacts | None, now: datetime.datetime) -> Exec
     if record.status == RunStatus.RELEASED:
         return ExecutionStatus.RELEASED if window_open else ExecutionStatus.MISSED
     if record.status == RunStatus.IN_PROGRESS and not record.lease_is_live(now):
-        # Stuck: the next delivery takes it over while one can still come; after that, nothing will.
-        return ExecutionStatus.STUCK if window_open else ExecutionStatus.MISSED
+        # Stuck: the next delivery takes it over while one can still come; after that only an
+        # operator's acknowledged run does.  Either way it started, and may have taken effect.
+        return ExecutionStatus.STUCK
     return ExecutionStatus(record.status)  # completed, failed, in_progress or skipped
 
 
@@ -488,7 +493,7 @@ def timeliness(slot: Slot, record: RunFacts | None, now: datetime.datetime) -> E
     """``late`` or ``overdue`` when the slot broke its job's finish_within, else None.
 
     ``late``: completed after the deadline.  ``overdue``: the deadline passed while the run
-    was still to finish (in progress, due, released).  A slot that is missed, failed,
+    was still to finish (in progress, due, released); a stuck one is shown stuck.  A slot that is missed, failed,
     skipped, paused or untracked says that instead, and one inside a pause interval (caught
     up later, perhaps) is never late."""
     deadline = slot.deadline
@@ -497,8 +502,8 @@ def timeliness(slot: Slot, record: RunFacts | None, now: datetime.datetime) -> E
     status = execution_status(slot, record, now)
     if status == ExecutionStatus.COMPLETED and record is not None and record.finished and record.finished > deadline:
         return ExecutionStatus.LATE
-    if status in UNFINISHED and now > deadline:
-        return ExecutionStatus.OVERDUE
+    if status in UNFINISHED and status != ExecutionStatus.STUCK and now > deadline:
+        return ExecutionStatus.OVERDUE  # a stuck run says more than its deadline: stuck it stays
     return None
 
 

@@ -159,6 +159,13 @@ def check_slot_run(state: AppState, slot: Slot, ask: SlotRunRequest) -> tuple[De
         ), None
     record = state.ledger.lookup(slot_key(slot).run_id)
     status = execution_status(slot, record, now)
+    if status == ExecutionStatus.STUCK and not ask.force:
+        assert record is not None  # a stuck slot's run holds it
+        return Declined(
+            RefusalKind.EXECUTION_UNKNOWN,
+            f"{stuck_words(record)}; send force=true to run it anyway",
+            {"execution_status": status, "attempt": record.attempt, "downstream_key": record.run_id},
+        ), record
     if status in NEEDS_FORCE and not ask.force:
         assert slot.bound is not None  # what the app learned makes a slot untracked or unknown
         if status == ExecutionStatus.UNTRACKED:
@@ -198,6 +205,21 @@ def check_slot_run(state: AppState, slot: Slot, ask: SlotRunRequest) -> tuple[De
             {"execution_status": status, "attempt": record.attempt},
         ), record
     return None, record
+
+
+def stuck_words(record: RunRecord) -> str:
+    """What an operator must know before running a stuck slot again: the one text the API's
+    refusal and the dashboard's acknowledgement say."""
+    latest = (record.attempts or [{}])[-1]
+    started = latest.get("started") or (format_utc(record.started) if record.started else "an unknown time")
+    on = f" on instance {latest['instance']}" if latest.get("instance") else ""
+    downstream = f" (it recorded downstream resource {record.downstream})" if record.downstream else ""
+    return (
+        f"attempt {record.attempt} of this slot started at {started}{on} and never finished: its lease ran out at "
+        f"{format_utc(record.lease_expires)}{downstream}. It may have taken effect before it stopped. Running the slot "
+        f"again starts attempt {record.attempt + 1}, which passes the same downstream key, {record.run_id}: a "
+        "downstream that deduplicates by it applies the effect once, one that does not may apply it twice"
+    )
 
 
 def run_slot_now(

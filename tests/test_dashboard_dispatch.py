@@ -340,3 +340,41 @@ def test_a_bulk_run_of_a_range_goes_back_to_that_range(site, cloud_tasks, clock)
     assert "since=" in location and "until=" in location and location.endswith("bulk=3-0-0")
     said = site.get(location).html
     assert said.find(id="bulk-answer").text.startswith("This request queued 3 slots")
+
+
+def test_a_stuck_slot_says_what_is_known_and_runs_again_only_when_acknowledged(site, cloud_tasks, clock, ndb_client):
+    """Issue 39 §2: a hung attempt is ``stuck``, not ``missed``, and its rerun names the risk."""
+    from dedup.keys import scheduled_run_key
+    from dedup.ledger import Ledger, RunDescription, RunPolicy
+
+    key = scheduled_run_key("invoice-hourly", at(1), query_project="acme-prod", query_location="us-central1")
+    description = RunDescription(
+        "scheduler", "invoice", "invoice-hourly", key.schedule_time, project="acme-prod", location="us-central1"
+    )
+    clock.advance(3600 + 5)
+    with ndb_client.context():  # 01:00's attempt starts, then its worker dies holding a 60 s lease
+        Ledger(clock).claim_run(key.run_id, description, RunPolicy(60, 604800))
+    clock.advance(6 * 3600)  # hours later: no retry can take it over
+    page = site.get(f"/admin/runs/{key.run_id}").html
+    assert page.find(id="outcome").text == "stuck"
+    stuck = page.find(id="stuck").text
+    assert "attempt 1 started" in stuck and "its lease ran out" in stuck and "No retry of this slot can come" in stuck
+    assert "recorded no downstream resource" in stuck and key.run_id in stuck
+    history = site.get("/admin/jobs/invoice/history", params={"day": "2030-01-01"}).html
+    assert history.select_one(f"tr.slot-row[data-schedule-time='{at(1)}']")["data-status"] == "stuck"
+    confirm = site.get(page.find(id="run-again")["href"])
+    facts = confirm.html.find(id="confirm-facts").text
+    assert "may have taken effect" in facts and key.run_id in facts
+    box = confirm.html.select_one("form#confirm input[name='force']")
+    assert box.has_attr("required") and key.run_id in box.parent.text
+    form = confirm.forms["confirm"]
+    refused = form.submit(headers=SAME_ORIGIN, status=422)  # the box unticked (a script, a stale page)
+    assert "force=true" in refused.text and cloud_tasks.tasks == []
+    form["force"] = True
+    answer = form.submit(headers=SAME_ORIGIN, status=303)
+    assert answer.headers["Location"].startswith(f"/admin/runs/{key.run_id}?queued=")
+    [task] = cloud_tasks.tasks
+    assert json.loads(task.body)["force"] is True
+    cloud_tasks.deliver(to_webtest(site))
+    assert site.get(f"/admin/runs/{key.run_id}").html.find(id="outcome").text == "completed"
+    assert len(job_targets.EFFECTS) == 1

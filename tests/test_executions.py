@@ -141,7 +141,8 @@ def test_the_window_covers_every_retry_and_the_grace(tmp_path):
     assert window(tmp_path) == 30 + 60 + 3 * 60 + DELIVERY_GRACE_SECONDS
 
 
-def test_a_stuck_run_is_missed_once_nothing_can_take_it_over(site, clock, tmp_path, ndb_client):
+def test_a_stuck_run_stays_stuck_once_nothing_can_take_it_over(site, clock, tmp_path, ndb_client):
+    """Its attempt started and may have taken effect: never ``missed``, which says nothing ran."""
     from dedup.ledger import Ledger, RunDescription, RunPolicy
 
     key = scheduled_run_key(
@@ -153,7 +154,17 @@ def test_a_stuck_run_is_missed_once_nothing_can_take_it_over(site, clock, tmp_pa
     clock.advance(120)  # the lease is over, but a retry can still take it over
     assert executions(site, **first_slot)["executions"][0]["status"] == "stuck"
     clock.advance(window(tmp_path))
-    assert executions(site, **first_slot)["executions"][0]["status"] == "missed"
+    assert executions(site, **first_slot)["executions"][0]["status"] == "stuck"
+    # The audit reports it once, as stuck; the API refuses to run it again unacknowledged, naming the key.
+    reported = site.get("/tasks/audit", headers={"X-Appengine-Cron": "true"}).json
+    assert [(m["run_id"], m["status"]) for m in reported["stuck"]] == [(key.run_id, "stuck")]
+    assert key.run_id not in {m["run_id"] for m in reported["missed"]}
+    assert site.get("/tasks/audit", headers={"X-Appengine-Cron": "true"}).json["stuck"] == []  # once
+    url = "/api/v1/jobs/invoice/executions/2030-01-01T00:00:00Z/run?scheduler_job=invoice-hourly"
+    refused = site.post(url, status=422).json
+    assert refused["execution_status"] == "stuck" and key.run_id in refused["detail"]
+    assert refused["downstream_key"] == key.run_id
+    assert site.post(url + "&force=true", status="*").status_int in (200, 202)
 
 
 def test_runs_that_match_no_slot_are_listed_apart(site, clock):
@@ -348,8 +359,9 @@ def test_the_audit_waits_for_a_run_whose_lease_outlives_its_window(site, clock, 
     reported = hourly_missed(site.get("/tasks/audit", headers=cron).json)
     assert reported == ["00:00"]  # 01:00 may still finish; what comes after it waits with it
     clock.advance(2 * 3600)  # 04:30: its lease ran out at 04:00, long after its window
-    reported = hourly_missed(site.get("/tasks/audit", headers=cron).json)
-    assert reported == ["01:00", "02:00", "03:00", "04:00"]
+    answer = site.get("/tasks/audit", headers=cron).json
+    assert hourly_missed(answer) == ["02:00", "03:00", "04:00"]
+    assert [m["schedule_time"][11:16] for m in answer["stuck"]] == ["01:00"]  # it started: stuck, not missed
     assert hourly_missed(site.get("/tasks/audit", headers=cron).json) == []
 
 

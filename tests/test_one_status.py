@@ -91,7 +91,7 @@ def test_every_view_says_the_same_status_of_every_run(google, ndb_client, tmp_pa
     move(3, 10)
     deliver("invoice", "invoice-hourly", 3)  # released, never retried: missed once the window closes
     move(4, 10)
-    hold("invoice", "invoice-hourly", 4, 60)  # stuck, then missed once the window closes
+    hold("invoice", "invoice-hourly", 4, 60)  # stuck, and still stuck once the window closes: it started
     move(4, 50 * 60)
     site.post_json("/api/v1/scheduler-jobs/invoice-hourly/pause", {"note": "incident"})
     move(5, 10)
@@ -146,7 +146,7 @@ def test_every_view_says_the_same_status_of_every_run(google, ndb_client, tmp_pa
             "failed",  # 01:00
             "late",  # 02:00
             "missed",  # 03:00, released and never retried
-            "missed",  # 04:00, stuck with nothing to take it over
+            "stuck",  # 04:00, stuck with nothing to take it over (never "missed": it started)
             "completed",  # 05:00, delivered during the pause
             "overdue",  # digest 06:30
             "stuck",  # 07:00
@@ -158,9 +158,9 @@ def test_every_view_says_the_same_status_of_every_run(google, ndb_client, tmp_pa
     # Every view saw each run it shows: the table and the run page all of them, the API all of them.
     assert all({"executions API", "runs table", "timeline", "run page"} <= set(views) for views in said.values())
     assert said[forced]["executions API"] == "completed" and said[manual]["runs table"] == "completed"
-    # A card lists its running and stuck runs as the rest say: the overdue digest, 07:00, the manual run.
+    # A card lists its running and stuck runs as the rest say: the overdue digest, 04:00, 07:00, the manual run.
     cards = sorted(views["job card"] for views in said.values() if "job card" in views)
-    assert cards == ["in_progress", "overdue", "stuck"]
+    assert cards == ["in_progress", "overdue", "stuck", "stuck"]
     # The runs table's filter finds a run by the status every view shows it with, derived ones
     # too (review of issue 25: ?status=stuck was a 400, ?status=in_progress listed stuck runs).
     for status in set(shown):
