@@ -31,6 +31,7 @@ from dedup.runner import DEFAULT_MAX_WAITERS
 from jobs.base import http_url
 from jobs.config import DEFAULT_JOBS_FILE, DEFAULT_REQUEST_TIMEOUT, REQUEST_TIMEOUT_SECONDS
 from jobs.errors import JobsConfigError
+from service.window import DEFAULT_NIGHT, Night
 
 # App Engine's standard environment sets GAE_ENV to this.
 PRODUCTION_GAE_ENV = "standard"
@@ -117,6 +118,8 @@ class Settings:
     appengine_trusted: frozenset[str] | None = dataclasses.field(
         default=None, metadata={"variable": "DEDUP_APPENGINE_TRUSTED"}
     )
+    # When night is for the operators, and in which time zone: the dashboard's "last night".
+    night: Night = dataclasses.field(default=Night.parse(DEFAULT_NIGHT), metadata={"variable": "DEDUP_NIGHT"})
     # DEDUP_APPENGINE_OFF_GAE=trust-forgeable-headers: tests and local tools take App Engine's markers
     # off App Engine, where anyone can send them (then only loopback is served).
     appengine_off_app_engine: bool = dataclasses.field(default=False, metadata={"variable": OFF_APP_ENGINE_SETTING})
@@ -157,6 +160,7 @@ class Settings:
             iap_certs_url=environ.get("DEDUP_IAP_CERTS_URL", "").strip() or DEFAULT_IAP_CERTS_URL,
             appengine_trusted=listed(environ.get("DEDUP_APPENGINE_TRUSTED")),
             appengine_off_app_engine=environ.get(OFF_APP_ENGINE_SETTING) == OFF_APP_ENGINE_VALUE,
+            night=night(environ),
         )
 
 
@@ -285,6 +289,14 @@ def request_timeout(environ: Mapping[str, str]) -> float:
     if scaling not in REQUEST_TIMEOUT_SECONDS:
         raise SettingError(f"DEDUP_SCALING={scaling!r}: one of {', '.join(REQUEST_TIMEOUT_SECONDS)}")
     return REQUEST_TIMEOUT_SECONDS[scaling]
+
+
+def night(environ: Mapping[str, str]) -> Night:
+    """DEDUP_NIGHT: the operators' night, ``HH:MM-HH:MM [ZONE]`` (unset: 22:00-07:00 UTC)."""
+    try:
+        return Night.parse(environ.get("DEDUP_NIGHT") or DEFAULT_NIGHT)
+    except ValueError as exc:
+        raise SettingError(f"DEDUP_NIGHT: {exc}") from None
 
 
 def log_format(environ: Mapping[str, str]) -> str:

@@ -110,6 +110,11 @@ class Ledger:
         """Runs newest first, one page at a time (dedup/queries.py)."""
         return queries.find_runs(run_filter, page_size, self.clock.now(), cursor)
 
+    def runs_starting(self, prefix: str, limit: int) -> list[RunRecord]:
+        """The live runs whose id starts with ``prefix`` (lowercase hex), ``limit`` at most, by id."""
+        found = self.lookup_many(queries.run_ids_starting(prefix, limit))
+        return [found[run_id] for run_id in sorted(found)]
+
     def find_runs_together(self, run_filters: Sequence[RunFilter], page_size: int) -> list[list[RunRecord]]:
         """The first page of each filter's runs, the queries sent at once (dedup/queries.py)."""
         return queries.find_runs_together(run_filters, page_size, self.clock.now())

@@ -97,6 +97,15 @@ def _query(run_filter: RunFilter) -> ndb.Query:
     return query.order(-RunRecord.created)
 
 
+def run_ids_starting(prefix: str, limit: int) -> list[str]:
+    """The ids of the records whose run id starts with ``prefix`` (lowercase hex), ``limit`` at most:
+    a keys-only query of the key range, expired records included (a lookup leaves them out).
+    What a person searches for with the 12 characters a page shows of an id."""
+    low, high = ndb.Key(RunRecord, prefix), ndb.Key(RunRecord, prefix + "g")  # "g": past every hex digit
+    keys = RunRecord.query(RunRecord.key >= low, RunRecord.key < high).fetch(limit, keys_only=True)
+    return [str(key.id()) for key in keys]
+
+
 def expired_keys(
     now: datetime.datetime, batch_size: int, cursor: str | None = None
 ) -> tuple[list[ndb.Key], str | None]:

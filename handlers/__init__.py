@@ -122,6 +122,7 @@ def create_app(
         scheduler_api=scheduler_api,
         dispatcher=dispatcher or CloudTasksDispatcher.from_settings(settings) or InProcessDispatcher(),
         project=settings.project,
+        night=settings.night,
     )
     in_process = app.extensions["dedup"].dispatcher
     if isinstance(in_process, InProcessDispatcher):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import statistics
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,11 +22,21 @@ from dedup.keys import format_utc, is_run_id, parse_rfc3339
 from dedup.queries import RunFilter
 from handlers.access import Role, requires
 from handlers.client_tokens import client_token_problem, new_form_token
-from handlers.history_range import DAYS, HISTORY_PAGE, HistoryRange, bulk_slots, history_range
-from handlers.job_rows import SEARCH_MAX, PageOutOfRange, row_page
+from handlers.history_range import (
+    BULK_LIMIT,
+    BULK_STATUSES,
+    COUNTED_DAYS,
+    DAYS,
+    HISTORY_PAGE,
+    HistoryRange,
+    bulk_slots,
+    history_range,
+)
+from handlers.job_cards import CARD_SCHEDULER_JOBS, CardCounts, job_cards, strip_colour
+from handlers.job_rows import SEARCH_MAX, SHOWN_ORDER, PageOutOfRange, job_rows, row_page
 from handlers.links import link
 from handlers.run_documents import deliveries_of, duration_seconds, may_retry, run_document, scheduler_job_document
-from handlers.slot_statuses import LEGEND, MARK_SHAPES
+from handlers.slot_statuses import LEGEND, MARK_SHAPES, NEEDS_ATTENTION
 from handlers.state import app_state, may
 from models import RunRecord, RunSource, RunStatus
 from schedules.bound import BoundJob
@@ -37,28 +46,30 @@ from schedules.slots import (
     ExecutionStatus,
     Slot,
     declared_job,
-    execution_document,
-    latest_slots,
+    is_slot,
     ran_once_or_more,
+    ran_once_or_more_of,
     run_status,
+    schedule_at,
+    shown_status,
     slot_of_run,
 )
 from schedules.tallies import DELIVERIES_LISTED, deliveries_of_slot
-from service.hours import hour_counts
+from service.errors import Invalid
+from service.hours import UNREAD, JudgedJob, count_hours, in_status, judged_slots
 from service.runs import runs_of_token
 from service.slots import executions_between
+from service.window import Window, window_of
 
 blueprint = Blueprint("admin", __name__, url_prefix="/admin", template_folder="templates")
 # ``/``: where a browser pointed at the app's address lands.
 home = Blueprint("home", __name__)
 
-RECENT_RUNS = 100
+RUNS_PAGE = 20  # the runs list's page: a phone's screenful or two, paged with a cursor
+CARD_RUNNING_READ = 50  # the runs in progress a card reads (it names CARD_RUNNING, every stuck one)
 # The run page shows at most this much of each stored document, as escaped HTML
 # (pretty-printed and escaped it can grow several times over); the run API has it all.
 MAX_SHOWN_DOCUMENT_BYTES = 128 * 1024
-RUNS_PER_JOB = 50
-CHART_WIDTH, CHART_LEFT, CHART_ROW = 960, 170, 30
-CARD_SLOTS = 48  # the expected executions a job card looks at (the newest of the last day)
 CARD_SCHEDULES = 10  # the Scheduler jobs a card names with their Pause forms (the table lists all)
 CARD_RUNNING = 10  # the runs in progress a card names (it counts them all; every stuck one is named)
 
@@ -73,6 +84,9 @@ SHOWN_STATUSES = tuple(dict.fromkeys([*(s.value for s in RunStatus), *(str(s) fo
 @blueprint.get("/", provide_automatic_options=False)
 @requires(Role.VIEW)
 def dashboard():
+    """The home page over one window the operator chose (``window``: the last 24 hours, last night,
+    or a range of days; service.window): the rows, the cards, the timeline and the runs list all
+    count and list that window, and say so."""
     state = app_state()
     now = state.clock.now()
     chosen = {name: request.args.get(name) or None for name in ("job", "status", "source")}
@@ -81,11 +95,17 @@ def dashboard():
         *[s.value for s in RunSource],
     ):
         abort(400, "unknown status or source")
+    try:
+        window = window_of(request.args, state.night, now)
+    except Invalid as bad:
+        abort(400, bad.message)
     # A status the legend shows is filtered by as every view shows it (run_status): a stored one is
-    # asked of the query too; a derived one (stuck, late, overdue) is found among the newest runs.
+    # asked of the query too; a derived one (stuck, late, overdue) is found among the page's runs.
     stored = chosen["status"] if chosen["status"] in set(RunStatus) else None
     try:
-        run_filter = RunFilter(job_id=chosen["job"], status=stored, source=chosen["source"])
+        run_filter = RunFilter(
+            job_id=chosen["job"], status=stored, source=chosen["source"], since=window.since, until=window.until
+        )
     except ValueError as exc:
         abort(400, str(exc).replace("job_id", "job"))
     if chosen["job"] and chosen["job"] not in state.jobs:
@@ -95,78 +115,107 @@ def dashboard():
         abort(400, f"a search (q) is at most {SEARCH_MAX} characters")
     if not (page_text.isascii() and page_text.isdigit() and len(page_text) <= 6):
         abort(400, "page must be a whole number, 1 or more")
-    recent, _ = state.ledger.find_runs(run_filter, RECENT_RUNS)
+    runs_from = request.args.get("runs_from") or None
+    if runs_from is not None and not (len(runs_from) <= 500 and runs_from.isascii()):
+        abort(400, "runs_from must be the cursor a page of runs linked to")
+    try:
+        recent, next_runs = state.ledger.find_runs(run_filter, RUNS_PAGE, runs_from)
+    except Exception as exc:  # a cursor that is not one Datastore made (edited, truncated): say so
+        if runs_from is None:
+            raise
+        abort(400, f"runs_from is not a cursor of this page's runs ({type(exc).__name__})")
     carded = [job_id for job_id in sorted(state.jobs) if not chosen["job"] or job_id == chosen["job"]]
-    # Each card's newest runs and every run still in progress, however old (a stuck one must not
-    # hide behind newer runs): the queries of every card sent at once, one round trip for all.
-    pages = state.ledger.find_runs_together(
-        [
-            run_filter
-            for job_id in carded
-            for run_filter in (RunFilter(job_id=job_id), RunFilter(job_id=job_id, status=RunStatus.IN_PROGRESS))
-        ],
-        RUNS_PER_JOB,
+    # Every run still in progress of each card, however old (a stuck one must not hide behind
+    # newer runs): the queries of every card sent at once, one round trip for all.
+    unfinished = state.ledger.find_runs_together(
+        [RunFilter(job_id=job_id, status=RunStatus.IN_PROGRESS) for job_id in carded], CARD_RUNNING_READ
     )
-    # The pauses of the Scheduler jobs this page shows (its runs', its cards' slots' and schedules'),
-    # in one lookup: not every job of the fleet (schedules.attention orders the rows without them).
     schedules_of_job = _schedules_by_target(state.bound_schedules)
-    card_slots = {job_id: _card_slots(schedules_of_job.get(job_id, []), now) for job_id in carded}
     named = {job_id: schedules_of_job.get(job_id, [])[:CARD_SCHEDULES] for job_id in carded}
-    shown_runs = [*recent, *(record for page in pages for record in page)]
-    bound = state.with_pauses(_scheduler_jobs_of(state.bound_schedules, shown_runs, card_slots, named))
+    shown_runs = [*recent, *(record for page in unfinished for record in page)]
+    card_jobs = {
+        job_id: schedules_of_job.get(job_id, [])
+        for job_id in carded
+        if len(schedules_of_job.get(job_id, [])) <= CARD_SCHEDULER_JOBS
+    }
+    try:
+        rows_shown = row_page(state, now, int(page_text), search, chosen["job"])
+    except PageOutOfRange as exc:
+        abort(400, str(exc))
+    # Every Scheduler job the page shows (its runs', its cards', its rows'), bound to its pauses in
+    # one lookup, and the slots of the window of those it counts judged together: two lookups more.
+    bound = state.with_pauses(
+        _scheduler_jobs_of(state.bound_schedules, shown_runs, card_jobs, named, {"": rows_shown.shown})
+    )
     by_id = {history_id(job.declared): job for job in bound}
+    counted_ids = list(
+        dict.fromkeys(
+            [history_id(job.declared) for of_job in card_jobs.values() for job in of_job]
+            + [history_id(job.declared) for job in rows_shown.shown]
+        )
+    )
+    judged = judged_slots(state, [by_id[i] for i in counted_ids], window.since, window.counted_until(now))
+    judged_by_id = {history_id(one.job.declared): one for one in judged}
     if chosen["status"]:
         recent = [record for record in recent if run_status(record, bound, now) == chosen["status"]]
-    rebound = {
-        job_id: [Slot(s.job, s.schedule_time, by_id[history_id(s.job)]) for s in of_job]
-        for job_id, of_job in card_slots.items()
+    # The cards count their Scheduler jobs bound to their pauses (a paused slot is not missed).
+    of_cards = {
+        job_id: [by_id[history_id(job.declared)] for job in card_jobs[job_id]]
+        if job_id in card_jobs
+        else schedules_of_job.get(job_id, [])
+        for job_id in carded
     }
-    expected = expected_executions(rebound, now)
+    counted = job_cards(state, of_cards, window, now, judged_by_id)
     summaries = [
         job_summary(
             job_id,
-            pages[2 * index],
-            pages[2 * index + 1],
+            unfinished[index],
             now,
-            expected[job_id],
+            counted[job_id],
             [scheduler_job_document(by_id[history_id(job.declared)]) for job in named[job_id]],
             bound,
-            len(schedules_of_job.get(job_id, [])),
         )
         for index, job_id in enumerate(carded)
     ]
-    try:
-        row_page_shown = row_page(state, now, int(page_text), search, chosen["job"])
-    except PageOutOfRange as exc:
-        abort(400, str(exc))
-    gaps = [
-        (job_id, e)
-        for job_id, executions in expected.items()
-        for e in executions
-        if e["status"] == ExecutionStatus.MISSED
-    ]
+    rows = job_rows(state, [by_id[history_id(job.declared)] for job in rows_shown.shown], now, window, judged_by_id)
     return render_template(
         "admin/dashboard.html",
         now=format_utc(now),
+        window=window,
+        night=state.night,
         summaries=summaries,
-        job_rows=row_page_shown.rows,
-        row_page=row_page_shown,
+        job_rows=rows,
+        row_page=rows_shown,
         search=search,
         chosen=chosen,
         sources=[source.value for source in RunSource],
         runs=[row(record, now, bound) for record in recent],
-        chart=timeline(recent, now, gaps, bound),
+        next_runs=link("admin.dashboard", {}, {**_kept(chosen, search, window), "runs_from": next_runs})
+        if next_runs
+        else None,
+        first_runs=link("admin.dashboard", {}, _kept(chosen, search, window)) if runs_from else None,
+        runs_page=RUNS_PAGE,
+        kept=_kept(chosen, search, window),
         job_ids=sorted(state.jobs),
         # External jobs' handlers run them elsewhere: no Run now on their cards, and why.
         external={job_id: job.runner.external.url for job_id, job in state.jobs.items() if job.runner.external},
         statuses=list(SHOWN_STATUSES),
-        # A slot with no run (due, upcoming, ...) is in no runs table: its history lists it.
+        # A slot with no run (due, upcoming, ...) is in no runs list: its history lists it.
         status_without_runs=chosen["status"] in SLOT_ONLY_STATUSES,
         can_operate=may(Role.OPERATE),
         new_form_token=new_form_token,
         shapes=MARK_SHAPES,
         legend=LEGEND,
+        strip_colour=strip_colour,
+        attention=[str(status) for status in NEEDS_ATTENTION] + [UNREAD],
+        window_since=format_utc(window.since),
+        window_until=format_utc(window.counted_until(now)),
     )
+
+
+def _kept(chosen: Mapping[str, str | None], search: str, window: Window) -> dict[str, str]:
+    """The query that shows this page again: its window, filters and search."""
+    return {**window.fields, **{k: v for k, v in chosen.items() if v}, **({"q": search} if search else {})}
 
 
 @home.get("/", provide_automatic_options=False)
@@ -367,16 +416,6 @@ def row(record: RunRecord, now: datetime.datetime, jobs: Sequence[BoundJob]) -> 
     }
 
 
-def expected_executions(slots: Mapping[str, Sequence[Slot]], now: datetime.datetime) -> dict[str, list[dict[str, Any]]]:
-    """Each job's card slots (``_card_slots``, bound to their pauses) with their status: every
-    job's in one batched lookup."""
-    records = app_state().ledger.lookup_many([slot.run_id for of_job in slots.values() for slot in of_job])
-    return {
-        job_id: [execution_document(slot, records.get(slot.run_id), now) for slot in of_job]
-        for job_id, of_job in slots.items()
-    }
-
-
 def _schedules_by_target(jobs: Sequence[BoundJob]) -> dict[str, list[BoundJob]]:
     """The Scheduler jobs of each job of jobs.yaml, by name."""
     found: dict[str, list[BoundJob]] = {}
@@ -385,21 +424,13 @@ def _schedules_by_target(jobs: Sequence[BoundJob]) -> dict[str, list[BoundJob]]:
     return found
 
 
-def _card_slots(jobs: Sequence[BoundJob], now: datetime.datetime) -> list[Slot]:
-    """A card's slots: the newest CARD_SLOTS of the last day of its Scheduler jobs (pauses unread)."""
-    day_ago = now - datetime.timedelta(hours=24)
-    return [slot for slot in latest_slots(jobs, now, CARD_SLOTS) if slot.schedule_time > day_ago] if jobs else []
-
-
 def _scheduler_jobs_of(
     jobs: Sequence[BoundJob],
     runs: Sequence[RunRecord],
-    slots: Mapping[str, Sequence[Slot]],
-    named: Mapping[str, Sequence[BoundJob]],
+    *shown: Mapping[str, Sequence[BoundJob]],
 ) -> list[SchedulerJob]:
-    """The declared Scheduler jobs a page shows: of its runs, its cards' slots and its cards' lists."""
-    wanted = {history_id(slot.job) for of_job in slots.values() for slot in of_job}
-    wanted |= {history_id(job.declared) for of_job in named.values() for job in of_job}
+    """The declared Scheduler jobs a page shows: of its runs, and of its cards (counted or named)."""
+    wanted = {history_id(job.declared) for of_jobs in shown for of_job in of_jobs.values() for job in of_job}
     for record in runs:
         if record.scheduler_job_name:
             job = declared_job(jobs, record.scheduler_job_name, record.project, record.location)
@@ -408,104 +439,41 @@ def _scheduler_jobs_of(
     return [job.declared for job in jobs if history_id(job.declared) in wanted]
 
 
-UNTRACKED = ExecutionStatus.UNTRACKED
 # The statuses of a run that still holds its slot: running, stuck, or either past its finish_within.
 HELD = (ExecutionStatus.IN_PROGRESS, ExecutionStatus.OVERDUE, ExecutionStatus.STUCK)
 
 
 def job_summary(
     job_id: str,
-    runs: list[RunRecord],
     unfinished: list[RunRecord],
     now: datetime.datetime,
-    expected: Sequence[dict[str, Any]] = (),
+    counted: CardCounts,
     scheduler_jobs: Sequence[dict[str, Any]] = (),
     bound: Sequence[BoundJob] = (),
-    scheduler_jobs_total: int | None = None,
 ) -> dict[str, Any]:
-    finished = [r for r in runs if r.status != RunStatus.IN_PROGRESS]
+    """A job's card: the window's counts of its slots (job_cards), and what holds a slot now."""
     unfinished_rows = [row(r, now, bound) for r in unfinished]
-    completed = [r for r in finished if r.status == RunStatus.COMPLETED]
-    durations = [d for d in (duration_seconds(r) for r in finished) if d is not None]
     return {
         "job_id": job_id,
-        "runs": len(runs),
-        "success_rate": round(100 * len(completed) / len(finished)) if finished else None,
-        "median_duration": round(statistics.median(durations), 2) if durations else None,
-        # As every view says it: a stuck slot whose window has closed is missed, and listed so.
-        # (An overdue one is either, by its lease.)
+        "counted": counted,
+        # As every view says it: running while the lease holds, stuck once it is over.
         "running": [r for r in unfinished_rows if r["outcome"] in HELD and r["lease_left"] is not None][:CARD_RUNNING],
         "running_count": sum(1 for r in unfinished_rows if r["outcome"] in HELD and r["lease_left"] is not None),
         "stuck": [r for r in unfinished_rows if r["outcome"] in HELD[1:] and r["lease_left"] is None],
-        "latest": [row(r, now, bound) for r in runs[:5]],
-        "scheduled": bool(expected),
-        "last_expected": expected[-1] if expected else None,
-        # Slots an operator may run by hand, newest first; not those before the job's slots are expected from,
-        # which were never expected of the app (the executions API runs them, forced).
-        "to_run": [e for e in reversed(expected) if e["status"] in RUNNABLE and e["status"] != UNTRACKED][:5],
-        "missed": sum(e["status"] == ExecutionStatus.MISSED for e in expected),
-        "conflicts": sum(e["status"] == ExecutionStatus.CONFLICT for e in expected),
-        "expected_count": sum(e["status"] != UNTRACKED for e in expected),
+        "scheduled": counted.scheduler_jobs > 0,
         "scheduler_jobs": list(scheduler_jobs),
         # The card names the first CARD_SCHEDULES; the Scheduler jobs table lists them all, with search.
-        "scheduler_jobs_more": max(0, (scheduler_jobs_total or len(scheduler_jobs)) - len(scheduler_jobs)),
-    }
-
-
-def timeline(
-    runs: list[RunRecord], now: datetime.datetime, gaps: Sequence[Any] = (), jobs: Sequence[BoundJob] = ()
-) -> dict[str, Any]:
-    """An SVG-ready chart: one row per job, one mark per run at its schedule (or start) time, and a
-    hollow mark at each missed slot (``gaps``: (job_id, execution document))."""
-    if not runs and not gaps:
-        return {"rows": [], "marks": [], "gaps": [], "height": CHART_ROW, "width": CHART_WIDTH, "ticks": []}
-    gap_times = [(job_id, parse_rfc3339(e["schedule_time"], "schedule_time")) for job_id, e in gaps]
-    declared = jobs
-    rows = sorted({r.job_id for r in runs} | {job_id for job_id, _ in gaps})
-    times = [(r.schedule_time or r.created) for r in runs]
-    all_times = times + [when for _, when in gap_times]
-    start, end = min(all_times), max(all_times)
-    span = max((end - start).total_seconds(), 1.0)
-    plot = CHART_WIDTH - CHART_LEFT - 20
-
-    def x(instant: datetime.datetime) -> float:
-        return round(CHART_LEFT + 10 + plot * (instant - start).total_seconds() / span, 1)
-
-    statuses = [run_status(r, declared, now) for r in runs]
-    marks = [
-        {
-            "x": x(when),
-            "y": 20 + CHART_ROW * rows.index(r.job_id),
-            "outcome": status,
-            "run_id": r.run_id,
-            "label": f"{r.job_id} {format_utc(when)} {status} (attempt {r.attempt})",
-        }
-        for r, when, status in zip(runs, times, statuses, strict=True)
-    ]
-    missed_marks = [
-        {"x": x(when), "y": 20 + CHART_ROW * rows.index(job_id), "label": f"{job_id} {format_utc(when)} missed"}
-        for job_id, when in gap_times
-    ]
-    ticks = [
-        {"x": x(start), "label": format_utc(start)[:16].replace("T", " "), "anchor": "start"},
-        {"x": x(end), "label": format_utc(end)[:16].replace("T", " "), "anchor": "end"},
-    ]
-    return {
-        "rows": [{"job_id": job, "y": 20 + CHART_ROW * i} for i, job in enumerate(rows)],
-        "marks": marks,
-        "gaps": missed_marks,
-        "height": 40 + CHART_ROW * len(rows),
-        "width": CHART_WIDTH,
-        "ticks": ticks,
+        "scheduler_jobs_more": max(0, counted.scheduler_jobs - len(scheduler_jobs)),
     }
 
 
 @blueprint.get("/jobs/<job_id>/history", provide_automatic_options=False)
 @requires(Role.VIEW)
 def history(job_id: str):
-    """Every expected execution of a job on one day of its time zone (or one hour of it), with
-    what became of it, and its runs apart from the slots beside them; by the hour when a day
-    holds more than HISTORY_PAGE slots.  ``status`` keeps the slots in that status."""
+    """Every expected execution of a job on one day of its time zone (or one hour of it, or a range),
+    with what became of it, and its runs apart from the slots beside them; by the hour when a day
+    holds more than HISTORY_PAGE slots.  ``status`` lists the slots of the range in that status,
+    paged, with their total; ``scheduler_job`` keeps one Scheduler job's (a home row's counts)."""
     state = app_state()
     shown = history_range(state, job_id)
     scheduler_jobs, zone, day, hour = shown.scheduler_jobs, shown.zone, shown.day, shown.hour
@@ -513,20 +481,42 @@ def history(job_id: str):
     if status is not None and status not in set(ExecutionStatus):
         abort(400, f"status {status!r} is none of {', '.join(ExecutionStatus)}")
     now = state.clock.now()
-    page = executions_between(state, scheduler_jobs, job_id, shown.since, shown.until, HISTORY_PAGE)
+    # What the whole range came to (up to COUNTED_DAYS of it): the total every page says, judged
+    # from the day summaries and the records they do not speak for, capped (service.hours).
+    counted_until = min(shown.until, shown.range_start + COUNTED_DAYS)
+    listing = None
     hours = None
-    if shown.by_the_hour(page.next_since is not None):
-        hours = hour_counts(state, scheduler_jobs, shown.since, shown.until, zone)
-    rows = [
-        {**e, "local": _local(e["schedule_time"], zone)}
-        for e in page.executions
-        if status is None or e["status"] == status
-    ]
-    apart = [
-        {**row(record, now, scheduler_jobs), "local": _local(format_utc(record.created), zone)}
-        for record in page.unscheduled
-    ]
-    apart = [r for r in apart if status is None or r["outcome"] == status]
+    judged: list[JudgedJob] | None = None
+    page = None
+    if status is not None:
+        judged = judged_slots(state, scheduler_jobs, shown.range_start, counted_until)
+        listing = in_status(judged, status, shown.since, STATUS_PAGE)
+        rows = [
+            {
+                "schedule_time": format_utc(slot.schedule_time),
+                "scheduler_job": slot.job.name,
+                "status": status,
+                "run_id": slot.run_id,
+                "run": {"attempt": attempt} if attempt is not None else None,
+                "local": _local(format_utc(slot.schedule_time), zone),
+            }
+            for slot, attempt in listing.slots
+        ]
+        apart: list[dict[str, Any]] = []
+    else:
+        page = executions_between(state, scheduler_jobs, job_id, shown.since, shown.until, HISTORY_PAGE)
+        more_than_a_page = page.next_since is not None or shown.since > shown.range_start
+        if more_than_a_page:
+            judged = judged_slots(state, scheduler_jobs, shown.range_start, counted_until)
+        if shown.by_the_hour(page.next_since is not None) and judged is not None:
+            hours = count_hours(judged, zone)
+        rows = [{**e, "local": _local(e["schedule_time"], zone)} for e in page.executions] if hours is None else []
+        apart = [
+            {**row(record, now, scheduler_jobs), "local": _local(format_utc(record.created), zone)}
+            for record in page.unscheduled
+        ]
+    next_since = listing.next_from if listing is not None else page.next_since if page is not None else None
+    whole = judged is not None and counted_until >= shown.until
     return render_template(
         "admin/history.html",
         job_id=job_id,
@@ -535,27 +525,51 @@ def history(job_id: str):
         hour=hour,
         ranged=shown.ranged,
         where=shown.where,
-        range_shown=(_local(format_utc(shown.since), zone), _local(format_utc(shown.until), zone)),
+        range_shown=(_local(format_utc(shown.range_start), zone), _local(format_utc(shown.until), zone)),
         previous_day=(day - DAYS).isoformat(),
         next_day=(day + DAYS).isoformat(),
         status=status,
         statuses=list(ExecutionStatus),
         hours=hours.hours if hours else None,
         unread=hours if hours and hours.unread_slots else None,
-        next_page=_next_page(job_id, shown, status, page.next_since) if page.next_since and hours is None else None,
+        listing=listing,
+        next_page=_next_page(job_id, shown, status, next_since) if next_since and hours is None else None,
         rows=sorted(rows + apart, key=lambda r: r["local"]) if hours is None else [],
         apart=len(apart),
         scheduler_jobs=sorted({job.declared.name for job in scheduler_jobs}),
+        chosen_scheduler_job=shown.where.get("scheduler_job"),
         schedules=sorted({(job.declared.name, job.declared.schedule) for job in scheduler_jobs}),
         shapes=MARK_SHAPES,
         legend=LEGEND,
-        bulk=_bulk_offer(job_id, shown, page.executions) if hours is None and may(Role.OPERATE) else None,
+        bulk=_bulk_offer(job_id, shown, judged, page) if may(Role.OPERATE) else None,
         bulk_said=_bulk_said(request.args.get("bulk")),
-        # What the range's slots came to, for "did last night run, once each?" at a glance.
-        summary=_summary(page.executions) if hours is None else None,
-        # A range longer than a page: the summary and the listing are this page's, and say so.
-        paged=hours is None and (page.next_since is not None or bool(request.args.get("from"))),
+        # What the range's slots came to, for "did last night run, once each?" at a glance: the
+        # whole range's (up to COUNTED_DAYS), else this page's when the page is the range.
+        summary=_judged_summary(judged) if judged is not None else _summary(page.executions) if page else None,
+        summary_whole=whole or (judged is None and page is not None and page.next_since is None),
+        counted_until=_local(format_utc(counted_until), zone) if judged is not None and not whole else None,
     )
+
+
+STATUS_PAGE = 100  # the slots of one status a page lists
+
+
+def _judged_summary(judged: Sequence[JudgedJob]) -> dict[str, Any]:
+    """``_summary`` of judged slots: every slot up to now, by status, adding up to "expected"."""
+    counts: dict[str, int] = {}
+    pairs: list[tuple[str, int | None]] = []
+    for one in judged:
+        for shown, attempt in zip(one.statuses, one.attempts, strict=True):
+            if shown != ExecutionStatus.UPCOMING:
+                counts[shown] = counts.get(shown, 0) + 1
+                pairs.append((shown, attempt))
+    ran_once, ran_more = ran_once_or_more_of(pairs)
+    return {
+        "expected": sum(counts.values()),
+        "ran_once": ran_once,
+        "ran_more": ran_more,
+        "by_status": {status: counts[status] for status in SHOWN_ORDER if counts.get(status)},
+    }
 
 
 def _next_page(job_id: str, shown: HistoryRange, status: str | None, since: datetime.datetime) -> str:
@@ -564,7 +578,8 @@ def _next_page(job_id: str, shown: HistoryRange, status: str | None, since: date
 
 
 def _summary(executions: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    counted = [e for e in executions if e["status"] not in (ExecutionStatus.UNTRACKED, ExecutionStatus.UPCOMING)]
+    """What a page's slots came to: every slot up to now, by status, adding up to "expected"."""
+    counted = [e for e in executions if e["status"] != ExecutionStatus.UPCOMING]
     by_status: dict[str, int] = {}
     for e in counted:
         by_status[e["status"]] = by_status.get(e["status"], 0) + 1
@@ -573,16 +588,26 @@ def _summary(executions: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "expected": len(counted),
         "ran_once": ran_once,
         "ran_more": ran_more,
-        "by_status": dict(sorted(by_status.items())),
+        "by_status": {status: by_status[status] for status in SHOWN_ORDER if by_status.get(status)},
     }
 
 
-def _bulk_offer(job_id: str, shown: HistoryRange, executions: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    chosen = bulk_slots(executions)
-    if not chosen:
+def _bulk_offer(
+    job_id: str, shown: HistoryRange, judged: Sequence[JudgedJob] | None, page: Any
+) -> dict[str, Any] | None:
+    """The range's missed and failed slots to run in one confirmation: the whole range's when it
+    was judged, else this page's."""
+    if judged is not None:
+        count = sum(one.statuses.count(status) for one in judged for status in BULK_STATUSES)
+    else:
+        count = len(bulk_slots(page.executions)) if page is not None else 0
+    if not count:
         return None
-    where = shown.link_fields(request.args.get("from"))
-    return {"count": len(chosen), "link": link("dashboard_actions.confirm_bulk_run", {"job_id": job_id}, where)}
+    return {
+        "count": count,
+        "runs": min(count, BULK_LIMIT),
+        "link": link("dashboard_actions.confirm_bulk_run", {"job_id": job_id}, shown.where),
+    }
 
 
 def _bulk_said(text: str | None) -> dict[str, int] | None:
@@ -602,35 +627,152 @@ def _local(utc_text: str, zone: Any) -> str:
 @blueprint.get("/search", provide_automatic_options=False)
 @requires(Role.VIEW)
 def search() -> WerkzeugResponse:
-    """A 303 to what ``q`` names: a run's page (a run id, or a manual run's client token), or the
-    history of a job named in jobs.yaml or of a Scheduler job's target.
+    """A 303 to what ``q`` names, or a list when it names several, searched for by what the pages
+    show (issue 39 §8): a run id or the first characters of one (at least MIN_ID_PREFIX, as the
+    tables show 12), a job of jobs.yaml, a Scheduler job by name or by its whole resource name
+    (``projects/P/locations/L/jobs/NAME``), a slot time (``2030-01-13 03:00``, RFC 3339 too; UTC
+    unless it says otherwise) alone or after a job's name, or a manual run's client token.
 
     A client token is stored unindexed, but a manual run's id is derived from it and its job, so
-    the runs a token names are one batched lookup of each job's run id for it, never a query.
-    The rest reads nothing: a run id's page says if it is gone."""
+    the runs a token names are one batched lookup of each job's run id for it, never a query.  A
+    miss is a 404 page that keeps the query in the box and says what it was searched as."""
     wanted = (request.args.get("q") or "").strip()
     if not wanted:
-        abort(400, "search for a run id (64 hex digits), a job of jobs.yaml or a Scheduler job of scheduler.yaml")
+        abort(
+            400,
+            "search for a run id (or its first 12 characters), a job, a Scheduler job, a slot time or a client token",
+        )
     state = app_state()
-    if is_run_id(wanted.lower()):
-        return redirect(url_for("admin.run_page", run_id=wanted.lower()), code=303)
+    bound, now = None, state.clock.now()
+    lowered = wanted.lower()
+    searched = []
+    if is_run_id(lowered):
+        return redirect(url_for("admin.run_page", run_id=lowered), code=303)
+    if MIN_ID_PREFIX <= len(lowered) < 64 and all(c in "0123456789abcdef" for c in lowered):
+        searched.append("the start of a run id")
+        found = state.ledger.runs_starting(lowered, PREFIX_MATCHES + 1)
+        if len(found) == 1:
+            return redirect(url_for("admin.run_page", run_id=found[0].run_id), code=303)
+        if found:
+            bound = state.with_pauses()
+            listed = [{"run": r, "status": run_status(r, bound, now)} for r in found[:PREFIX_MATCHES]]
+            return make_response(
+                render_template(
+                    "admin/search.html", wanted=wanted, runs=listed, why="prefix", more=len(found) > PREFIX_MATCHES
+                )
+            )
     if wanted in state.jobs:
         return redirect(url_for("admin.history", job_id=wanted), code=303)
-    named = sorted({job.target for job in state.schedules if job.name == wanted})
+    searched += ["a job", "a Scheduler job"]
+    named = _scheduler_jobs_named(state.schedules, wanted)
     if len(named) == 1:
-        return redirect(url_for("admin.history", job_id=named[0]), code=303)
+        return redirect(url_for("admin.history", job_id=named[0].target, scheduler_job=named[0].name), code=303)
+    if len(named) > 1 and len({job.target for job in named}) == 1:
+        return redirect(url_for("admin.history", job_id=named[0].target), code=303)
+    slot_time = _slot_time_of(wanted)
+    if slot_time is not None:
+        searched.append("a slot time")
+        instant, of = slot_time
+        slots = _slots_at(state, instant, of)
+        if slots is not None:
+            return slots
     if client_token_problem(wanted) is None:
+        searched.append("a client token")
         found = runs_of_token(state, wanted)
         if len(found) == 1:
             return redirect(url_for("admin.run_page", run_id=found[0].run_id), code=303)
         if found:  # one token used with several jobs: each is its own run
             # Each shown with the one status every view gives it (a lost lease is stuck, not in_progress).
-            bound, now = state.with_pauses(), state.clock.now()
+            bound = bound or state.with_pauses()
             shown_runs = [{"run": r, "status": run_status(r, bound, now)} for r in found]
-            return make_response(render_template("admin/search.html", wanted=wanted, runs=shown_runs))
+            return make_response(render_template("admin/search.html", wanted=wanted, runs=shown_runs, why="token"))
     shown = wanted if len(wanted) <= 100 else wanted[:100] + "…"
     abort(
         404,
-        f"no run id, job, Scheduler job or client token of a manual run is {shown!r} "
-        "(a manual run is kept an hour after it finishes)",
+        f"nothing matches {shown!r}, searched as {', '.join(searched)} "
+        "(a manual run is kept an hour after it finishes, a run id prefix needs "
+        f"{MIN_ID_PREFIX} hex digits, a slot time reads 2030-01-13 03:00 in UTC)",
     )
+
+
+MIN_ID_PREFIX = 8  # the shortest start of a run id searched for (the tables show 12 characters)
+PREFIX_MATCHES = 20  # the runs a prefix lists at most
+_TIME_FORMATS = ("%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S")
+
+
+def _scheduler_jobs_named(schedules: Sequence[SchedulerJob], wanted: str) -> list[SchedulerJob]:
+    """The declared Scheduler jobs ``wanted`` names: by name, or by whole resource name."""
+    parts = wanted.split("/")
+    if len(parts) == 6 and parts[0] == "projects" and parts[2] == "locations" and parts[4] == "jobs":
+        return [j for j in schedules if (j.project, j.location, j.name) == (parts[1], parts[3], parts[5])]
+    return [job for job in schedules if job.name == wanted]
+
+
+def _slot_time_of(wanted: str) -> tuple[datetime.datetime, str | None] | None:
+    """A slot time, alone or after a job's or Scheduler job's name: (the instant in UTC, the name)."""
+    name, _, rest = wanted.partition(" ")
+    for text, of in ((wanted, None), (rest.strip(), name)):
+        instant = _instant(text)
+        if instant is not None:
+            return instant, of
+    return None
+
+
+def _instant(text: str) -> datetime.datetime | None:
+    text = text.strip().removesuffix(" UTC")
+    try:
+        return parse_rfc3339(text, "q")
+    except ValueError:
+        pass
+    bare = text.removesuffix("Z")
+    for pattern in _TIME_FORMATS:
+        try:
+            return datetime.datetime.strptime(bare, pattern).replace(tzinfo=datetime.UTC)
+        except ValueError:
+            continue
+    return None
+
+
+def _slots_at(state: Any, instant: datetime.datetime, of: str | None) -> WerkzeugResponse | None:
+    """The slots at ``instant`` of every Scheduler job (or of those ``of`` names): one, its run's
+    page (or its history's hour, when it has no run); several, a list; none, None."""
+    jobs = [
+        job
+        for job in state.bound_schedules
+        if of is None or job.declared.target == of or of in (job.declared.name, _resource_name(job.declared))
+    ]
+    if of is not None and not jobs:
+        return None
+    slots = [Slot(schedule_at(job, instant), instant, job) for job in jobs if is_slot(job, instant)]
+    if not slots:
+        return None
+    records = state.ledger.lookup_many([slot.run_id for slot in slots])
+    now = state.clock.now()
+    if len(slots) == 1:
+        slot = slots[0]
+        if slot.run_id in records:
+            return redirect(url_for("admin.run_page", run_id=slot.run_id), code=303)
+        local = instant.astimezone(schedule_zone(slot.job.time_zone))
+        where = {"day": local.date().isoformat(), "hour": local.hour, "scheduler_job": slot.job.name}
+        return redirect(link("admin.history", {"job_id": slot.job.target}, where), code=303)
+    shown = slots[:PREFIX_MATCHES]
+    paused = {history_id(b.declared): b for b in state.with_pauses([s.bound.declared for s in shown if s.bound])}
+    listed = []
+    for slot in shown:
+        with_pauses = Slot(slot.job, instant, paused.get(history_id(slot.job), slot.bound))
+        status = shown_status(with_pauses, records.get(slot.run_id), now)
+        listed.append({"slot": slot, "status": str(status), "run": records.get(slot.run_id)})
+    return make_response(
+        render_template(
+            "admin/search.html",
+            wanted=format_utc(instant),
+            wanted_until=format_utc(instant + datetime.timedelta(seconds=1)),
+            slots=listed,
+            runs=[],
+            why="slot time",
+        )
+    )
+
+
+def _resource_name(job: SchedulerJob) -> str:
+    return f"projects/{job.project}/locations/{job.location}/jobs/{job.name}"

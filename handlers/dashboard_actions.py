@@ -40,7 +40,7 @@ from dispatch import DispatchError
 from handlers.access import Role, requires
 from handlers.answers import note_outcome, page_status
 from handlers.client_tokens import client_token_problem, new_form_token, retry_token
-from handlers.history_range import BULK_LIMIT, HISTORY_PAGE, bulk_slots, history_range
+from handlers.history_range import BULK_LIMIT, BULK_STATUSES, COUNTED_DAYS, history_range
 from handlers.links import link
 from handlers.logs import note_run
 from handlers.request_times import BadTime, request_time
@@ -49,9 +49,10 @@ from jobs.config import JobSpec
 from models import RunSource
 from schedules.slots import NEEDS_FORCE, ExecutionStatus, Slot, execution_status
 from service.errors import Declined, Invalid, NotFound
+from service.hours import judged_slots
 from service.pauses import CATCH_UP, ScheduleChangeRequest, pause_schedule, resume_schedule, scheduler_job_named
 from service.runs import ManualRunRequest, Queued, manually_runnable, retry_of, run_manually_later
-from service.slots import SlotRunRequest, executions_between, run_slot_later, run_slots_later, slot_of, stuck_words
+from service.slots import SlotRunRequest, run_slot_later, run_slots_later, slot_of, stuck_words
 
 blueprint = Blueprint("dashboard_actions", __name__, url_prefix="/admin", template_folder="templates")
 
@@ -485,50 +486,65 @@ def _set_paused(name: str, allowed: frozenset[str], pause: bool) -> Response | t
     return redirect(url_for("admin.dashboard", job=done.change.job.target), code=303)
 
 
-BULK_FIELDS = frozenset({"slots", "day", "hour", "since", "until", "from"})
+BULK_FIELDS = frozenset({"slots", "day", "hour", "since", "until", "from", "scheduler_job"})
 
 
 @blueprint.get("/jobs/<job_id>/history/run", provide_automatic_options=False)
 @requires(Role.OPERATE)
 def confirm_bulk_run(job_id: str) -> str | tuple[str, int]:
-    """The bulk run's confirmation: every missed or failed slot the history page shows, listed, each
-    to be run under its own key and the attempt it has now (``admin.bulk_slots``)."""
+    """The bulk run's confirmation: the missed and failed slots of the range (a day, an hour, a
+    window, one Scheduler job's), judged as the history counts them, oldest first and BULK_LIMIT at
+    most, each to be run under its own key and the attempt it has now.  It says how many the range
+    holds and, when it holds more, where this run stops."""
     state = app_state()
     shown = history_range(state, job_id)
-    page = executions_between(state, shown.scheduler_jobs, job_id, shown.since, shown.until, HISTORY_PAGE)
-    if shown.by_the_hour(page.next_since is not None):
-        # The history page lists no slot of such a day (it counts its hours), so it offers none to run.
-        return problem_page(409, "this day is shown hour by hour: open an hour to run its missed or failed slots")
-    chosen = bulk_slots(page.executions)
-    if not chosen:
+    until = min(shown.until, shown.range_start + COUNTED_DAYS)
+    judged = judged_slots(state, shown.scheduler_jobs, shown.range_start, until)
+    found = sorted(
+        (
+            (slot, status, attempt)
+            for one in judged
+            for slot, status, attempt in zip(one.slots, one.statuses, one.attempts, strict=True)
+            if status in BULK_STATUSES
+        ),
+        key=lambda item: item[0].schedule_time,
+    )
+    if not found:
         return problem_page(409, "no missed or failed slot is left in this range; reload its history")
+    chosen = found[:BULK_LIMIT]
     lines = [
-        " ".join((e["schedule_time"], e["scheduler_job"], e["project"], e["location"], str(_attempt_of(e))))
-        for e in chosen
+        " ".join(
+            (format_utc(slot.schedule_time), slot.job.name, slot.job.project, slot.job.location, str(attempt or 0))
+        )
+        for slot, _, attempt in chosen
     ]
+    runs = f"{len(chosen)} run{'' if len(chosen) == 1 else 's'}"
+    many = f"{len(found)} missed or failed slot{'' if len(found) == 1 else 's'}"
+    facts = [f"{many} in this range: this makes {runs}, each under its slot's own key."]
+    if len(found) > len(chosen):
+        facts.append(
+            f"It stops at {format_utc(chosen[-1][0].schedule_time)}, after the oldest {len(chosen)} (at most "
+            f"{BULK_LIMIT} at once); the {len(found) - len(chosen)} after it are offered again once these are queued."
+        )
+    facts += [f"{format_utc(slot.schedule_time)} ({slot.job.name}): {status}" for slot, status, _ in chosen]
     return render_template(
         "admin/confirm.html",
         title=f"Run {len(chosen)} slot{'' if len(chosen) == 1 else 's'} of {job_id}?",
         job_id=job_id,
         calls=state.jobs[job_id].runner.calls(),
-        facts=[f"{e['schedule_time']} ({e['scheduler_job']}): {e['status']}" for e in chosen],
+        facts=facts,
         action=url_for("dashboard_actions.bulk_run", job_id=job_id),
-        # The page it came from (a day, an hour, or a page of a range), to go back to and answer on.
+        # The page it came from (a day, an hour, a range or a window), to go back to and answer on.
         hidden={"slots": "\n".join(lines), **_as_fields(shown.link_fields(request.args.get("from")))},
         parameters=None,
         force=None,
-        button=f"Run these {len(chosen)}",
+        button=f"Make these {runs}",
         back=link("admin.history", {"job_id": job_id}, shown.link_fields(request.args.get("from"))),
     )
 
 
 def _as_fields(where: dict[str, Any]) -> dict[str, str]:
     return {name: str(value) for name, value in where.items() if value is not None}
-
-
-def _attempt_of(execution: dict[str, Any]) -> int:
-    run = execution.get("run")
-    return int(run["attempt"]) if run else 0
 
 
 @blueprint.post("/jobs/<job_id>/history/run", provide_automatic_options=False)
@@ -561,5 +577,7 @@ def bulk_run(job_id: str) -> Response | tuple[str, int]:
             502, f"the task queue stopped taking the runs ({done.stopped}) after {done.queued}; send the form again"
         )
     bulk = f"{done.queued}-{done.answered}-{done.refused}"
-    shown: dict[str, Any] = {name: fields.get(name) or None for name in ("day", "hour", "since", "until", "from")}
+    shown: dict[str, Any] = {
+        name: fields.get(name) or None for name in ("day", "hour", "since", "until", "from", "scheduler_job")
+    }
     return redirect(link("admin.history", {"job_id": job_id}, {**shown, "bulk": bulk}), code=303)

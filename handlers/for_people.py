@@ -16,6 +16,7 @@ from cron_descriptor import ExpressionDescriptor, Options
 from flask import Flask
 from markupsafe import Markup, escape
 
+from handlers.links import link
 from handlers.slot_statuses import STATUS_STYLESHEET
 from handlers.state import app_state
 
@@ -106,5 +107,6 @@ def install(app: Flask) -> None:
         short_id=short_id,
         copy_button=copy_button,
         in_words=in_words,
+        link=link,  # a link with a query (handlers.links): None values left out
         status_stylesheet=Markup(STATUS_STYLESHEET),  # the statuses' colours (handlers/slot_statuses.py)
     )

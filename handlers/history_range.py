@@ -18,11 +18,14 @@ from schedules.config import schedule_zone
 from service.slots import schedules_of
 
 HISTORY_PAGE = 288  # a day of a 5-minute job, slot by slot; a day with more is shown by the hour
+# A history's total, its status listing and its bulk run cover this much of a range (a per-minute
+# job's 8 days: 11,520 slots, service.hours.WINDOW_SLOTS).
+COUNTED_DAYS = datetime.timedelta(days=8)
 DAYS = datetime.timedelta(days=1)
 
 
 # The slots a history page offers to run in bulk (each under its own key), and at most how many at once:
-# a 5-minute job's day; a per-minute job's day is run an hour at a time.
+# a 5-minute job's day (a per-minute job's night of failures in one confirmation, a bad day in five).
 BULK_STATUSES = RUNS_IN_BULK  # handlers/slot_statuses.py
 BULK_LIMIT = 288
 
@@ -44,8 +47,15 @@ class HistoryRange:
     hour: int | None
     since: datetime.datetime
     until: datetime.datetime
-    # The query that names the range (day and hour, or since and until): for its links.
+    # The query that names the range (day and hour, or since and until, and the Scheduler job
+    # chosen): for its links.
     where: dict[str, str | int | None] = dataclasses.field(default_factory=dict)
+    # Where the range starts (``since`` is where this page of it starts: ``from=``).
+    start: datetime.datetime | None = None
+
+    @property
+    def range_start(self) -> datetime.datetime:
+        return self.start or self.since
 
     @property
     def ranged(self) -> bool:
@@ -69,13 +79,23 @@ def history_range(state: Any, job_id: str) -> HistoryRange:
     """``day`` and ``hour`` (or ``since`` and ``until``) and ``from`` of the request, checked (400s)
     and in UTC; 404 for no such job."""
     scheduler_jobs = schedules_of(state, job_id)  # 404: no such job, or no scheduler.yaml
+    chosen = request.args.get("scheduler_job") or None
+    if chosen is not None:  # one Scheduler job's slots: a home row's counts link here
+        scheduler_jobs = [job for job in scheduler_jobs if job.declared.name == chosen]
+        if not scheduler_jobs:
+            abort(404, f"no Scheduler job named {chosen[:200]!r} targets job {job_id!r}")
+    picked: dict[str, str | int | None] = {"scheduler_job": chosen} if chosen else {}
     zone_name = scheduler_jobs[0].declared.time_zone if scheduler_jobs else "UTC"
     zone = schedule_zone(zone_name)
     if request.args.get("since") or request.args.get("until"):
         since, until = _since_until()
-        where: dict[str, str | int | None] = {"since": request.args["since"], "until": request.args["until"]}
+        where: dict[str, str | int | None] = {
+            "since": request.args["since"],
+            "until": request.args["until"],
+            **picked,
+        }
         return HistoryRange(
-            scheduler_jobs, zone_name, zone, since.astimezone(zone).date(), None, _from(since), until, where
+            scheduler_jobs, zone_name, zone, since.astimezone(zone).date(), None, _from(since), until, where, since
         )
     now = state.clock.now()
     try:
@@ -98,8 +118,8 @@ def history_range(state: Any, job_id: str) -> HistoryRange:
     # The first and last days kept, in a zone east or west of UTC, reach past the keyable range: cut there.
     since = max(start.astimezone(datetime.UTC), EARLIEST_SCHEDULE_TIME)
     until = min(end.astimezone(datetime.UTC), LATEST_SCHEDULE_TIME)
-    where = {"day": day.isoformat(), "hour": hour}
-    return HistoryRange(scheduler_jobs, zone_name, zone, day, hour, _from(since), until, where)
+    where = {"day": day.isoformat(), "hour": hour, **picked}
+    return HistoryRange(scheduler_jobs, zone_name, zone, day, hour, _from(since), until, where, since)
 
 
 def _since_until() -> tuple[datetime.datetime, datetime.datetime]:

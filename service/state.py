@@ -22,6 +22,7 @@ from schedules.bound import BoundJob
 from schedules.config import SchedulerJob
 from schedules.history import TrackedSchedules
 from schedules.scheduler_api import SchedulerApi
+from service.window import DEFAULT_NIGHT, Night
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,9 @@ class AppState:
 
     # The Google Cloud project (GOOGLE_CLOUD_PROJECT, as start-up read it): where log links point.
     project: str | None = None
+
+    # The operators' night (DEDUP_NIGHT): what the dashboard's "last night" window is.
+    night: Night = dataclasses.field(default_factory=lambda: Night.parse(DEFAULT_NIGHT))
 
     @property
     def schedules(self) -> tuple[SchedulerJob, ...]:

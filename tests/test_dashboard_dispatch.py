@@ -173,9 +173,10 @@ def test_the_missed_and_failed_slots_shown_run_in_bulk_each_once(site, cloud_tas
     clock.advance(4 * 3600)  # 05:00:10: the windows of 02:00 to 04:00 have closed
     day = site.get("/admin/jobs/invoice/history", params={"day": "2030-01-01"}).html
     offer = day.find(id="bulk-run")
-    assert offer.text == "Run the 4 missed or failed slots shown…"
+    assert offer.text == "Run the 4 missed or failed slots of this range…"
     confirm = site.get(offer["href"])
     assert confirm.html.find(id="confirm-title").text == "Run 4 slots of invoice?"
+    assert confirm.html.find(id="confirm-button").text == "Make these 4 runs"  # the count, not "one run"
     facts = confirm.html.find(id="confirm-facts").text
     assert f"{at(0)} (invoice-hourly): failed" in facts and f"{at(4)} (invoice-hourly): missed" in facts
     form = confirm.forms["confirm"]
@@ -183,8 +184,9 @@ def test_the_missed_and_failed_slots_shown_run_in_bulk_each_once(site, cloud_tas
     assert answers[0].headers["Location"].endswith("bulk=4-0-0") and answers[1].headers["Location"].endswith(
         "bulk=0-4-0"
     )
-    said = site.get(answers[0].headers["Location"]).html.find(id="bulk-answer").text
-    assert said.startswith("This request queued 4 slots to run")
+    answered = site.get(answers[0].headers["Location"]).html
+    assert answered.find(id="bulk-answer").text.startswith("This request queued 4 slots to run")
+    assert answered.find(id="bulk-run") is None  # issue 39 §7: it offers no run of the slots it just queued
     assert len(cloud_tasks.tasks) == 4 and {t.relative_uri for t in cloud_tasks.tasks} == {"/tasks/run-slot"}
     cloud_tasks.deliver(to_webtest(site), times=2)  # each delivered twice
     listing = site.get("/api/v1/jobs/invoice/executions", params={"since": at(0), "until": at(5)}).json

@@ -394,13 +394,19 @@ def test_the_dashboard_shows_expected_slots_and_runs_a_missed_one(site, clock):
     clock.advance(3 * 3600 + 1800)  # 03:30
     deliver_slot(site, 3, status=200)
     page = site.get("/admin/")
-    card = page.text.split('data-job="invoice"', 1)[1].split('class="card job-card"', 1)[0]
-    assert "Last expected execution:" in card and "2030-01-01 03:00:00 UTC" in card
-    assert 'class="badge completed">completed' in card.split("Last expected execution:", 1)[1][:400]
-    # Expected from 00:00 (start_at): 00:00 to 03:00; 03:00 ran. The day before is untracked, uncounted.
-    assert "3 missed of the last 4 expected" in card
-    # Each missed slot ringed: these, and report's 00:30.
-    assert len(page.html.select('svg#timeline g.gap use[href="#shape-missed"]')) == 4
+    card = page.html.select_one(".job-card[data-job='invoice']")
+    counts = {a["data-status"]: int(a["data-count"]) for a in card.select("a.count")}
+    # Expected from 00:00 (start_at): 00:00 to 03:00; 03:00 ran. The day before is untracked, and
+    # counted so: the counts add up to every slot of the window.
+    assert counts["missed"] == 3 and counts["completed"] == 1 and counts["untracked"] > 0
+    assert sum(counts.values()) == int(card.select_one("a.expected")["data-count"])
+    # The timeline draws the window hour by hour: these three hours' buckets missed, 03:00's completed.
+    strip = [r["data-drawn"] for r in page.html.select(".strip[data-job='invoice'] rect.bucket")]
+    assert strip[-4:] == ["missed", "missed", "missed", "completed"]
+    # Each count opens those slots of the window.
+    missed = site.get(card.select_one("a.count[data-status='missed']")["href"]).html
+    assert [tr["data-schedule-time"][11:16] for tr in missed.select("tr.slot-row")] == ["00:00", "01:00", "02:00"]
+    assert missed.find(id="listing-total").find("b").text == "3"
     links = page.html.select("a.run-slot")
     assert "2030-01-01T02:00:00.000000Z" in links[0]["href"]  # the newest slot to run first
     form = slot_confirmation(site, page, "2030-01-01T02:00:00.000000Z")
@@ -482,11 +488,21 @@ def test_a_late_delivery_of_a_released_run_that_started_something_adopts_it(make
     assert answer["status"] == "completed" and answer["downstream"] == "executions/started"  # finished, not skipped
 
 
-def test_the_card_of_a_minutely_job_shows_its_newest_slot(tmp_path, ndb_client, datastore, clock):
+def test_the_card_of_a_minutely_job_counts_its_whole_window(tmp_path, ndb_client, datastore, clock):
+    """Issue 39 §1: a per-minute job's card and row count every slot of the window, not its newest few."""
     (tmp_path / "scheduler.yaml").write_text(textwrap.dedent(SHARED))
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(textwrap.dedent(JOBS))
     site = webtest.TestApp(create_app(jobs_file=str(jobs), clock=clock, ndb_client=ndb_client))
     clock.advance(3600 + 30)  # 01:00:30
-    card = site.get("/admin/").text.split('data-job="invoice"', 1)[1].split('class="card job-card"', 1)[0]
-    assert 'Last expected execution:\n      <time datetime="2030-01-01T01:00:00Z"' in card
+    page = site.get("/admin/").html
+    card = page.select_one(".job-card[data-job='invoice']")
+    counts = {a["data-status"]: int(a["data-count"]) for a in card.select("a.count")}
+    assert sum(counts.values()) == int(card.select_one("a.expected")["data-count"])
+    rows = page.select("tr.job-row")
+    for row in rows:  # each row adds up, and its last expected slot is its newest
+        counted = {a["data-status"]: int(a["data-count"]) for a in row.select("a.count")}
+        assert sum(counted.values()) == int(row.select_one("a.expected")["data-count"]) > 0
+    minutely = [row for row in rows if "* * * * *" in row.select_one(".schedule-words").text]
+    assert minutely and all(row.select_one(".last time")["datetime"] == "2030-01-01T01:00:00Z" for row in minutely)
+    assert all(int(row.select_one("a.expected")["data-count"]) == 24 * 60 for row in minutely)

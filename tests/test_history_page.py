@@ -15,7 +15,7 @@ import pytest
 import webtest
 
 from handlers import create_app
-from handlers.job_rows import ROW_SLOTS, ROWS_PER_PAGE
+from handlers.job_rows import ROWS_PER_PAGE
 from service import hours
 from tests.support.deliveries import scheduler_headers
 from tests.support.schedule_sites import T0, at
@@ -139,9 +139,14 @@ def test_bad_parameters_are_400(site, params, words):
     assert words in answer["detail"]
 
 
-def test_an_unknown_job_is_404_and_the_card_links_its_history(site):
+def test_an_unknown_job_is_404_and_the_card_links_its_history(site, clock):
     site.get("/admin/jobs/nope/history", status=404)
-    assert site.get("/admin/").html.select_one(".job-card[data-job='invoice'] a.history-link") is not None
+    clock.advance(3 * 3600)
+    # The card's history is of the page's window, not of today (issue 39 §4): the same count.
+    card = site.get("/admin/").html.select_one(".job-card[data-job='invoice']")
+    history = site.get(card.select_one("a.history-link")["href"]).html
+    summary = history.find(id="day-summary").select_one("a.expected").text
+    assert summary == card.select_one("a.expected").text and "since=" in card.select_one("a.history-link")["href"]
 
 
 @pytest.mark.parametrize(
@@ -150,7 +155,12 @@ def test_an_unknown_job_is_404_and_the_card_links_its_history(site):
         ("a" * 64, "/admin/runs/" + "a" * 64),  # a run id: its page (which says if it is gone)
         ("A" * 64, "/admin/runs/" + "a" * 64),
         ("invoice", "/admin/jobs/invoice/history"),  # a job of jobs.yaml
-        ("  pulse-minutely ", "/admin/jobs/pulse/history"),  # a Scheduler job: its target's history
+        # A Scheduler job, by name or by its whole resource name: its own slots in its target's history.
+        ("  pulse-minutely ", "/admin/jobs/pulse/history?scheduler_job=pulse-minutely"),
+        (
+            "projects/acme-prod/locations/us-central1/jobs/pulse-minutely",
+            "/admin/jobs/pulse/history?scheduler_job=pulse-minutely",
+        ),
     ],
 )
 def test_search_goes_to_what_it_names(site, wanted, lands):
@@ -161,6 +171,38 @@ def test_search_goes_to_what_it_names(site, wanted, lands):
 def test_search_for_nothing_it_knows_says_so(site, wanted, status):
     answer = site.get("/admin/search", params={"q": wanted}, status=status).json
     assert answer["status"] == status and len(answer["detail"]) < 300
+
+
+def test_search_finds_what_the_pages_show(site, clock, ndb_client):
+    """Issue 39 §8: the 12 characters a table shows of an id, a slot time alone or after a job's
+    name; an ambiguous start lists the matches; a miss keeps the query in the box."""
+    from dedup.ledger import Ledger, RunDescription, RunPolicy
+
+    clock.advance(3600 + 30)
+    run_id = deliver(site, "invoice-5min", "invoice", 1).json["run_id"]
+    assert site.get("/admin/search", params={"q": run_id[:12]}, status=303).headers["Location"] == (
+        f"/admin/runs/{run_id}"
+    )
+    assert site.get("/admin/search", params={"q": run_id[:12].upper()}, status=303)  # as a person types it
+    with ndb_client.context():  # two runs whose ids share their first 12 characters
+        for last in "01":
+            Ledger(clock).claim_run(
+                "abcdef012345" + "9" * 51 + last, RunDescription("api", "invoice"), RunPolicy(60, 3600)
+            )
+    both = site.get("/admin/search", params={"q": "abcdef012345"}, status=200).html
+    assert len(both.select("#token-runs a")) == 2 and "2 runs match" in both.find(id="ambiguous").text
+    # A slot time: alone, every Scheduler job with a slot then (both run at 01:00); after a name, its slot.
+    at_once = site.get("/admin/search", params={"q": "2030-01-01 01:00"}, status=200).html
+    found = {li.find("a").text: li["data-status"] for li in at_once.select("#slots-found li")}
+    assert found == {"invoice-5min": "completed", "pulse-minutely": "due"}
+    lands = site.get("/admin/search", params={"q": "invoice 2030-01-01T01:00:00Z"}, status=303).headers["Location"]
+    assert lands == f"/admin/runs/{run_id}"
+    missed = site.get("/admin/search", params={"q": "pulse-minutely 2030-01-01 00:30"}, status=303).headers["Location"]
+    assert missed == "/admin/jobs/pulse/history?day=2030-01-01&hour=0&scheduler_job=pulse-minutely"
+    # A miss: a page for a person, its query still in the box, saying what it was searched as.
+    page = site.get("/admin/search", params={"q": "2030-01-01 00:02:30"}, headers={"Accept": "text/html"}, status=404)
+    assert page.html.find(id="search")["value"] == "2030-01-01 00:02:30"
+    assert "searched as" in page.html.find(id="problem-detail").text and "a slot time" in page.text
 
 
 @pytest.mark.parametrize("day", ["2000-01-01", "2099-12-31"])
@@ -214,8 +256,12 @@ def test_any_since_until_range_is_listed_slot_by_slot_and_paged(site, clock):
     second = site.get(more["href"]).html.select("tr.slot-row")
     assert len(second) == 288 and second[-1]["data-schedule-time"] == "2030-01-02T23:55:00.000000Z"
     assert {tr["data-schedule-time"] for tr in rows}.isdisjoint(tr["data-schedule-time"] for tr in second)
-    # A summary of a page, not of the range, says so (review of issue 25: it read as the range's).
-    assert first.find(id="day-summary").text.startswith("This page: 288 expected")
+    # The summary is of the whole range, on every page of it (issue 39 §4), and its counts open its slots.
+    assert first.find(id="day-summary").text.startswith("576 expected")
+    missed = site.get(first.select_one("#day-summary a.count[data-status='missed']")["href"]).html
+    assert missed.find(id="listing-total").find("b").text == "576" and len(missed.select("tr.slot-row")) == 100
+    rest = missed.find(id="next-page")["href"]
+    assert len(site.get(rest).html.select("tr.slot-row")) == 100 and "from=" in rest
 
 
 def test_a_run_apart_from_the_slots_is_listed_on_the_page_whose_span_holds_it(site, clock):
@@ -228,7 +274,7 @@ def test_a_run_apart_from_the_slots_is_listed_on_the_page_whose_span_holds_it(si
     second = site.get(first.find(id="next-page")["href"]).html
     assert first.select("tr.apart-row") == [] and len(second.select("tr.apart-row")) == 1
     empty = site.get("/admin/jobs/invoice/history", params={"since": since, "until": until, "status": "completed"})
-    assert empty.html.find(id="nothing").text == "No expected execution is completed on this page."
+    assert empty.html.find(id="nothing").text == "No expected execution is completed in this range."
 
 
 @pytest.mark.parametrize(
@@ -248,16 +294,22 @@ def test_a_bad_range_is_400(site, params, words):
     assert words in answer["detail"]
 
 
-def test_a_day_shown_by_the_hour_offers_no_bulk_run_and_its_confirmation_refuses(site, clock):
-    """Review of issue 25: the history lists no slot of a per-minute job's day (it counts hours),
-    yet its bulk confirmation offered the day's first 288."""
+def test_a_day_shown_by_the_hour_offers_its_whole_bulk_run_in_one_confirmation(site, clock):
+    """Issue 39 §1: a per-minute job's day has a total, and one confirmation runs its missed slots,
+    saying how many and where it stops (it took one per hour before)."""
     clock.advance(86400 + 60)
     day = site.get("/admin/jobs/pulse/history", params={"day": "2030-01-01"}).html
-    assert day.find(id="hours") is not None and day.find(id="bulk-run") is None
-    refused = site.get("/admin/jobs/pulse/history/run", params={"day": "2030-01-01"}, status=409)
-    assert "hour by hour" in refused.text
-    hour = site.get("/admin/jobs/pulse/history", params={"day": "2030-01-01", "hour": "3"}).html
-    assert hour.find(id="bulk-run") is not None  # one hour's 60 missed slots are listed, and offered
+    assert day.find(id="hours") is not None
+    summary = day.find(id="day-summary")
+    assert summary.select_one("a.expected").text == "1,440 expected"
+    assert summary.select_one("a.count[data-status='missed']")["data-count"] == "1439"  # 23:59 is still due
+    offer = day.find(id="bulk-run")
+    assert offer.text.startswith("Run the 1,439 missed or failed slots of this range")
+    confirm = site.get(offer["href"]).html
+    facts = confirm.find(id="confirm-facts").text
+    assert "1439 missed or failed slots in this range: this makes 288 runs" in facts
+    assert "It stops at 2030-01-01T04:47:00.000000Z, after the oldest 288" in facts
+    assert confirm.find(id="confirm-button").text == "Make these 288 runs"
 
 
 FLEET_SCHEDULES = """
@@ -301,11 +353,12 @@ def test_an_hours_count_reads_at_most_its_cap_of_records_and_says_what_it_left_u
     assert sum(sum(h.values()) for h in capped.values()) == sum(sum(h.values()) for h in whole.values())
     one, said = counted(0)  # no records at all: every lacking slot unread
     assert one[5] == {"unread": 180} and "4,319 slots of 3 Scheduler jobs" in said.text
-    # A status kept, the unread are shown beside it: an hour of unread slots is never "missed 0".
+    # A status listed, the unread are said beside it: a job of unread slots is never "missed 0".
     monkeypatch.setattr(hours, "HOUR_LOOKUPS", 2 * 1440)
     missed = fleet.get("/admin/jobs/pulse/history", params={"day": "2030-01-01", "status": "missed"}).html
-    row = missed.find("tr", attrs={"data-hour": "23"})
-    assert {c["data-status"]: int(c.text.split()[-1]) for c in row.select(".count")} == {"missed": 120, "unread": 60}
+    said = missed.find(id="listing-total").text
+    assert said.startswith("2,880 slots are missed in this range: 100 on this page.")
+    assert "1,439 slots went unread" in said
     # Today's slots still to come are counted upcoming without a read: they take none of the cap.
     clock.advance((T0 + datetime.timedelta(days=2, minutes=30) - clock.now()).total_seconds())
     # 00:00 to 00:31 of each job: the half hour past, and the next minute (whose delivery may have come).
@@ -318,4 +371,4 @@ def test_an_hours_count_reads_at_most_its_cap_of_records_and_says_what_it_left_u
 
 
 def test_an_hours_count_reads_no_more_records_than_a_home_page_may():
-    assert hours.HOUR_LOOKUPS == ROWS_PER_PAGE * ROW_SLOTS
+    assert hours.HOUR_LOOKUPS == ROWS_PER_PAGE * 288  # a page of rows of a 5-minute job's day each

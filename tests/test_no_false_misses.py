@@ -68,8 +68,9 @@ def deliver(site, hour: float, status: int = 200):
 def test_a_fresh_deploy_lists_the_day_before_it_as_untracked_and_audits_nothing_of_it(deploy, clock):
     clock.advance(1800)  # 00:30: the first version that knows the schedule serves its first request
     site = deploy()
-    card = site.get("/admin/").text.split('data-job="invoice"', 1)[1].split('class="card job-card"', 1)[0]
-    assert "Last expected execution:" in card and "missed" not in card  # not "24 missed of the last 24"
+    card = site.get("/admin/").html.select_one(".job-card[data-job='invoice']")
+    counts = {a["data-status"]: int(a["data-count"]) for a in card.select("a.count")}
+    assert "missed" not in counts and counts["untracked"] == 24  # not "24 missed of the last 24"
     clock.advance(2 * 86400)  # two days on, nothing was ever delivered
     before = listing(site, -24, 0.5)
     assert len(before) == 25 and {status for _, status in before} == {"untracked"}

@@ -75,6 +75,10 @@ BAD = {
     ],
     # Off App Engine, appengine is refused unless this variable says the one value.
     "appengine_off_app_engine": [{"DEDUP_AUTH": "appengine", "DEDUP_APPENGINE_OFF_GAE": v} for v in ("", "yes", "1")],
+    "night": [
+        {"DEDUP_NIGHT": v}
+        for v in ("22-07", "22:00-22:00", "25:00-07:00", "22:00-24:30", "22:00-07:00 Mars/Olympus", "22:00 - 07:00")
+    ],
 }
 # Fields any value of which is taken: a path (a missing file is the jobs' or schedules' error), a flag,
 # a name, a URL fetched at the first request (the signing keys: a 500 until they can be fetched).

@@ -268,7 +268,8 @@ def test_another_jobs_run_under_a_slots_key_is_a_conflict_everywhere(site, clock
     # The slot's own job refuses it (422), and the dashboard says why instead of showing the other run.
     assert run_slot(site, 0, attempt=0, status=422).json["error"] == "JobMismatch"
     page = site.get("/admin/")
-    assert "held by another job" in page.text
+    card = page.html.select_one(".job-card[data-job='invoice']")
+    assert card.select_one("a.count[data-status='conflict']")["data-count"] == "1"  # counted, and a link
     action = f"/admin/jobs/invoice/executions/{at(0)}/run"
     fields = {"scheduler_job": "invoice-hourly", "project": "acme-prod", "location": "us-central1", "attempt": "1"}
     refused = site.post(action, fields, content_type=FORM, status=422)

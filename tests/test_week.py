@@ -86,6 +86,10 @@ def test_make_screenshots_writes_the_pictures_of_the_planned_week(tmp_path):
     said = next(line for line in done.stdout.splitlines() if line.startswith("last night"))
     counts = week.expected_counts(6)  # the plan's faults took effect, in the command's own process too
     once, more = week.ran_once_or_more(s for s in week.plan() if s.index // 288 == 6)
-    others = " · ".join(f"{status} {n}" for status, n in sorted(counts.items()) if status != "completed")
+    from handlers.job_rows import SHOWN_ORDER  # the legend's order, as every count is listed
+
+    others = " · ".join(
+        f"{status} {counts[status]}" for status in SHOWN_ORDER if counts[status] and status != "completed"
+    )
     expected = f": 288 expected · {once} ran once · {more} completed after more than one attempt · {others}"
     assert said.endswith(expected), said
