@@ -41,6 +41,7 @@ from handlers.state import app_state, may
 from models import RunRecord, RunSource, RunStatus
 from schedules.bound import BoundJob
 from schedules.config import SchedulerJob, history_id, schedule_zone
+from schedules.pauses import current
 from schedules.slots import (
     RUNNABLE,
     ExecutionStatus,
@@ -208,9 +209,27 @@ def dashboard():
         legend=LEGEND,
         strip_colour=strip_colour,
         attention=[str(status) for status in NEEDS_ATTENTION] + [UNREAD],
+        said=_said(request.args.get("said"), request.args.get("scheduler_job"), bound),
         window_since=format_utc(window.since),
         window_until=format_utc(window.counted_until(now)),
     )
+
+
+def _said(said: str | None, name: str | None, bound: Sequence[BoundJob]) -> dict[str, Any] | None:
+    """What a pause or resume that led here did (``said``: paused, or resumed-N with the slots its
+    catch-up queued), of the Scheduler job ``name``, with its pause as it stands now."""
+    if not said or not name:
+        return None
+    job = next((job for job in bound if job.declared.name == name), None)
+    if job is None:
+        return None
+    lasting = current(job.pauses)
+    if said == "paused":
+        return {"kind": "paused", "name": name, "pause": lasting.document() if lasting else None}
+    kind, _, count = said.partition("-")
+    if kind != "resumed" or not (count.isascii() and count.isdigit() and len(count) <= 6):
+        return None
+    return {"kind": "resumed", "name": name, "caught_up": int(count), "paused_again": lasting is not None}
 
 
 def _kept(chosen: Mapping[str, str | None], search: str, window: Window) -> dict[str, str]:
@@ -267,7 +286,10 @@ def run_page(run_id: str):
     return render_template(
         "admin/run.html",
         run=document,
-        outcome=status,
+        # While the attempt an action queued has not started, the run is "queued", not what its last
+        # attempt came to (a red "failed" beside "queued" read as two answers).
+        outcome="queued" if waiting else status,
+        form_used=request.args.get("answer") in ("form_used", "form_running"),
         now=format_utc(now),
         zone=slot.job.time_zone if slot else None,
         zone_info=zone,
@@ -287,10 +309,11 @@ def run_page(run_id: str):
         reason=document.get("reason"),
         pause=slot.pause.document() if slot and slot.pause else None,
         parameters=shown_json(record.parameters, run_id) if record.parameters else None,
-        may_retry=may(Role.OPERATE) and may_retry(record, state.jobs),
-        # A scheduled run that failed or was skipped may be run again under its slot's key.
-        run_again=slot if slot and may(Role.OPERATE) and status in RUNNABLE else None,
-        stuck=_stuck_facts(record, slot, now) if status == ExecutionStatus.STUCK else None,
+        may_retry=not waiting and may(Role.OPERATE) and may_retry(record, state.jobs),
+        # A scheduled run that failed or was skipped may be run again under its slot's key (not while
+        # a run of it is queued: that is the run again).
+        run_again=slot if slot and not waiting and may(Role.OPERATE) and status in RUNNABLE else None,
+        stuck=_stuck_facts(record, slot, now) if status == ExecutionStatus.STUCK and not waiting else None,
         logs_url=logs_query_url(run_id, record.project or state.project),
         # The run took another send's parameters (a form resent with others before its task ran).
         sent_other=sent_fingerprint(request.args.get("sent")) not in (None, record.fingerprint),
@@ -342,6 +365,10 @@ ACTION_ANSWERS = {
     "delivery or a retry runs it again.",
     "taken_over": "This request ran it, but its lease ran out before it finished and another attempt took it over.",
     "already": "Already ran: an earlier request ran it, so nothing ran again.",
+    "form_used": "This form was already used: it started this run, so nothing ran again. "
+    "For a new run, reload the dashboard and press Run now.",
+    "form_running": "This form was already used: the run it started is still going, so nothing ran again. "
+    "For a new run, reload the dashboard and press Run now.",
     "running": "Already running: an earlier request is running it. This page refreshes until it ends.",
     "skipped": "Not run: the run is recorded as skipped, for the reason below.",
     "queued": "Queued: the task queue starts it in a moment. This page refreshes until it does.",

@@ -40,6 +40,7 @@ from dispatch import DispatchError
 from handlers.access import Role, requires
 from handlers.answers import note_outcome, page_status
 from handlers.client_tokens import client_token_problem, new_form_token, retry_token
+from handlers.for_people import spelled
 from handlers.history_range import BULK_LIMIT, BULK_STATUSES, COUNTED_DAYS, history_range
 from handlers.links import link
 from handlers.logs import note_run
@@ -50,7 +51,14 @@ from models import RunSource
 from schedules.slots import NEEDS_FORCE, ExecutionStatus, Slot, execution_status
 from service.errors import Declined, Invalid, NotFound
 from service.hours import judged_slots
-from service.pauses import CATCH_UP, ScheduleChangeRequest, pause_schedule, resume_schedule, scheduler_job_named
+from service.pauses import (
+    CATCH_UP,
+    ScheduleChangeRequest,
+    catch_up_preview,
+    pause_schedule,
+    resume_schedule,
+    scheduler_job_named,
+)
 from service.runs import ManualRunRequest, Queued, manually_runnable, retry_of, run_manually_later
 from service.slots import SlotRunRequest, run_slot_later, run_slots_later, slot_of, stuck_words
 
@@ -256,8 +264,12 @@ def answer(outcome: RunOutcome, job_id: str, ask: ManualRunRequest) -> Response 
         case Contended():
             # Reloading the dashboard would make a new token, and perhaps a second run: resend this one.
             return problem_page(status, "the ledger was busy; send the form again (it is the same run)", resend=resend)
-        case Finished() | Replayed() | InProgress() | Stale() | Skipped():
-            # Finished, replayed, in progress (a double click), stale: the run's page tells the rest.
+        case Replayed() | InProgress():
+            # The form was sent before (back, then Run now again): its page says a new run needs a reload.
+            said = "form_used" if isinstance(outcome, Replayed) else "form_running"
+            return redirect(url_for("admin.run_page", run_id=outcome.run_id, answer=said), code=303)
+        case Finished() | Stale() | Skipped():
+            # Finished, stale, skipped: the run's page tells the rest.
             return to_run_page(outcome)
         case _ as unreachable:
             assert_never(unreachable)
@@ -435,14 +447,25 @@ def _confirm_paused(name: str, pause: bool) -> str | tuple[str, int]:
     except Invalid as invalid:
         return refused_page(invalid)
     scheduler_name = f"projects/{job.project}/locations/{job.location}/jobs/{job.name}"
-    facts = (
-        [f"Cloud Scheduler stops delivering {job.name}; its slots until the resume are paused, not missed."]
-        if pause
-        else [
-            f"Cloud Scheduler delivers {job.name} again from its next slot; the slots of the pause that never ran "
-            f"are run as the catch-up says (as far back as {job.catchup_window:g} s), each under its own key."
+    catch_up_choices = None
+    if pause:
+        facts = [
+            f"Cloud Scheduler stops delivering {job.name}; its slots until the resume are paused, not missed, "
+            "and its row shows no next run while it is paused."
         ]
-    )
+    else:
+        every, latest = catch_up_preview(state, job)
+        back_as = spelled(job.catchup_window)
+        facts = [
+            f"Cloud Scheduler delivers {job.name} again from its next slot.",
+            f"The pause holds {every} slot{'' if every == 1 else 's'} that never ran within its catch-up window "
+            f"({back_as} back): the catch-up runs all {every}, the latest {latest}, or none, each under its own key.",
+        ]
+        catch_up_choices = [
+            ("none", "none"),
+            ("latest", f"the latest slot ({latest} run{'' if latest == 1 else 's'})"),
+            ("all", f"all its slots ({every} run{'' if every == 1 else 's'})"),
+        ]
     action = "pause_scheduler_job" if pause else "resume_scheduler_job"
     return render_template(
         "admin/confirm.html",
@@ -455,7 +478,7 @@ def _confirm_paused(name: str, pause: bool) -> str | tuple[str, int]:
         action=url_for(f"dashboard_actions.{action}", name=job.name),
         hidden={"project": job.project, "location": job.location},
         note=pause,
-        catch_up=None if pause else [("none", "none"), ("latest", "the latest slot"), ("all", "all its slots")],
+        catch_up=catch_up_choices,
         parameters=None,
         force=None,
         button=f"{'Pause' if pause else 'Resume'} {job.name}",
@@ -483,7 +506,10 @@ def _set_paused(name: str, allowed: frozenset[str], pause: bool) -> Response | t
         )
     if done.change.scheduler_problem:
         return problem_page(502, f"recorded in the app; {done.change.scheduler_problem}. Send the form again")
-    return redirect(url_for("admin.dashboard", job=done.change.job.target), code=303)
+    # The page it lands on says what this did (``said``), once, and shows the job's new state.
+    caught = len(done.caught_up or [])
+    said = "paused" if pause else f"resumed-{caught}"
+    return redirect(url_for("admin.dashboard", job=done.change.job.target, said=said, scheduler_job=name), code=303)
 
 
 BULK_FIELDS = frozenset({"slots", "day", "hour", "since", "until", "from", "scheduler_job"})

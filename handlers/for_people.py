@@ -40,6 +40,16 @@ def span(seconds: float) -> str:
     return f"{whole} s"
 
 
+def spelled(seconds: float) -> str:
+    """A setting's duration in words, as a confirmation says it: "1 day", "2 days 3 hours", "90 seconds"."""
+    whole, parts = round(seconds), []
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
+        count, whole = divmod(whole, size)
+        if count:
+            parts.append(f"{count} {unit}{'' if count == 1 else 's'}")
+    return " ".join(parts[:2]) or "0 seconds"
+
+
 def ago(instant: datetime.datetime, now: datetime.datetime) -> str:
     """``instant`` relative to ``now``: "3 min ago", "in 2 h", "now"."""
     delta = (now - instant).total_seconds()

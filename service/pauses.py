@@ -28,6 +28,7 @@ from schedules.pauses import (
 )
 from schedules.slots import ExecutionStatus, Slot, execution_status, latest_slots, slot_pages
 from service.errors import Invalid, NotFound
+from service.hours import judged_slots
 from service.principal import Principal
 from service.slots import NO_SCHEDULE, external_of, slot_run_work
 from service.state import AppState
@@ -158,6 +159,21 @@ def catch_up(state: AppState, principal: Principal, job: BoundJob, interval: Pau
             work = slot_run_work(job.declared.target, slot, seen, principal.name, external=external)
             caught_up.append(CaughtUp(slot, state.dispatcher.dispatch(work)))
     return caught_up
+
+
+def catch_up_preview(state: AppState, job: SchedulerJob) -> tuple[int, int]:
+    """What a resume's catch-up would run now: (all, latest), the slots of the job's lasting pause
+    that never ran, as far back as its catchup_window, judged as every page judges them (no
+    pause lasting: none)."""
+    [bound] = state.with_pauses([job])
+    lasting = current(bound.pauses)
+    if lasting is None:
+        return 0, 0
+    now = state.clock.now()
+    since = max(lasting.since, now - datetime.timedelta(seconds=job.catchup_window))
+    [judged] = judged_slots(state, [bound], since, now)
+    paused = judged.statuses.count(str(ExecutionStatus.PAUSED))
+    return paused, min(paused, 1)
 
 
 FAILURE_STREAK_PRINCIPAL = "failure-streak"  # who paused a job its pause_after_consecutive_failures paused

@@ -111,7 +111,7 @@ def test_run_now_is_queued_and_runs_once_however_often_the_form_is_sent(iap_app,
     assert settle(iap_app) == [200]  # one task, however many forms were sent before it ran
     again = run_now(iap_app, operator(iap), job="values", **fields)  # a refresh, after the run
     assert path(first) == path(double_click) == path(again) == f"/admin/runs/{run_id_of(first)}"
-    assert again.headers["Location"].endswith("?answer=already")
+    assert again.headers["Location"].endswith("?answer=form_used")  # the form was used: reload for a new run
     assert [e["parameters"] for e in job_targets.EFFECTS] == [{"value": 7}]
     page = iap_app.get(first.headers["Location"], headers=viewer(iap))
     assert page.html.find(id="answer").text.startswith("Started")
@@ -331,8 +331,10 @@ def test_the_forms_in_a_browser(served, iap, iap_app):
         # Back to the confirmation as it was rendered, and sent again: the same run, not a second one.
         page.go_back()
         page.locator("#confirm-button").click()
-        page.wait_for_url(run_url.split("?")[0] + "?answer=already")
-        assert page.locator("#answer").inner_text().startswith("Already ran")
+        page.wait_for_url(run_url.split("?")[0] + "?answer=form_used")
+        # Issue 39 §10: it says why nothing ran, and how to start a new run (the link reloads the dashboard).
+        assert page.locator("#answer").inner_text().startswith("This form was already used")
+        assert page.locator("#new-run").get_attribute("href") == "/admin/?job=values"
         page.reload()  # a refresh of the run's page is a GET (POST-redirect-GET)
         assert [e["parameters"] for e in job_targets.EFFECTS] == [{"value": "from the browser"}]
         # A failed manual run, retried from its page.

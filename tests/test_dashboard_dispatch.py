@@ -79,6 +79,11 @@ def test_retry_and_a_slots_run_are_tasks_too(site, cloud_tasks, clock):
     assert answer.headers["Location"] == f"/admin/runs/{failed}?queued=1"
     [task] = cloud_tasks.tasks
     assert task.relative_uri == "/tasks/run-slot" and json.loads(task.body)["attempt"] == 1
+    # Issue 39 §10: while queued, the page says one thing: queued, waiting, no old badge, no "run again".
+    waiting = site.get(answer.headers["Location"]).html
+    assert waiting.find(id="outcome").text == "queued" and waiting.find(id="run-again") is None
+    assert waiting.find(id="answer").text.startswith("Queued") and "Still going" not in waiting.text
+    assert waiting.select(".badge.failed") == []
     cloud_tasks.deliver(to_webtest(site))
     assert site.get(answer.headers["Location"]).html.find(id="outcome").text == "failed"  # it failed again
     assert len(job_targets.EFFECTS) == 2

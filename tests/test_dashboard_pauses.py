@@ -41,16 +41,31 @@ def test_pause_then_resume_with_catch_up_from_the_card(site, clock, cloud_tasks,
     paused = form.submit(headers=SAME_ORIGIN, status=303)
     again = form.submit(headers=SAME_ORIGIN, status=303)  # a double click: one pause
     assert paused.headers["Location"] == again.headers["Location"]
+    # Issue 39 §10: the page it lands on says what the pause did, and the row shows no next run.
+    landed = site.get(paused.headers["Location"]).html
+    said = landed.find(id="said").text
+    assert said.startswith("Paused invoice-hourly by") and "“incident 4711”" in said
+    row = landed.select_one("tr.job-row[data-scheduler-job='invoice-hourly']")
+    assert row.select_one(".next").text == "none while paused"
     page = card(site)
+    assert page.html.find(id="said") is None  # said once, on the page the action answered with
     assert 'since <time datetime="2030-01-01T00:30:00Z"' in page.text and "(incident 4711)" in page.text
     assert google.scheduler_states["projects/acme-prod/locations/us-central1/jobs/invoice-hourly"] == "PAUSED"
     clock.advance(3 * 3600)  # 03:30: 01:00 to 03:00 paused
     confirm = site.get(card(site).html.select_one("a.resume")["href"])
     assert confirm.html.find(id="confirm-title").text == "Resume invoice-hourly?"
+    # The window in words, and how many slots each catch-up would run (not "86400 s").
+    facts = confirm.html.find(id="confirm-facts").text
+    assert "The pause holds 3 slots that never ran within its catch-up window (1 day back)" in facts
+    assert "86400" not in facts
+    choices = [o.text for o in confirm.html.select("select[name=catch_up] option")]
+    assert choices == ["none", "the latest slot (1 run)", "all its slots (3 runs)"]
     form = confirm.forms["confirm"]
     form["catch_up"] = "all"
-    form.submit(headers=SAME_ORIGIN, status=303)
+    resumed = form.submit(headers=SAME_ORIGIN, status=303)
     assert len(cloud_tasks.tasks) == 3
+    said = site.get(resumed.headers["Location"]).html.find(id="said").text
+    assert said.startswith("Resumed invoice-hourly") and "the catch-up queued 3 slots of the pause" in said
     cloud_tasks.deliver(to_webtest(site))
     assert len(job_targets.EFFECTS) == 3 and "enabled" in card(site).text
 

@@ -145,7 +145,7 @@ def test_only_the_known_answers_are_said(site, clock, answer):
 
 
 def test_every_answer_an_action_gives_is_said_in_words():
-    assert {*ANSWER_OF.values(), "skipped", "queued", "started"} == set(ACTION_ANSWERS)
+    assert {*ANSWER_OF.values(), "skipped", "queued", "started", "form_used", "form_running"} == set(ACTION_ANSWERS)
 
 
 def test_running_a_slot_again_that_fails_retryably_is_released_for_the_queue_to_retry(site, clock):
