@@ -26,6 +26,8 @@ VIEWS = (
     ("a job's card", "/admin/?job=invoice"),
     ("a day's history", "/admin/jobs/invoice/history?day={day}"),
     ("a day's missed slots", "/admin/jobs/invoice/history?day={day}&status=missed"),
+    ("a per-minute job's day", "/admin/jobs/sync/history?day={day}"),
+    ("last night", "/admin/?window=night"),
     ("a failed run", "/admin/runs/{run}"),
     ("search by client token", "/admin/search?q=by-hand"),
 )
@@ -80,7 +82,8 @@ def render(rows: list[dict[str, Any]]) -> str:
         "## The operator's pages over a generated week (`python -m bench.pages`)",
         "",
         "On loopback against the emulator; the median of each view's fetches. A week is 2,016 slots"
-        " of a 5-minute job with every fault (devtools/week.py).",
+        " of a 5-minute job with every fault, and a per-minute job's night with an outage before the last"
+        " day (devtools/week.py).",
         "",
         "| view | after | status | ms | KiB | Datastore RPCs | entity reads |",
         "|---|---|---|---|---|---|---|",

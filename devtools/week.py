@@ -1,12 +1,16 @@
-"""`make screenshots`: a generated week of a 5-minute job with every fault, and the pictures of it
-that docs/seeing-runs.md shows, taken from the app as it serves them.
+"""`make screenshots`: a generated week of a 5-minute job with every fault, and a per-minute job's
+night with an outage, and the pictures of them that docs/seeing-runs.md shows, taken from the app
+as it serves them.
 
 The week is delivered through the app itself (its Scheduler target, in process, on a clock
 stepped slot by slot), so every record is one the protocol wrote: 2,016 slots of
 ``invoice-5min`` from Monday 2030-01-07, with duplicate deliveries, permanent failures,
 released runs Scheduler's retry completes, deliveries too late to run, slots never
-delivered, a two-hour pause, and a run stuck on the last day.  ``plan()`` says what each
-slot should end as, so a test can hold every view to it (tests/test_week.py).
+delivered, a two-hour pause, and a run stuck on the last day.  Beside it ``sync-1min`` runs every
+minute of the night (22:00 to 07:00 UTC), from the night before the last day: that night it has
+a 28-minute outage, 13 permanent failures, a run that hangs and a delivery too late to run.
+``plan()`` and ``sync_plan()`` say what each slot should end as, so a test can hold every view to
+them (tests/test_week.py).
 """
 
 from __future__ import annotations
@@ -39,6 +43,12 @@ jobs:
     lease_seconds: 60
     retention_seconds: 1209600
     max_delay_seconds: 600
+  sync:
+    kind: python
+    target: devtools.week:sync
+    lease_seconds: 60
+    retention_seconds: 1209600
+    max_delay_seconds: 60
 """
 SCHEDULES = """
 defaults: {project: acme-prod, location: us-central1, attempt_deadline: 60s, start_at: "2030-01-07T00:00:00Z"}
@@ -47,8 +57,21 @@ jobs:
     target: invoice
     schedule: "*/5 * * * *"
     retry: {retry_count: 2, min_backoff: 1m, max_retry_duration: 10m}
+  sync-1min:
+    target: sync
+    schedule: "* 22-23,0-6 * * *"
+    start_at: "{sync_start}"
 """
-SHOTS = ("home", "home-phone", "last-night", "failed-run")
+NIGHT = (datetime.timedelta(hours=-2), datetime.timedelta(hours=7))  # of the last day: 22:00 to 07:00
+# The per-minute night's faults, by the time after the night's start (22:00): an outage of 28
+# minutes (02:00 to 02:27), 13 permanent failures (03:00 to 03:12), a hang (04:00), a late delivery (05:00).
+SYNC_FAULTS = {
+    **{datetime.timedelta(hours=4, minutes=m): "undelivered" for m in range(28)},
+    **{datetime.timedelta(hours=5, minutes=m): "permanent" for m in range(13)},
+    datetime.timedelta(hours=6): "stuck",
+    datetime.timedelta(hours=7): "late",
+}
+SHOTS = ("home", "home-phone", "last-night", "night-window", "night-window-phone", "failed-run")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,9 +130,57 @@ def plan(days: int = 7) -> list[SlotPlan]:
     return slots
 
 
-# What the job does per slot, by schedule time: set by build_week, read by invoice().
+@dataclasses.dataclass(frozen=True)
+class SyncPlan:
+    """One slot of ``sync-1min``: its time, its fault, and what it should end as."""
+
+    schedule_time: datetime.datetime
+    fault: str  # "", "undelivered", "permanent", "stuck", "late"
+
+    @property
+    def ends_as(self) -> str:
+        return {"": "completed", "undelivered": "missed", "permanent": "failed", "stuck": "stuck", "late": "skipped"}[
+            self.fault
+        ]
+
+
+def night_start(days: int = 7) -> datetime.datetime:
+    """22:00 UTC before the last of ``days``: the night "last night" is when the week is over."""
+    return WEEK_START + datetime.timedelta(days=days - 1) + NIGHT[0]
+
+
+def sync_plan(days: int = 7) -> list[SyncPlan]:
+    """``sync-1min``'s slots from the night before the last day to the week's end, oldest first."""
+    start = night_start(days)
+    end = WEEK_START + datetime.timedelta(days=days)
+    slots, when = [], start
+    while when < end:
+        if when.hour >= 22 or when.hour < 7:
+            slots.append(SyncPlan(when, SYNC_FAULTS.get(when - start, "")))
+        when += datetime.timedelta(minutes=1)
+    return slots
+
+
+def last_night(days: int = 7) -> list[SyncPlan]:
+    """``sync-1min``'s slots of last night (22:00 to 07:00 UTC, DEDUP_NIGHT's default)."""
+    start = night_start(days)
+    return [slot for slot in sync_plan(days) if slot.schedule_time < start + NIGHT[1] - NIGHT[0]]
+
+
+# What the job does per slot, by job and schedule time: set by build_week, read by invoice() and sync().
 FAULTS: dict[str, list[str]] = {}
 _lock = threading.Lock()
+
+
+def sync(context: Any) -> dict[str, Any]:
+    """The per-minute job: it fails as ``sync_plan`` says."""
+    key = "sync:" + (context.schedule_time.isoformat() if context.schedule_time else "")
+    with _lock:
+        steps = FAULTS.get(key) or []
+        step = steps.pop(0) if steps else None
+    if step == "permanent":
+        raise PermanentJobError("the CRM refused the batch", details={"code": "REFUSED"})
+    return {"synced": key}
 
 
 def invoice(context: Any) -> dict[str, Any]:
@@ -134,19 +205,30 @@ def build_week(
     passes and a recount, in tests/test_summaries.py)."""
     import webtest  # type: ignore[import-untyped]  # a dev tool: webtest is a dev requirement
 
-    from dedup.keys import format_utc, scheduled_run_key
-    from dedup.ledger import Ledger, RunDescription, RunPolicy
+    from dedup.keys import format_utc
     from handlers import create_app
 
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "scheduler.yaml").write_text(textwrap.dedent(SCHEDULES))
+    schedules = textwrap.dedent(SCHEDULES).replace("{sync_start}", format_utc(night_start(days)))
+    (folder / "scheduler.yaml").write_text(schedules)
     (folder / "jobs.yaml").write_text(textwrap.dedent(JOBS))
-    clock = ManualClock(WEEK_START - datetime.timedelta(minutes=1))
+    clock = ManualClock(min(WEEK_START, night_start(days)) - datetime.timedelta(minutes=1))
     app = create_app(jobs_file=str(folder / "jobs.yaml"), clock=clock, ndb_client=ndb_client)
     site = webtest.TestApp(app)
     site.get("/api/v1/scheduler-jobs")
     paused = False
+    nightly = iter(sync_plan(days))
+    pending = next(nightly, None)
+
+    def sync_until(until: datetime.datetime) -> None:
+        """Deliver ``sync-1min``'s slots before ``until``, each as its plan says."""
+        nonlocal pending
+        while pending is not None and pending.schedule_time < until:
+            _deliver_sync(site, clock, ndb_client, pending)
+            pending = next(nightly, None)
+
     for slot in plan(days):
+        sync_until(slot.schedule_time)
         if each_hour is not None and slot.index % 12 == 0:
             clock.advance((slot.schedule_time - clock.now()).total_seconds())
             each_hour(site, clock)
@@ -173,14 +255,7 @@ def build_week(
         if slot.fault in ("undelivered", "paused"):
             continue
         if slot.fault == "stuck":
-            key = scheduled_run_key(
-                "invoice-5min", format_utc(slot.schedule_time), query_project="acme-prod", query_location="us-central1"
-            )
-            description = RunDescription(
-                "scheduler", "invoice", "invoice-5min", slot.schedule_time, project="acme-prod", location="us-central1"
-            )
-            with ndb_client.context():
-                Ledger(clock).claim_run(key.run_id, description, RunPolicy(60, 1209600))
+            _hang(ndb_client, clock, "invoice", "invoice-5min", slot.schedule_time)
             continue
         if slot.fault == "late":
             clock.advance(20 * 60)  # delivered 20 minutes late: past max_delay_seconds
@@ -190,9 +265,43 @@ def build_week(
             deliver()
         for _ in range(slot.duplicates):
             deliver()
-    # Monday 00:00:30, the week over: "last night" is Sunday, the week's last day.
+    sync_until(WEEK_START + datetime.timedelta(days=days))
+    # Monday 00:00:30, the week over: "last night" is Saturday 22:00 to Sunday 07:00, and Sunday the last day.
     clock.advance((WEEK_START + datetime.timedelta(days=days, seconds=30) - clock.now()).total_seconds())
     return app, clock
+
+
+def _hang(ndb_client: Any, clock: ManualClock, job: str, name: str, schedule_time: datetime.datetime) -> None:
+    """The slot's delivery claimed by a worker that then hung: its run never finishes (``stuck``)."""
+    from dedup.keys import format_utc, scheduled_run_key
+    from dedup.ledger import Ledger, RunDescription, RunPolicy
+
+    key = scheduled_run_key(name, format_utc(schedule_time), query_project="acme-prod", query_location="us-central1")
+    description = RunDescription("scheduler", job, name, schedule_time, project="acme-prod", location="us-central1")
+    with ndb_client.context():
+        Ledger(clock).claim_run(key.run_id, description, RunPolicy(60, 1209600))
+
+
+def _deliver_sync(site: Any, clock: ManualClock, ndb_client: Any, slot: SyncPlan) -> None:
+    """One slot of ``sync-1min``, delivered (or not, or held) as its plan says."""
+    from dedup.keys import format_utc
+
+    clock.advance((slot.schedule_time + datetime.timedelta(seconds=2) - clock.now()).total_seconds())
+    with _lock:
+        FAULTS["sync:" + slot.schedule_time.isoformat()] = ["permanent"] if slot.fault == "permanent" else []
+    if slot.fault == "undelivered":
+        return
+    if slot.fault == "stuck":
+        _hang(ndb_client, clock, "sync", "sync-1min", slot.schedule_time)
+        return
+    if slot.fault == "late":
+        clock.advance(3 * 60)  # delivered 3 minutes late: past max_delay_seconds
+    headers = {
+        "X-CloudScheduler": "true",
+        "X-CloudScheduler-JobName": "sync-1min",
+        "X-CloudScheduler-ScheduleTime": format_utc(slot.schedule_time),
+    }
+    site.post(f"/jobs/sync{SCOPE}", b"", headers=headers, status="*")
 
 
 def expected_counts(day: int) -> Counter[str]:
@@ -208,8 +317,9 @@ def ran_once_or_more(slots: Iterable[SlotPlan]) -> tuple[int, int]:
 
 
 def take_screenshots(app: Any, clock: ManualClock, into: Path) -> list[Path]:
-    """The pictures docs/seeing-runs.md shows: the home page (desktop and phone), last night's
-    history and a failed run's page, from the app serving the week."""
+    """The pictures docs/seeing-runs.md shows: the home page (desktop and phone), the last day's
+    history, the home page over last night (desktop and phone) and a failed run's page, from the
+    app serving the week."""
     from playwright.sync_api import sync_playwright
     from werkzeug.serving import make_server
 
@@ -231,6 +341,8 @@ def take_screenshots(app: Any, clock: ManualClock, into: Path) -> list[Path]:
                 "home": (desktop, "/admin/"),
                 "home-phone": (phone, "/admin/"),
                 "last-night": (desktop, f"/admin/jobs/invoice/history?day={last_night}"),
+                "night-window": (desktop, "/admin/?window=night"),
+                "night-window-phone": (phone, "/admin/?window=night"),
             }
             for name, (page, path) in shots.items():
                 page.goto(site + path)

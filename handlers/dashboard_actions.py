@@ -565,6 +565,9 @@ def confirm_bulk_run(job_id: str) -> str | tuple[str, int]:
         parameters=None,
         force=None,
         button=f"Make these {runs}",
+        queued_said=f"They go through the task queue, each under its slot's key; the next page is this range's "
+        f"history, saying how many of the {runs} were queued.",
+        once_said=f"Sent twice (a double click, a resent form, a refresh), it is still {runs}: each slot runs once.",
         back=link("admin.history", {"job_id": job_id}, shown.link_fields(request.args.get("from"))),
     )
 

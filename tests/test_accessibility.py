@@ -73,6 +73,10 @@ def pages(failed_run: str) -> list[str]:
     return [
         "/admin/",
         "/admin/?job=invoice",
+        "/admin/?window=night",
+        "/admin/?window=range&first=2030-01-01&last=2030-01-02",
+        "/admin/jobs/invoice/history?since=2030-01-01T00:00:00Z&until=2030-01-02T00:00:00Z&status=failed",
+        "/admin/search?q=2030-01-01+06:30",
         f"/admin/runs/{failed_run}",
         "/admin/jobs/invoice/history?day=2030-01-01",
         "/admin/jobs/invoice/history?day=2030-01-01&status=missed",

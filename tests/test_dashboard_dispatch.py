@@ -182,6 +182,7 @@ def test_the_missed_and_failed_slots_shown_run_in_bulk_each_once(site, cloud_tas
     confirm = site.get(offer["href"])
     assert confirm.html.find(id="confirm-title").text == "Run 4 slots of invoice?"
     assert confirm.html.find(id="confirm-button").text == "Make these 4 runs"  # the count, not "one run"
+    assert "one run" not in confirm.text and "it is still 4 runs" in confirm.text
     facts = confirm.html.find(id="confirm-facts").text
     assert f"{at(0)} (invoice-hourly): failed" in facts and f"{at(4)} (invoice-hourly): missed" in facts
     form = confirm.forms["confirm"]
