@@ -18,7 +18,7 @@ from flask import Blueprint, Response, abort, jsonify, make_response, redirect, 
 from markupsafe import Markup, escape
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from dedup.keys import format_utc, is_run_id, parse_rfc3339
+from dedup.keys import EARLIEST_SCHEDULE_TIME, LATEST_SCHEDULE_TIME, format_utc, is_run_id, parse_rfc3339
 from dedup.queries import RunFilter
 from handlers.access import Role, requires
 from handlers.client_tokens import client_token_problem, new_form_token
@@ -58,7 +58,7 @@ from schedules.slots import (
 )
 from schedules.tallies import DELIVERIES_LISTED, deliveries_of_slot
 from service.errors import Invalid
-from service.hours import UNREAD, JudgedJob, count_hours, in_status, judged_slots
+from service.hours import SLOT_BUDGET, UNREAD, JudgedJob, count_hours, in_status, judged_slots
 from service.runs import runs_of_token
 from service.slots import executions_between
 from service.window import Window, window_of
@@ -225,8 +225,8 @@ def _said(said: str | None, name: str | None, bound: Sequence[BoundJob]) -> dict
     if job is None:
         return None
     lasting = current(job.pauses)
-    if said == "paused":
-        return {"kind": "paused", "name": name, "pause": lasting.document() if lasting else None}
+    if said == "paused":  # a link kept after a resume says nothing: the row says the state as it is
+        return {"kind": "paused", "name": name, "pause": lasting.document()} if lasting else None
     kind, _, count = said.partition("-")
     if kind != "resumed" or not (count.isascii() and count.isdigit() and len(count) <= 6):
         return None
@@ -579,6 +579,7 @@ def history(job_id: str):
         # What the range's slots came to, for "did last night run, once each?" at a glance: the
         # whole range's (up to COUNTED_DAYS), else this page's when the page is the range.
         summary=_judged_summary(judged) if judged is not None else _summary(page.executions) if page else None,
+        slot_budget=SLOT_BUDGET,
         summary_whole=whole or (judged is None and page is not None and page.next_since is None),
         counted_until=_local(format_utc(counted_until), zone) if judged is not None and not whole else None,
     )
@@ -602,6 +603,8 @@ def _judged_summary(judged: Sequence[JudgedJob]) -> dict[str, Any]:
         "ran_once": ran_once,
         "ran_more": ran_more,
         "by_status": {status: counts[status] for status in SHOWN_ORDER if counts.get(status)},
+        # Scheduler jobs past what one count judges (service.hours.SLOT_BUDGET): in no figure.
+        "uncounted": sum(1 for one in judged if not one.counted),
     }
 
 
@@ -752,18 +755,21 @@ def _slot_time_of(wanted: str) -> tuple[datetime.datetime, str | None] | None:
 
 
 def _instant(text: str) -> datetime.datetime | None:
+    """``text`` as a time a slot may have (the schedule times a key may carry), else None."""
     text = text.strip().removesuffix(" UTC")
+    found = None
     try:
-        return parse_rfc3339(text, "q")
+        found = parse_rfc3339(text, "q")
     except ValueError:
-        pass
-    bare = text.removesuffix("Z")
-    for pattern in _TIME_FORMATS:
-        try:
-            return datetime.datetime.strptime(bare, pattern).replace(tzinfo=datetime.UTC)
-        except ValueError:
-            continue
-    return None
+        bare = text.removesuffix("Z")
+        for pattern in _TIME_FORMATS:
+            try:
+                found = datetime.datetime.strptime(bare, pattern).replace(tzinfo=datetime.UTC)
+                break
+            except ValueError:
+                continue
+    # Outside the keyable years no slot has a key (and croniter cannot step past year 1 or 9999).
+    return found if found is not None and EARLIEST_SCHEDULE_TIME <= found < LATEST_SCHEDULE_TIME else None
 
 
 def _slots_at(state: Any, instant: datetime.datetime, of: str | None) -> WerkzeugResponse | None:

@@ -546,7 +546,14 @@ def confirm_bulk_run(job_id: str) -> str | tuple[str, int]:
     ]
     runs = f"{len(chosen)} run{'' if len(chosen) == 1 else 's'}"
     many = f"{len(found)} missed or failed slot{'' if len(found) == 1 else 's'}"
-    facts = [f"{many} in this range: this makes {runs}, each under its slot's own key."]
+    reach = "in this range" if until >= shown.until else f"in this range up to {format_utc(until)} (8 days)"
+    facts = [f"{many} {reach}: this makes {runs}, each under its slot's own key."]
+    uncounted = sum(1 for one in judged if not one.counted)
+    if uncounted:
+        facts.append(
+            f"Left out: {uncounted} Scheduler job(s) of the range, which holds more slots than one page judges. "
+            "Run them from a shorter range."
+        )
     if len(found) > len(chosen):
         facts.append(
             f"It stops at {format_utc(chosen[-1][0].schedule_time)}, after the oldest {len(chosen)} (at most "

@@ -62,6 +62,7 @@ class CardCounts:
     to_run: list[dict[str, Any]]
     strip: list[dict[str, Any]] | None
     scheduler_jobs: int
+    uncounted: int = 0  # of its Scheduler jobs, those past the page's slot budget (not in the counts)
 
 
 def job_cards(
@@ -121,6 +122,7 @@ def job_cards(
             ],
             _strip(found, buckets) if of_job else None,
             len(of_job),
+            sum(1 for judged_job in found if not judged_job.counted),
         )
     return cards
 

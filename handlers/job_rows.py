@@ -113,7 +113,9 @@ def job_rows(
         job, summary = found.job, found.summaries
         counts = found.counts()
         ran_once, ran_more = ran_once_or_more_of(zip(found.statuses, found.attempts, strict=True))
-        upcoming = slots_between([job], now, now + datetime.timedelta(days=366), limit=1)
+        # The next slot after now (one at now is the row's last expected, due).
+        after_now = now + datetime.timedelta(microseconds=1)
+        upcoming = slots_between([job], after_now, now + datetime.timedelta(days=366), limit=1)
         last_slot = latest[id(job)][0] if latest[id(job)] else None
         if last_slot is None:
             last = None
@@ -148,6 +150,8 @@ def job_rows(
                 "duplicates": summary.duplicates(slot.schedule_time for slot in found.slots),
                 "streak": streak,
                 "attention": attention,
+                # Past what one page judges (service.hours.SLOT_BUDGET): no count, and the row says so.
+                "uncounted": not found.counted,
             }
         )
     return sorted(rows, key=lambda row: (not row["attention"], row["scheduler_job"]))

@@ -478,6 +478,7 @@ _BREACH_WORDS = {
 # Statuses that say more than a deadline would: never judged by one.
 _NOT_JUDGED = (
     ExecutionStatus.MISSED,  # reported as missed: not overdue as well
+    ExecutionStatus.STUCK,  # reported as stuck, once: not overdue or slow as well
     ExecutionStatus.PAUSED,
     ExecutionStatus.UNTRACKED,
     ExecutionStatus.UNKNOWN,

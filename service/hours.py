@@ -30,6 +30,9 @@ UNREAD = "unread"  # a slot counted without its status: its record was past HOUR
 DAY_SLOTS = 24 * 60  # the most a day holds: a per-minute cron's
 CLOCK_SKEW_SECONDS = 60
 WINDOW_SLOTS = DAY_SLOTS * (MAX_WINDOW_DAYS + 1)  # a window's slots of one Scheduler job, at most
+# The slots one count judges at most, whatever the fleet (about a second of CPU and their objects'
+# memory): past it, whole Scheduler jobs are left uncounted, and the page says how many.
+SLOT_BUDGET = 100_000
 
 
 @dataclasses.dataclass
@@ -43,6 +46,7 @@ class JudgedJob:
     statuses: list[str]
     attempts: list[int | None]
     looked_up: int = 0  # the records read for it (its slots the summaries did not speak for)
+    counted: bool = True  # False: past the count's SLOT_BUDGET, its slots were not judged (none listed)
 
     @property
     def unread(self) -> int:
@@ -65,6 +69,7 @@ def judged_slots(
     job whose slots lacking a summary would take the records read past ``lookups`` (HOUR_LOOKUPS)
     has them judged UNREAD (whole jobs: a job's count is never half read)."""
     cap = HOUR_LOOKUPS if lookups is None else lookups
+    budget, used = SLOT_BUDGET, 0
     now = state.clock.now()
     # A slot this far ahead has no record, whatever the clocks of the instances that deliver it.
     ahead = now + datetime.timedelta(seconds=CLOCK_SKEW_SECONDS)
@@ -74,7 +79,12 @@ def judged_slots(
     judged: list[JudgedJob] = []
     unspoken: list[tuple[JudgedJob, int]] = []
     for job, summary in zip(scheduler_jobs, summaries, strict=True):
-        slots = slots_between([job], since, until, WINDOW_SLOTS)
+        slots = slots_between([job], since, until, min(WINDOW_SLOTS, budget - used + 1)) if used < budget else []
+        if used >= budget or used + len(slots) > budget:  # a whole job, or none of it
+            used = budget
+            judged.append(JudgedJob(job, summary, [], [], [], counted=False))
+            continue
+        used += len(slots)
         found = JudgedJob(job, summary, slots, [""] * len(slots), [None] * len(slots))
         lacking = []
         for index, slot in enumerate(slots):
@@ -109,6 +119,7 @@ class HourCounts:
     unread_slots: int  # counted UNREAD
     unread_jobs: int  # the Scheduler jobs they belong to
     lookups: int  # the records a count reads at most (HOUR_LOOKUPS)
+    uncounted_jobs: int = 0  # Scheduler jobs past the count's SLOT_BUDGET: not in any hour
 
     @property
     def total(self) -> dict[str, int]:
@@ -142,7 +153,8 @@ def count_hours(judged: Sequence[JudgedJob], zone: Any) -> HourCounts:
         for day, hour in sorted(counts)
     ]
     unread = [found.unread for found in judged if found.unread]
-    return HourCounts(hours, sum(unread), len(unread), HOUR_LOOKUPS)
+    uncounted = sum(1 for found in judged if not found.counted)
+    return HourCounts(hours, sum(unread), len(unread), HOUR_LOOKUPS, uncounted)
 
 
 @dataclasses.dataclass(frozen=True)

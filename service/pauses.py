@@ -28,7 +28,6 @@ from schedules.pauses import (
 )
 from schedules.slots import ExecutionStatus, Slot, execution_status, latest_slots, slot_pages
 from service.errors import Invalid, NotFound
-from service.hours import judged_slots
 from service.principal import Principal
 from service.slots import NO_SCHEDULE, external_of, slot_run_work
 from service.state import AppState
@@ -162,18 +161,23 @@ def catch_up(state: AppState, principal: Principal, job: BoundJob, interval: Pau
 
 
 def catch_up_preview(state: AppState, job: SchedulerJob) -> tuple[int, int]:
-    """What a resume's catch-up would run now: (all, latest), the slots of the job's lasting pause
-    that never ran, as far back as its catchup_window, judged as every page judges them (no
-    pause lasting: none)."""
+    """What a resume's catch-up would run now: (all, latest), read as ``catch_up`` reads them: the
+    slots of the job's lasting pause, as far back as its catchup_window, still ``paused`` (never
+    run), page by page however many; "latest" runs the newest slot only if it is one of them."""
     [bound] = state.with_pauses([job])
     lasting = current(bound.pauses)
     if lasting is None:
         return 0, 0
     now = state.clock.now()
     since = max(lasting.since, now - datetime.timedelta(seconds=job.catchup_window))
-    [judged] = judged_slots(state, [bound], since, now)
-    paused = judged.statuses.count(str(ExecutionStatus.PAUSED))
-    return paused, min(paused, 1)
+    every, newest = 0, False
+    for slots in slot_pages([bound], since, now):
+        records = state.ledger.lookup_many([slot.run_id for slot in slots])
+        statuses = [execution_status(slot, records.get(slot.run_id), now) for slot in slots]
+        every += statuses.count(ExecutionStatus.PAUSED)
+        if statuses:
+            newest = statuses[-1] == ExecutionStatus.PAUSED
+    return every, int(newest)
 
 
 FAILURE_STREAK_PRINCIPAL = "failure-streak"  # who paused a job its pause_after_consecutive_failures paused

@@ -167,7 +167,21 @@ def test_search_goes_to_what_it_names(site, wanted, lands):
     assert site.get("/admin/search", params={"q": wanted}, status=303).headers["Location"] == lands
 
 
-@pytest.mark.parametrize("wanted, status", [("", 400), ("   ", 400), ("nope", 404), ("x" * 5000, 404), ("a" * 63, 404)])
+@pytest.mark.parametrize(
+    "wanted, status",
+    [
+        ("", 400),
+        ("   ", 400),
+        ("nope", 404),
+        ("x" * 5000, 404),
+        ("a" * 63, 404),
+        # Times no slot can have (outside the keyable years): a 404 like any miss, never a 500.
+        ("0001-01-01 00:00", 404),
+        ("9999-12-31 23:59", 404),
+        ("1999-12-31T23:59:00Z", 404),
+        ("pulse 2100-06-01 00:00", 404),
+    ],
+)
 def test_search_for_nothing_it_knows_says_so(site, wanted, status):
     answer = site.get("/admin/search", params={"q": wanted}, status=status).json
     assert answer["status"] == status and len(answer["detail"]) < 300
@@ -342,6 +356,19 @@ def test_an_hours_count_reads_at_most_its_cap_of_records_and_says_what_it_left_u
         }
         return by_hour, page.find(id="hours-unread")
 
+    # A count with unread slots shows them, but as no link: no list of them can be made.
+    monkeypatch.setattr(hours, "HOUR_LOOKUPS", 0)
+    summary = fleet.get("/admin/jobs/pulse/history", params={"day": "2030-01-01"}).html.find(id="day-summary")
+    assert summary.select_one(".count[data-status='unread']").name == "span"
+    # Past the slots one count judges, whole Scheduler jobs are left out, and the page says how many.
+    monkeypatch.setattr(hours, "HOUR_LOOKUPS", 3 * 1440)
+    monkeypatch.setattr(hours, "SLOT_BUDGET", 1500)
+    budgeted = fleet.get("/admin/jobs/pulse/history", params={"day": "2030-01-01"}).html
+    assert budgeted.find(id="uncounted").text.startswith("2 Scheduler jobs of this range are not counted")
+    assert budgeted.find(id="day-summary").select_one("a.expected").text == "1,440 expected"
+    rows = fleet.get("/admin/", params={"job": "pulse"}).html.select("tr.job-row .uncounted")
+    assert len(rows) == 2
+    monkeypatch.setattr(hours, "SLOT_BUDGET", 100_000)
     whole, said = counted(3 * 1440)
     assert said is None and whole[0] == {"completed": 1, "missed": 179} and whole[23] == {"missed": 180}
     # Room for two jobs' records: the third's lacking slots are counted unread, whole, never guessed;

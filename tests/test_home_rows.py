@@ -77,7 +77,10 @@ def test_a_row_per_scheduler_job_says_its_day_and_those_needing_attention_come_f
     assert [rows[name]["data-attention"] for name in order] == ["yes", "yes", "no", "no"]
 
     def counts(name: str) -> dict[str, int]:
-        return {c["data-status"]: int(c.text.split()[-1]) for c in rows[name].select(".count")}
+        """Every status of the row's last 24 hours, adding up to its "expected" (issue 39)."""
+        found = {c["data-status"]: int(c["data-count"]) for c in rows[name].select(".count")}
+        assert sum(found.values()) == int(rows[name].select_one("a.expected")["data-count"]) == 24, name
+        return found
 
     failing = rows["failing-hourly"]
     assert "Europe/Berlin" in failing.text and "20 * * * *" in failing.text
@@ -87,12 +90,12 @@ def test_a_row_per_scheduler_job_says_its_day_and_those_needing_attention_come_f
     assert failing.select_one(".streak").text == "2"
     paused = rows["paused-hourly"]
     assert "paused" in paused.select_one(".state").text and "incident 4711" in paused.select_one(".state").text
-    assert counts("paused-hourly") == {}  # paused slots are not missed
+    assert counts("paused-hourly") == {"paused": 24}  # paused slots are not missed
     healthy = rows["healthy-hourly"]
-    assert counts("healthy-hourly") == {} and healthy.select_one(".streak").text == "0"
-    assert healthy.select_one(".last .badge").text == "completed"
-    assert healthy.select_one(".last time")["datetime"] == "2030-01-08T11:00:00Z"
-    assert healthy.select_one(".next time")["datetime"] == "2030-01-08T12:00:00Z"  # due now
+    assert counts("healthy-hourly") == {"completed": 23, "due": 1} and healthy.select_one(".streak").text == "0"
+    assert healthy.select_one(".last .badge").text == "due"  # 12:00 has come: due, its retries still to come
+    assert healthy.select_one(".last time")["datetime"] == "2030-01-08T12:00:00Z"
+    assert healthy.select_one(".next time")["datetime"] == "2030-01-08T13:00:00Z"
     weekly = rows["weekly-report"]
     assert weekly.select_one(".last time")["datetime"] == "2030-01-07T06:00:00Z"  # a day and more ago
     assert weekly.select_one(".last .badge").text == "completed"
@@ -100,10 +103,9 @@ def test_a_row_per_scheduler_job_says_its_day_and_those_needing_attention_come_f
 
 
 @pytest.mark.slow  # a day of a per-minute job's slots: make test runs it
-def test_a_per_minute_jobs_row_counts_its_newest_slots_and_says_since_when(datastore, ndb_client, tmp_path, clock):
-    """A row reads at most ROW_SLOTS slots: a per-minute job's row counts its newest 288 and says since when."""
-    from handlers.job_rows import ROW_SLOTS
-
+def test_a_per_minute_jobs_row_counts_its_whole_day(datastore, ndb_client, tmp_path, clock):
+    """Issue 39 §1: a per-minute job's row counts all 1,440 slots of its last 24 hours (it counted
+    its newest 288 and said since when), and a 5-minute job's its 288."""
     (tmp_path / "scheduler.yaml").write_text(
         textwrap.dedent("""
         defaults: {project: acme-prod, location: us-central1, attempt_deadline: 60s, start_at: "2030-01-01T00:00:00Z"}
@@ -117,17 +119,13 @@ def test_a_per_minute_jobs_row_counts_its_newest_slots_and_says_since_when(datas
     clock.advance(86400 + 30)  # a day of slots, none delivered; the newest is T0 plus a day
     page = site.get("/admin/").html
     row = page.select_one("tr.job-row[data-scheduler-job='pulse']")
-    since = row.select_one(".day time")["datetime"]
-    assert since == (T0 + datetime.timedelta(days=1, minutes=1 - ROW_SLOTS)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    counts = {c["data-status"]: int(c.text.split()[-1]) for c in row.select(".count")}
-    assert row.select_one(".day").text.split("expected")[0].split(":")[-1].strip() == str(ROW_SLOTS)
-    assert 0 < counts["missed"] <= ROW_SLOTS
-    # A 5-minute job's day is exactly ROW_SLOTS slots: all of it is counted, and no "since" is said.
+    counts = {c["data-status"]: int(c["data-count"]) for c in row.select(".count")}
+    assert int(row.select_one("a.expected")["data-count"]) == sum(counts.values()) == 1440
+    assert counts["missed"] >= 1430 and set(counts) <= {"missed", "due"}  # due: retry windows still open
     five = page.select_one("tr.job-row[data-scheduler-job='every-five']")
-    assert five.select_one(".day time") is None
-    assert five.select_one(".day").text.split("expected")[0].strip() == str(ROW_SLOTS)
+    assert int(five.select_one("a.expected")["data-count"]) == 288
     # The audit's pass changes nothing here: a missed slot may be run by hand at any time, so a row
     # reads its record, never an earlier verdict (schedules.summaries: only completed runs are kept).
     site.get("/tasks/audit", headers=CRON)
     after = site.get("/admin/").html.select_one("tr.job-row[data-scheduler-job='pulse']")
-    assert after.select_one(".day time")["datetime"] == since
+    assert {c["data-status"]: int(c["data-count"]) for c in after.select(".count")} == counts

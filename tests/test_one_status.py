@@ -131,6 +131,10 @@ def test_every_view_says_the_same_status_of_every_run(google, ndb_client, tmp_pa
     for run_id, views in said.items():
         views["run page"] = site.get(f"/admin/runs/{run_id}").html.find(id="outcome").text.strip()
 
+    # The audit reports the stuck 04:00 once, as stuck: never "overdue" (or "slow") beside it.
+    audited = site.get("/tasks/audit", headers={"X-Appengine-Cron": "true"}).json
+    assert [m["schedule_time"] for m in audited["stuck"]] == [at(4)]
+    assert not [b for b in audited["breaches"] if b.get("schedule_time") == at(4)]
     statuses = {run_id: set(views.values()) for run_id, views in said.items()}
     disagree = {run_id: views for run_id, views in said.items() if len(statuses[run_id]) != 1}
     assert disagree == {}
