@@ -35,6 +35,7 @@ from handlers.history_range import (
 from handlers.job_cards import CARD_SCHEDULER_JOBS, CardCounts, job_cards, strip_colour
 from handlers.job_rows import SEARCH_MAX, SHOWN_ORDER, PageOutOfRange, job_rows, row_page
 from handlers.links import link
+from handlers.request_times import BadTime, request_time
 from handlers.run_documents import deliveries_of, duration_seconds, may_retry, run_document, scheduler_job_document
 from handlers.slot_statuses import LEGEND, MARK_SHAPES, NEEDS_ATTENTION
 from handlers.state import app_state, may
@@ -104,9 +105,18 @@ def dashboard():
     # A status the legend shows is filtered by as every view shows it (run_status): a stored one is
     # asked of the query too; a derived one (stuck, late, overdue) is found among the page's runs.
     stored = chosen["status"] if chosen["status"] in set(RunStatus) else None
+    # The runs list's later pages keep the bounds its first page had (``runs_until``): the last 24
+    # hours move with the clock, and a cursor belongs to the query that made it.
+    runs_until = window.until
+    if request.args.get("runs_until"):
+        try:
+            runs_until = request_time("runs_until", request.args["runs_until"])
+        except BadTime as bad:
+            abort(400, bad.message)
+    runs_since = runs_until - window.span
     try:
         run_filter = RunFilter(
-            job_id=chosen["job"], status=stored, source=chosen["source"], since=window.since, until=window.until
+            job_id=chosen["job"], status=stored, source=chosen["source"], since=runs_since, until=runs_until
         )
     except ValueError as exc:
         abort(400, str(exc).replace("job_id", "job"))
@@ -192,7 +202,11 @@ def dashboard():
         chosen=chosen,
         sources=[source.value for source in RunSource],
         runs=[row(record, now, bound) for record in recent],
-        next_runs=link("admin.dashboard", {}, {**_kept(chosen, search, window), "runs_from": next_runs})
+        next_runs=link(
+            "admin.dashboard",
+            {},
+            {**_kept(chosen, search, window), "runs_from": next_runs, "runs_until": format_utc(runs_until)},
+        )
         if next_runs
         else None,
         first_runs=link("admin.dashboard", {}, _kept(chosen, search, window)) if runs_from else None,

@@ -512,7 +512,7 @@ def _set_paused(name: str, allowed: frozenset[str], pause: bool) -> Response | t
     return redirect(url_for("admin.dashboard", job=done.change.job.target, said=said, scheduler_job=name), code=303)
 
 
-BULK_FIELDS = frozenset({"slots", "day", "hour", "since", "until", "from", "scheduler_job"})
+BULK_FIELDS = frozenset({"slots", "day", "hour", "since", "until", "from", "scheduler_job", "project", "location"})
 
 
 @blueprint.get("/jobs/<job_id>/history/run", provide_automatic_options=False)
@@ -614,6 +614,7 @@ def bulk_run(job_id: str) -> Response | tuple[str, int]:
         )
     bulk = f"{done.queued}-{done.answered}-{done.refused}"
     shown: dict[str, Any] = {
-        name: fields.get(name) or None for name in ("day", "hour", "since", "until", "from", "scheduler_job")
+        name: fields.get(name) or None
+        for name in ("day", "hour", "since", "until", "from", "scheduler_job", "project", "location")
     }
     return redirect(link("admin.history", {"job_id": job_id}, {**shown, "bulk": bulk}), code=303)

@@ -80,11 +80,20 @@ def history_range(state: Any, job_id: str) -> HistoryRange:
     and in UTC; 404 for no such job."""
     scheduler_jobs = schedules_of(state, job_id)  # 404: no such job, or no scheduler.yaml
     chosen = request.args.get("scheduler_job") or None
+    picked: dict[str, str | int | None] = {}
     if chosen is not None:  # one Scheduler job's slots: a home row's counts link here
-        scheduler_jobs = [job for job in scheduler_jobs if job.declared.name == chosen]
+        # Its scope too, where given: one name may be declared in several projects or locations.
+        scope = {name: request.args.get(name) or None for name in ("project", "location")}
+        scheduler_jobs = [
+            job
+            for job in scheduler_jobs
+            if job.declared.name == chosen
+            and scope["project"] in (None, job.declared.project)
+            and scope["location"] in (None, job.declared.location)
+        ]
         if not scheduler_jobs:
-            abort(404, f"no Scheduler job named {chosen[:200]!r} targets job {job_id!r}")
-    picked: dict[str, str | int | None] = {"scheduler_job": chosen} if chosen else {}
+            abort(404, f"no Scheduler job named {chosen[:200]!r} (in the scope given) targets job {job_id!r}")
+        picked = {"scheduler_job": chosen, **{name: value for name, value in scope.items() if value}}
     zone_name = scheduler_jobs[0].declared.time_zone if scheduler_jobs else "UTC"
     zone = schedule_zone(zone_name)
     if request.args.get("since") or request.args.get("until"):

@@ -399,3 +399,47 @@ def test_an_hours_count_reads_at_most_its_cap_of_records_and_says_what_it_left_u
 
 def test_an_hours_count_reads_no_more_records_than_a_home_page_may():
     assert hours.HOUR_LOOKUPS == ROWS_PER_PAGE * 288  # a page of rows of a 5-minute job's day each
+
+
+def test_a_rows_counts_open_its_own_scheduler_job_where_one_name_has_two_scopes(datastore, ndb_client, tmp_path, clock):
+    """Review of issue 39: a row's links named its Scheduler job by name alone, so two of one name in
+    two locations were listed together; the scope rides with the name."""
+    (tmp_path / "scheduler.yaml").write_text(
+        textwrap.dedent("""
+        defaults: {project: acme-prod, attempt_deadline: 60s, start_at: "2030-01-01T00:00:00Z"}
+        jobs:
+          nightly-us: {name: nightly, target: invoice, schedule: "0 * * * *", location: us-central1}
+          nightly-eu: {name: nightly, target: invoice, schedule: "30 * * * *", location: europe-west1}
+        """)
+    )
+    (tmp_path / "jobs.yaml").write_text(textwrap.dedent(JOBS))
+    fleet = webtest.TestApp(create_app(jobs_file=str(tmp_path / "jobs.yaml"), clock=clock, ndb_client=ndb_client))
+    clock.advance(6 * 3600)
+    rows = fleet.get("/admin/").html.select("tr.job-row[data-scheduler-job='nightly']")
+    assert len(rows) == 2
+    for row in rows:
+        missed = fleet.get(row.select_one("a.count[data-status='missed']")["href"]).html
+        times = {tr["data-schedule-time"][14:16] for tr in missed.select("tr.slot-row")}
+        assert (
+            len(times) == 1
+            and missed.find(id="listing-total").find("b").text
+            == row.select_one("a.count[data-status='missed']")["data-count"]
+        )
+
+
+def test_the_runs_list_pages_20_at_a_time_and_keeps_its_window_while_paging(site, clock):
+    """Issue 39 §3: the runs list is paged (20 a page) with a cursor; the later page keeps the
+    bounds of the first, though the last 24 hours moved on meanwhile; bad cursors are 400s."""
+    for index in range(25):
+        clock.advance(1)
+        site.post_json("/api/v1/jobs/invoice/runs", {"clientToken": f"paged-{index}"}, status=201)
+    first = site.get("/admin/").html
+    ids = [tr.select_one("a")["href"] for tr in first.select("tr.run-row")]
+    assert len(ids) == 20 and first.find(id="runs-first") is None
+    clock.advance(600)
+    second = site.get(first.find(id="runs-next")["href"]).html
+    more = [tr.select_one("a")["href"] for tr in second.select("tr.run-row")]
+    assert len(more) == 5 and set(more).isdisjoint(ids) and second.find(id="runs-next") is None
+    assert second.find(id="runs-first") is not None
+    site.get("/admin/", params={"runs_from": "not-a-cursor"}, status=400)
+    site.get("/admin/", params={"runs_from": "x", "runs_until": "yesterday"}, status=400)
