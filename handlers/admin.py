@@ -11,7 +11,8 @@ from __future__ import annotations
 import datetime
 import json
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from flask import Blueprint, Response, abort, jsonify, make_response, redirect, render_template, request, url_for
@@ -49,7 +50,6 @@ from schedules.slots import (
     Slot,
     declared_job,
     is_slot,
-    ran_once_or_more,
     ran_once_or_more_of,
     run_status,
     schedule_at,
@@ -603,23 +603,10 @@ STATUS_PAGE = 100  # the slots of one status a page lists
 
 
 def _judged_summary(judged: Sequence[JudgedJob]) -> dict[str, Any]:
-    """``_summary`` of judged slots: every slot up to now, by status, adding up to "expected"."""
-    counts: dict[str, int] = {}
-    pairs: list[tuple[str, int | None]] = []
-    for one in judged:
-        for shown, attempt in zip(one.statuses, one.attempts, strict=True):
-            if shown != ExecutionStatus.UPCOMING:
-                counts[shown] = counts.get(shown, 0) + 1
-                pairs.append((shown, attempt))
-    ran_once, ran_more = ran_once_or_more_of(pairs)
-    return {
-        "expected": sum(counts.values()),
-        "ran_once": ran_once,
-        "ran_more": ran_more,
-        "by_status": {status: counts[status] for status in SHOWN_ORDER if counts.get(status)},
-        # Scheduler jobs past what one count judges (service.hours.SLOT_BUDGET): in no figure.
-        "uncounted": sum(1 for one in judged if not one.counted),
-    }
+    """``_summary_of`` the judged slots of a range, and how many Scheduler jobs went uncounted."""
+    pairs = ((shown, attempt) for one in judged for shown, attempt in zip(one.statuses, one.attempts, strict=True))
+    # Scheduler jobs past what one count judges (service.hours.SLOT_BUDGET): in no figure.
+    return {**_summary_of(pairs), "uncounted": sum(1 for one in judged if not one.counted)}
 
 
 def _next_page(job_id: str, shown: HistoryRange, status: str | None, since: datetime.datetime) -> str:
@@ -628,17 +615,21 @@ def _next_page(job_id: str, shown: HistoryRange, status: str | None, since: date
 
 
 def _summary(executions: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """What a page's slots came to: every slot up to now, by status, adding up to "expected"."""
-    counted = [e for e in executions if e["status"] != ExecutionStatus.UPCOMING]
-    by_status: dict[str, int] = {}
-    for e in counted:
-        by_status[e["status"]] = by_status.get(e["status"], 0) + 1
-    ran_once, ran_more = ran_once_or_more(counted)
+    """``_summary_of`` a page's slots (execution documents)."""
+    return _summary_of((e["status"], (e.get("run") or {}).get("attempt")) for e in executions)
+
+
+def _summary_of(slots: Iterable[tuple[str, int | None]]) -> dict[str, Any]:
+    """What slots (status, attempt) came to: every one up to now by status, adding up to
+    "expected", and of the completed, how many ran once (schedules.slots.ran_once_or_more_of)."""
+    counted = [(status, attempt) for status, attempt in slots if status != ExecutionStatus.UPCOMING]
+    by_status = Counter(status for status, _ in counted)
+    ran_once, ran_more = ran_once_or_more_of(counted)
     return {
         "expected": len(counted),
         "ran_once": ran_once,
         "ran_more": ran_more,
-        "by_status": {status: by_status[status] for status in SHOWN_ORDER if by_status.get(status)},
+        "by_status": {status: by_status[status] for status in SHOWN_ORDER if by_status[status]},
     }
 
 
