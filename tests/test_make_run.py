@@ -57,6 +57,16 @@ def lines_of(stream) -> queue.Queue:
     return lines
 
 
+def ready_line(server: subprocess.Popen) -> str:
+    """The line ``server`` says it serves with (its output read on threads meanwhile)."""
+    lines_of(server.stderr)
+    output = lines_of(server.stdout)
+    while (line := output.get(timeout=150)) is not None and not line.startswith("ready: "):
+        pass
+    assert line is not None, "make run never served"
+    return line
+
+
 def refused(server: subprocess.Popen) -> str:
     """What ``server`` wrote on stderr as it exited with status 1; it is stopped if it served instead."""
     try:
@@ -74,13 +84,9 @@ def refused(server: subprocess.Popen) -> str:
 def test_make_run_serves_the_walkthrough_and_knows_its_schedule():
     port, downstream = free_port(), free_port()
     server = make_run(PORT=port, DOWNSTREAM_PORT=downstream)
-    lines_of(server.stderr)
-    output = lines_of(server.stdout)
     base = f"http://127.0.0.1:{port}"
     try:
-        while (line := output.get(timeout=150)) is not None and not line.startswith("ready: "):
-            pass
-        assert line == f"ready: {base}/admin/ (the dashboard; {base}/ leads there)\n", "make run never served"
+        assert ready_line(server) == f"ready: {base}/admin/ (the dashboard; {base}/ leads there)\n"
         # Answering already, with the dashboard that / leads a browser to.
         home = requests.get(f"{base}/", allow_redirects=False, timeout=30)
         assert (home.status_code, home.headers["Location"]) == (302, "/admin/")
@@ -135,3 +141,41 @@ def test_the_example_jobs_call_the_downstream_on_its_port(tmp_path):
     assert url.port == serve.DEFAULT_DOWNSTREAM_PORT
     example["jobs"]["sync-crm"]["url"] = url._replace(netloc="127.0.0.1:9123").geturl()
     assert served == example  # nothing else changes
+
+
+@pytest.mark.live
+@pytest.mark.slow
+def test_make_run_serves_your_own_jobs_and_their_schedule(tmp_path):
+    """The README's `make run DEDUP_JOBS_FILE=ops/jobs.yaml` (issue 40 §5): your jobs, with the
+    scheduler.yaml beside them, and none of the example's."""
+    ops = tmp_path / "ops"
+    ops.mkdir()
+    (ops / "jobs.yaml").write_text(
+        "jobs:\n  nightly-close:\n    kind: python\n    target: jobs.builtin:ledger_digest\n"
+    )
+    (ops / "scheduler.yaml").write_text(
+        "defaults: {project: acme-prod, location: us-central1}\n"
+        "jobs:\n  close-books: {target: nightly-close, schedule: '0 2 * * *'}\n"
+    )
+    port, downstream = free_port(), free_port()
+    make = subprocess.Popen(
+        ["make", "run", f"PORT={port}", f"DOWNSTREAM_PORT={downstream}", f"DEDUP_JOBS_FILE={ops / 'jobs.yaml'}"],
+        cwd=ROOT,
+        env=ENV,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        assert ready_line(make).startswith(f"ready: {base}/admin/")
+        listing = requests.get(f"{base}/api/v1/scheduler-jobs", timeout=30).json()
+        assert [job["scheduler_job"] for job in listing["scheduler_jobs"]] == ["close-books"]
+        assert requests.get(f"{base}/api/v1/jobs/slow-report/executions", timeout=30).status_code == 404
+        headers = {"X-CloudScheduler-JobName": "close-books", "X-CloudScheduler-ScheduleTime": "2026-11-29T02:00:00Z"}
+        ran = requests.post(f"{base}/jobs/nightly-close?project=acme-prod&location=us-central1", headers=headers)
+        assert ran.status_code == 200 and ran.json()["status"] == "completed", ran.text
+    finally:
+        os.killpg(make.pid, signal.SIGTERM)
+        make.wait(60)
