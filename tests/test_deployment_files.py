@@ -177,6 +177,9 @@ def test_gcloud_uploads_the_app_and_nothing_else(tmp_path):
     needed = {name for name in sources if name in APP_FILES or name.split("/")[0] in APP_PACKAGES}
     assert uploaded == needed, (sorted(uploaded - needed), sorted(needed - uploaded))
     assert len(uploaded) < 200  # App Engine's cap is 10,000
+    # docs/deploying.md says how many files a deploy uploads: this count (it said "about 60" at 101).
+    with open(os.path.join(ROOT, "docs", "deploying.md"), encoding="utf-8") as handle:
+        assert f"the App Engine files, {len(uploaded)} files (no" in " ".join(handle.read().split())
 
     # What is uploaded is enough: the app starts from those files alone, with the jobs that deploy.
     upload = tmp_path / "upload"
