@@ -22,7 +22,7 @@ PY := $(VENV)/bin/python
 # Named by the version, so a venv of another Python (an older checkout's) is rebuilt, not reused.
 STAMP := $(VENV)/.installed-$(PYTHON_VERSION)
 
-.PHONY: venv run devserver devserver-venv test check lint requirements schemas library bench simulate screenshots clean browser
+.PHONY: venv run devserver devserver-venv tasks-emulator test check lint requirements schemas library bench simulate screenshots clean browser
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "Python $(PYTHON_VERSION) (App Engine's runtime, app.yaml) was not found on PATH or under $(PYENV_ROOT)."; \
@@ -48,11 +48,16 @@ devserver: $(STAMP) devserver-venv
 devserver-venv: $(STAMP)
 	$(PY) -m devtools.devserver --build-venv
 
+# gcloud-tasks-emulator's own virtualenv (.tasks-emulator/: it pins protobuf<5, the app 7), from the
+# hashed requirements-tasks-emulator.txt; tests/test_tasks_emulator.py dispatches to it over gRPC.
+tasks-emulator: $(STAMP)
+	$(PY) -m devtools.tasks_emulator --build-venv
+
 # Measures line and branch coverage ([tool.coverage.*] in pyproject.toml): prints the total and every
 # file not fully covered, writes test-artifacts/coverage/index.html, and fails below fail_under.
 # Two workers, one per core (each with its emulators), idle ones stealing tests: on a clean clone the
 # tests took 1,041 s this way against 1,418 s in one process (docs/testing.md).
-test: $(STAMP) browser lint devserver-venv
+test: $(STAMP) browser lint devserver-venv tasks-emulator
 	$(PY) -m pytest -n 2 --dist worksteal --durations=25 --cov --cov-report=term --cov-report=html
 
 # The fast inner loop: three workers on the two cores (each waits on its emulator part of the time;
@@ -71,6 +76,7 @@ COMPILE := $(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --st
 requirements: $(STAMP)
 	$(COMPILE) -o requirements.txt requirements.in
 	$(COMPILE) -o requirements-dev.txt requirements-dev.in
+	$(COMPILE) -o requirements-tasks-emulator.txt requirements-tasks-emulator.in
 
 schemas: $(STAMP)
 	$(PY) -m devtools.config_schemas

@@ -47,6 +47,9 @@ CACHE_SHARE_OF_MEMORY = 4
 TASKS_QUEUE_SETTING = "DEDUP_TASKS_QUEUE"
 TASKS_LOCATION_SETTING = "DEDUP_TASKS_LOCATION"
 TASKS_API_BASE_SETTING = "DEDUP_TASKS_API_BASE"
+TASKS_TRANSPORT_SETTING = "DEDUP_TASKS_TRANSPORT"
+# google-cloud-tasks' transports: gRPC (its default, and the one its emulators speak) or REST.
+TASKS_TRANSPORTS = ("grpc", "rest")
 QUEUE_ID = re.compile(r"[A-Za-z0-9-]{1,100}")
 QUEUE_NAME = re.compile(r"projects/[a-z0-9.:-]+/locations/[a-z0-9-]+/queues/[A-Za-z0-9-]{1,100}")
 DEFAULT_SCHEDULER_API_BASE = "https://cloudscheduler.googleapis.com"
@@ -85,6 +88,8 @@ class Settings:
     # The Cloud Tasks queue work is dispatched to, by its whole name (None: this process's threads).
     tasks_queue: str | None = dataclasses.field(default=None, metadata={"variable": TASKS_QUEUE_SETTING})
     tasks_api_base: str | None = dataclasses.field(default=None, metadata={"variable": TASKS_API_BASE_SETTING})
+    # How the dispatcher speaks to Cloud Tasks: one of TASKS_TRANSPORTS.
+    tasks_transport: str = dataclasses.field(default="grpc", metadata={"variable": TASKS_TRANSPORT_SETTING})
     # This app's App Engine service, which dispatched tasks are routed to.
     service: str | None = dataclasses.field(default=None, metadata={"variable": "GAE_SERVICE"})
     scheduler_api_base: str = dataclasses.field(
@@ -144,6 +149,7 @@ class Settings:
             tasks_queue=queue,
             # Read only when a queue is: unused otherwise.
             tasks_api_base=tasks_api_base(environ) if queue else None,
+            tasks_transport=tasks_transport(environ) if queue else "grpc",
             service=environ.get("GAE_SERVICE") or None,
             scheduler_api_base=scheduler_api_base(environ),
             request_timeout=request_timeout(environ),
@@ -263,6 +269,14 @@ def tasks_api_base(environ: Mapping[str, str]) -> str | None:
     if base is not None and not re.fullmatch(r"https?://[^/?#\s]+", base):
         raise SettingError(f"{TASKS_API_BASE_SETTING} must be an http(s) base URL, got {base!r}")
     return base
+
+
+def tasks_transport(environ: Mapping[str, str]) -> str:
+    """DEDUP_TASKS_TRANSPORT: ``grpc`` (unset) or ``rest``."""
+    transport = (environ.get(TASKS_TRANSPORT_SETTING) or "grpc").strip().lower()
+    if transport not in TASKS_TRANSPORTS:
+        raise SettingError(f"{TASKS_TRANSPORT_SETTING} must be one of {', '.join(TASKS_TRANSPORTS)}, got {transport!r}")
+    return transport
 
 
 def scheduler_api_base(environ: Mapping[str, str]) -> str:

@@ -72,6 +72,9 @@ class GoogleFakes:
         # What a jobs.run sends, as Cloud Scheduler does: called with the job and the request's
         # headers (App Engine and the app are the test's).  None: the delivery never arrives.
         self.on_run: Callable[[dict, dict[str, str]], None] | None = None
+        # The metadata server's ID tokens (…/identity?audience=A): a signed token for A, as the
+        # test's issuer mints it.  None: the identity endpoint is not found.
+        self.id_token_for: Callable[[str], str] | None = None
         self.logging = CloudLogging()
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -108,6 +111,7 @@ class GoogleFakes:
             self.scheduler_states.clear()
             self.scheduler_jobs.clear()
             self.on_run = None
+            self.id_token_for = None
         self.logging.clear()
 
     def fail(self, path_part: str, **fault) -> None:
@@ -182,6 +186,8 @@ class GoogleFakes:
             return 200, b"fake-project", {**flavor, "Content-Type": "text/plain"}
         if call.path.endswith("/token"):
             return 200, {"access_token": TOKEN, "expires_in": 3600, "token_type": "Bearer"}, flavor
+        if call.path.endswith("/identity") and self.id_token_for is not None and call.query.get("audience"):
+            return 200, self.id_token_for(call.query["audience"]).encode(), {**flavor, "Content-Type": "text/html"}
         if call.path.endswith("/email"):
             return 200, SERVICE_ACCOUNT.encode(), {**flavor, "Content-Type": "text/plain"}
         if call.path.rstrip("/").endswith("/service-accounts/default"):

@@ -292,6 +292,7 @@ def on_gunicorn(emulator: Any) -> tuple[Day, dict[str, str]]:
         "CLOUDSDK_CONFIG": config,
         "DEDUP_SCHEDULER_API_BASE": google.url,
         "DEDUP_TASKS_API_BASE": tasks.url,
+        "DEDUP_TASKS_TRANSPORT": "rest",  # the stand-in speaks REST
     }
     site = GunicornSite(emulator, sink, env)
     try:

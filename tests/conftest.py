@@ -156,10 +156,12 @@ def _cloud_tasks_fake():
 
 @pytest.fixture
 def cloud_tasks(_cloud_tasks_fake, google, monkeypatch):
-    """The Cloud Tasks stand-in, empty, named by DEDUP_TASKS_QUEUE and DEDUP_TASKS_API_BASE for apps built now."""
+    """The Cloud Tasks stand-in, empty, named by DEDUP_TASKS_QUEUE, DEDUP_TASKS_API_BASE and
+    DEDUP_TASKS_TRANSPORT=rest for apps built now."""
     _cloud_tasks_fake.reset()
     monkeypatch.setenv("DEDUP_TASKS_QUEUE", "projects/acme-prod/locations/us-central1/queues/dedup-dispatch")
     monkeypatch.setenv("DEDUP_TASKS_API_BASE", _cloud_tasks_fake.url)
+    monkeypatch.setenv("DEDUP_TASKS_TRANSPORT", "rest")  # the stand-in speaks REST; the emulator tier gRPC
     return _cloud_tasks_fake
 
 

@@ -46,6 +46,9 @@ BAD = {
     "tasks_api_base": [
         {"DEDUP_TASKS_QUEUE": QUEUE, "DEDUP_TASKS_API_BASE": base} for base in ("ftp://x", "http://x/path")
     ],
+    "tasks_transport": [
+        {"DEDUP_TASKS_QUEUE": QUEUE, "DEDUP_TASKS_TRANSPORT": value} for value in ("http", "grpc+rest", "grpcs")
+    ],
     "request_timeout": [{"DEDUP_SCALING": v} for v in ("", "auto", "Basic")],
     "trace_export": [{"DEDUP_TRACE_EXPORT": v} for v in ("zipkin", "yes", "cloud_trace")],
     "scheduler_api_base": [
@@ -167,6 +170,7 @@ def test_the_values_are_read():
         "DEDUP_TASKS_QUEUE": "dedup-dispatch",
         "DEDUP_TASKS_LOCATION": "us-central1",
         "DEDUP_TASKS_API_BASE": "http://127.0.0.1:8123",
+        "DEDUP_TASKS_TRANSPORT": "rest",
         "GAE_SERVICE": "dedup",
         "DEDUP_SCALING": "basic",
         "DEDUP_SCHEDULER_API_BASE": "http://127.0.0.1:8124",
@@ -181,6 +185,7 @@ def test_the_values_are_read():
         on_app_engine=True,
         tasks_queue=QUEUE,
         tasks_api_base="http://127.0.0.1:8123",
+        tasks_transport="rest",
         service="dedup",
         scheduler_api_base="http://127.0.0.1:8124",
         request_timeout=24 * 3600,

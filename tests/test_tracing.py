@@ -136,3 +136,58 @@ class _NullProcessor:
 
     def force_flush(self, timeout_millis=30000):
         return True
+
+
+def test_a_jobs_downstream_call_continues_the_deliverys_trace_from_the_job_span(make_client, spans):
+    """Issue 40 §1: one trace from Cloud Scheduler's delivery through the downstream call."""
+    from tests.support.downstream import Downstream
+
+    with Downstream() as downstream:
+        client = make_client(f"""
+            jobs:
+              sync:
+                kind: http
+                url: {downstream.url}/sync
+                timeout_seconds: 5
+                lease_seconds: 30
+        """)
+        client.post("/jobs/sync", headers={**scheduler_headers(), "traceparent": TRACEPARENT}, status=200)
+        [sent] = downstream.requests
+    headers = {name.lower(): value for name, value in sent.headers.items()}
+    (job,) = by_name(spans)["dedup.job"]
+    version, trace_id, parent, flags = headers["traceparent"].split("-")
+    assert (trace_id, int(parent, 16)) == (TRACE_ID, job.context.span_id)  # the job's span is its parent
+    # Google's own header names the same trace and span, the span in decimal, sampled.
+    assert headers["x-cloud-trace-context"] == f"{TRACE_ID}/{job.context.span_id};o=1"
+
+
+def test_a_google_api_call_and_a_dispatched_task_carry_the_trace(make_client, spans, google, cloud_tasks):
+    """The workflow kind's call to the Workflows API, and a Run now's task, each in the caller's trace."""
+    from devtools.cloud_tasks_fake import to_webtest
+
+    client = make_client(f"""
+        jobs:
+          etl:
+            kind: workflow
+            workflow: projects/acme-prod/locations/us-central1/workflows/nightly-etl
+            api_base: {google.url}
+            timeout_seconds: 2
+            lease_seconds: 30
+    """)
+    client.post("/jobs/etl", headers={**scheduler_headers(), "traceparent": TRACEPARENT}, status=200)
+    [created] = [call for call in google.api_calls("POST") if call.path.endswith("/executions")]
+    (job,) = by_name(spans)["dedup.job"]
+    assert created.headers["traceparent"].split("-")[1:3] == [TRACE_ID, f"{job.context.span_id:016x}"]
+    assert created.headers["X-Cloud-Trace-Context"].startswith(f"{TRACE_ID}/{job.context.span_id}")
+    # A task made inside a request continues that request's trace, and its delivery continues it on.
+    page = client.get("/admin/jobs/etl/run?token=6f1c2b8e-8d4a-4d8e-9a51-0c3f5b7e2d10")
+    form = page.forms["confirm"]
+    spans.clear()
+    form.submit(headers={"Sec-Fetch-Site": "same-origin", "traceparent": TRACEPARENT}, status=303)
+    [task] = cloud_tasks.tasks
+    (asked,) = by_name(spans)["POST /admin/jobs/<job_id>/run"]
+    assert task.headers["traceparent"].split("-")[1:3] == [TRACE_ID, f"{asked.context.span_id:016x}"]
+    spans.clear()
+    cloud_tasks.deliver(to_webtest(client))
+    (delivered,) = by_name(spans)["POST /tasks/manual-run"]
+    assert f"{delivered.context.trace_id:032x}" == TRACE_ID and delivered.parent.span_id == asked.context.span_id

@@ -22,6 +22,7 @@ from pydantic import Field, PlainValidator, model_validator
 
 from dedup.errors import PermanentJobError, RetryableJobError
 from jobs.declared import BaseUrl, JobDeclaration, OmittableSeconds, check, field_problem, non_empty
+from jobs.trace_headers import outgoing_trace_headers
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 RETRYABLE_API_STATUSES = frozenset(
@@ -124,7 +125,10 @@ class GoogleApi:
         """
         url = f"{self.base_url}/{path.lstrip('/')}"
         try:
-            response = _session().request(method, url, json=body, params=params, timeout=self.timeout_seconds)
+            # The run's trace goes with the call: Google's APIs read X-Cloud-Trace-Context.
+            response = _session().request(
+                method, url, json=body, params=params, headers=outgoing_trace_headers(), timeout=self.timeout_seconds
+            )
         except google.auth.exceptions.GoogleAuthError as exc:
             # Missing or unreachable credentials get fixed by a deploy; keep retrying until then.
             raise RetryableJobError(f"no Google credentials for {method} {url}: {exc}") from None

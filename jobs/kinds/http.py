@@ -2,7 +2,10 @@
 
 The downstream gets ``Idempotency-Key: <run_id>`` plus the schedule time and
 attempt in headers and in a JSON body, so it can deduplicate on its own
-(the most downstream service is the last line of defence).
+(the most downstream service is the last line of defence).  Every call carries the run's
+trace (``traceparent``, ``X-Cloud-Trace-Context``) and, with ``auth``, an ID token of the
+app's service account: what a Cloud Run service or an app behind Identity-Aware Proxy asks
+of its callers.
 """
 
 from __future__ import annotations
@@ -21,26 +24,42 @@ from dedup.errors import PermanentJobError, RetryableJobError
 from dedup.http_status import is_retryable_status
 from dedup.keys import format_utc
 from jobs.base import JobKind, RunContext
-from jobs.declared import HttpUrl, JobDeclaration, OmittableSeconds, check, field_problem, mapping_of
+from jobs.declared import (
+    Declaration,
+    HttpUrl,
+    JobDeclaration,
+    OmittableSeconds,
+    OmittableText,
+    check,
+    field_problem,
+    mapping_of,
+)
+from jobs.id_tokens import ID_TOKENS, IdTokens
+from jobs.trace_headers import TRACE_HEADERS, outgoing_trace_headers
 
 DEFAULT_TIMEOUT_SECONDS = 30
 MAX_STORED_BODY_BYTES = 4096
 METHODS = ("POST", "PUT", "PATCH", "GET", "DELETE")
 # Set by this kind; a job's configured headers may not replace them.
-RESERVED_HEADERS = frozenset(
-    name.lower()
-    for name in (
-        "Idempotency-Key",
-        "X-Dedup-Run-Id",
-        "X-Dedup-Job-Id",
-        "X-Dedup-Schedule-Time",
-        "X-Dedup-Attempt",
-        "X-Dedup-Attempt-Id",
-        "Content-Type",
-        "Content-Length",
-        "Host",
+RESERVED_HEADERS = (
+    frozenset(
+        name.lower()
+        for name in (
+            "Idempotency-Key",
+            "X-Dedup-Run-Id",
+            "X-Dedup-Job-Id",
+            "X-Dedup-Schedule-Time",
+            "X-Dedup-Attempt",
+            "X-Dedup-Attempt-Id",
+            "Content-Type",
+            "Content-Length",
+            "Host",
+        )
     )
+    | TRACE_HEADERS
 )
+# Set by ``auth`` when it is oidc or iap.
+AUTH_HEADER = "authorization"
 
 
 def _method(value: Any) -> str:
@@ -65,6 +84,25 @@ def header_problem(name: Any, value: Any) -> str | None:
     return None
 
 
+class HttpAuth(Declaration):
+    """How an http job's calls prove who sends them: an ID token of the app's service account."""
+
+    kind: Literal["oidc", "iap", "none"]
+    """oidc: an ID token for ``audience`` (Cloud Run, Cloud Functions, any OIDC-checking service);
+    iap: an ID token for the IAP OAuth client id ``audience``; none: no token."""
+    audience: OmittableText = None
+    """oidc: the token's audience, by default the URL's scheme, host and port (a Cloud Run
+    service's URL); iap: the OAuth client id IAP protects the target with (required)."""
+
+    @model_validator(mode="after")
+    def audience_fits_kind(self) -> Self:
+        if self.kind == "iap" and self.audience is None:
+            raise field_problem("audience", "an iap token needs the OAuth client id IAP protects the target with")
+        if self.kind == "none" and self.audience is not None:
+            raise field_problem("audience", "none sends no token: leave audience out, or use oidc")
+        return self
+
+
 class HttpDeclaration(JobDeclaration):
     """An http job: forward each run to a URL, with its key (Idempotency-Key) and its times."""
 
@@ -79,11 +117,29 @@ class HttpDeclaration(JobDeclaration):
         dict[str, str], check(mapping_of(header_problem, "must be a mapping of header names to values"), dict[str, str])
     ] = {}
     """Headers sent with every call, besides the ones the app sets."""
+    auth: HttpAuth | None = None
+    """An ID token on every call (oidc or iap), or none (the default)."""
 
     @property
     def timeout(self) -> float:
         # The whole call must end inside the lease: the default follows a short lease.
         return self.timeout_seconds or min(DEFAULT_TIMEOUT_SECONDS, self.lease_seconds / 2)
+
+    @property
+    def audience(self) -> str | None:
+        """The audience of the token each call carries, or None for no token."""
+        if self.auth is None or self.auth.kind == "none":
+            return None
+        if self.auth.audience is not None:
+            return self.auth.audience
+        parts = urllib.parse.urlsplit(self.url)
+        return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+
+    @model_validator(mode="after")
+    def one_authorization(self) -> Self:
+        if self.audience is not None and any(name.lower() == AUTH_HEADER for name in self.headers):
+            raise field_problem("headers", "'Authorization' is set by auth (an ID token): leave it out, or auth out")
+        return self
 
     @model_validator(mode="after")
     def call_ends_inside_lease(self) -> Self:
@@ -96,18 +152,28 @@ class HttpDeclaration(JobDeclaration):
         return self
 
     def build(self, job_id: str) -> HttpJob:
-        return HttpJob(self.url, self.method, self.timeout, dict(self.headers))
+        return HttpJob(self.url, self.method, self.timeout, dict(self.headers), audience=self.audience)
 
 
 class HttpJob(JobKind):
     name = "http"
     declaration = HttpDeclaration
 
-    def __init__(self, url: str, method: str, timeout_seconds: float, headers: dict[str, str]) -> None:
+    def __init__(
+        self,
+        url: str,
+        method: str,
+        timeout_seconds: float,
+        headers: dict[str, str],
+        audience: str | None = None,
+        id_tokens: IdTokens = ID_TOKENS,
+    ) -> None:
         self.url = url
         self.method = method
         self.timeout_seconds = timeout_seconds
         self.headers = headers
+        self.audience = audience
+        self.id_tokens = id_tokens
 
     def calls(self) -> str:
         # Without the query or any user:password: a token may ride in either, and the page is not the place.
@@ -119,6 +185,7 @@ class HttpJob(JobKind):
         schedule_time = format_utc(context.schedule_time) if context.schedule_time else None
         headers = {
             **self.headers,
+            **outgoing_trace_headers(),
             "Idempotency-Key": context.downstream_key,
             "X-Dedup-Run-Id": context.run_id,
             "X-Dedup-Job-Id": context.job_id,
@@ -127,6 +194,8 @@ class HttpJob(JobKind):
         }
         if schedule_time:
             headers["X-Dedup-Schedule-Time"] = schedule_time
+        if self.audience is not None:
+            headers["Authorization"] = f"Bearer {self.id_tokens.token(self.audience)}"
         body = None
         url = self.url
         if self.method == "GET" and context.parameters:
@@ -170,6 +239,8 @@ class HttpJob(JobKind):
         status = response.status_code
         if 200 <= status < 300:
             return outcome
+        if status == 401 and self.audience is not None:
+            self.id_tokens.forget(self.audience)  # refused: the next attempt asks for a new token
         message = f"{self.method} {self.url} answered {status}"
         if is_retryable_status(status):
             raise RetryableJobError(message, details=outcome)

@@ -41,10 +41,13 @@ class LocalServer:
 class FaultProxy:
     """Forwards to the app; ``plan`` says what to do with each next POST: "drop" (forward,
     then close without answering: the app did the work, the answer is lost), "503" (a front
-    end refusing without forwarding), or nothing (forward).  GETs are forwarded as they are."""
+    end refusing without forwarding), or nothing (forward).  GETs are forwarded as they are.
+    ``received`` holds each POST's path and headers, and ``answered`` the app's status for it."""
 
     def __init__(self, target: str) -> None:
         self.target, self.plan, self.seen = target, [], []
+        self.received: list[tuple[str, dict[str, str]]] = []
+        self.answered: list[tuple[str, int]] = []
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -59,6 +62,7 @@ class FaultProxy:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 step = proxy.plan.pop(0) if proxy.plan else "pass"
                 proxy.seen.append(step)
+                proxy.received.append((self.path, dict(self.headers.items())))
                 if step == "503":
                     self.send_response(503)
                     self.send_header("Content-Length", "0")
@@ -66,6 +70,7 @@ class FaultProxy:
                     return
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
                 answer = requests.post(proxy.target + self.path, data=body, headers=headers, timeout=60)
+                proxy.answered.append((self.path, answer.status_code))
                 if step == "drop":
                     self.close_connection = True
                     return  # the run happened; its answer never reaches the client
