@@ -91,7 +91,7 @@ class TasksEmulator:
     def start(self, timeout: float = 60) -> TasksEmulator:
         if not venv_ready():
             raise RuntimeError(f"{VENV} is not built: run python -m devtools.tasks_emulator --build-venv")
-        output = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        log = open(self.log_path, "ab") if self.log_path else None
         self.process = subprocess.Popen(
             [
                 str(VENV / "bin" / "gcloud-tasks-emulator"),
@@ -105,12 +105,12 @@ class TasksEmulator:
                 f"--max-retries={self.max_retries}",
             ],
             stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=output,
+            stdout=log or subprocess.DEVNULL,
+            stderr=log or subprocess.DEVNULL,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-        if self.log_path:
-            output.close()
+        if log is not None:
+            log.close()  # the child holds its own descriptor
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
