@@ -22,7 +22,7 @@ PY := $(VENV)/bin/python
 # Named by the version, so a venv of another Python (an older checkout's) is rebuilt, not reused.
 STAMP := $(VENV)/.installed-$(PYTHON_VERSION)
 
-.PHONY: venv run devserver devserver-venv tasks-emulator test check lint requirements schemas library bench simulate screenshots clean browser
+.PHONY: venv run devserver devserver-venv tasks-emulator test check lint requirements schemas library bench simulate screenshots clean browser node
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "Python $(PYTHON_VERSION) (App Engine's runtime, app.yaml) was not found on PATH or under $(PYENV_ROOT)."; \
@@ -57,7 +57,7 @@ tasks-emulator: $(STAMP)
 # file not fully covered, writes test-artifacts/coverage/index.html, and fails below fail_under.
 # Two workers, one per core (each with its emulators), idle ones stealing tests: on a clean clone the
 # tests took 1,041 s this way against 1,418 s in one process (docs/testing.md).
-test: $(STAMP) browser lint devserver-venv tasks-emulator
+test: $(STAMP) browser node lint devserver-venv tasks-emulator
 	$(PY) -m pytest -n 2 --dist worksteal --durations=25 --cov --cov-report=term --cov-report=html
 
 # The fast inner loop: three workers on the two cores (each waits on its emulator part of the time;
@@ -93,6 +93,15 @@ browser:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	      || echo "could not install chromium: the browser test will be skipped"; \
 	  else echo "chromium is not installed (apt-get install chromium): the browser test will be skipped"; fi; }
+
+# The generated TypeScript client's test (tests/test_generated_clients.py) runs Debian's node and
+# npm (npm ci of tests/clients/typescript's lock); install them when missing (as root, as CI runs).
+node:
+	@command -v npm >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null) \
+	      || echo "could not install node and npm: the TypeScript client test will be skipped"; \
+	  else echo "npm is not installed (apt-get install nodejs npm): the TypeScript client test will be skipped"; fi; }
 
 # The rows again at a 10 ms Datastore round trip, as the docs quote them (RTT_MS=0: loopback only).
 # The scale: REQUESTS (sequential calls per row), CONCURRENCY (duplicates at once),
