@@ -23,7 +23,7 @@ import time
 import werkzeug.test
 from flask import Flask
 
-from bench import memory
+from bench import memory, warmup
 from bench.fleet import (
     AUDIT_FLEETS,
     FLEETS,
@@ -172,13 +172,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the fresh runs after which a gunicorn worker's memory is read (bench/memory.py), ascending",
     )
     parser.add_argument(
+        "--warmup-rounds", type=int, default=3, help="fresh gunicorn starts per case of the warmup section"
+    )
+    parser.add_argument(
         "--rtt-ms",
         type=float,
         default=0,
         help="also measure with this Datastore round trip (half each way, through devtools.latency_proxy)",
     )
     args = parser.parse_args(argv)
-    for name in ("requests", "concurrency", "throughput_requests", "cleanup_records"):
+    for name in ("requests", "concurrency", "throughput_requests", "cleanup_records", "warmup_rounds"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if not math.isfinite(args.rtt_ms) or args.rtt_ms < 0:
@@ -235,12 +238,15 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["DATASTORE_EMULATOR_HOST"] = emulator.host
         emulator.reset()
         live = measure_live(emulator, args.concurrency, args.throughput_requests)
+        emulator.reset()
+        warm_starts = warmup.measure(emulator, args.warmup_rounds)
     checkpoints = tuple(args.memory_runs)
     worker_memory = memory.measure(checkpoints)  # on an emulator of its own, after this one has stopped
 
     report = (
         render(rows, args.requests, delayed, args.rtt_ms)
         + render_live(live, args.concurrency, args.throughput_requests)
+        + warmup.section(warm_starts, args.warmup_rounds)
         + render_cleanup(cleanup, delayed_cleanup, args.rtt_ms)
         + render_fleet(fleet, delayed_fleet, args.rtt_ms)
         + render_audit(audits)

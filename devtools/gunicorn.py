@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -40,7 +41,9 @@ class GunicornServer:
         self.quiet = quiet
         self.log_path = log_path
 
-    def start(self, timeout: float = 60) -> GunicornServer:
+    def start(self, timeout: float = 60, probe: bool = True) -> GunicornServer:
+        """Start gunicorn and wait until the app answers a request, or (``probe=False``) only until
+        gunicorn listens: its workers may still be starting, as on a new App Engine instance."""
         env = {**os.environ, **self.emulator.env, "DEDUP_JOBS_FILE": self.jobs_file, **self.extra_env}
         env = {name: value for name, value in env.items() if value is not None}  # None in extra_env: unset
         output = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL if self.quiet else None
@@ -74,6 +77,13 @@ class GunicornServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"gunicorn exited with {self.process.returncode}{self._log_tail()}")
+            if not probe:
+                try:
+                    socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                    return self
+                except OSError:
+                    time.sleep(0.01)
+                    continue
             try:
                 urllib.request.urlopen(f"{self.url}/jobs/-readiness-probe", timeout=2)
             except urllib.error.HTTPError:

@@ -19,7 +19,7 @@ from dedup.ledger import Ledger
 from dispatch import Dispatcher
 from dispatch.cloud_tasks import CloudTasksDispatcher
 from dispatch.in_process import InProcessDispatcher
-from handlers.access import role_of
+from handlers.access import needs_no_caller, role_of
 from handlers.answers import note_outcome
 from handlers.auth import Admission, AuthSettings, CallerGate
 from handlers.problems import TYPES_BY_ERROR
@@ -73,6 +73,7 @@ def create_app(
         scheduler,
         tasks,
         tracing,
+        warmup,
     )
     from handlers.cross_site import refuse_cross_site_requests
     from handlers.request_limits import limit_requests
@@ -141,9 +142,10 @@ def create_app(
     def verify_caller() -> Response | None:
         # The role is the view's own (@requires); a view without one is for internal callers only.
         # A request no route takes needs only a verified caller: routing answers it (404, 405).
-        needed = (
-            None if request.routing_exception is not None else role_of(app.view_functions.get(request.endpoint or ""))
-        )
+        view = None if request.routing_exception is not None else app.view_functions.get(request.endpoint or "")
+        if needs_no_caller(view):
+            return None  # /_ah/warmup: App Engine's, from an address no marker covers (handlers/warmup.py)
+        needed = None if request.routing_exception is not None else role_of(view)
         admitted = gate.admit(request.headers, needed)
         if isinstance(admitted, Admission):
             g.principal, g.roles = admitted.principal, admitted.roles
@@ -167,6 +169,7 @@ def create_app(
     app.register_blueprint(admin.home)
     app.register_blueprint(dashboard_actions.blueprint)
     app.register_blueprint(problem_pages.blueprint)
+    app.register_blueprint(warmup.blueprint)
     # Flask's documented hook for WSGI middleware, typed as a method.
     contexts = NdbContextMiddleware(app.wsgi_app, ndb_client, settings.database)
     app.wsgi_app = contexts  # type: ignore[method-assign]

@@ -139,5 +139,16 @@ def requires(role: Role) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return mark
 
 
+def open_to_anyone(view: Callable[..., Any]) -> Callable[..., Any]:
+    """Serve ``view`` to every caller, verified or not: only for a view that does nothing a caller
+    chooses and says nothing (App Engine's ``/_ah/warmup``), so no caller gains by reaching it."""
+    view.needs_no_caller = True  # type: ignore[attr-defined]
+    return view
+
+
+def needs_no_caller(view: Callable[..., Any] | None) -> bool:
+    return bool(getattr(view, "needs_no_caller", False))
+
+
 def role_of(view: Callable[..., Any] | None) -> Role:
     return getattr(view, "required_role", Role.DELIVER)

@@ -21,12 +21,16 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
     completed = subprocess.run(
         [sys.executable, "-m", "bench.run", "--requests", "10", "--no-write", "--concurrency", "4",
          "--throughput-requests", "16", "--rtt-ms", "10", "--fleet", "5", "20", "--audit-fleet", "3", "7",
-         "--page-fleet", "2", "4", "--cleanup-records", "600", "--memory-runs", "20", "60"],
+         "--page-fleet", "2", "4", "--cleanup-records", "600", "--memory-runs", "20", "60",
+         "--warmup-rounds", "1"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-2000:]
     report = completed.stdout
     assert "## At 10 ms Datastore round trip" in report
+    # A new instance's first delivery, both ways (bench/warmup.py): each case's medians in milliseconds.
+    assert re.search(r"^\| no warmup .* \| - \| \d+ ms \| \d+ ms \|$", report, re.M)
+    assert re.search(r"^\| inbound_services: warmup \| \d+ ms \| \d+ ms \| \d+ ms \|$", report, re.M)
     assert "Task was destroyed" not in completed.stderr and "Traceback" not in completed.stderr
     delayed = report.split("## At 10 ms Datastore round trip")[1].split("## Over HTTP")[0]
     rows = re.findall(r"^\| ([^|]+?) \| [\d.]+ \| [\d.]+ \| ([\d.]+) \| (-?[\d.]+) \|$", delayed, re.M)
@@ -106,7 +110,7 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
     [("--requests", "0"), ("--requests", "-1"), ("--concurrency", "0"), ("--throughput-requests", "0"),
      ("--rtt-ms", "-5"), ("--rtt-ms", "nan"), ("--rtt-ms", "inf"), ("--requests", "many"), ("--fleet", "0"),
      ("--audit-fleet", "0"), ("--page-fleet", "0"), ("--memory-runs", "0"), ("--memory-runs", "20", "10"),
-     ("--memory-runs", "5", "5"), ("--cleanup-records", "0")],
+     ("--memory-runs", "5", "5"), ("--cleanup-records", "0"), ("--warmup-rounds", "0")],
 )  # fmt: skip
 def test_bad_arguments_are_refused_before_anything_runs(args, capsys):
     from bench import run

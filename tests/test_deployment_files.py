@@ -164,6 +164,11 @@ def test_gcloud_uploads_the_app_and_nothing_else(tmp_path):
     for name in JUNK:
         (tree / name).parent.mkdir(parents=True, exist_ok=True)
         (tree / name).write_text("*\n" if name.endswith(".gitignore") else "junk\n")
+    # docs/jobs.md's python job, where it tells you to put it: a package of yours beside main.py.
+    (tree / "reports").mkdir()
+    (tree / "reports" / "__init__.py").write_text("")
+    shutil.copyfile(tree / "examples" / "report_job.py", tree / "reports" / "nightly.py")
+    yours = {"reports/__init__.py", "reports/nightly.py"}
     listed = subprocess.run(
         ["gcloud", "meta", "list-files-for-upload", str(tree)],
         capture_output=True,
@@ -173,7 +178,9 @@ def test_gcloud_uploads_the_app_and_nothing_else(tmp_path):
         env={**os.environ, "CLOUDSDK_CONFIG": str(tmp_path / "gcloud-config")},
     ).stdout
     uploaded = set(listed.split())
-    sources = {str(path.relative_to(tree)) for path in tree.rglob("*") if path.is_file()} - set(JUNK)
+    assert yours <= uploaded and "examples/report_job.py" not in uploaded  # the copy deploys, the example not
+    uploaded -= yours
+    sources = {str(path.relative_to(tree)) for path in tree.rglob("*") if path.is_file()} - set(JUNK) - yours
     needed = {name for name in sources if name in APP_FILES or name.split("/")[0] in APP_PACKAGES}
     assert uploaded == needed, (sorted(uploaded - needed), sorted(needed - uploaded))
     assert len(uploaded) < 200  # App Engine's cap is 10,000

@@ -103,6 +103,10 @@ def test_make_run_serves_the_walkthrough_and_knows_its_schedule():
             f"{base}/api/v1/jobs/sync-crm/runs", json={"clientToken": "backfill", "parameters": {}}, timeout=30
         )
         assert run.status_code == 201 and run.json()["result"]["status"] == 201, run.text
+        # The downstream keeps its guard records in a namespace of its own: the app's ledger, and
+        # so its first dashboard, holds the app's runs alone.
+        listed = requests.get(f"{base}/api/v1/runs", timeout=30).json()["runs"]
+        assert sorted(r["source"] for r in listed) == ["api", "scheduler"]
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(60)

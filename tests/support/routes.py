@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Flask
 from werkzeug.routing import Rule
 
-from handlers.access import Role, role_of
+from handlers.access import Role, needs_no_caller, role_of
 
 # A value for each URL parameter the app's routes take.
 PATH_VALUES = {
@@ -18,22 +18,27 @@ PATH_VALUES = {
 
 
 def every_route(app: Flask) -> list[tuple[str, list[str]]]:
-    """(path, methods served besides HEAD and OPTIONS) for every route but static files; a path
-    with several rules (a confirmation's GET beside its form's POST) is listed once, with all."""
+    """(path, methods served besides HEAD and OPTIONS) for every route but static files and the
+    views open to anyone (/_ah/warmup: it needs no caller, tests/test_warmup.py holds it to doing
+    and saying nothing); a path with several rules (a confirmation's GET beside its form's POST)
+    is listed once, with all."""
     found: dict[str, set[str]] = {}
     for rule in app.url_map.iter_rules():
-        if rule.endpoint == "static":
+        if rule.endpoint == "static" or needs_no_caller(app.view_functions[rule.endpoint]):
             continue
         found.setdefault(concrete_path(rule), set()).update(served_methods(rule))
     return [(path, sorted(methods)) for path, methods in found.items()]
 
 
 def routes_needing(app: Flask, role: Role) -> list[tuple[str, str]]:
-    """(path, method) of every route whose view needs ``role`` (``@requires``; ``deliver`` unmarked)."""
+    """(path, method) of every route whose view needs ``role`` (``@requires``; ``deliver`` unmarked,
+    but for a view open to anyone, which needs none: /_ah/warmup)."""
     return [
         (concrete_path(rule), method)
         for rule in app.url_map.iter_rules()
-        if rule.endpoint != "static" and role_of(app.view_functions[rule.endpoint]) is role
+        if rule.endpoint != "static"
+        and not needs_no_caller(app.view_functions[rule.endpoint])
+        and role_of(app.view_functions[rule.endpoint]) is role
         for method in sorted(served_methods(rule))
     ]
 
