@@ -17,6 +17,7 @@ from dedup.clock import Clock, SystemClock
 from dedup.errors import PermanentJobError
 from dedup.outcomes import Attempt
 from jobs.errors import JobsConfigError
+from jobs.trace_headers import outgoing_trace_headers
 from models import RunSource
 
 # The longest downstream resource name a run records (and every reader is sent).
@@ -91,6 +92,12 @@ class RunContext:
         """The key every attempt of this run gives the downstream: the run id, the same however
         often the run is delivered or retried (a client's token is ``client_token``)."""
         return self.run_id
+
+    def trace_headers(self) -> dict[str, str]:
+        """The run's trace as headers (``traceparent``, ``X-Cloud-Trace-Context``), for the calls a
+        python job makes itself: the service called joins the delivery's trace, as the other
+        kinds' calls do."""
+        return outgoing_trace_headers()
 
     @property
     def idempotency_key(self) -> str:

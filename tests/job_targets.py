@@ -18,6 +18,7 @@ EFFECTS: list[dict] = []
 GATES: dict[str, threading.Event] = {}
 STARTED: dict[str, threading.Event] = {}
 FAILURES: dict[str, list] = {}
+TRACE_HEADERS: list[dict[str, str]] = []
 _lock = threading.Lock()
 
 
@@ -27,6 +28,7 @@ def reset() -> None:
         GATES.clear()
         STARTED.clear()
         FAILURES.clear()
+        TRACE_HEADERS.clear()
 
 
 def _effect(context: RunContext) -> dict:
@@ -51,6 +53,13 @@ def _effect(context: RunContext) -> dict:
 def record(context: RunContext) -> dict:
     _effect(context)
     return {"done": True, "attempt": context.attempt}
+
+
+def trace_headers(context: RunContext) -> dict:
+    """What a python job would put on its own calls: the run's trace."""
+    with _lock:
+        TRACE_HEADERS.append(context.trace_headers())
+    return {"done": True}
 
 
 def echo_value(context: RunContext):

@@ -191,3 +191,14 @@ def test_a_google_api_call_and_a_dispatched_task_carry_the_trace(make_client, sp
     cloud_tasks.deliver(to_webtest(client))
     (delivered,) = by_name(spans)["POST /tasks/manual-run"]
     assert f"{delivered.context.trace_id:032x}" == TRACE_ID and delivered.parent.span_id == asked.context.span_id
+
+
+def test_a_python_job_gets_the_runs_trace_for_its_own_calls(make_client, spans):
+    from tests import job_targets
+
+    client = make_client(JOBS.replace("tests.job_targets:record", "tests.job_targets:trace_headers"))
+    client.post("/jobs/invoice", headers={**scheduler_headers(), "traceparent": TRACEPARENT}, status=200)
+    (job,) = by_name(spans)["dedup.job"]
+    [headers] = job_targets.TRACE_HEADERS
+    assert headers["traceparent"].split("-")[1:3] == [TRACE_ID, f"{job.context.span_id:016x}"]
+    assert headers["x-cloud-trace-context"] == f"{TRACE_ID}/{job.context.span_id};o=1"
