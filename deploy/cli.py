@@ -1,4 +1,5 @@
-"""``python -m deploy bootstrap|scheduler|firewall|ttl|iap|alerts``: print the gcloud commands; run them with --apply.
+"""``python -m deploy bootstrap|firewall|ttl|iap|alerts``: print the gcloud commands; run them with --apply.
+``python -m deploy scheduler plan|apply``: make the Scheduler jobs match scheduler.yaml through Cloud Scheduler's API.
 ``python -m deploy smoke``: force one Scheduler delivery and check what the app saw of it.
 ``python -m deploy check``: the app's settings, checked as an instance checks them at start-up.
 
@@ -6,9 +7,11 @@ A standalone Click group: it reads jobs.yaml itself and never builds the web
 app, so it needs no caller verification setting but to check it.  The settings it
 takes from the environment (DEDUP_JOBS_FILE, DEDUP_SCALING, DEDUP_DATABASE, ...) it
 reads as the app does, once, into the app's ``Settings``.  Plans that ask gcloud what
-exists (bootstrap, scheduler plan, firewall) need gcloud's credentials for the
-project, unless --assume-new; the others need none until --apply.  The smoke
-calls Cloud Scheduler's and Cloud Logging's APIs with Application Default Credentials.
+exists (bootstrap, firewall) need gcloud's credentials for the project, unless
+--assume-new; the others need none until --apply.  ``scheduler plan`` and ``apply``
+and the smoke call Cloud Scheduler's API (and the smoke Cloud Logging's) with
+Application Default Credentials, at DEDUP_SCHEDULER_API_BASE (an ``http://`` one
+without credentials: a local stand-in); ``scheduler plan --assume-new`` calls nothing.
 """
 
 from __future__ import annotations
@@ -23,18 +26,14 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+import google.auth.exceptions
+from google.cloud import scheduler_v1
 
 from dedup.keys import PROJECT_ID, SCHEDULER_JOB_ID
 from deploy import bootstrap as project_setup
+from deploy import scheduler_jobs
 from deploy import smoke as delivery_smoke
-from deploy.scheduler_config import (
-    app_service,
-    gcloud_commands,
-    pause_commands,
-    shell_line,
-    target_type,
-    update_warnings,
-)
+from deploy.scheduler_config import app_service, shell_line
 from jobs.base import http_url
 from jobs.config import JobSpec, load_jobs
 from jobs.errors import JobsConfigError
@@ -156,100 +155,6 @@ def check() -> None:
     click.echo(f"settings valid: DEDUP_AUTH={auth.mode}, {len(jobs)} job(s) in {_jobs_file()}")
 
 
-def _existing_jobs(project: str, location: str) -> dict[str, tuple[str, str]]:
-    """The Scheduler jobs of one project and location: name -> (their target type and HTTP method,
-    ``app-engine POST`` or ``http GET``, "" for other targets; state: ENABLED, PAUSED, ...)."""
-    if shutil.which("gcloud") is None:
-        raise click.ClickException("gcloud is not on PATH; install the Google Cloud CLI, or pass --assume-new")
-    command = [
-        "gcloud",
-        "scheduler",
-        "jobs",
-        "list",
-        f"--project={project}",
-        f"--location={location}",
-        "--format=value(name,appEngineHttpTarget.httpMethod,httpTarget.httpMethod,state)",
-    ]
-    completed = subprocess.run(command, capture_output=True, text=True, check=False)
-    if completed.returncode != 0:
-        raise click.ClickException(f"{shell_line(command)} failed: {completed.stderr.strip()}")
-    jobs = {}
-    for line in completed.stdout.splitlines():
-        if line.strip():
-            name, app_engine, http, state = (line.rstrip("\n").split("\t") + ["", "", ""])[:4]
-            if app_engine.strip():
-                target = f"app-engine {app_engine.strip().upper()}"
-            else:
-                target = f"http {http.strip().upper()}" if http.strip() else ""
-            jobs[name.strip().rsplit("/", 1)[-1]] = (target, state.strip().upper() or "ENABLED")
-    return jobs
-
-
-def _plan(file: str, assume_new: bool) -> list[list[str]]:
-    jobs = _validated(file)
-    declared = _declared_jobs()
-    existing: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
-    commands = []
-    for job in jobs:
-        scope = (job.project, job.location)
-        if scope not in existing:
-            existing[scope] = {} if assume_new else _existing_jobs(*scope)
-        exists = job.name in existing[scope]
-        external = declared[job.target].runner.external  # validated: the target is declared
-        wanted = f"{target_type(external)} {job.method}"
-        live_target, live_state = existing[scope].get(job.name, (None, "ENABLED"))
-        if exists and live_target != wanted:
-            # gcloud's update leaves the HTTP method and the target type as they
-            # are, whatever it is told: the job must be made again.
-            click.echo(
-                f"warning: {job.name}: the live job sends {live_target or 'no App Engine or HTTP request'}, "
-                f"the file says {wanted}; it is deleted and created again",
-                err=True,
-            )
-            commands.append(
-                [
-                    "gcloud",
-                    "scheduler",
-                    "jobs",
-                    "delete",
-                    job.name,
-                    f"--project={job.project}",
-                    f"--location={job.location}",
-                    "--quiet",
-                ]
-            )
-            exists = False
-        commands += gcloud_commands(job, exists=exists, external=external)
-        for warning in update_warnings(job, external) if exists else []:
-            click.echo(f"warning: {warning}", err=True)
-        commands += pause_commands(job, live_state, created=not exists)
-        if exists and job.paused is not None and (live_state == "PAUSED") != job.paused:
-            click.echo(
-                f"note: {job.name} is {live_state.lower()} in Cloud Scheduler; the app makes it "
-                f"{'paused' if job.paused else 'enabled'} when the version that changes paused: first runs",
-                err=True,
-            )
-        elif exists and job.paused is None and live_state == "PAUSED":
-            click.echo(
-                f"note: {job.name} is paused in Cloud Scheduler and left so (paused: false resumes it)", err=True
-            )
-    return commands
-
-
-@scheduler.command(help="Print the gcloud commands that create or update the declared jobs.")
-@click.argument("file", default=DEFAULT_FILE)
-@click.option("--assume-new", is_flag=True, help="Do not ask gcloud which jobs exist; plan creates.")
-def plan(file: str, assume_new: bool) -> None:
-    _print_and_maybe_run(_plan(file, assume_new), apply=False)
-
-
-@scheduler.command(help="Create or update the declared jobs with gcloud.")
-@click.argument("file", default=DEFAULT_FILE)
-@click.option("--assume-new", is_flag=True, help="Do not ask gcloud which jobs exist; create them.")
-def apply(file: str, assume_new: bool) -> None:
-    _print_and_maybe_run(_plan(file, assume_new), apply=True)
-
-
 def _setting_option(flag: str, field: str, help: str, unset: str | None = None) -> Callable[[F], F]:
     """An option whose default is the app's setting of the same thing: ``Settings``' ``field``
     (``unset``: what None there means)."""
@@ -258,6 +163,88 @@ def _setting_option(flag: str, field: str, help: str, unset: str | None = None) 
         default=lambda: getattr(_settings(), field) or unset,
         show_default=f"{Settings.variable(field)}, else {getattr(Settings(), field) or unset}",
         help=help,
+    )
+
+
+def _steps(
+    file: str, base: str, assume_new: bool
+) -> tuple[list[scheduler_jobs.Step], scheduler_v1.CloudSchedulerClient | None]:
+    """The plan's steps, its warnings and notes said on stderr, and the client that read the live
+    jobs (None with --assume-new: none read, every job created)."""
+    jobs = _validated(file)
+    declared = _declared_jobs()
+    externals = {job.target: declared[job.target].runner.external for job in jobs}  # validated: declared
+    client = None if assume_new else _scheduler_client(base)
+    try:
+        live = None if client is None else scheduler_jobs.live_jobs(client, jobs)
+    except scheduler_jobs.SchedulerApiError as exc:
+        raise click.ClickException(str(exc)) from None
+    steps = scheduler_jobs.plan_steps(jobs, externals, live)
+    for step in steps:
+        for line in scheduler_jobs.notes(step):
+            click.echo(line, err=True)
+    return steps, client
+
+
+def _scheduler_client(base: str) -> scheduler_v1.CloudSchedulerClient:
+    try:
+        return scheduler_jobs.scheduler_client(_base_url("--scheduler-api-base", base))
+    except google.auth.exceptions.DefaultCredentialsError:
+        raise click.ClickException(
+            "no Application Default Credentials for the Cloud Scheduler API: run "
+            "`gcloud auth application-default login`, or pass --assume-new"
+        ) from None
+
+
+def _print_plan(steps: list[scheduler_jobs.Step]) -> None:
+    for step in steps:
+        for line in scheduler_jobs.plan_lines(step):
+            click.echo(line)
+
+
+_API_BASE_HELP = "Cloud Scheduler API base URL (an http:// one is called without credentials)."
+
+
+@scheduler.command(help="Print what apply does to each declared job; --gcloud: the gcloud commands that do the same.")
+@click.argument("file", default=DEFAULT_FILE)
+@click.option("--assume-new", is_flag=True, help="Do not ask Cloud Scheduler which jobs exist; plan creates.")
+@click.option("--gcloud", "as_gcloud", is_flag=True, help="Print the equivalent gcloud commands instead.")
+@_setting_option("--scheduler-api-base", "scheduler_api_base", _API_BASE_HELP)
+def plan(file: str, assume_new: bool, as_gcloud: bool, scheduler_api_base: str) -> None:
+    steps, _ = _steps(file, scheduler_api_base, assume_new)
+    if not as_gcloud:
+        _print_plan(steps)
+        return
+    for step in steps:
+        commands, warnings = scheduler_jobs.step_commands(step)
+        for warning in warnings:
+            click.echo(f"warning: {warning}", err=True)
+        for command in commands:
+            click.echo(shell_line(command))
+
+
+@scheduler.command(help="Create, update or make again the declared jobs through the Cloud Scheduler API.")
+@click.argument("file", default=DEFAULT_FILE)
+@click.option(
+    "--assume-new",
+    is_flag=True,
+    help="Do not ask Cloud Scheduler which jobs exist; create them (one that exists fails).",
+)
+@_setting_option("--scheduler-api-base", "scheduler_api_base", _API_BASE_HELP)
+def apply(file: str, assume_new: bool, scheduler_api_base: str) -> None:
+    """Prints the plan, then makes its calls, each said on stderr once answered; the first the API
+    refuses stops it, naming what was done and what was not (exit 1)."""
+    steps, client = _steps(file, scheduler_api_base, assume_new)
+    _print_plan(steps)
+    client = client or _scheduler_client(scheduler_api_base)
+    try:
+        scheduler_jobs.apply_steps(client, steps, say=lambda line: click.echo(line, err=True))
+    except scheduler_jobs.SchedulerApiError as exc:
+        raise click.ClickException(str(exc)) from None
+    actions = [step.action for step in steps]
+    click.echo(
+        f"applied: {actions.count('create')} created, {actions.count('update')} updated, "
+        f"{actions.count('recreate')} made again, {actions.count('unchanged')} unchanged"
     )
 
 
@@ -307,11 +294,16 @@ def _check_project_and_region(project: str, region: str, region_flag: str) -> No
         raise click.BadParameter(f"{region!r} is not a Cloud region such as us-central1", param_hint=region_flag)
 
 
-def _api(flag: str, base: str) -> GoogleApi:
+def _base_url(flag: str, base: str) -> str:
+    """An API's base URL given on the command line, checked as the settings check theirs."""
     try:
-        return GoogleApi(http_url("command line", flag, base, query=False), DEFAULT_TIMEOUT_SECONDS)
+        return http_url("command line", flag, base, query=False)
     except JobsConfigError as exc:
         raise click.BadParameter(exc.reason, param_hint=flag) from None
+
+
+def _api(flag: str, base: str) -> GoogleApi:
+    return GoogleApi(_base_url(flag, base), DEFAULT_TIMEOUT_SECONDS)
 
 
 @cli.command(help="Force one Cloud Scheduler delivery to the deployed app; print and check what the app saw.")

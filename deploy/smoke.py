@@ -66,7 +66,7 @@ class Target:
             kinds = [k for k in ("httpTarget", "pubsubTarget") if k in job] or ["no target"]
             raise SmokeFailure(
                 f"{job.get('name')} has {', '.join(kinds)}, not an App Engine target: the smoke checks "
-                "the deliveries of App Engine-target jobs (python -m deploy scheduler plan makes them)"
+                "the deliveries of App Engine-target jobs (python -m deploy scheduler apply makes them)"
             )
         return cls(
             name=str(job["name"]),

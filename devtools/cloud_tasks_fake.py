@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import http.server
 import json
 import re
 import threading
@@ -24,7 +23,7 @@ from typing import Any
 
 import requests
 
-from devtools import POLL_SECONDS
+from devtools.json_server import JsonServer
 
 TASK_PATH = re.compile(r"/v2/(projects/[^/]+/locations/[^/]+/queues/[^/]+)/tasks")
 
@@ -57,33 +56,11 @@ class CloudTasksFake:
         self.refused: list[str] = []  # task ids created again (ALREADY_EXISTS)
         self.fail_next: list[int] = []  # statuses to answer the next creates with (503, ...)
         self._lock = threading.Lock()
-        fake = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                status, payload = fake._create(self.path.split("?")[0], raw)
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": POLL_SECONDS}, daemon=True).start()
+        self.local = JsonServer(lambda method, path, raw, headers: self._create(path.split("?")[0], raw), ("POST",))
+        self.url = self.local.url
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.local.close()
 
     def reset(self) -> None:
         with self._lock:

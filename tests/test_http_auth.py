@@ -8,8 +8,6 @@ signature, audience and expiry.
 
 from __future__ import annotations
 
-import http.server
-import json
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -20,12 +18,12 @@ import google.oauth2.id_token
 import pytest
 
 from devtools.google_fakes import SERVICE_ACCOUNT
+from devtools.json_server import JsonServer
 from jobs.config import parse_jobs
 from jobs.errors import JobsConfigError
 from jobs.id_tokens import ID_TOKENS
 from tests.support.deliveries import scheduler_headers
 from tests.support.oidc import TokenIssuer
-from tests.support.proxies import LocalServer
 
 IAP_CLIENT_ID = "1234567890-abcdefghij.apps.googleusercontent.com"
 
@@ -39,42 +37,27 @@ class VerifyingService:
         self.accepted: list[dict[str, Any]] = []
         self.refused: list[str] = []
         self.authorizations: list[str] = []
-        service = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                header = self.headers.get("Authorization", "")
-                service.authorizations.append(header)
-                try:
-                    if not header.startswith("Bearer "):
-                        raise ValueError("no bearer token")
-                    claims = google.oauth2.id_token.verify_token(
-                        header.removeprefix("Bearer "),
-                        google.auth.transport.requests.Request(),
-                        audience=service.audience,
-                        certs_url=issuer.certs_url,
-                    )
-                except (ValueError, google.auth.exceptions.GoogleAuthError) as exc:
-                    service.refused.append(str(exc))
-                    self._answer(401, {"error": "unauthenticated"})
-                    return
-                service.accepted.append(claims)
-                self._answer(200, {"ok": True})
-
-            def _answer(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.local = LocalServer(Handler)
+        self.issuer = issuer
+        self.local = JsonServer(self._answer, ("POST",))
         self.url = self.local.url
+
+    def _answer(self, method: str, path: str, raw: bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        header = headers.get("Authorization", "")
+        self.authorizations.append(header)
+        try:
+            if not header.startswith("Bearer "):
+                raise ValueError("no bearer token")
+            claims = google.oauth2.id_token.verify_token(
+                header.removeprefix("Bearer "),
+                google.auth.transport.requests.Request(),
+                audience=self.audience,
+                certs_url=self.issuer.certs_url,
+            )
+        except (ValueError, google.auth.exceptions.GoogleAuthError) as exc:
+            self.refused.append(str(exc))
+            return 401, {"error": "unauthenticated"}
+        self.accepted.append(claims)
+        return 200, {"ok": True}
 
 
 @pytest.fixture(scope="module")

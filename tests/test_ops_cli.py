@@ -1,4 +1,6 @@
-"""python -m deploy scheduler|firewall|ttl: validation rules, plans, and --apply through gcloud."""
+"""python -m deploy scheduler|firewall|ttl: validation rules, plans, --apply through gcloud, and the
+Scheduler jobs applied through Cloud Scheduler's API (a stand-in: tests/test_scheduler_apply.py has
+each field cleared)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from deploy.cli import cli as ops_cli
 from schedules.config import RetryConfig, retry_intervals
 from tests.support.gcloud import PARSED as GCLOUD_PARSED
 from tests.support.gcloud import parse as gcloud_parse
+from tests.support.scheduler_api import SCOPE, app_engine_job, scheduler_api  # noqa: F401 - fixture
 from tests.support.shipped import EXAMPLE_JOBS, EXAMPLE_SCHEDULE, filled_in
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -112,17 +115,20 @@ def test_the_shipped_files_do_not_validate_or_plan_until_filled_in(tmp_path):
     ]
 
 
-def test_scheduler_jobs_go_to_app_yaml_s_service_unless_they_name_another(cli, fake_gcloud, monkeypatch):
+def test_scheduler_jobs_go_to_app_yaml_s_service_unless_they_name_another(cli, scheduler_api):
     """Left unset, Scheduler sends a job to the `default` service: another app's, not this one."""
-    monkeypatch.setenv("PATH", fake_gcloud[0]["PATH"])
     with open(os.path.join(ROOT, "app.yaml"), encoding="utf-8") as handle:
         service = yaml.safe_load(handle)["service"]
     assert service != "default"
-    planned = cli("scheduler", "plan", schedule=TWO_JOBS)  # nightly exists (an update), weekly is created
+    scheduler_api.put(app_engine_job())  # nightly exists (an update), weekly is created
+    planned = cli("scheduler", "plan", "--gcloud", schedule=TWO_JOBS)
     lines = [line.split() for line in planned.output.splitlines() if line.startswith("gcloud ")]
     assert [line[3] for line in lines] == ["update", "create"]
     assert all(f"--service={service}" in line and "--clear-service" not in line for line in lines)
-    named = cli("scheduler", "plan", "--assume-new", schedule=job(service="reports"))
+    assert cli("scheduler", "apply", schedule=TWO_JOBS).exit_code == 0
+    routed = {name: job["appEngineHttpTarget"]["appEngineRouting"] for name, job in scheduler_api.jobs.items()}
+    assert routed == {f"{SCOPE}/jobs/nightly": {"service": service}, f"{SCOPE}/jobs/weekly": {"service": service}}
+    named = cli("scheduler", "plan", "--assume-new", "--gcloud", schedule=job(service="reports"))
     assert "--service=reports" in named.output and f"--service={service}" not in named.output
 
 
@@ -272,7 +278,7 @@ def test_retry_intervals_follow_schedulers_documented_example():
 
 @pytest.fixture
 def fake_gcloud(tmp_path):
-    """A gcloud on PATH that records its arguments and knows one existing Scheduler job."""
+    """A gcloud on PATH that records its arguments and knows the firewall's rules."""
     log = tmp_path / "gcloud.log"
     script = tmp_path / "bin" / "gcloud"
     script.parent.mkdir()
@@ -282,9 +288,6 @@ def fake_gcloud(tmp_path):
         import os, sys
         with open({str(log)!r}, "a") as handle:
             handle.write("\\x1f".join(sys.argv[1:]) + "\\n")
-        if sys.argv[1:4] == ["scheduler", "jobs", "list"]:
-            state = os.environ.get("FAKE_NIGHTLY_STATE", "ENABLED")
-            print("projects/acme-prod/locations/us-central1/jobs/nightly\tPOST\t\t" + state)
         if sys.argv[1:4] == ["app", "firewall-rules", "list"]:
             print("1000\tALLOW\t0.1.0.2/32\tCloud Scheduler App Engine jobs, Cloud Tasks and cron")
             print("1002\tDENY\t192.0.2.7\tblock a scraper")
@@ -312,31 +315,52 @@ TWO_JOBS = (
 )
 
 
-def test_plan_updates_existing_jobs_and_creates_new_ones(cli, fake_gcloud, monkeypatch):
+def actions(output: str) -> list[str]:
+    """The plan's steps, in order: the first word of each line naming one."""
+    steps = ("create", "update", "recreate", "pause", "unchanged")
+    return [line.split()[0] for line in output.splitlines() if line.split()[:1] and line.split()[0] in steps]
+
+
+def test_plan_updates_existing_jobs_and_creates_new_ones(cli, scheduler_api, fake_gcloud, monkeypatch):
+    """The plan asks the API which jobs exist (one jobs.list), and names each field an update sets."""
     env, calls = fake_gcloud
     monkeypatch.setenv("PATH", env["PATH"])
+    scheduler_api.put(app_engine_job())
     result = cli("scheduler", "plan", schedule=TWO_JOBS.replace("weekly:", "weekly:\n    attempt_deadline: 5m"))
     assert result.exit_code == 0, result.output
-    lines = [line for line in result.output.strip().splitlines() if line.startswith("gcloud ")]
-    assert lines[0].startswith("gcloud scheduler jobs update app-engine nightly ")
-    assert "--relative-url=/jobs/report?project=acme-prod&location=us-central1" in lines[0]
-    assert "--attempt-deadline=600s" in lines[0] and "--max-retry-attempts=3" in lines[0]
-    assert "--clear-headers" in lines[0]  # a header removed from the file goes from the job too
-    assert lines[1].startswith("gcloud scheduler jobs create app-engine weekly ")
-    assert "warning: nightly: no version declared" in result.output
-    assert [c[:3] for c in calls()] == [["scheduler", "jobs", "list"]]  # plan runs nothing else
+    lines = result.output.splitlines()
+    assert lines[0] == (
+        f"update nightly ({SCOPE}/jobs/nightly): attemptDeadline, retryConfig.retryCount, "
+        "retryConfig.minBackoffDuration, retryConfig.maxBackoffDuration, retryConfig.maxDoublings, "
+        "appEngineHttpTarget.relativeUri, appEngineHttpTarget.appEngineRouting.service"
+    )
+    assert '    attemptDeadline: unset -> "600s"' in lines
+    assert (
+        '    appEngineHttpTarget.relativeUri: "/jobs/report" -> "/jobs/report?project=acme-prod&location=us-central1"'
+        in lines
+    )
+    assert lines[-1] == f"create weekly ({SCOPE}/jobs/weekly): app-engine POST"
+    assert "warning" not in result.output  # an update clears what the file leaves out: nothing to warn of
+    assert [(call.method, call.path) for call in scheduler_api.calls()] == [("GET", f"/v1/{SCOPE}/jobs")]
+    assert calls() == []  # no gcloud
 
 
-def test_a_changed_http_method_recreates_the_job(cli, fake_gcloud, monkeypatch):
-    """gcloud's update keeps the live method whatever it is told: the plan deletes and creates."""
-    env, _ = fake_gcloud
-    monkeypatch.setenv("PATH", env["PATH"])
-    result = cli("scheduler", "plan", schedule=job(method="GET"))
+def test_a_changed_http_method_recreates_the_job(cli, scheduler_api):
+    """gcloud's update keeps the live method whatever it is told: the plan deletes and creates, by
+    either road, and keeps the job's pause (none here)."""
+    scheduler_api.put(app_engine_job())
+    result = cli("scheduler", "plan", "--gcloud", schedule=job(method="GET"))
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if line.startswith("gcloud ")]
     assert lines[0] == "gcloud scheduler jobs delete nightly --project=acme-prod --location=us-central1 --quiet"
     assert lines[1].startswith("gcloud scheduler jobs create app-engine nightly ") and "--http-method=get" in lines[1]
     assert "the live job sends app-engine POST, the file says app-engine GET" in result.output
+    applied = cli("scheduler", "apply", schedule=job(method="GET"))
+    assert applied.exit_code == 0, applied.output
+    assert f"recreate nightly ({SCOPE}/jobs/nightly): delete it, then create it as app-engine GET" in applied.output
+    assert [call.method for call in scheduler_api.calls()][-2:] == ["DELETE", "POST"]
+    live = scheduler_api.jobs[f"{SCOPE}/jobs/nightly"]
+    assert live["appEngineHttpTarget"]["httpMethod"] == "GET" and live["state"] == "ENABLED"
 
 
 def test_a_key_given_twice_is_refused(cli):
@@ -348,12 +372,19 @@ def test_utc_is_a_time_zone(cli):
     assert cli("scheduler", "validate", schedule=job(time_zone="utc")).exit_code == 0
 
 
-def test_apply_runs_the_commands(cli, fake_gcloud, monkeypatch):
+def test_apply_calls_the_api_once_per_changed_job_and_runs_no_gcloud(cli, scheduler_api, fake_gcloud, monkeypatch):
     env, calls = fake_gcloud
     monkeypatch.setenv("PATH", env["PATH"])
+    scheduler_api.put(app_engine_job())
     result = cli("scheduler", "apply", schedule=VALID)
     assert result.exit_code == 0, result.output
-    assert [c[:5] for c in calls()][-1] == ["scheduler", "jobs", "update", "app-engine", "nightly"]
+    assert "updated nightly" in result.output
+    assert result.output.splitlines()[-1] == "applied: 0 created, 1 updated, 0 made again, 0 unchanged"
+    assert [call.method for call in scheduler_api.calls()] == ["GET", "PATCH"]
+    again = cli("scheduler", "apply", schedule=VALID)
+    assert again.output.splitlines()[-1] == "applied: 0 created, 0 updated, 0 made again, 1 unchanged"
+    assert [call.method for call in scheduler_api.calls()] == ["GET", "PATCH", "GET"]
+    assert calls() == []
 
 
 def test_plan_refuses_an_invalid_file(cli):
@@ -361,12 +392,12 @@ def test_plan_refuses_an_invalid_file(cli):
     assert result.exit_code == 1 and "gcloud scheduler" not in result.output
 
 
-def test_headers_with_commas_long_durations_and_updated_headers(cli, fake_gcloud, monkeypatch):
-    env, _ = fake_gcloud
-    monkeypatch.setenv("PATH", env["PATH"])
+def test_headers_with_commas_long_durations_and_updated_headers(cli, scheduler_api):
+    scheduler_api.put(app_engine_job())
     result = cli(
         "scheduler",
         "plan",
+        "--gcloud",
         schedule=VALID.replace(
             "    retry:", '    headers: {Accept: "text/plain, application/json", X-Mode: full}\n    retry:'
         )
@@ -512,37 +543,40 @@ def test_alerts_prints_the_metrics_and_two_policies_and_applies_them(cli, fake_g
         (None, "PAUSED", "left so"),  # unsaid: an operator's pause is not undone by a deploy
     ],
 )
-def test_plan_leaves_an_existing_jobs_pause_to_the_app(cli, fake_gcloud, monkeypatch, paused, live, note):
+def test_plan_leaves_an_existing_jobs_pause_to_the_app(cli, scheduler_api, paused, live, note):
     """The app applies the file's paused when the version that changes it first runs (in its
     record and in Cloud Scheduler), so the file and an operator's action never fight over it."""
-    monkeypatch.setenv("PATH", fake_gcloud[0]["PATH"])
-    monkeypatch.setenv("FAKE_NIGHTLY_STATE", live)
+    scheduler_api.put(app_engine_job(), state=live)
     planned = cli("scheduler", "plan", schedule=job(paused=paused))
     assert planned.exit_code == 0, planned.output
-    verbs = [line.split()[3] for line in planned.output.splitlines() if line.startswith("gcloud scheduler jobs")]
-    assert verbs == ["update"]
+    assert actions(planned.output) == ["update"]
     notes = [line for line in planned.output.splitlines() if line.startswith("note:")]
     assert (notes[0] if notes else None) is None if note is None else note in notes[0]
 
 
-def test_a_paused_job_made_again_stays_paused(cli, fake_gcloud, monkeypatch):
+def test_a_paused_job_made_again_stays_paused(cli, scheduler_api):
     """A changed HTTP method deletes and creates the job: its pause is kept unless the file says paused: false."""
-    monkeypatch.setenv("PATH", fake_gcloud[0]["PATH"])
-    monkeypatch.setenv("FAKE_NIGHTLY_STATE", "PAUSED")
-    planned = cli("scheduler", "plan", schedule=job(method="GET"))
+    scheduler_api.put(app_engine_job(), state="PAUSED")
+    planned = cli("scheduler", "plan", "--gcloud", schedule=job(method="GET"))
     verbs = [line.split()[3] for line in planned.output.splitlines() if line.startswith("gcloud scheduler jobs")]
     assert planned.exit_code == 0 and verbs == ["delete", "create", "pause"]
-    resumed = cli("scheduler", "plan", schedule=job(method="GET", paused="false"))
+    assert actions(cli("scheduler", "plan", schedule=job(method="GET")).output) == ["recreate", "pause"]
+    resumed = cli("scheduler", "plan", "--gcloud", schedule=job(method="GET", paused="false"))
     assert [line.split()[3] for line in resumed.output.splitlines() if line.startswith("gcloud scheduler")] == [
         "delete",
         "create",
     ]
+    applied = cli("scheduler", "apply", schedule=job(method="GET"))
+    assert applied.exit_code == 0, applied.output
+    assert [call.method for call in scheduler_api.calls()][-3:] == ["DELETE", "POST", "POST"]  # ..., :pause
+    assert scheduler_api.jobs[f"{SCOPE}/jobs/nightly"]["state"] == "PAUSED"
 
 
 def test_a_new_paused_job_is_created_then_paused(cli):
-    planned = cli("scheduler", "plan", "--assume-new", schedule=job(paused="true"))
+    planned = cli("scheduler", "plan", "--assume-new", "--gcloud", schedule=job(paused="true"))
     verbs = [line.split()[3] for line in planned.output.splitlines() if line.startswith("gcloud scheduler jobs")]
     assert planned.exit_code == 0 and verbs == ["create", "pause"]
+    assert actions(cli("scheduler", "plan", "--assume-new", schedule=job(paused="true")).output) == ["create", "pause"]
 
 
 @pytest.mark.parametrize(
@@ -569,13 +603,13 @@ jobs:
 """
 
 
-def test_an_external_jobs_scheduler_job_is_an_http_target_with_an_oidc_token(jobs_file, tmp_path, fake_gcloud):
+def test_an_external_jobs_scheduler_job_is_an_http_target_with_an_oidc_token(jobs_file, tmp_path, scheduler_api):
     """Its Scheduler job calls the handler (with the scope), signed by the caller's service
     account; a live App Engine job of the same name is made again as an HTTP one."""
     schedule = tmp_path / "scheduler.yaml"
     schedule.write_text(VALID.replace("target: report", "target: reports"))
-    arguments = ["--jobs", jobs_file(EXTERNAL_JOBS), "scheduler", "plan"]
-    planned = CliRunner().invoke(ops_cli, [*arguments, "--assume-new", str(schedule)])
+    arguments = ["--jobs", jobs_file(EXTERNAL_JOBS), "scheduler"]
+    planned = CliRunner().invoke(ops_cli, [*arguments, "plan", "--gcloud", "--assume-new", str(schedule)])
     assert planned.exit_code == 0, planned.output
     [line] = [line for line in planned.output.splitlines() if line.startswith("gcloud ")]
     command = shlex.split(line)
@@ -586,8 +620,17 @@ def test_an_external_jobs_scheduler_job_is_an_http_target_with_an_oidc_token(job
     assert f"--oidc-token-audience={url}" in command and not any(c.startswith("--service=") for c in command)
     code, said = gcloud_parse(line, tmp_path)  # gcloud's own parser takes it
     assert code != 2 and GCLOUD_PARSED in said, said
-    env, _ = fake_gcloud  # the live nightly is an App Engine job
-    live = CliRunner().invoke(ops_cli, [*arguments, str(schedule)], env=env)
+    scheduler_api.put(app_engine_job())  # the live nightly is an App Engine job
+    live = CliRunner().invoke(ops_cli, [*arguments, "plan", "--gcloud", str(schedule)])
     assert "the live job sends app-engine POST, the file says http POST" in live.output
     lines = [line for line in live.output.splitlines() if line.startswith("gcloud ")]
     assert lines[0].startswith("gcloud scheduler jobs delete nightly ") and " create http nightly " in lines[1]
+    applied = CliRunner().invoke(ops_cli, [*arguments, "apply", str(schedule)])
+    assert applied.exit_code == 0, applied.output
+    target = scheduler_api.jobs[f"{SCOPE}/jobs/nightly"]["httpTarget"]
+    assert "appEngineHttpTarget" not in scheduler_api.jobs[f"{SCOPE}/jobs/nightly"]
+    assert target["uri"] == f"{url}?project=acme-prod&location=us-central1"
+    assert target["oidcToken"] == {
+        "serviceAccountEmail": "nightly-caller@acme-prod.iam.gserviceaccount.com",
+        "audience": url,
+    }
