@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -269,6 +270,12 @@ def tasks_api_base(environ: Mapping[str, str]) -> str | None:
     if base is not None and not re.fullmatch(r"https?://[^/?#\s]+", base):
         raise SettingError(f"{TASKS_API_BASE_SETTING} must be an http(s) base URL, got {base!r}")
     return base
+
+
+def is_local_api_base(base: str) -> bool:
+    """An ``http://`` base URL of a Google API: an emulator or a stand-in on this machine or the test
+    network, reached in plaintext and without credentials (Google's APIs are https only)."""
+    return urllib.parse.urlsplit(base).scheme == "http"
 
 
 def tasks_transport(environ: Mapping[str, str]) -> str:

@@ -17,7 +17,6 @@ Credentials.  REST rather than gRPC: the stand-in is a plain HTTP server like th
 from __future__ import annotations
 
 import dataclasses
-import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -45,6 +44,7 @@ from deploy.scheduler_config import (
 )
 from jobs.base import ExternalTarget
 from schedules.config import SchedulerJob
+from settings import is_local_api_base
 
 CALL_TIMEOUT_SECONDS = 60.0
 # What a call to the API raises when it is refused or never answered.
@@ -89,11 +89,10 @@ class Step:
 def scheduler_client(api_base: str) -> scheduler_v1.CloudSchedulerClient:
     """A Cloud Scheduler client over REST to ``api_base``: anonymous to an ``http://`` stand-in,
     with Application Default Credentials to Google's (raising google-auth's error without them)."""
-    local = urllib.parse.urlsplit(api_base).scheme == "http"
     return scheduler_v1.CloudSchedulerClient(
         transport="rest",
         client_options=ClientOptions(api_endpoint=api_base),
-        credentials=AnonymousCredentials() if local else None,  # type: ignore[no-untyped-call]
+        credentials=AnonymousCredentials() if is_local_api_base(api_base) else None,  # type: ignore[no-untyped-call]
     )
 
 

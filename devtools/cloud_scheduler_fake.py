@@ -202,6 +202,8 @@ def _target_problem(job: Job) -> str | None:
     if len(targets) != 1:
         return f"A job needs exactly one target; this one has {targets or 'none'}."
     target = job[targets[0]]
+    if "oidcToken" in target and "oauthToken" in target:  # authorization_header is a oneof (target.proto)
+        return "An HttpTarget takes an oidcToken or an oauthToken, not both."
     if "body" in target and _method(target.get("httpMethod")) not in ("POST", "PUT", "PATCH"):
         return "A body is allowed only with POST, PUT or PATCH."
     return None

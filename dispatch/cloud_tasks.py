@@ -31,8 +31,8 @@ from google.cloud import tasks_v2
 from google.cloud.tasks_v2.services.cloud_tasks.transports import CloudTasksGrpcTransport
 
 from dispatch import Dispatched, DispatchError, HttpTarget, Work
-from jobs.trace_headers import outgoing_trace_headers
-from settings import SettingError, Settings, tasks_queue_name
+from jobs.trace_headers import outgoing_trace_headers, traced
+from settings import SettingError, Settings, is_local_api_base, tasks_queue_name
 
 # The app's one setting error: a bad DEDUP_TASKS_* setting stops the app (settings.py's rules).
 DispatchSettingError = SettingError
@@ -109,16 +109,14 @@ class CloudTasksDispatcher:
 def tasks_client(api_base: str | None, transport: str) -> tasks_v2.CloudTasksClient:
     """A Cloud Tasks client over ``transport`` to ``api_base`` (None: Google's, with the app's credentials).
 
-    A plain ``http://`` base is a local emulator: no TLS and no credentials, which google-auth would
-    otherwise look for (and fail to find) before the first call.
+    A plain ``http://`` base is a local emulator (settings.is_local_api_base): no TLS and no
+    credentials, which google-auth would otherwise look for (and fail to find) before the first call.
     """
     if api_base is None:
         return tasks_v2.CloudTasksClient(transport=transport)
-    parts = urllib.parse.urlsplit(api_base)
-    local = parts.scheme == "http"
+    local = is_local_api_base(api_base)
     if transport == "grpc":
-        port = parts.port or (80 if local else 443)
-        endpoint = f"{parts.hostname}:{port}"
+        endpoint = grpc_endpoint(api_base)
         if local:
             return tasks_v2.CloudTasksClient(transport=CloudTasksGrpcTransport(channel=grpc.insecure_channel(endpoint)))
         return tasks_v2.CloudTasksClient(transport="grpc", client_options=ClientOptions(api_endpoint=endpoint))
@@ -129,13 +127,22 @@ def tasks_client(api_base: str | None, transport: str) -> tasks_v2.CloudTasksCli
     )
 
 
+def grpc_endpoint(api_base: str) -> str:
+    """``host:port`` of a base URL, as gRPC names a target: an IPv6 host bracketed, the scheme's port
+    when none is given."""
+    parts = urllib.parse.urlsplit(api_base)
+    host = parts.hostname or ""
+    port = parts.port or (80 if parts.scheme == "http" else 443)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def http_request(target: HttpTarget, trace: dict[str, str]) -> tasks_v2.HttpRequest:
     """An HTTP target's request: Cloud Tasks signs an OIDC token as ``service_account`` (the app's
     own account needs roles/iam.serviceAccountUser on it) and sends it with the request."""
     return tasks_v2.HttpRequest(
         url=target.url,
         http_method=getattr(tasks_v2.HttpMethod, target.method),
-        headers={**trace, **target.headers},
+        headers=traced(target.headers, trace),
         body=target.body,
         oidc_token=tasks_v2.OidcToken(service_account_email=target.service_account, audience=target.audience),
     )

@@ -28,6 +28,7 @@ from dedup.clock import Clock, SystemClock
 from dedup.http_status import is_retryable_status
 from dispatch import Dispatched, HttpTarget, Work
 from jobs.config import load_strict_yaml
+from jobs.trace_headers import outgoing_trace_headers, traced
 from schedules.config import backoff_seconds
 
 log = logging.getLogger(__name__)
@@ -127,15 +128,21 @@ class InProcessDispatcher:
             self._seen.add(work.task_id)
             settled: concurrent.futures.Future[int] = concurrent.futures.Future()
             self.futures.append(settled)
-        self._pool.submit(self._attempt, work, 0, self.clock.now(), settled)
+        # The task carries the dispatching request's trace, as a Cloud Tasks task does.
+        self._pool.submit(self._attempt, work, 0, self.clock.now(), settled, outgoing_trace_headers())
         return Dispatched(work.task_id)
 
     def _attempt(
-        self, work: Work, retries: int, first: datetime.datetime, settled: concurrent.futures.Future[int]
+        self,
+        work: Work,
+        retries: int,
+        first: datetime.datetime,
+        settled: concurrent.futures.Future[int],
+        trace: dict[str, str],
     ) -> None:
         """One delivery of ``work``; an answer a retry may cure is retried after the queue's backoff."""
         try:
-            status = self._deliver(work, retries)
+            status = self._deliver(work, retries, trace)
         except BaseException as exc:
             settled.set_exception(exc)
             return
@@ -152,20 +159,21 @@ class InProcessDispatcher:
         def later() -> None:
             self.sleep(wait)
             try:
-                self._pool.submit(self._attempt, work, retries + 1, first, settled)
+                self._pool.submit(self._attempt, work, retries + 1, first, settled, trace)
             except RuntimeError:  # the pool shut down meanwhile: the process is exiting
                 log.warning("dispatched task %s answered %s: not retried, the process is exiting", work.task_id, status)
                 settled.set_result(status)
 
         threading.Thread(target=later, name=f"dispatch-retry-{work.task_id[:24]}", daemon=True).start()
 
-    def _deliver(self, work: Work, retries: int) -> int:
+    def _deliver(self, work: Work, retries: int, trace: dict[str, str]) -> int:
         if work.http is not None:
-            return deliver_http(work.http, work.task_id, retries)
+            return deliver_http(work.http, work.task_id, retries, trace)
         response = self.app.test_client().post(
             work.relative_uri,
             data=json.dumps(work.body),
             headers={
+                **trace,
                 "Content-Type": "application/json",
                 "X-AppEngine-QueueName": QUEUE_NAME,
                 "X-AppEngine-TaskName": work.task_id,
@@ -184,12 +192,12 @@ class InProcessDispatcher:
 HTTP_TASK_TIMEOUT_SECONDS = 600  # Cloud Tasks' default dispatch deadline for an HTTP task
 
 
-def deliver_http(target: HttpTarget, task_id: str, retries: int) -> int:
+def deliver_http(target: HttpTarget, task_id: str, retries: int, trace: dict[str, str] | None = None) -> int:
     """An HTTP task as Cloud Tasks sends one (its X-CloudTasks-* headers), without the OIDC token
     it would mint: locally, the handler is served without caller verification.  A request that
     gets no answer is a 503 to the queue, retried as Cloud Tasks retries it."""
     headers = {
-        **target.headers,
+        **traced(target.headers, trace or {}),
         "X-CloudTasks-QueueName": QUEUE_NAME,
         "X-CloudTasks-TaskName": task_id,
         "X-CloudTasks-TaskRetryCount": str(retries),

@@ -143,7 +143,7 @@ def create_app(
         # The role is the view's own (@requires); a view without one is for internal callers only.
         # A request no route takes needs only a verified caller: routing answers it (404, 405).
         view = None if request.routing_exception is not None else app.view_functions.get(request.endpoint or "")
-        if needs_no_caller(view):
+        if needs_no_caller(view) and not gate.loopback_rule.refuses(request.headers):
             return None  # /_ah/warmup: App Engine's, from an address no marker covers (handlers/warmup.py)
         needed = None if request.routing_exception is not None else role_of(view)
         admitted = gate.admit(request.headers, needed)
@@ -188,6 +188,22 @@ def bind_schedules(app: Flask) -> bool:
     if not isinstance(state, AppState) or not isinstance(contexts, NdbContextMiddleware):
         return False
     return state.bind_schedules(lambda: contexts.client)  # made inside: no credentials stops no worker
+
+
+def warm_worker(app: Flask) -> bool:
+    """Do a worker's first-request work before it serves (gunicorn.conf.py's post_worker_init, after
+    binding the schedules): True when warmed here.  Nothing stops a worker starting."""
+    from handlers import warmup
+
+    contexts = getattr(app, "wsgi_app", None)
+    if not isinstance(app, Flask) or not isinstance(contexts, NdbContextMiddleware):
+        return False
+    try:
+        client = contexts.client
+    except Exception as exc:  # no credentials, no project: the first request finds out
+        logging.getLogger(__name__).warning("this worker was not warmed: %r", exc)
+        return False
+    return warmup.warm(app, client) is not None
 
 
 # The settings' rules are settings.py's; these names are kept for the callers that import them here.

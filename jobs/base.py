@@ -222,6 +222,36 @@ def url_problem(url: str, query: bool = True) -> str | None:
     return None
 
 
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _host_of(parts: urllib.parse.SplitResult) -> str:
+    """The URL's host as a service names itself: lower case, no trailing dot, an IPv6 one bracketed."""
+    host = (parts.hostname or "").rstrip(".")
+    return f"[{host}]" if ":" in host else host
+
+
+def origin_of(url: str) -> str:
+    """``scheme://host[:port]`` of a URL url_problem accepted, the port only where it is not the
+    scheme's own: what a Cloud Run service takes as the audience of the tokens it is called with."""
+    parts = urllib.parse.urlsplit(url)
+    port = f":{parts.port}" if parts.port is not None and parts.port != DEFAULT_PORTS[parts.scheme] else ""
+    return f"{parts.scheme}://{_host_of(parts)}{port}"
+
+
+def without_credentials(url: str) -> str:
+    """The URL without any ``user:password@``, query or fragment: what may be shown or sent as an
+    audience (Cloud Scheduler's own default audience is the target URL)."""
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def is_loopback_url(url: str) -> bool:
+    """Whether the URL's host is this machine (a local service in tests and make run)."""
+    return urllib.parse.urlsplit(url).hostname in ("127.0.0.1", "localhost", "::1")
+
+
 # RFC 2606's names for documentation: no real service answers there, so a URL naming one
 # (the shipped jobs.yaml's crm.example.com) is a value still to fill in.
 _PLACEHOLDER_DOMAINS = ("example.com", "example.net", "example.org")

@@ -24,3 +24,10 @@ def outgoing_trace_headers() -> dict[str, str]:
     carrier: dict[str, str] = {}
     PROPAGATOR.inject(carrier)
     return carrier
+
+
+def traced(headers: dict[str, str], trace: dict[str, str] | None = None) -> dict[str, str]:
+    """``headers`` with the trace (the current span's, unless given): a configured header of the
+    same name, in any case, gives way, so a call never carries two traces."""
+    kept = {name: value for name, value in headers.items() if name.lower() not in TRACE_HEADERS}
+    return {**kept, **(outgoing_trace_headers() if trace is None else trace)}

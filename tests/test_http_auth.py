@@ -38,6 +38,7 @@ class VerifyingService:
         self.refused: list[str] = []
         self.authorizations: list[str] = []
         self.issuer = issuer
+        self.revoked: set[str] = set()  # tokens refused though valid: signed by a key since rotated out
         self.local = JsonServer(self._answer, ("POST",))
         self.url = self.local.url
 
@@ -47,6 +48,8 @@ class VerifyingService:
         try:
             if not header.startswith("Bearer "):
                 raise ValueError("no bearer token")
+            if header.removeprefix("Bearer ") in self.revoked:
+                raise ValueError("signed by a key no longer published")
             claims = google.oauth2.id_token.verify_token(
                 header.removeprefix("Bearer "),
                 google.auth.transport.requests.Request(),
@@ -228,3 +231,35 @@ def test_a_configured_authorization_header_and_a_token_are_one_too_many():
     parse_jobs(
         "jobs:\n  sync:\n    kind: http\n    url: https://sync.acme.dev/run\n    headers: {Authorization: Bearer k}\n"
     )
+
+
+def test_a_kept_token_refused_is_replaced_and_the_call_made_once_more(make_client, service, minted, google, lifetime):
+    """A kept token the service no longer takes (its key rotated, a clock apart): a 401 means the
+    service did nothing, so the call is made again at once with a new token, not failed."""
+    service.audience = service.url
+    client = make_client(jobs(service, "{kind: oidc}"))
+    assert deliver(client, hour=0).status_int == 200
+    service.revoked.add(minted[0])
+    lifetime[0] = 3599  # the new token differs from the old (tokens of one second are alike)
+    assert deliver(client, hour=1).status_int == 200
+    assert identity_fetches(google) == 2 and len(service.authorizations) == 3  # one call refused, made again
+    assert service.authorizations[1] == f"Bearer {minted[0]}" and service.authorizations[2] == f"Bearer {minted[1]}"
+
+
+def test_fetching_a_token_spends_the_calls_time_and_never_more(make_client, service, minted, google):
+    """A metadata server slower than the call's timeout: the run is released for a retry, the
+    service never called, and the fetch gave up with the call's time."""
+    import time as clock
+
+    slow = google.id_token_for
+
+    def late(audience: str) -> str:
+        clock.sleep(3)
+        return slow(audience)
+
+    google.id_token_for = late
+    service.audience = service.url
+    client = make_client(jobs(service, "{kind: oidc}").replace("timeout_seconds: 5", "timeout_seconds: 1"))
+    answer = deliver(client, status=500).json
+    assert answer["cause"]["message"].startswith(f"no ID token for the audience {service.url!r}")
+    assert service.authorizations == []

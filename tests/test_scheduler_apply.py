@@ -172,12 +172,38 @@ def test_an_http_targets_oauth_token_is_cleared_and_its_oidc_token_set(deploy, s
     assert patch.update_mask == [
         "httpTarget.oidcToken.serviceAccountEmail",
         "httpTarget.oidcToken.audience",
-        "httpTarget.oauthToken.serviceAccountEmail",
-        "httpTarget.oauthToken.scope",
+        "httpTarget.oauthToken",  # as a whole: one of a oneof with the OIDC token
     ]
     target = scheduler_api.jobs[NIGHTLY]["httpTarget"]
     assert "oauthToken" not in target
     assert target["oidcToken"] == {"serviceAccountEmail": CALLER, "audience": EXTERNAL_URL}
+
+
+def test_an_instance_set_by_hand_is_cleared(deploy, scheduler_api):
+    """The file never names an instance: one set on the live job by hand goes, as any field it does not set."""
+    assert deploy("apply").exit_code == 0
+    scheduler_api.jobs[NIGHTLY]["appEngineHttpTarget"].setdefault("appEngineRouting", {})["instance"] = "i-1"
+    assert deploy("apply").exit_code == 0
+    assert [p.update_mask for p in patches(scheduler_api)] == [["appEngineHttpTarget.appEngineRouting.instance"]]
+    assert "instance" not in scheduler_api.jobs[NIGHTLY]["appEngineHttpTarget"].get("appEngineRouting", {})
+
+
+def test_an_http_job_left_update_failed_names_no_oauth_token_it_never_had(deploy, scheduler_api):
+    """Updated again in full, an http target's mask names its OIDC token and not the OAuth token:
+    the two are one oneof, and naming both where only one is set could be refused."""
+    assert deploy("apply", target="reports").exit_code == 0
+    scheduler_api.jobs[NIGHTLY]["state"] = "UPDATE_FAILED"
+    assert deploy("apply", target="reports").exit_code == 0
+    [patch] = patches(scheduler_api)
+    assert "httpTarget.oidcToken.audience" in patch.update_mask
+    assert not [path for path in patch.update_mask if path.startswith("httpTarget.oauthToken")]
+
+
+def test_the_stand_in_refuses_a_target_with_both_tokens_as_the_api_would(scheduler_api):
+    from devtools.cloud_scheduler_fake import _target_problem
+
+    both = {"httpTarget": {"uri": "https://h.acme.dev", "oidcToken": {}, "oauthToken": {}}}
+    assert _target_problem(both) == "An HttpTarget takes an oidcToken or an oauthToken, not both."
 
 
 def test_an_oidc_audience_jobs_yaml_no_longer_declares_is_the_url_again(deploy, scheduler_api):

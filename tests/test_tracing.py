@@ -202,3 +202,25 @@ def test_a_python_job_gets_the_runs_trace_for_its_own_calls(make_client, spans):
     [headers] = job_targets.TRACE_HEADERS
     assert headers["traceparent"].split("-")[1:3] == [TRACE_ID, f"{job.context.span_id:016x}"]
     assert headers["x-cloud-trace-context"] == f"{TRACE_ID}/{job.context.span_id};o=1"
+
+
+def test_make_runs_in_process_queue_and_an_external_jobs_task_carry_the_trace(make_client, spans):
+    """Without Cloud Tasks (make run), a queued Run now continues the click's trace; and an HTTP
+    task to an external job's handler carries it, a configured trace header giving way."""
+    client = make_client(JOBS)
+    page = client.get("/admin/jobs/invoice/run?token=6f1c2b8e-8d4a-4d8e-9a51-0c3f5b7e2d10")
+    spans.clear()
+    page.forms["confirm"].submit(headers={"Sec-Fetch-Site": "same-origin", "traceparent": TRACEPARENT}, status=303)
+    client.app.extensions["dedup"].dispatcher.wait(timeout=30)
+    (asked,) = by_name(spans)["POST /admin/jobs/<job_id>/run"]
+    (delivered,) = by_name(spans)["POST /tasks/manual-run"]
+    assert f"{delivered.context.trace_id:032x}" == TRACE_ID and delivered.parent.span_id == asked.context.span_id
+
+
+def test_an_http_task_carries_one_trace():
+    from dispatch import HttpTarget
+    from dispatch.cloud_tasks import http_request
+
+    target = HttpTarget("https://h.acme.dev/run", "POST", {"Traceparent": "00-stale", "X-Team": "a"}, b"", "a@b", "x")
+    request = http_request(target, {"traceparent": TRACEPARENT})
+    assert dict(request.headers) == {"X-Team": "a", "traceparent": TRACEPARENT}

@@ -12,6 +12,7 @@ import os
 import yaml
 
 from tests.support.callers import appengine_app  # noqa: F401 - fixture
+from tests.support.deliveries import JOBS
 from tests.support.routes import every_route
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,3 +51,38 @@ def test_every_other_route_still_refuses_the_warmups_caller(appengine_app):
         for method in methods:
             answer = appengine_app.request(path, method=method, headers=WARMUP, expect_errors=True)
             assert answer.status_int in (401, 403), (method, path, answer.status_int)
+
+
+def test_each_app_warms_once_and_a_worker_warms_before_it_serves(make_client):
+    """Two apps in one process (as tests and benchmarks build them) each warm once; a worker that
+    warmed before serving (gunicorn.conf.py) answers App Engine's request at once."""
+    from handlers import warm_worker
+
+    first, second = make_client(JOBS), make_client(JOBS)
+    assert first.get("/_ah/warmup").text.startswith("warmed in ")
+    assert second.get("/_ah/warmup").text.startswith("warmed in ")
+    assert first.get("/_ah/warmup").text == second.get("/_ah/warmup").text == "warm\n"
+    worker = make_client(JOBS)
+    assert warm_worker(worker.app) is True and warm_worker(worker.app) is False
+    assert worker.get("/_ah/warmup").text == "warm\n"
+
+
+def test_off_app_engine_the_loopback_rule_still_holds_for_warmup(make_client):
+    """Where the app trusts forgeable markers (DEDUP_AUTH=none here), it serves loopback alone:
+    warmup too, against DNS rebinding."""
+    client = make_client(JOBS)
+    client.get("/_ah/warmup", headers={"Host": "attacker.example"}, status=401)
+    assert client.get("/_ah/warmup", headers={"Host": "127.0.0.1:8080"}).status_int == 200
+
+
+def test_a_warmup_that_cannot_reach_datastore_still_answers_and_is_not_redone(make_client, monkeypatch):
+    from handlers import warmup
+
+    client = make_client(JOBS)
+
+    def unreachable(app):
+        raise ConnectionError("Datastore is not answering")
+
+    monkeypatch.setattr(warmup, "_warm", unreachable)
+    assert client.get("/_ah/warmup").text.startswith("warmed in ")  # logged, answered
+    assert client.get("/_ah/warmup").text == "warm\n"  # not tried again by strangers

@@ -25,7 +25,7 @@ from pydantic import model_validator
 
 from dedup.callers import normal_email
 from dedup.errors import PermanentJobError
-from jobs.base import ExternalTarget, JobKind, RunContext
+from jobs.base import ExternalTarget, JobKind, RunContext, is_loopback_url, without_credentials
 from jobs.declared import HttpUrl, JobDeclaration, OmittableText, check, field_problem
 
 
@@ -56,17 +56,13 @@ class ExternalDeclaration(JobDeclaration):
             raise field_problem("max_delay_seconds", "is not applied by the library's handler: leave it out")
         if self.fingerprint_exclude:
             raise field_problem("fingerprint_exclude", "applies to manual runs, which an external job has none of")
-        if urllib.parse.urlsplit(self.url).scheme != "https" and not _loopback(self.url):
+        if urllib.parse.urlsplit(self.url).scheme != "https" and not is_loopback_url(self.url):
             raise field_problem("url", "must be https: the calls carry an OIDC token (http only to loopback, to test)")
         return self
 
     def build(self, job_id: str) -> ExternalJob:
-        audience = self.audience or urllib.parse.urlsplit(self.url)._replace(query="", fragment="").geturl()
+        audience = self.audience or without_credentials(self.url)
         return ExternalJob(ExternalTarget(self.url, self.service_account, audience))
-
-
-def _loopback(url: str) -> bool:
-    return urllib.parse.urlsplit(url).hostname in ("127.0.0.1", "localhost", "::1")
 
 
 class ExternalJob(JobKind):

@@ -23,7 +23,7 @@ from pydantic import model_validator
 from dedup.errors import PermanentJobError, RetryableJobError
 from dedup.http_status import is_retryable_status
 from dedup.keys import format_utc
-from jobs.base import JobKind, RunContext
+from jobs.base import JobKind, RunContext, is_loopback_url, origin_of
 from jobs.declared import (
     Declaration,
     HttpUrl,
@@ -35,7 +35,7 @@ from jobs.declared import (
     mapping_of,
 )
 from jobs.id_tokens import ID_TOKENS, IdTokens
-from jobs.trace_headers import TRACE_HEADERS, outgoing_trace_headers
+from jobs.trace_headers import TRACE_HEADERS, traced
 
 DEFAULT_TIMEOUT_SECONDS = 30
 MAX_STORED_BODY_BYTES = 4096
@@ -88,11 +88,12 @@ class HttpAuth(Declaration):
     """How an http job's calls prove who sends them: an ID token of the app's service account."""
 
     kind: Literal["oidc", "iap", "none"]
-    """oidc: an ID token for ``audience`` (Cloud Run, Cloud Functions, any OIDC-checking service);
-    iap: an ID token for the IAP OAuth client id ``audience``; none: no token."""
+    """oidc: an ID token for ``audience`` (a Cloud Run service or function, any service that checks
+    Google ID tokens); iap: an ID token for the IAP OAuth client id ``audience``; none: no token."""
     audience: OmittableText = None
-    """oidc: the token's audience, by default the URL's scheme, host and port (a Cloud Run
-    service's URL); iap: the OAuth client id IAP protects the target with (required)."""
+    """oidc: the token's audience, by default the URL's origin (scheme, host, a port not the
+    scheme's own: a Cloud Run service's URL; a 1st-gen Cloud Function wants its whole URL, so give
+    it); iap: the OAuth client id IAP protects the target with (required)."""
 
     @model_validator(mode="after")
     def audience_fits_kind(self) -> Self:
@@ -130,15 +131,20 @@ class HttpDeclaration(JobDeclaration):
         """The audience of the token each call carries, or None for no token."""
         if self.auth is None or self.auth.kind == "none":
             return None
-        if self.auth.audience is not None:
-            return self.auth.audience
-        parts = urllib.parse.urlsplit(self.url)
-        return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+        return self.auth.audience if self.auth.audience is not None else origin_of(self.url)
 
     @model_validator(mode="after")
     def one_authorization(self) -> Self:
         if self.audience is not None and any(name.lower() == AUTH_HEADER for name in self.headers):
             raise field_problem("headers", "'Authorization' is set by auth (an ID token): leave it out, or auth out")
+        if (
+            self.audience is not None
+            and urllib.parse.urlsplit(self.url).scheme != "https"
+            and not is_loopback_url(self.url)
+        ):
+            raise field_problem(
+                "url", "must be https with auth: an ID token is a bearer credential (http only to loopback, to test)"
+            )
         return self
 
     @model_validator(mode="after")
@@ -182,20 +188,20 @@ class HttpJob(JobKind):
         return f"{self.method} {shown}" + (" (with its query)" if parts.query else "")
 
     def run(self, context: RunContext) -> Any:
+        deadline = time.monotonic() + self.timeout_seconds  # the token's fetch, if any, spends it too
         schedule_time = format_utc(context.schedule_time) if context.schedule_time else None
-        headers = {
-            **self.headers,
-            **outgoing_trace_headers(),
-            "Idempotency-Key": context.downstream_key,
-            "X-Dedup-Run-Id": context.run_id,
-            "X-Dedup-Job-Id": context.job_id,
-            "X-Dedup-Attempt": str(context.attempt),
-            "X-Dedup-Attempt-Id": context.attempt_id,
-        }
+        headers = traced(
+            {
+                **self.headers,
+                "Idempotency-Key": context.downstream_key,
+                "X-Dedup-Run-Id": context.run_id,
+                "X-Dedup-Job-Id": context.job_id,
+                "X-Dedup-Attempt": str(context.attempt),
+                "X-Dedup-Attempt-Id": context.attempt_id,
+            }
+        )
         if schedule_time:
             headers["X-Dedup-Schedule-Time"] = schedule_time
-        if self.audience is not None:
-            headers["Authorization"] = f"Bearer {self.id_tokens.token(self.audience)}"
         body = None
         url = self.url
         if self.method == "GET" and context.parameters:
@@ -210,25 +216,7 @@ class HttpJob(JobKind):
         if self.method != "GET":
             headers["Content-Type"] = "application/json"
             body = json.dumps(self.downstream_body(context, schedule_time)).encode("utf-8")
-        deadline = time.monotonic() + self.timeout_seconds
-        try:
-            response = requests.request(
-                self.method,
-                url,
-                headers=headers,
-                data=body,
-                # total: connecting and waiting for the headers share one budget.
-                # types-requests takes only a float or a pair; requests' adapter takes a urllib3.Timeout too.
-                timeout=urllib3.Timeout(total=self.timeout_seconds),  # type: ignore[arg-type]
-                allow_redirects=False,
-                stream=True,
-            )
-        except requests.Timeout as exc:
-            raise RetryableJobError(
-                f"{self.method} {self.url} timed out after {self.timeout_seconds}s: {exc}"
-            ) from None
-        except requests.RequestException as exc:
-            raise RetryableJobError(f"{self.method} {self.url} failed: {exc}") from None
+        response = self._send(url, headers, body, deadline)
         with response:
             raw = self._read_head(response, deadline)
         outcome = {
@@ -239,12 +227,47 @@ class HttpJob(JobKind):
         status = response.status_code
         if 200 <= status < 300:
             return outcome
-        if status == 401 and self.audience is not None:
-            self.id_tokens.forget(self.audience)  # refused: the next attempt asks for a new token
         message = f"{self.method} {self.url} answered {status}"
         if is_retryable_status(status):
             raise RetryableJobError(message, details=outcome)
         raise PermanentJobError(message, details=outcome)
+
+    def _send(self, url: str, headers: dict[str, str], body: bytes | None, deadline: float) -> requests.Response:
+        """The call, with an ID token when ``auth`` asks for one.  A kept token refused (401: a
+        rotated key, a clock apart) is dropped and the call made once more with a new one: a 401
+        means the service did nothing.  A token fetched just now and refused is the answer."""
+        while True:
+            sent, fresh = dict(headers), True
+            if self.audience is not None:
+                token, fresh = self.id_tokens.token(self.audience, deadline)
+                sent["Authorization"] = f"Bearer {token}"
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RetryableJobError(f"{self.method} {self.url}: no time left after fetching its ID token")
+            try:
+                response = requests.request(
+                    self.method,
+                    url,
+                    headers=sent,
+                    data=body,
+                    # total: connecting and waiting for the headers share one budget.
+                    # types-requests takes only a float or a pair; requests' adapter takes a urllib3.Timeout too.
+                    timeout=urllib3.Timeout(total=left),  # type: ignore[arg-type]
+                    allow_redirects=False,
+                    stream=True,
+                )
+            except requests.Timeout as exc:
+                raise RetryableJobError(
+                    f"{self.method} {self.url} timed out after {self.timeout_seconds}s: {exc}"
+                ) from None
+            except requests.RequestException as exc:
+                raise RetryableJobError(f"{self.method} {self.url} failed: {exc}") from None
+            if response.status_code != 401 or self.audience is None:
+                return response
+            self.id_tokens.forget(self.audience)
+            if fresh:
+                return response
+            response.close()
 
     def _read_head(self, response: requests.Response, deadline: float) -> bytes:
         """At most MAX_STORED_BODY_BYTES + 1 bytes, before the deadline: a huge or
