@@ -23,9 +23,10 @@ from dedupctl.output import err, out, say
 
 # schedules.slots.RUNNABLE and NEEDS_FORCE, spelled out: the client carries none of the app
 # (tests/test_dedupctl.py holds the two equal).
-REOPENABLE = ("missed", "paused", "failed", "released", "skipped")
-# An operator paused those slots on purpose: a backfill runs them only when asked (--only paused).
-DEFAULT_ONLY = ",".join(status for status in REOPENABLE if status != "paused")
+REOPENABLE = ("missed", "paused", "excluded", "failed", "released", "skipped")
+# An operator paused those slots, or set them aside as planned downtime, on purpose: a backfill
+# runs them only when asked (--only paused, --only excluded).
+DEFAULT_ONLY = ",".join(status for status in REOPENABLE if status not in ("paused", "excluded"))
 # Past the job's retention the ledger may have forgotten a run, before a job's slots are expected
 # (untracked) the app was not expecting it, and a stuck one's attempt may have taken effect: only
 # --only unknown (untracked, stuck) --force runs one.
@@ -43,6 +44,7 @@ LEFT_ALONE = {
     "late": "completed, after its deadline",
     "overdue": "not completed by its deadline, and still to finish: Scheduler may deliver it",
     "untracked": "before the app first knew the schedule, so it may have run (--only untracked --force runs it)",
+    "excluded": "planned downtime, in an exclusion window of its Scheduler job (--only excluded runs it)",
 }
 
 

@@ -149,7 +149,9 @@ def plan_lines(step: Step) -> list[str]:
         lines = [f"recreate {name}: delete it, then create it as {target_type(step.external)} {step.job.method}"]
     else:
         lines = [f"create {name}: {target_type(step.external)} {step.job.method}"]
-    return lines + ([f"pause {name}"] if step.pause else [])
+    # Exclusion windows live in the app, not in Cloud Scheduler: said so the plan shows the downtime.
+    excluded = [f"    excluded ({step.job.time_zone}): {window.words()}" for window in step.job.exclude]
+    return lines + excluded + ([f"pause {name}"] if step.pause else [])
 
 
 def notes(step: Step) -> list[str]:

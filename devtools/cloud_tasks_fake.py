@@ -40,6 +40,7 @@ class FakeTask:
     method: str = "POST"
     dispatch_deadline: str | None = None  # an HTTP task's, as the API spells a Duration ("600s")
     oidc: dict[str, str] | None = None  # an HTTP task's oidcToken: serviceAccountEmail, audience
+    schedule_time: str | None = None  # when the task may run, as the API spells a Timestamp (None: now)
 
     @property
     def task_id(self) -> str:
@@ -110,6 +111,7 @@ class CloudTasksFake:
                     oidc=dict(request["oidcToken"]) if http_task and request.get("oidcToken") else None,
                     method="GET" if request.get("httpMethod") in ("GET", 2) else "POST",
                     dispatch_deadline=task.get("dispatchDeadline"),
+                    schedule_time=task.get("scheduleTime"),
                 )
             )
         return 200, task

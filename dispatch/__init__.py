@@ -48,6 +48,8 @@ class Work:
     relative_uri: str
     body: dict[str, Any]
     http: HttpTarget | None = None
+    # Not before this many seconds from now: a catch-up's runs are spread (service.slots.spread_seconds).
+    delay_seconds: float = 0
 
 
 @dataclasses.dataclass(frozen=True)

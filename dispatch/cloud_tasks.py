@@ -97,6 +97,8 @@ class CloudTasksDispatcher:
                 app_engine_routing=tasks_v2.AppEngineRouting(service=self.service) if self.service else None,
             )
             task = tasks_v2.Task(name=name, app_engine_http_request=request)
+        if work.delay_seconds > 0:
+            task.schedule_time = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=work.delay_seconds)
         try:
             self.client.create_task(parent=self.queue, task=task)
         except (api_exceptions.GoogleAPIError, google.auth.exceptions.GoogleAuthError, OSError) as exc:

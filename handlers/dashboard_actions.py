@@ -455,16 +455,22 @@ def _confirm_paused(name: str, pause: bool) -> str | tuple[str, int]:
         ]
     else:
         every, latest = catch_up_preview(state, job)
+        runs = min(every, job.max_catchup_runs)  # the newest, as the catch-up takes them
         back_as = spelled(job.catchup_window)
         facts = [
             f"Cloud Scheduler delivers {job.name} again from its next slot.",
             f"The pause holds {every} slot{'' if every == 1 else 's'} that never ran within its catch-up window "
-            f"({back_as} back): the catch-up runs all {every}, the latest {latest}, or none, each under its own key.",
+            f"({back_as} back): the catch-up runs all {runs}, the latest {latest}, or none, each under its own key.",
         ]
+        if every > runs:
+            facts.append(
+                f"A catch-up runs at most {job.max_catchup_runs} (max_catchup_runs): all runs the newest "
+                f"{runs}, and the older {every - runs} stay paused."
+            )
         catch_up_choices = [
             ("none", "none"),
             ("latest", f"the latest slot ({latest} run{'' if latest == 1 else 's'})"),
-            ("all", f"all its slots ({every} run{'' if every == 1 else 's'})"),
+            ("all", f"all its slots ({runs} run{'' if runs == 1 else 's'})"),
         ]
     action = "pause_scheduler_job" if pause else "resume_scheduler_job"
     return render_template(

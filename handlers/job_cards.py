@@ -43,6 +43,7 @@ DRAWN_FIRST = (
     ExecutionStatus.DUE,
     ExecutionStatus.SKIPPED,
     ExecutionStatus.PAUSED,
+    ExecutionStatus.EXCLUDED,
     ExecutionStatus.COMPLETED,
     ExecutionStatus.UNKNOWN,
     ExecutionStatus.UNTRACKED,

@@ -60,6 +60,8 @@ def _answer(done: ScheduleChanged, action: str):
     document: dict[str, Any] = change.document()
     if done.caught_up is not None:
         document["caught_up"] = [slot.document() for slot in done.caught_up]
+    if done.left_by_cap is not None:
+        document["left_by_cap"] = done.left_by_cap.document()
     log.info(
         "Scheduler job %s %s by %s%s",
         change.job.name,

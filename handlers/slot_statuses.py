@@ -99,6 +99,11 @@ STATUSES: Mapping[ExecutionStatus, StatusTraits] = {
         SLATE,
         "M-5,-6H-1.5V6H-5ZM1.5,-6H5V6H1.5Z",  # two bars, the pause sign
     ),
+    ExecutionStatus.EXCLUDED: StatusTraits(
+        "in one of its Scheduler job's exclusion windows (planned downtime): not expected, not run",
+        SLATE,
+        "M-6,-6H6L0,0L6,6H-6L0,0Z",  # an hourglass: time set aside
+    ),
     ExecutionStatus.UNKNOWN: StatusTraits(
         "older than the job's retention: its record may have expired",
         SLATE,

@@ -120,15 +120,17 @@ def misfire_choice(job: SchedulerJob, missed: list[Slot], now: datetime.datetime
 
     ``reached_now``: the pass judged every slot up to now.  One that stopped short (at its cap of
     MAX_SLOTS, or before a run still holding its lease) says where, and the next pass goes on
-    from there; ``run_latest`` leaves its choice to the pass that reaches now, since the newest
-    missed slot may lie past where this one stopped (the newest of what it read would be a stale
-    slot, run beside the newest)."""
-    if job.misfire == "none":
+    from there; both policies leave their choice to the pass that reaches now, since the newest
+    missed slots lie past where this one stopped.  ``run_all`` runs at most the job's
+    max_catchup_runs, the newest: the slots before them, and those of the passes that stopped
+    short, are reported missed, so a long outage's catch-up is bounded however many passes it
+    takes to judge."""
+    if job.misfire == "none" or not reached_now:
         return []
     reachable = [s for s in missed if s.schedule_time >= now - datetime.timedelta(seconds=job.catchup_window)]
     if job.misfire == "run_latest":
-        return reachable[-1:] if reached_now else []
-    return reachable
+        return reachable[-1:]
+    return reachable[-job.max_catchup_runs :]
 
 
 def audit(
@@ -480,6 +482,7 @@ _NOT_JUDGED = (
     ExecutionStatus.MISSED,  # reported as missed: not overdue as well
     ExecutionStatus.STUCK,  # reported as stuck, once: not overdue or slow as well
     ExecutionStatus.PAUSED,
+    ExecutionStatus.EXCLUDED,
     ExecutionStatus.UNTRACKED,
     ExecutionStatus.UNKNOWN,
     ExecutionStatus.CONFLICT,

@@ -61,6 +61,12 @@ DELIVERY_GRACE_SECONDS = 120
 BREACH_OUTCOMES = ("late", "overdue", "slow", "failing")
 DEFAULT_CATCHUP_Window = 86400  # a day: what a resume's catch-up reaches back by default
 MAX_CATCHUP_Window = 366 * 86400
+# A catch-up dispatches at most this many runs unless a job says otherwise (max_catchup_runs), and
+# never more than an audit pass judges of a job (schedules.slots.MAX_SLOTS): after a long outage
+# the newest slots run and the older stay as they are (paused, or missed and reported), so a
+# catch-up cannot flood the queue and the services behind it.
+DEFAULT_MAX_CATCHUP_RUNS = 100
+MAX_CATCHUP_RUNS_LIMIT = 1000
 # How often cron.yaml runs /tasks/audit (tests/test_deployment_files.py holds the two equal).
 AUDIT_INTERVAL_SECONDS = 15 * 60
 # The project the shipped scheduler.yaml names until someone fills in theirs: project ids have
@@ -347,6 +353,68 @@ _Location = Annotated[
 ]
 
 
+def _window_bound(value: Any) -> datetime.datetime:
+    """One end of a dated exclusion window: an RFC 3339 instant (YAML may give it as a timestamp)."""
+    if value is None:
+        raise ValueError("must be an RFC 3339 timestamp such as 2026-12-24T00:00:00Z")
+    instant = _start_at(value)
+    assert instant is not None
+    return instant
+
+
+_Instant = Annotated[datetime.datetime | None, check(_window_bound, datetime.datetime | None)]
+
+
+class ExclusionWindow(Declaration):
+    """A time the job's slots are not expected (planned downtime): recurring, from each time ``cron``
+    fires in the job's time zone for ``duration``; or dated, from ``from`` until ``until``."""
+
+    cron: Annotated[str | None, check(lambda value: _required(_cron)(value).strip(), str | None)] = None
+    """A unix-cron schedule, in the job's time zone, of when each window starts."""
+    duration: _Window | None = None
+    """How long each recurring window lasts."""
+    starts: Annotated[_Instant, Field(alias="from")] = None
+    """A dated window's start (RFC 3339), included."""
+    until: _Instant = None
+    """A dated window's end (RFC 3339), excluded."""
+    note: _String = None
+    """Why: shown beside the window."""
+
+    @model_validator(mode="after")
+    def one_kind(self) -> Self:
+        recurring, dated = self.cron is not None or self.duration is not None, (self.starts, self.until) != (None, None)
+        if recurring == dated:
+            raise field_problem("cron", "a window is recurring (cron and duration) or dated (from and until)")
+        if recurring and (self.cron is None or self.duration is None):
+            raise field_problem("duration" if self.cron else "cron", "a recurring window needs cron and duration")
+        if dated and (self.starts is None or self.until is None or self.starts >= self.until):
+            raise field_problem("until", "a dated window needs from, and an until after it")
+        return self
+
+    def covers(self, instant: datetime.datetime, zone: datetime.tzinfo) -> bool:
+        """Whether ``instant`` (aware) lies in this window."""
+        if self.starts is not None and self.until is not None:
+            return self.starts <= instant < self.until
+        assert self.cron is not None and self.duration is not None
+        local = instant.astimezone(zone)
+        # The latest start at or before the instant (croniter's own steps are whole seconds).
+        start: datetime.datetime = croniter(self.cron, local + datetime.timedelta(seconds=1)).get_prev(
+            datetime.datetime
+        )
+        if start > local:
+            start = croniter(self.cron, start).get_prev(datetime.datetime)
+        return local < start + datetime.timedelta(seconds=self.duration)
+
+    def words(self) -> str:
+        """The window as the plan and the pages say it."""
+        if self.cron is not None:
+            text = f"from each '{self.cron}' for {self.duration:g}s"
+        else:
+            assert self.starts is not None and self.until is not None
+            text = f"from {format_utc(self.starts)} until {format_utc(self.until)}"
+        return f"{text} ({self.note})" if self.note else text
+
+
 class RetryConfig(Declaration):
     """How Cloud Scheduler retries an execution whose attempt failed (its job's retryConfig)."""
 
@@ -415,6 +483,14 @@ class SchedulerJob(Declaration):
     """How far back a catch-up (resume, misfire) reaches: 1s to 366 days."""
     misfire: Literal["none", "run_latest", "run_all"] = "none"
     """What the audit does with missed slots: none (report them), run_latest, run_all."""
+    max_catchup_runs: Annotated[int, Field(ge=1, le=MAX_CATCHUP_RUNS_LIMIT)] = DEFAULT_MAX_CATCHUP_RUNS
+    """The most runs one catch-up (a resume's, the misfire policy's) dispatches: the newest slots."""
+    exclude: Annotated[
+        tuple[ExclusionWindow, ...], BeforeValidator(lambda value: tuple(value) if isinstance(value, list) else value)
+    ] = ()
+    """Planned downtime: its slots are excluded (not expected, never alerted) and not run when delivered."""
+    run_excluded: bool = False
+    """true: a delivery of an excluded slot runs all the same (it is still not expected)."""
     paused: bool | None = None
     """true: the job is kept paused; false: kept running; unsaid: left as it is."""
     note: Annotated[str | None, check(_note, Annotated[str, Field(max_length=500)] | None)] = None
@@ -577,8 +653,10 @@ def _problem(error: ErrorDetails) -> Problem:
     if kind == "missing":
         return Problem(key, field, "missing (or not a string)")
     if kind in ("extra_forbidden", "invalid_key"):
-        declared = RetryConfig if place[2] == "retry" else SchedulerJob
-        return Problem(key, field, f"unknown key; allowed: {', '.join(sorted(declared.model_fields))}")
+        nested: dict[str, type[Declaration]] = {"retry": RetryConfig, "exclude": ExclusionWindow}
+        declared = nested.get(str(place[2]), SchedulerJob)
+        allowed = (spec.alias or name for name, spec in declared.model_fields.items())
+        return Problem(key, field, f"unknown key; allowed: {', '.join(sorted(allowed))}")
     return Problem(key, field, reason(error))
 
 

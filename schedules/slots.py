@@ -24,6 +24,7 @@ from models import RunRecord, RunSource, RunStatus
 from schedules.bound import BoundJob
 from schedules.config import (
     DELIVERY_GRACE_SECONDS,
+    ExclusionWindow,
     SchedulerJob,
     delivery_scope,
     retry_window_seconds,
@@ -62,6 +63,9 @@ class ExecutionStatus(enum.StrEnum):
     # No record, and the slot is before its Scheduler job's slots are expected from (schedules.history): the
     # app did not know the schedule then, so the slot was never expected of it.
     UNTRACKED = "untracked"
+    # The slot lies in one of its Scheduler job's exclusion windows (scheduler.yaml's exclude:
+    # planned downtime): not expected, never reported; a delivery of it is skipped, not run.
+    EXCLUDED = "excluded"
     # A run holds the slot: its attempt started, its lease ran out and it never finished.  Not
     # ``missed``: the attempt may have called downstream before it died, so running the slot again
     # needs an operator's acknowledgement (NEEDS_FORCE).  While the retry window is open the next
@@ -85,6 +89,7 @@ NEEDS_ATTENTION = frozenset(
 # What an operator may run again by hand (the dashboard's run, dedupctl backfill); an unknown,
 # untracked or stuck slot only when forced (acknowledged), since it may have run or taken effect.
 RUNNABLE = (
+    ExecutionStatus.EXCLUDED,
     ExecutionStatus.MISSED,
     ExecutionStatus.STUCK,
     ExecutionStatus.PAUSED,
@@ -168,6 +173,14 @@ class Slot:
         if self.job.finish_within is None:
             return None
         return self.schedule_time + datetime.timedelta(seconds=self.job.finish_within)
+
+    @functools.cached_property
+    def exclusion(self) -> ExclusionWindow | None:
+        """The exclusion window of its Scheduler job that the slot lies in, or None."""
+        if not self.job.exclude:
+            return None
+        zone = schedule_zone(self.job.time_zone)
+        return next((window for window in self.job.exclude if window.covers(self.schedule_time, zone)), None)
 
     @property
     def pause(self) -> Pause | None:
@@ -456,12 +469,21 @@ def execution_status(slot: Slot, record: RunFacts | None, now: datetime.datetime
     job's slots are expected from is ``untracked``: the app was not expecting the slot then.
     A run whose lease ran out unfinished is ``stuck``, window open or closed: it started, so
     it is never ``missed`` (which says nothing ran).
-    A slot that would be ``missed`` or ``due`` inside a pause interval is ``paused``.
+    A slot that would be ``missed`` or ``due`` inside a pause interval is ``paused``; one with no
+    run (or a skipped one) inside an exclusion window is ``excluded``.
     """
     status = _status(slot, record, now)
+    if status in _EXCLUDABLE and slot.exclusion is not None:
+        return ExecutionStatus.EXCLUDED  # planned downtime: not expected, and a delivery is skipped
     if status in (ExecutionStatus.MISSED, ExecutionStatus.DUE) and slot.pause is not None:
         return ExecutionStatus.PAUSED  # nothing was to be delivered: not missed, not waited for
     return status
+
+
+# What an exclusion window turns into ``excluded``: a slot with no run yet (or none that can still
+# finish), and one whose delivery was skipped there.  A run that went ahead (run_excluded: true,
+# or an operator's) keeps its own status.
+_EXCLUDABLE = (ExecutionStatus.MISSED, ExecutionStatus.DUE, ExecutionStatus.UPCOMING, ExecutionStatus.SKIPPED)
 
 
 def _status(slot: Slot, record: RunFacts | None, now: datetime.datetime) -> ExecutionStatus:
@@ -497,7 +519,7 @@ def timeliness(slot: Slot, record: RunFacts | None, now: datetime.datetime) -> E
     skipped, paused or untracked says that instead, and one inside a pause interval (caught
     up later, perhaps) is never late."""
     deadline = slot.deadline
-    if deadline is None or slot.pause is not None:
+    if deadline is None or slot.pause is not None or slot.exclusion is not None:
         return None  # a slot of a pause is run when the operator says: never late for it
     status = execution_status(slot, record, now)
     if status == ExecutionStatus.COMPLETED and record is not None and record.finished and record.finished > deadline:

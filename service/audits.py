@@ -16,7 +16,7 @@ from schedules.config import SchedulerJob, history_id
 from schedules.pauses import current
 from schedules.slots import Slot
 from service.pauses import failure_streak_pause
-from service.slots import external_of, slot_run_work
+from service.slots import external_of, slot_run_work, spread_seconds
 from service.state import AppState
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,14 @@ def misfire_catch_up(state: AppState) -> Callable[[Slot], bool]:
             record = state.ledger.lookup(slot.run_id)
             seen = record.attempt if record else 0
             external = external_of(state, slot.job.target)
-            work = slot_run_work(slot.job.target, slot, seen, MISFIRE_PRINCIPAL, external=external)
+            work = slot_run_work(
+                slot.job.target,
+                slot,
+                seen,
+                MISFIRE_PRINCIPAL,
+                external=external,
+                delay_seconds=spread_seconds(slot.job),
+            )
             state.dispatcher.dispatch(work)
         except Exception:
             log.warning("the misfire policy could not dispatch %s: reported as missed", slot.run_id, exc_info=True)

@@ -29,7 +29,7 @@ from schedules.pauses import (
 from schedules.slots import ExecutionStatus, Slot, execution_status, latest_slots, slot_pages
 from service.errors import Invalid, NotFound
 from service.principal import Principal
-from service.slots import NO_SCHEDULE, external_of, slot_run_work
+from service.slots import NO_SCHEDULE, external_of, slot_run_work, spread_seconds
 from service.state import AppState
 
 log = logging.getLogger(__name__)
@@ -129,12 +129,34 @@ class CaughtUp:
         }
 
 
-def catch_up(state: AppState, principal: Principal, job: BoundJob, interval: Pause, mode: str) -> list[CaughtUp]:
+@dataclasses.dataclass(frozen=True)
+class LeftByCap:
+    """The slots a catch-up left as they are because the job's max_catchup_runs was reached: how
+    many, and the first and last of them (the newest were run)."""
+
+    count: int
+    first: datetime.datetime
+    last: datetime.datetime
+    cap: int
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "first": format_utc(self.first),
+            "last": format_utc(self.last),
+            "reason": f"catch-up cap: max_catchup_runs is {self.cap}, the newest ran",
+        }
+
+
+def catch_up(
+    state: AppState, principal: Principal, job: BoundJob, interval: Pause, mode: str
+) -> tuple[list[CaughtUp], LeftByCap | None]:
     """Dispatch the slots of a pause ``interval`` that never ran: none, the latest, or all of them,
-    as far back as the job's catchup_window.  Each runs under its own key, so a late Scheduler
+    as far back as the job's catchup_window, and at most its max_catchup_runs, the newest; the
+    older are left ``paused`` (and said).  Each runs under its own key, so a late Scheduler
     retry of a caught-up slot is the same run; the queue refuses the same catch-up twice."""
     if mode == "none":
-        return []
+        return [], None
     now = state.clock.now()
     since = max(interval.since, now - datetime.timedelta(seconds=job.declared.catchup_window))
     until = min(interval.until or now, now)
@@ -145,19 +167,30 @@ def catch_up(state: AppState, principal: Principal, job: BoundJob, interval: Pau
         newest = latest_slots([job], until - datetime.timedelta(microseconds=1), 1)
         pages = [[slot for slot in newest if slot.schedule_time >= since]]
     else:
-        pages = slot_pages([job], since, until)  # the whole range, however many slots: none left paused
-    caught_up = []
+        pages = slot_pages([job], since, until)  # the whole range, however many slots: none left unjudged
+    never_ran: list[tuple[Slot, int]] = []
     for slots in pages:
         records = state.ledger.lookup_many([slot.run_id for slot in slots])
         for slot in slots:
             record = records.get(slot.run_id)
-            if execution_status(slot, record, now) != ExecutionStatus.PAUSED:
-                continue
-            seen = record.attempt if record else 0
-            external = external_of(state, job.declared.target)
-            work = slot_run_work(job.declared.target, slot, seen, principal.name, external=external)
-            caught_up.append(CaughtUp(slot, state.dispatcher.dispatch(work)))
-    return caught_up
+            if execution_status(slot, record, now) == ExecutionStatus.PAUSED:
+                never_ran.append((slot, record.attempt if record else 0))
+    cap = job.declared.max_catchup_runs
+    left = never_ran[:-cap]
+    external = external_of(state, job.declared.target)
+    delay = spread_seconds(job.declared)
+    caught_up = [
+        CaughtUp(
+            slot,
+            state.dispatcher.dispatch(
+                slot_run_work(job.declared.target, slot, seen, principal.name, external=external, delay_seconds=delay)
+            ),
+        )
+        for slot, seen in never_ran[-cap:]
+    ]
+    if not left:
+        return caught_up, None
+    return caught_up, LeftByCap(len(left), left[0][0].schedule_time, left[-1][0].schedule_time, cap)
 
 
 def catch_up_preview(state: AppState, job: SchedulerJob) -> tuple[int, int]:
@@ -221,6 +254,7 @@ class ScheduleChanged:
     change: PauseChange
     caught_up: list[CaughtUp] | None = None
     not_dispatched: DispatchError | None = None
+    left_by_cap: LeftByCap | None = None  # the slots the catch-up's cap left paused
 
 
 def pause_schedule(state: AppState, principal: Principal, ask: ScheduleChangeRequest) -> ScheduleChanged:
@@ -245,7 +279,7 @@ def resume_schedule(state: AppState, principal: Principal, ask: ScheduleChangeRe
     [bound] = state.with_pauses([job])
     interval = last_pause(bound)
     try:
-        caught_up = catch_up(state, principal, bound, interval, str(ask.catch_up)) if interval else []
+        caught_up, left = catch_up(state, principal, bound, interval, str(ask.catch_up)) if interval else ([], None)
     except DispatchError as exc:
         return ScheduleChanged(change, None, exc)
-    return ScheduleChanged(change, caught_up)
+    return ScheduleChanged(change, caught_up, left_by_cap=left)

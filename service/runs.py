@@ -28,12 +28,14 @@ from dispatch import Dispatched, Work, task_id
 from jobs.base import ExternalTarget, RunContext
 from jobs.config import JobSpec
 from models import RunRecord, RunSource, RunStatus
-from schedules.config import SchedulerJob, history_id
+from schedules.config import SchedulerJob, history_id, schedule_zone
+from schedules.metrics import Outcome, Source, count
 from schedules.pauses import Pause, pause_at, pauses_read
 from schedules.slots import declared_job, force_run_reason, force_run_retry, may_be_force_run_retry
 from schedules.summaries import NOTED, RunNote
 from schedules.tallies import DuplicateDelivery, tally_after_answer
 from service.errors import Declined, NotFound, RefusalKind
+from service.outcomes import count_finish
 from service.principal import Principal
 from service.state import AppState
 
@@ -145,6 +147,22 @@ def late_delivery(job: JobSpec, key: ScheduledRunKey, now: datetime.datetime, fo
     )
 
 
+def excluded_delivery(declared: SchedulerJob | None, key: ScheduledRunKey, force_run: bool = False) -> str | None:
+    """Why this delivery is not run: its slot lies in an exclusion window of its Scheduler job
+    (planned downtime), unless the job says run_excluded; None otherwise.  A Force run is asked
+    for now, by someone: it runs."""
+    if declared is None or force_run or key.force_run or declared.run_excluded:
+        return None
+    zone = schedule_zone(declared.time_zone)
+    window = next((w for w in declared.exclude if w.covers(key.schedule_time, zone)), None)
+    if window is None:
+        return None
+    return (
+        f"excluded: the slot lies in an exclusion window of {declared.name} ({window.words()}): not run; "
+        "run_excluded: true runs such deliveries, and an operator can run the slot by hand"
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class DuplicateToCount:
     """A duplicate delivery of a declared Scheduler job's slot, absorbed: counted in its tally
@@ -154,8 +172,11 @@ class DuplicateToCount:
     schedule_time: datetime.datetime
     received: datetime.datetime
     client: ndb.Client = dataclasses.field(repr=False, compare=False)  # the count's own NDB context's
+    declared: SchedulerJob | None = None  # whose metric it is counted in (schedules.metrics)
 
     def count(self, status: int) -> None:
+        if self.declared is not None:
+            count(self.declared.name, self.declared.target, Outcome.DUPLICATE, Source.SCHEDULER)
         tally_after_answer(
             self.client, self.scheduler_job, self.schedule_time, DuplicateDelivery(self.received, INSTANCE, status)
         )
@@ -195,14 +216,16 @@ def run_delivery(
     key, force_run = delivery.key, delivery.force_run
     if force_run:
         log.info("a Force run of %s: %s", key.scheduler_job_name, force_run)
-    skip_reason = late_delivery(job, key, now, force_run=bool(force_run))
+    skip_reason = excluded_delivery(delivery.declared, key, force_run=bool(force_run)) or late_delivery(
+        job, key, now, force_run=bool(force_run)
+    )
     outcome = run_scheduled(
         state, principal, job_id, job, key, body, skip_reason=skip_reason, force_run=bool(force_run)
     )
     duplicate = None
     if delivery.declared is not None and not force_run and isinstance(outcome, Replayed | InProgress):
         client = ndb.get_context().client
-        duplicate = DuplicateToCount(history_id(delivery.declared), key.schedule_time, now, client)
+        duplicate = DuplicateToCount(history_id(delivery.declared), key.schedule_time, now, client, delivery.declared)
     # A delivery during a pause (a tick racing it, a Force run) runs as usual, and says so.  A
     # Force run is asked for now; a slot's delivery belongs to its time.
     pause = pause_at(delivery.pauses, now if force_run else key.schedule_time)
@@ -215,6 +238,7 @@ def run_delivery(
             pause.paused_by,
             extra={"scheduler_job": key.scheduler_job_name, "schedule_paused": format_utc(pause.since)},
         )
+    count_finish(delivery.declared, job_id, key, outcome, now, Source.SCHEDULER)
     note = run_note(delivery.declared, job_id, key, outcome, ndb.get_context().client)
     return Delivered(outcome, key, force_run, pause, duplicate, note)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,7 +25,7 @@ from dispatch import DispatchError, HttpTarget, Work, task_id
 from jobs.base import ExternalTarget
 from models import RunRecord
 from schedules.bound import BoundJob
-from schedules.config import delivery_scope
+from schedules.config import SchedulerJob, delivery_scope
 from schedules.slots import (
     MAX_SLOTS,
     NEEDS_FORCE,
@@ -238,6 +239,7 @@ def run_slot_now(
         )
     except Declined as elsewhere:  # an external job's slot with nothing to answer from: its handler runs it
         return elsewhere
+    count_finish(slot.job, job_id, key, outcome, state.clock.now(), Source.SLOT_RUN)  # schedules.metrics
     note = run_note(slot.job, job_id, key, outcome, ndb.get_context().client)
     if note is not None:
         note.keep()  # the slot's row counts the run at once, not after the audit's repair
@@ -247,6 +249,18 @@ def run_slot_now(
 SLOT_RUN_TASK = "/tasks/run-slot"  # the endpoint a dispatched run of a slot calls (handlers/tasks.py)
 
 
+# A catch-up's runs wait a share of this long, by their Scheduler job's name, so that the jobs an
+# outage left behind do not all catch up in the same second (n8n spreads its catch-up the same way).
+CATCH_UP_SPREAD_SECONDS = 60
+
+
+def spread_seconds(job: SchedulerJob) -> float:
+    """The delay of ``job``'s catch-up runs: the same for every catch-up of the job (a hash of its
+    key, not a random draw), and different, within CATCH_UP_SPREAD_SECONDS, from job to job."""
+    digest = hashlib.sha256(job.key.encode("utf-8")).digest()
+    return int.from_bytes(digest[:4], "big") % (CATCH_UP_SPREAD_SECONDS * 1000) / 1000
+
+
 def slot_run_work(
     job_id: str,
     slot: Slot,
@@ -254,6 +268,7 @@ def slot_run_work(
     requested_by: str,
     force: bool = False,
     external: ExternalTarget | None = None,
+    delay_seconds: float = 0,
 ) -> Work:
     """A run of ``slot`` dispatched to be done later, under the slot's own key (run_slot_now).
 
@@ -272,8 +287,8 @@ def slot_run_work(
     }
     work_id = task_id("slot-run", slot.run_id, str(seen_attempt))
     if external is not None:  # to its handler, as Scheduler's delivery of the slot: one key for both
-        return Work(work_id, SLOT_RUN_TASK, body, http=slot_delivery(slot, external))
-    return Work(work_id, SLOT_RUN_TASK, body)
+        return Work(work_id, SLOT_RUN_TASK, body, http=slot_delivery(slot, external), delay_seconds=delay_seconds)
+    return Work(work_id, SLOT_RUN_TASK, body, delay_seconds=delay_seconds)
 
 
 def slot_delivery(slot: Slot, external: ExternalTarget) -> HttpTarget:

@@ -169,7 +169,11 @@ def test_a_dispatched_slot_run_with_a_bad_body_settles_as_400(make_site, cloud_t
 
 
 # Issue 35 §3 F1: a pause longer than one listing's cap (1,000 slots, oldest first).
-MINUTELY = (SCHEDULES % "").replace('"0 * * * *"', '"* * * * *"').replace("invoice-hourly", "invoice-minutely")
+MINUTELY = (
+    (SCHEDULES % "    max_catchup_runs: 1000\n")
+    .replace('"0 * * * *"', '"* * * * *"')
+    .replace("invoice-hourly", "invoice-minutely")
+)
 LONG_PAUSE_MINUTES = 1020  # 00:01 to 17:00: twenty slots more than a listing's cap
 
 
@@ -205,11 +209,21 @@ def test_a_pause_longer_than_the_listing_cap_is_caught_up_to_its_newest_slot(
     site.post_json("/api/v1/scheduler-jobs/invoice-minutely/pause", {"note": "incident"})
     clock.advance(LONG_PAUSE_MINUTES * 60)  # 17:00:30
     path = "/api/v1/scheduler-jobs/invoice-minutely/resume"
-    expected = {"all": list(range(1, LONG_PAUSE_MINUTES + 1)), "latest": [LONG_PAUSE_MINUTES], "none": []}[mode]
+    full = {"all": list(range(1, LONG_PAUSE_MINUTES + 1)), "latest": [LONG_PAUSE_MINUTES], "none": []}[mode]
+    expected = full[-1000:]  # a catch-up runs at most max_catchup_runs (here 1,000), the newest
 
     answer = site.post_json(path, {"catch_up": mode}).json
     assert [c["schedule_time"] for c in answer["caught_up"]] == [minute(n) for n in expected]
     assert len(queue.tasks) == len(expected)
+    if mode == "all":  # the twenty the cap left are said, and stay paused
+        assert answer["left_by_cap"] == {
+            "count": 20,
+            "first": minute(1),
+            "last": minute(20),
+            "reason": "catch-up cap: max_catchup_runs is 1000, the newest ran",
+        }
+    else:
+        assert "left_by_cap" not in answer
 
     # The same resume sent before the tasks ran: the queue refuses every one, nothing new.
     again = site.post_json(path, {"catch_up": mode}).json
@@ -233,8 +247,52 @@ def test_a_pause_longer_than_the_listing_cap_is_caught_up_to_its_newest_slot(
 
     # Sent again once they ran: only what is still paused, and "latest" takes no older slot in
     # the place of the newest, which has run.
+    # For "all", the newest 1,000 still paused: the twenty the cap left first, now among them.
     last = site.post_json(path, {"catch_up": mode}).json
-    assert [c["schedule_time"] for c in last["caught_up"]] == [
-        minute(n) for n in expected if n <= LONG_PAUSE_MINUTES - 20
-    ]
-    assert len(queue.tasks) == len(expected)
+    assert [c["schedule_time"] for c in last["caught_up"]] == [minute(n) for n in full if n <= LONG_PAUSE_MINUTES - 20]
+    assert len(queue.tasks) == len(full)
+
+
+def test_a_catch_up_runs_at_most_max_catchup_runs_the_newest_spread_by_the_jobs_name(make_site, clock, cloud_tasks):
+    """Issue 41 §3: a catch-up cannot flood. Five slots never ran; the job's cap is 2: the newest
+    two are dispatched, the rest stay paused and the answer says which; the tasks wait the job's
+    own share of a minute, the same on every catch-up of the job."""
+    from service.slots import CATCH_UP_SPREAD_SECONDS
+
+    site = make_site("    max_catchup_runs: 2\n")
+    paused_from_half_past_midnight_to(site, clock, 5.5)  # 01:00 to 05:00 never ran
+    answer = resume(site, "all").json
+    assert [c["schedule_time"] for c in answer["caught_up"]] == [at(4), at(5)]
+    assert answer["left_by_cap"] == {
+        "count": 3,
+        "first": at(1),
+        "last": at(3),
+        "reason": "catch-up cap: max_catchup_runs is 2, the newest ran",
+    }
+    assert len(cloud_tasks.tasks) == 2
+    waits = {
+        datetime.datetime.fromisoformat(t.schedule_time) - datetime.datetime.now(datetime.UTC)
+        for t in cloud_tasks.tasks
+    }
+    assert all(datetime.timedelta(0) < wait <= datetime.timedelta(seconds=CATCH_UP_SPREAD_SECONDS) for wait in waits)
+    cloud_tasks.deliver(to_webtest(site))
+    assert statuses(site, 0, 6) == {
+        at(0): "missed",
+        **{at(h): "paused" for h in (1, 2, 3)},
+        **{at(h): "completed" for h in (4, 5)},
+    }
+
+
+def test_the_spread_is_a_jobs_own_and_differs_from_job_to_job():
+    from schedules.config import parse_scheduler_document
+    from service.slots import CATCH_UP_SPREAD_SECONDS, spread_seconds
+
+    jobs = parse_scheduler_document(
+        {
+            "defaults": {"project": "acme-prod", "location": "us-central1"},
+            "jobs": {f"job-{n}": {"target": "invoice", "schedule": "* * * * *"} for n in range(50)},
+        }
+    )
+    spreads = [spread_seconds(job) for job in jobs]
+    assert spreads == [spread_seconds(job) for job in jobs]  # deterministic
+    assert len(set(spreads)) == 50 and all(0 <= s < CATCH_UP_SPREAD_SECONDS for s in spreads)

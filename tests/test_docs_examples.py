@@ -67,6 +67,16 @@ def test_every_jobs_file_snippet_is_a_valid_jobs_file(doc, block, your_reports):
     assert parse_jobs(block)  # the app would start with it
 
 
+@pytest.mark.parametrize("doc, block", [b for b in blocks("yaml") if b[1].lstrip().startswith("# scheduler.yaml")])
+def test_every_scheduler_file_snippet_is_a_valid_scheduler_file(doc, block):
+    from jobs.config import load_strict_yaml
+    from schedules.config import parse_scheduler_document
+
+    document = load_strict_yaml(block)
+    document.setdefault("defaults", {"project": "acme-prod", "location": "us-central1"})
+    assert parse_scheduler_document(document)  # the app would start with it
+
+
 def test_the_guarded_payments_example(datastore):
     from examples import guarded_payments
 

@@ -57,6 +57,8 @@ def audit(site, caplog) -> tuple[dict, list[logging.LogRecord]]:
         ("misfire: run_latest", [4], [0, 1, 2, 3]),
         ("misfire: run_all\n    catchup_window: 2h", [4], [0, 1, 2, 3]),  # from 03:03 on
         ("misfire: none", [], [0, 1, 2, 3, 4]),
+        # Issue 41 §3: at most max_catchup_runs, the newest; the older are reported missed.
+        ("misfire: run_all\n    max_catchup_runs: 2", [3, 4], [0, 1, 2]),
     ],
 )
 def test_the_audit_runs_what_the_policy_names_and_reports_the_rest(

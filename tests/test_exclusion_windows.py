@@ -1,0 +1,151 @@
+"""Issue 41 §4: exclusion windows, planned downtime in scheduler.yaml.
+
+A slot inside one of its Scheduler job's windows is ``excluded``: not expected, never reported
+by the audit, never late; its delivery is skipped (200, the reason saying so) and the job not
+run, unless the job says ``run_excluded: true``; a Force run and an operator's run go ahead.
+
+The clock starts at 2030-01-01T00:00Z; ``invoice-hourly`` runs at every full hour, with a
+window each night from 01:00 for two hours (Europe/Paris: 00:00 to 02:00 UTC in winter).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import webtest
+from click.testing import CliRunner
+
+from deploy.cli import cli as ops_cli
+from schedules.config import ScheduleFileError, parse_scheduler_document
+from tests import job_targets
+from tests.support.deliveries import JOBS, scheduler_headers
+from tests.support.schedule_sites import CRON, at, schedule_site
+
+SCHEDULES = """
+defaults:
+  project: acme-prod
+  location: us-central1
+  start_at: 2030-01-01T00:00:00Z
+jobs:
+  invoice-hourly:
+    target: invoice
+    schedule: "0 * * * *"
+    time_zone: Europe/Paris
+    attempt_deadline: 60s
+    finish_within: 10m
+    exclude:
+      - {cron: "0 1 * * *", duration: 2h, note: nightly maintenance}
+      - {from: 2030-01-01T05:00:00Z, until: 2030-01-01T06:00:00Z}
+%s"""
+
+
+@pytest.fixture
+def make_site(ndb_client, tmp_path, clock):
+    def build(extra: str = "") -> webtest.TestApp:
+        return schedule_site(tmp_path, JOBS, SCHEDULES % extra, clock, ndb_client)
+
+    return build
+
+
+def deliver(site, hour: float, status="*", **headers):
+    return site.post(
+        "/jobs/invoice?project=acme-prod&location=us-central1",
+        b"",
+        headers=scheduler_headers(scheduler_job_name="invoice-hourly", schedule_time=at(hour), **headers),
+        status=status,
+    )
+
+
+def statuses(site, since: float, until: float) -> dict[str, str]:
+    page = site.get("/api/v1/jobs/invoice/executions", params={"since": at(since), "until": at(until)}).json
+    return {e["schedule_time"]: e["status"] for e in page["executions"]}
+
+
+def test_the_windows_slots_are_excluded_and_the_audit_reports_none_of_them(make_site, clock, caplog):
+    site = make_site()
+    caplog.set_level(logging.WARNING, logger="dedup.audit")
+    clock.advance(7 * 3600 + 180)  # 07:03: nothing was delivered all night
+    assert statuses(site, 0, 7) == {
+        at(0): "excluded",  # 01:00 Paris: the recurring window
+        at(1): "excluded",
+        at(2): "missed",
+        at(3): "missed",
+        at(4): "missed",
+        at(5): "excluded",  # the dated window
+        at(6): "missed",
+    }
+    answer = site.get("/tasks/audit", headers=CRON).json
+    assert sorted(slot["schedule_time"] for slot in answer["missed"]) == [at(h) for h in (2, 3, 4, 6)]
+    lines = [r for r in caplog.records if r.name == "dedup.audit"]
+    assert not [r for r in lines if getattr(r, "schedule_time", None) in (at(0), at(1), at(5))]  # no alert
+    # In the history too, and its legend says what it means.
+    history = site.get("/admin/jobs/invoice/history", params={"day": "2030-01-01"}).text
+    assert "excluded" in history and "exclusion windows (planned downtime)" in history
+
+
+def test_a_delivery_in_a_window_is_skipped_saying_so_and_the_job_not_run(make_site, clock):
+    site = make_site()
+    clock.advance(60)
+    answer = deliver(site, 0, status=200).json
+    assert answer["status"] == "skipped" and answer["reason"].startswith("excluded: the slot lies in an exclusion")
+    assert "nightly maintenance" in answer["reason"] and job_targets.EFFECTS == []
+    assert deliver(site, 0, status=200).json["duplicate"] is True  # Scheduler's retry: the same answer
+    assert statuses(site, 0, 0.5) == {at(0): "excluded"}
+    # An operator runs it by hand all the same: excluded slots are runnable, unforced.
+    site.post(f"/api/v1/jobs/invoice/executions/{at(0)}/run?attempt=0", status=200)  # the skipped record's
+    assert len(job_targets.EFFECTS) == 1 and statuses(site, 0, 0.5) == {at(0): "completed"}
+
+
+def test_run_excluded_runs_the_delivery_and_the_slot_is_still_not_expected(make_site, clock):
+    site = make_site("    run_excluded: true\n")
+    clock.advance(60)
+    assert deliver(site, 0, status=200).json["status"] == "completed" and len(job_targets.EFFECTS) == 1
+    clock.advance(2 * 3600)
+    assert statuses(site, 0, 2) == {at(0): "completed", at(1): "excluded"}
+
+
+def test_a_force_run_in_a_window_runs(make_site, clock):
+    """A Force run (Cloud Scheduler's jobs.run: a schedule time that is no slot's) is asked for by
+    someone, now: it runs, window or not."""
+    site = make_site()
+    clock.advance(18 * 60)
+    force = deliver(site, 0.3, status=200)  # 00:18 UTC, inside the night's window
+    assert force.json["status"] == "completed" and len(job_targets.EFFECTS) == 1
+
+
+@pytest.mark.parametrize(
+    "window, words",
+    [
+        ({"cron": "0 1 * * *"}, "field 'exclude.0.duration': a recurring window needs cron and duration"),
+        ({"duration": "1h"}, "field 'exclude.0.cron': a recurring window needs cron and duration"),
+        ({"from": "2030-01-02T00:00:00Z", "until": "2030-01-01T00:00:00Z"}, "an until after it"),
+        ({"from": "2030-01-02T00:00:00Z"}, "field 'exclude.0.until': a dated window needs from"),
+        ({"cron": "0 1 * * *", "duration": "1h", "until": "2030-01-01T00:00:00Z"}, "recurring (cron and duration)"),
+        ({}, "a window is recurring (cron and duration) or dated (from and until)"),
+        ({"cron": "0 25 * * *", "duration": "1h"}, "is not a unix-cron schedule"),
+        ({"cron": "0 1 * * *", "duration": "0s"}, "field 'exclude.0.duration'"),
+        ({"from": "yesterday", "until": "2030-01-01T00:00:00Z"}, "field 'exclude.0.from'"),
+        ({"starts": "2030-01-01T00:00:00Z"}, "unknown key; allowed: cron, duration, from, note, until"),
+    ],
+)
+def test_a_bad_window_is_refused_naming_its_field(window, words):
+    with pytest.raises(ScheduleFileError) as caught:
+        parse_scheduler_document(
+            {
+                "defaults": {"project": "acme-prod", "location": "us-central1"},
+                "jobs": {"a": {"target": "invoice", "schedule": "0 * * * *", "exclude": [window]}},
+            }
+        )
+    assert words in str(caught.value)
+
+
+def test_plan_shows_the_windows(jobs_file, tmp_path):
+    (tmp_path / "scheduler.yaml").write_text(SCHEDULES % "")
+    arguments = ["--jobs", jobs_file(JOBS), "scheduler", "plan", "--assume-new", str(tmp_path / "scheduler.yaml")]
+    planned = CliRunner().invoke(ops_cli, arguments)
+    assert planned.exit_code == 0, planned.output
+    assert "    excluded (Europe/Paris): from each '0 1 * * *' for 7200s (nightly maintenance)\n" in planned.output
+    assert "    excluded (Europe/Paris): from 2030-01-01T05:00:00.000000Z until 2030-01-01T06:00:00.000000Z\n" in (
+        planned.output
+    )
