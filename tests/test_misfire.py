@@ -17,9 +17,10 @@ import textwrap
 import pytest
 import webtest
 
+from dedup.keys import format_utc
 from devtools.cloud_tasks_fake import to_webtest
 from tests import job_targets
-from tests.support.deliveries import JOBS
+from tests.support.deliveries import JOBS, scheduler_headers
 from tests.support.schedule_sites import CRON, T0, at, schedule_site
 
 SCHEDULES = """
@@ -124,3 +125,34 @@ def test_run_latest_runs_the_newest_missed_slot_once_when_the_audit_is_far_behin
     newest_missed = max(i for i, (_, status) in enumerate(listed) if status != "due")
     assert listed[newest_missed] == (caught[0], "completed")
     assert {status for _, status in listed[:newest_missed]} == {"missed"}
+
+
+@pytest.mark.parametrize("hours", [78 / 60, 20])  # DBOS #803's 78-minute suspension; and 20 hours, past a pass
+def test_a_long_outages_catch_up_is_bounded_and_each_slot_runs_at_most_once(
+    cloud_tasks, ndb_client, tmp_path, clock, caplog, hours
+):
+    """Issue 41 §3's evidence: a per-minute job nobody delivered for ``hours``, misfire: run_all with
+    max_catchup_runs: 20.  However many passes it takes to judge the outage, at most 20 runs are
+    dispatched, the newest; every task delivered twice runs once; a late Scheduler delivery of a
+    caught-up slot is a duplicate; the rest are reported missed, each once."""
+    policy = "    misfire: run_all\n    max_catchup_runs: 20\n"
+    every_minute = (SCHEDULES % policy).replace('"0 * * * *"', '"* * * * *"')
+    every_minute = every_minute.replace("invoice-hourly", "invoice-minutely")
+    site = schedule_site(tmp_path, JOBS, every_minute, clock, ndb_client)
+    caplog.set_level(logging.WARNING, logger="dedup.audit")
+    clock.advance(hours * 3600 + 180)
+    passes = [audit(site, caplog)[0] for _ in range(3)]
+    caught = [s["schedule_time"] for answer in passes for s in answer["caught_up"]]
+    missed = [s["schedule_time"] for answer in passes for s in answer["missed"]]
+    assert len(caught) == len(cloud_tasks.tasks) == 20 and max(missed) < min(caught)  # the newest twenty
+    assert len(missed) == len(set(missed)) and not set(missed) & set(caught)
+    cloud_tasks.deliver(to_webtest(site), times=2)
+    ran = [format_utc(effect["schedule_time"]) for effect in job_targets.EFFECTS]
+    assert sorted(ran) == sorted(caught)  # each once
+    late = site.post(
+        "/jobs/invoice?project=acme-prod&location=us-central1",
+        b"",
+        headers=scheduler_headers(scheduler_job_name="invoice-minutely", schedule_time=caught[0]),
+        status=200,
+    ).json
+    assert late["duplicate"] is True and len(job_targets.EFFECTS) == 20
