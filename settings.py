@@ -56,6 +56,7 @@ QUEUE_NAME = re.compile(r"projects/[a-z0-9.:-]+/locations/[a-z0-9-]+/queues/[A-Z
 DEFAULT_SCHEDULER_API_BASE = "https://cloudscheduler.googleapis.com"
 SCHEDULER_API_BASE_SETTING = "DEDUP_SCHEDULER_API_BASE"
 TRACE_EXPORTS = ("cloud-trace", "none")
+METRICS_EXPORTS = ("cloud-monitoring", "none")
 # Caller verification's defaults (handlers/auth): Google's signing keys, and the value of
 # DEDUP_APPENGINE_OFF_GAE with which tests and local tools say they trust forgeable markers.
 DEFAULT_OIDC_CERTS_URL = DEFAULT_CERTS_URL  # Google's ID-token keys (dedup.callers)
@@ -104,6 +105,8 @@ class Settings:
     log_format: str = dataclasses.field(default="text", metadata={"variable": "DEDUP_LOG_FORMAT"})
     # Where spans go: one of TRACE_EXPORTS.
     trace_export: str = dataclasses.field(default="none", metadata={"variable": "DEDUP_TRACE_EXPORT"})
+    # Where metrics go: one of METRICS_EXPORTS.
+    metrics_export: str = dataclasses.field(default="none", metadata={"variable": "DEDUP_METRICS_EXPORT"})
     # Caller verification, as written (stripped); AuthSettings.from_settings checks what each means.
     # The modes, comma-separated ("": App Engine's default there, refused elsewhere).
     auth: str = dataclasses.field(default="", metadata={"variable": "DEDUP_AUTH"})
@@ -155,6 +158,7 @@ class Settings:
             scheduler_api_base=scheduler_api_base(environ),
             request_timeout=request_timeout(environ),
             trace_export=trace_export(environ),
+            metrics_export=metrics_export(environ),
             project=environ.get("GOOGLE_CLOUD_PROJECT") or None,
             log_format=log_format(environ),
             auth=environ.get("DEDUP_AUTH", "").strip(),
@@ -295,13 +299,23 @@ def scheduler_api_base(environ: Mapping[str, str]) -> str:
         raise SettingError(f"{SCHEDULER_API_BASE_SETTING}: {exc.reason}") from None
 
 
+def _export(environ: Mapping[str, str], variable: str, on_app_engine: str, choices: tuple[str, ...]) -> str:
+    """Where a signal goes: ``variable``, else ``on_app_engine`` on App Engine and nowhere elsewhere."""
+    default = on_app_engine if environ.get("GAE_ENV") == PRODUCTION_GAE_ENV else "none"
+    export = (environ.get(variable) or default).strip().lower()
+    if export not in choices:
+        raise SettingError(f"{variable} must be one of {', '.join(choices)}")
+    return export
+
+
 def trace_export(environ: Mapping[str, str]) -> str:
     """Where spans go: DEDUP_TRACE_EXPORT, else Cloud Trace on App Engine and nowhere elsewhere."""
-    default = "cloud-trace" if environ.get("GAE_ENV") == PRODUCTION_GAE_ENV else "none"
-    export = (environ.get("DEDUP_TRACE_EXPORT") or default).strip().lower()
-    if export not in TRACE_EXPORTS:
-        raise SettingError(f"DEDUP_TRACE_EXPORT must be one of {', '.join(TRACE_EXPORTS)}")
-    return export
+    return _export(environ, "DEDUP_TRACE_EXPORT", "cloud-trace", TRACE_EXPORTS)
+
+
+def metrics_export(environ: Mapping[str, str]) -> str:
+    """Where metrics go: DEDUP_METRICS_EXPORT, else Cloud Monitoring on App Engine and nowhere elsewhere."""
+    return _export(environ, "DEDUP_METRICS_EXPORT", "cloud-monitoring", METRICS_EXPORTS)
 
 
 def request_timeout(environ: Mapping[str, str]) -> float:

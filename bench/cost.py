@@ -23,6 +23,16 @@ instances, the first of which also serves the audit cron:
     monthly cost = days x max(0, hours x class price - free F1 hours x F1 price)
 
 Left out: the time a request itself runs, start-ups, and CPU: a lower bound for long requests.
+
+Cloud Monitoring (DEDUP_METRICS_EXPORT=cloud-monitoring, App Engine's default): user-defined
+metrics are billed by the bytes of the points written, a scalar point 8 bytes and a distribution
+point 80, less 150 MiB a month free per billing account, then by tiers per MiB.  The app writes a
+series only when it changed, at most once an export (handlers/metrics.py), so a slot that ran
+writes its outcome and its claim's round trips (2 scalar points) and its delay, duration and
+attempts (3 distributions), and an idle job writes nothing:
+
+    MiB / month = slots / day x (2 x 8 + 3 x 80) bytes x days / 2**20
+    monthly cost = the tiers' prices over MiB / month less the free 150
 """
 
 from __future__ import annotations
@@ -41,6 +51,20 @@ FREE_PER_DAY = {"reads": 50_000, "writes": 20_000, "deletes": 20_000}
 # current ones (https://cloud.google.com/datastore/pricing, "Pricing by region").
 PRICES_PER_100K = {"reads": 0.03, "writes": 0.09, "deletes": 0.01}
 AUDIT_MINUTES = 15  # cron.yaml: /tasks/audit every 15 minutes (tests/test_cost_model.py reads it there)
+
+# Cloud Monitoring's prices for user-defined metrics, from https://cloud.google.com/stackdriver/pricing
+# ("Monitoring data ingested") as read when this was written: check them before relying on the figures.
+METRIC_POINT_BYTES = {"scalar": 8, "distribution": 80}
+METRICS_FREE_MIB = 150  # a month, per billing account
+METRICS_TIERS = ((100_000, 0.2580), (250_000, 0.1510), (math.inf, 0.0610))  # up to this many MiB: $ a MiB
+# What a decided slot of a run writes (schedules/metrics.py, dedup/metrics.py; tests/test_cost_model.py
+# counts it): its outcome and the claim's round trips, and three distributions.
+SLOT_POINTS = {"scalar": 2, "distribution": 3}
+# Series a Scheduler job holds in each process that served it (each process writes its own,
+# opentelemetry_id): typically its ran_once outcome, its round trips and three distributions; at
+# most every outcome from every source that decides it (schedules.metrics: 8 by a run, 6 by the
+# audit, paused by a resume, duplicates), three distributions from either runner, its round trips.
+SERIES_PER_JOB = {"typical": 5, "at most": 8 + 6 + 1 + 1 + 3 * 2 + 1}
 
 # App Engine standard, automatic scaling.  List prices per instance hour, us-central1 (Iowa), from
 # https://cloud.google.com/appengine/pricing ("Standard environment instances"), as of December 2026;
@@ -180,6 +204,47 @@ FLEETS = (
 )
 
 
+def metrics_mib_per_month(slots_per_day: float) -> float:
+    """MiB a month of the points a fleet's decided slots write (this module's docstring)."""
+    per_slot = sum(SLOT_POINTS[kind] * METRIC_POINT_BYTES[kind] for kind in SLOT_POINTS)
+    return slots_per_day * per_slot * DAYS_PER_MONTH / 2**20
+
+
+def metrics_monthly_cost(mib: float, free: float = METRICS_FREE_MIB) -> float:
+    """Dollars a month for ``mib`` of points, priced by the tiers, less the free MiB."""
+    billable, total, floor = max(0.0, mib - free), 0.0, 0.0
+    for ceiling, price in METRICS_TIERS:
+        total += max(0.0, min(billable, ceiling) - floor) * price
+        floor = ceiling
+    return total
+
+
+# Fleets of Scheduler jobs, as Cloud Monitoring's model sees them: jobs, and slots a day each.
+METRIC_FLEETS = (
+    ("1,000 jobs hourly", 1000, 24),
+    ("1,000 jobs every minute", 1000, 1440),
+    ("5,000 jobs hourly", 5000, 24),
+    ("5,000 jobs every minute", 5000, 1440),
+)
+
+
+def metrics_report() -> str:
+    lines = [
+        "Cloud Monitoring: a slot writes 2 scalar points (8 bytes) and 3 distributions (80 bytes), "
+        f"less {METRICS_FREE_MIB} free MiB a month; ${METRICS_TIERS[0][1]:g} a MiB to 100,000 MiB.",
+        "",
+        "| fleet | slots / day | series a process, typical | at most | MiB / month | Monitoring $ / month |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, jobs, slots in METRIC_FLEETS:
+        mib = metrics_mib_per_month(jobs * slots)
+        typical, most = jobs * SERIES_PER_JOB["typical"], jobs * SERIES_PER_JOB["at most"]
+        lines.append(
+            f"| {name} | {jobs * slots:,} | {typical:,} | {most:,} | {mib:,.0f} | {metrics_monthly_cost(mib):,.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def monthly_cost(operations_per_day: Operations, prices: dict[str, float], free: bool = True) -> float:
     """Dollars a month for these daily operations, at ``prices`` per 100,000 entities."""
     total = operations_per_day.expiry_deletes * prices["deletes"] / 100_000  # TTL deletes: no free usage
@@ -253,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         free_instance_hours=args.free_instance_hours,
     )
     sys.stdout.write(report(prices, free=not args.no_free_tier, cleanup=args.cleanup, hosting=hosting))
+    sys.stdout.write("\n" + metrics_report())
     return 0
 
 

@@ -27,6 +27,7 @@ from dedup.clock import Clock
 from dedup.fences import fenced_write
 from dedup.finished_cache import FinishedRuns
 from dedup.job_lock import JobLock
+from dedup.metrics import CountedStore, count_round_trips, count_stale, count_takeover
 from dedup.outcomes import Attempt, Claimed, ClaimOutcome, Contended, Finished, Released, Renewed, Skipped, Stale
 from dedup.queries import RunFilter
 from dedup.record_store import RecordStore, VersionFence, encode
@@ -63,9 +64,9 @@ class Ledger:
 
     # -- reads ---------------------------------------------------------------
 
-    def lookup(self, run_id: str) -> RunRecord | None:
+    def lookup(self, run_id: str, store: Store | None = None) -> RunRecord | None:
         """One strongly consistent lookup; an expired record counts as absent."""
-        found = self.store().lookup(run_id)
+        found = (store or self.store()).lookup(run_id)
         if found is None or found.record.is_expired(self.clock.now()):
             return None
         record: RunRecord = found.record
@@ -97,9 +98,9 @@ class Ledger:
         return None if cached is None else refusal(cached, description, self.clock.now(), reopen_attempt)
 
     def _stored_refusal(
-        self, run_id: str, description: RunDescription, reopen_attempt: int | None
+        self, run_id: str, description: RunDescription, reopen_attempt: int | None, store: Store | None = None
     ) -> ClaimOutcome | None:
-        record = self.lookup(run_id)
+        record = self.lookup(run_id, store)
         if record is not None:
             self.finished.remember(record)  # completed records only
         return refusal(record, description, self.clock.now(), reopen_attempt)
@@ -150,11 +151,16 @@ class Ledger:
         if cached is not None:
             return cached
         claim = ClaimRequest(run_id, description, policy, reopen_attempt, skip_reason)
-        if policy.exclusive:
-            return self._claim_in_transaction(claim)
-        if speculate:
-            return self._claim_by_version(claim)
-        return self._stored_refusal(run_id, description, reopen_attempt) or self._claim_in_transaction(claim)
+        store = CountedStore(self.store())  # the claim's round trips, counted (dedup.metrics)
+        try:
+            if policy.exclusive:
+                return self._claim_in_transaction(claim, store=store)
+            if speculate:
+                return self._claim_by_version(claim, store)
+            refused = self._stored_refusal(run_id, description, reopen_attempt, store)
+            return refused or self._claim_in_transaction(claim, store=store)
+        finally:
+            count_round_trips(description.job_id, description.scheduler_job_name, description.source, store.calls)
 
     def claim_run(
         self,
@@ -168,11 +174,10 @@ class Ledger:
         (``replay_or_claim`` for what the arguments mean)."""
         return self._claim_in_transaction(ClaimRequest(run_id, description, policy, reopen_attempt, skip_reason))
 
-    def _claim_by_version(self, claim: ClaimRequest) -> ClaimOutcome | Skipped:
+    def _claim_by_version(self, claim: ClaimRequest, store: Store) -> ClaimOutcome | Skipped:
         """The lookup and the insert of a fresh claim travel together; a record that is there but
         claimable (released, expired, a lost lease, reopened) is replaced by an update fenced on
         the version just read.  Anything those writes cannot settle goes to the transaction."""
-        store = self.store()
         now = self.clock.now()
         decided = claim.decide(None, now)
         assert isinstance(decided, Claimed | Skipped)  # nothing refuses a claim of no record
@@ -184,7 +189,7 @@ class Ledger:
             if not isinstance(decided, Claimed | Skipped):
                 return decided  # a refusal: nothing written
             if not store.fenced:  # a stale version might be applied: the transaction reads and decides
-                return self._claim_in_transaction(claim)
+                return self._claim_in_transaction(claim, store=store)
             entity = encode(decided.record)
             written = store.update(entity, found.version)
         match written:
@@ -200,13 +205,15 @@ class Ledger:
                 log.info(
                     "run %s: claim not applied or in doubt (%s); settling it in a transaction", claim.run_id, error
                 )
-                return self._claim_in_transaction(claim, may_have_landed=True)
+                return self._claim_in_transaction(claim, may_have_landed=True, store=store)
             case Exists() | StaleVersion() | Aborted():
-                return self._claim_in_transaction(claim)  # written by another since it was read
+                return self._claim_in_transaction(claim, store=store)  # written by another since it was read
             case _:
                 assert_never(written)
 
-    def _claim_in_transaction(self, claim: ClaimRequest, may_have_landed: bool = False) -> ClaimOutcome | Skipped:
+    def _claim_in_transaction(
+        self, claim: ClaimRequest, may_have_landed: bool = False, store: Store | None = None
+    ) -> ClaimOutcome | Skipped:
         """``may_have_landed``: this claim's own write (an insert in doubt) may already be stored."""
         record_key = ndb.Key(RunRecord, claim.run_id)
         lock_key = ndb.Key(JobLock, claim.job_lock) if claim.job_lock else None
@@ -237,7 +244,7 @@ class Ledger:
             return decided
 
         try:
-            outcome, transaction = transact(body, CLAIM_PATIENCE_SECONDS, self.store())
+            outcome, transaction = transact(body, CLAIM_PATIENCE_SECONDS, store or self.store())
         except TRIED_AGAIN as exc:
             if wrote:  # a commit of this claim may have landed: never leave a lease nobody holds
                 self._withdraw(claim, exc)
@@ -388,6 +395,7 @@ class Ledger:
         outcome = fenced_write(self.clock, attempt, change, patience, landed, keeps_running, self.store())
         if isinstance(outcome, Stale):
             current = outcome.current
+            count_stale(current)
             log.warning(
                 "run %s: attempt %d is stale (record now %s); nothing changed",
                 attempt.run_id,
@@ -400,6 +408,7 @@ class Ledger:
 def _log_takeover(claimed: Claimed) -> None:
     history = claimed.record.attempts or []
     if len(history) > 1 and history[-2].get("outcome") == "lease_expired":
+        count_takeover(claimed.record)
         log.warning(
             "run %s: lease of attempt %d expired; attempt %d takes over",
             claimed.run_id,

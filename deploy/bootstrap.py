@@ -35,9 +35,14 @@ APIS = (
     "monitoring.googleapis.com",
 )
 SERVICE_ACCOUNT_NAME = "dedup-app"
-# The app's account needs the ledger, to enqueue its dispatched work, and to pause and resume
-# its Scheduler jobs (docs/deploying.md, "Least privilege").
-SERVICE_ACCOUNT_ROLES = ("roles/datastore.user", "roles/cloudtasks.enqueuer", "roles/cloudscheduler.admin")
+# The app's account needs the ledger, to enqueue its dispatched work, to pause and resume its
+# Scheduler jobs, and to write its metrics (docs/deploying.md, "Least privilege").
+SERVICE_ACCOUNT_ROLES = (
+    "roles/datastore.user",
+    "roles/cloudtasks.enqueuer",
+    "roles/cloudscheduler.admin",
+    "roles/monitoring.metricWriter",
+)
 DEFAULT_SERVICE_YAML = os.path.join(os.path.dirname(os.path.abspath(__file__)), "default_service", "app.yaml")
 # Two App Engine regions are named without their Cloud region's digit.
 _APP_ENGINE_REGIONS = {"us-central1": "us-central", "europe-west1": "europe-west"}

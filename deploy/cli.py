@@ -1,4 +1,4 @@
-"""``python -m deploy bootstrap|firewall|ttl|iap|alerts``: print the gcloud commands; run them with --apply.
+"""``python -m deploy bootstrap|firewall|ttl|iap|alerts|dashboard``: print the gcloud commands; run them with --apply.
 ``python -m deploy scheduler plan|apply``: make the Scheduler jobs match scheduler.yaml through Cloud Scheduler's API.
 ``python -m deploy smoke``: force one Scheduler delivery and check what the app saw of it.
 ``python -m deploy check``: the app's settings, checked as an instance checks them at start-up.
@@ -31,7 +31,7 @@ from google.cloud import scheduler_v1
 
 from dedup.keys import PROJECT_ID, SCHEDULER_JOB_ID
 from deploy import bootstrap as project_setup
-from deploy import scheduler_jobs
+from deploy import monitoring, scheduler_jobs
 from deploy import smoke as delivery_smoke
 from deploy.scheduler_config import app_service, shell_line
 from jobs.base import http_url
@@ -487,52 +487,28 @@ def iap(project: str, members: tuple[str, ...], apply_: bool) -> None:
     click.echo(f"# then set DEDUP_AUTH=appengine,iap and DEDUP_IAP_AUDIENCE=/projects/PROJECT_NUMBER/apps/{project}")
 
 
-# Log-based metrics over the request and audit lines' `outcome` (handlers/logs.py, schedules/audit.py).
-# A slot that never ran: the audit's missed line, or its line for a slot another job's run holds;
-# a slot whose attempt started and never finished: its stuck line.
-# A deadline or failure streak broken: the audit's late, overdue, slow and failing lines.
+# The audit's lines for a deadline or failure streak broken (late, overdue, slow, failing): a
+# log-match policy fires on each line, which names the Scheduler job and the slot.  Slots missed,
+# stuck or failed, and forward progress, are the metrics' policies (deploy/monitoring.py).
 BREACHES = " OR ".join(f'jsonPayload.outcome="{outcome}"' for outcome in BREACH_OUTCOMES)
-MISSED_FILTER = (
-    'resource.type="gae_app" AND (jsonPayload.outcome="missed" OR '
-    '(jsonPayload.outcome="job_mismatch" AND jsonPayload.logger="dedup.audit") OR '
-    '(jsonPayload.outcome="stuck" AND jsonPayload.logger="dedup.audit") OR '
-    f'(jsonPayload.logger="dedup.audit" AND ({BREACHES})))'
-)
-FAILED_FILTER = 'resource.type="gae_app" AND jsonPayload.outcome="failed" AND jsonPayload.source="scheduler"'
-ALERT_METRICS = {
-    "dedup-missed-executions": (
-        "Scheduler executions that never ran (missed, or their key held by another job's run), stuck, "
-        "broke a deadline (late, overdue, slow) or failed in a row (failing): the /tasks/audit pass, one line each",
-        MISSED_FILTER,
-    ),
-    "dedup-failed-executions": ("Scheduler executions that failed permanently", FAILED_FILTER),
-}
-MISSED_POLICY_FILE = "dedup-missed-alert-policy.json"
-POLICY_FILE = "dedup-alert-policy.json"
+BREACH_FILTER = f'resource.type="gae_app" AND jsonPayload.logger="dedup.audit" AND ({BREACHES})'
 # A log-match policy notifies at most once a period (Cloud Monitoring requires a limit); its
 # incident closes itself after a week.
-MISSED_NOTIFICATION_PERIOD = "300s"
+BREACH_NOTIFICATION_PERIOD = "300s"
+SLOT_POLICY_FILE = "dedup-slot-alert-policy.json"
+BREACH_POLICY_FILE = "dedup-breach-alert-policy.json"
 
 
-def _channels(project: str, channels: tuple[str, ...]) -> list[str]:
-    return [c if c.startswith("projects/") else f"projects/{project}/notificationChannels/{c}" for c in channels]
-
-
-def missed_alert_policy(project: str, channels: tuple[str, ...]) -> dict:
-    """A log-match policy: each missed slot's ERROR line raises an alert naming the slot.
-
-    The direct fit for "one line per missed slot": it fires on the line itself,
-    with the Scheduler job and the schedule time as labels, where a threshold on
-    the metric would say only that some count rose within its alignment period.
-    """
+def breach_policy(project: str, channels: tuple[str, ...]) -> dict:
+    """A log-match policy on the audit's breach lines, labelled with the slot they name."""
     return {
-        "displayName": "Dedup: a Scheduler execution never ran, is stuck, broke its deadline, or failed in a row",
+        "displayName": "Dedup: a slot broke its deadline, or a job failed in a row",
         "combiner": "OR",
         "conditions": [
             {
-                "displayName": ALERT_METRICS["dedup-missed-executions"][0],
+                "displayName": "The audit's late, overdue, slow and failing lines",
                 "conditionMatchedLog": {
-                    "filter": MISSED_FILTER,
+                    "filter": BREACH_FILTER,
                     "labelExtractors": {
                         "scheduler_job": "EXTRACT(jsonPayload.scheduler_job)",
                         "schedule_time": "EXTRACT(jsonPayload.schedule_time)",
@@ -541,71 +517,83 @@ def missed_alert_policy(project: str, channels: tuple[str, ...]) -> dict:
                 },
             }
         ],
-        "alertStrategy": {"notificationRateLimit": {"period": MISSED_NOTIFICATION_PERIOD}, "autoClose": "604800s"},
-        "notificationChannels": _channels(project, channels),
+        "documentation": {
+            "subject": "Dedup: ${log.extracted_label.outcome} (${log.extracted_label.scheduler_job})",
+            "content": "Scheduler job ${log.extracted_label.scheduler_job}: the audit judged the slot "
+            "${log.extracted_label.schedule_time} ${log.extracted_label.outcome}.",
+            "mimeType": "text/markdown",
+        },
+        "alertStrategy": {"notificationRateLimit": {"period": BREACH_NOTIFICATION_PERIOD}, "autoClose": "604800s"},
+        "userLabels": {"app": "dedup"},
+        "notificationChannels": monitoring.channel_names(project, channels),
     }
 
 
-def alert_policy(project: str, channels: tuple[str, ...]) -> dict:
-    """A metric policy on permanent failures: a count over 15 minutes, not a page per failed attempt."""
-    return {
-        "displayName": "Dedup: failed Scheduler executions",
-        "combiner": "OR",
-        "conditions": [
-            {
-                "displayName": ALERT_METRICS["dedup-failed-executions"][0],
-                "conditionThreshold": {
-                    "filter": 'metric.type="logging.googleapis.com/user/dedup-failed-executions" '
-                    'AND resource.type="gae_app"',
-                    "comparison": "COMPARISON_GT",
-                    "thresholdValue": 0,
-                    "duration": "0s",
-                    "aggregations": [{"alignmentPeriod": "900s", "perSeriesAligner": "ALIGN_COUNT"}],
-                },
-            }
-        ],
-        "notificationChannels": _channels(project, channels),
-    }
+def _scheduler_jobs(file: str) -> list[SchedulerJob]:
+    """scheduler.yaml's jobs as its own checks read them (jobs.yaml is not needed: only names,
+    targets, schedules and deadlines are)."""
+    try:
+        return load_scheduler_file(file)
+    except ScheduleFileError as exc:
+        for problem in exc.problems:
+            click.echo(str(problem), err=True)
+        raise click.exceptions.Exit(1) from None
 
 
-@cli.command(help="Log-based metrics, a log-match alert on missed slots and a policy on failed executions.")
-@click.option("--project", required=True, help="Google Cloud project.")
-@click.option("--notification-channel", "channels", multiple=True, help="A Monitoring channel id (repeatable).")
-@click.option("--apply", "apply_", is_flag=True, help="Write the policy file and run the commands.")
-def alerts(project: str, channels: tuple[str, ...], apply_: bool) -> None:
-    """Prints the policy's JSON (as a file to write) and the gcloud commands; --apply writes and runs them."""
-    commands = [
-        [
-            "gcloud",
-            "logging",
-            "metrics",
-            "create",
-            name,
-            f"--description={description}",
-            f"--log-filter={log_filter}",
-            f"--project={project}",
-        ]
-        for name, (description, log_filter) in ALERT_METRICS.items()
-    ]
-    policies = {
-        MISSED_POLICY_FILE: missed_alert_policy(project, channels),
-        POLICY_FILE: alert_policy(project, channels),
-    }
-    for name, policy in policies.items():
-        commands.append(
-            [
-                "gcloud",
-                "alpha",
-                "monitoring",
-                "policies",
-                "create",
-                f"--policy-from-file={name}",
-                f"--project={project}",
-            ]
-        )
-        text = json.dumps(policy, indent=2)
+def _print_files(files: dict[str, dict], apply_: bool) -> None:
+    """Each file as a heredoc to write by hand; written with --apply."""
+    for name, document in files.items():
+        text = json.dumps(document, indent=2, ensure_ascii=False)
         click.echo(f"cat > {name} <<'EOF'\n{text}\nEOF")
         if apply_:
             with open(name, "w", encoding="utf-8") as handle:
                 handle.write(text + "\n")
+
+
+@cli.command(help="Cloud Monitoring dashboards of scheduler.yaml's jobs: a fleet summary, then a row per job.")
+@click.argument("file", default=DEFAULT_FILE)
+@click.option("--project", required=True, help="Google Cloud project.")
+@click.option("--apply", "apply_", is_flag=True, help="Write the dashboard files and run the commands.")
+def dashboard(file: str, project: str, apply_: bool) -> None:
+    """Prints each dashboard's JSON (as a file to write) and its gcloud command; --apply writes and runs them."""
+    boards = monitoring.dashboards(_scheduler_jobs(file))
+    files = dict(zip(monitoring.file_names("dedup-dashboard", len(boards)), boards, strict=True))
+    _print_files(files, apply_)
+    commands = [
+        ["gcloud", "monitoring", "dashboards", "create", f"--config-from-file={name}", f"--project={project}"]
+        for name in files
+    ]
+    _print_and_maybe_run(commands, apply_)
+
+
+@cli.command(help="Alert policies on slots missed, stuck or failed, forward progress, and the audit's breaches.")
+@click.argument("file", default=DEFAULT_FILE)
+@click.option("--project", required=True, help="Google Cloud project.")
+@click.option("--notification-channel", "channels", multiple=True, help="A Monitoring channel id (repeatable).")
+@click.option(
+    "--periods",
+    type=click.IntRange(1, 100),
+    default=monitoring.FORWARD_PROGRESS_PERIODS,
+    show_default=True,
+    help="Forward progress of a job without finish_within: this many periods with no slot run.",
+)
+@click.option("--apply", "apply_", is_flag=True, help="Write the policy files and run the commands.")
+def alerts(file: str, project: str, channels: tuple[str, ...], periods: int, apply_: bool) -> None:
+    """Prints each policy's JSON (as a file to write) and the gcloud commands; --apply writes and runs them."""
+    jobs = _scheduler_jobs(file)
+    progress, unwatched = monitoring.progress_policies(project, channels, jobs, periods)
+    files = {SLOT_POLICY_FILE: monitoring.slot_policy(project, channels)}
+    files |= dict(zip(monitoring.file_names("dedup-progress-alert-policy", len(progress)), progress, strict=True))
+    files[BREACH_POLICY_FILE] = breach_policy(project, channels)
+    _print_files(files, apply_)
+    for job in unwatched:
+        click.echo(
+            f"note: {job.name}'s forward progress is not watched: its wait is longer than a metric absence "
+            "allows (23.5 hours); its missed, stuck and failed slots still alert",
+            err=True,
+        )
+    commands = [
+        ["gcloud", "alpha", "monitoring", "policies", "create", f"--policy-from-file={name}", f"--project={project}"]
+        for name in files
+    ]
     _print_and_maybe_run(commands, apply_)

@@ -66,6 +66,7 @@ def create_app(
         executions,
         for_people,
         logs,
+        metrics,
         problem_pages,
         problems,
         runs_api,
@@ -82,6 +83,7 @@ def create_app(
     clock = clock or SystemClock()
     gate = CallerGate(auth or AuthSettings.from_settings(settings))
     tracing.configure_tracing(settings)
+    metrics.configure_metrics(settings)
     jobs_path = jobs_file or settings.jobs_file
     jobs = load_jobs(jobs_path, settings.request_timeout)
     required = scheduler_file is not None or settings.scheduler_file is not None
@@ -137,6 +139,7 @@ def create_app(
     for_people.install(app)
     tracing.install_tracing(app)  # first: every later step, and every log line, is inside the request's span
     logs.install_request_logging(app)
+    metrics.install_metrics(app)  # the 409s, by the fields the request's log line names
 
     @app.before_request
     def verify_caller() -> Response | None:

@@ -33,6 +33,7 @@ from models import RunRecord
 from models.audit import AuditMark
 from schedules.bound import BoundJob
 from schedules.config import AUDIT_INTERVAL_SECONDS, SchedulerJob, history_id
+from schedules.metrics import Outcome, Source, count, outcome_of
 from schedules.slots import (
     MAX_SLOTS,
     NEEDS_ATTENTION,
@@ -273,6 +274,7 @@ class _Judged:
     through: datetime.datetime
     reported: list[ReportedSlot]
     unknown: list[Slot]
+    settled: list[tuple[Slot, ExecutionStatus]]  # decided without a run: counted (schedules.metrics), not reported
     streak: int
     reached: list[int]  # each streak length this pass reached, in order: a streak can rise and end in one pass
     repairs: dict[str, Any]
@@ -313,6 +315,7 @@ def _judge(
     checked = [(s, status) for s, status in zip(slots, statuses, strict=True) if s.schedule_time + window < through]
     reported = [ReportedSlot(s, status) for s, status in checked if status in REPORTED]
     unknown = [s for s, status in checked if status == ExecutionStatus.UNKNOWN]
+    settled = [(s, status) for s, status in checked if _settled(s, status, records.get(s.run_id))]
     streak = mark.failure_streak if mark else 0
     reached = []
     for _, status in checked:
@@ -331,7 +334,18 @@ def _judge(
         default=None,
     )
     attention = max(filter(None, [of_slots, FOREVER if streak else None]), default=None)
-    return _Judged(bound, key, mark, through, reported, unknown, streak, reached, repairs, attention, of_slots)
+    return _Judged(bound, key, mark, through, reported, unknown, settled, streak, reached, repairs, attention, of_slots)
+
+
+def _settled(slot: Slot, status: ExecutionStatus, record: object) -> bool:
+    """Whether the pass decides this slot although it reports nothing of it: paused by a pause
+    that has ended (one still lasting leaves it to the resume's catch-up, which counts what it
+    leaves: service.outcomes), or excluded with no run (an excluded delivery's skip is counted
+    at the delivery)."""
+    if status == ExecutionStatus.PAUSED:
+        pause = slot.pause
+        return pause is not None and pause.until is not None
+    return status == ExecutionStatus.EXCLUDED and record is None
 
 
 # A failure streak's attention: until a pass ends the streak, however long the audit is away.
@@ -394,6 +408,14 @@ def _report(
             bound.retention_seconds,
             extra={"scheduler_job": job.name, "outcome": "unverified", "slots": len(unknown)},
         )
+    for finding in reported:
+        outcome = outcome_of(finding.status, None)
+        if outcome is not None:
+            count(finding.slot.job.name, job.target, outcome, Source.AUDIT)
+    for slot, status in judged.settled:
+        outcome = outcome_of(status, None)
+        if outcome is not None:
+            count(slot.job.name, job.target, outcome, Source.AUDIT)
     found.reported += reported
     found.caught_up += caught_up
     found.unverified += len(unknown)
@@ -470,6 +492,8 @@ def _deadline_pass(
             extra=document,
         )
         found.breaches.append(document)
+        if breach == ExecutionStatus.LATE:
+            count(slot.job.name, job.declared.target, Outcome.LATE, Source.AUDIT)  # beside the slot's ran outcome
 
 
 _BREACH_WORDS = {

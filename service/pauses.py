@@ -28,6 +28,7 @@ from schedules.pauses import (
 )
 from schedules.slots import ExecutionStatus, Slot, execution_status, latest_slots, slot_pages
 from service.errors import Invalid, NotFound
+from service.outcomes import count_left_paused
 from service.principal import Principal
 from service.slots import NO_SCHEDULE, external_of, slot_run_work, spread_seconds
 from service.state import AppState
@@ -282,4 +283,6 @@ def resume_schedule(state: AppState, principal: Principal, ask: ScheduleChangeRe
         caught_up, left = catch_up(state, principal, bound, interval, str(ask.catch_up)) if interval else ([], None)
     except DispatchError as exc:
         return ScheduleChanged(change, None, exc)
+    if change.changed and interval is not None:  # the resume that ended it: what it left is decided paused
+        count_left_paused(state, bound, interval, {c.slot.run_id for c in caught_up})
     return ScheduleChanged(change, caught_up, left_by_cap=left)

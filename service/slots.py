@@ -26,6 +26,7 @@ from jobs.base import ExternalTarget
 from models import RunRecord
 from schedules.bound import BoundJob
 from schedules.config import SchedulerJob, delivery_scope
+from schedules.metrics import Source
 from schedules.slots import (
     MAX_SLOTS,
     NEEDS_FORCE,
@@ -40,6 +41,7 @@ from schedules.slots import (
     slot_page,
 )
 from service.errors import Declined, Invalid, NotFound, RefusalKind
+from service.outcomes import count_finish
 from service.principal import Principal
 from service.runs import Queued, answer_or_queue, job_named, run_note, run_scheduled
 from service.state import AppState

@@ -232,6 +232,27 @@ def make_client(datastore, ndb_client, jobs_file, clock):
     assert not violations, "error answers that are not problems:\n" + "\n".join(violations)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _metric_reader():
+    """The process's meter provider (handlers.metrics: one per process), made before any app is,
+    with an in-memory reader: what a test's runs, audits and answers counted (``measured``)."""
+    from handlers.metrics import configure_metrics
+    from settings import Settings
+    from tests.support.metrics import in_memory_reader
+
+    reader = in_memory_reader()
+    configure_metrics(Settings.from_environ(os.environ), readers=[reader])
+    return reader
+
+
+@pytest.fixture
+def measured(_metric_reader):
+    """The metrics this test records (tests/support/metrics.py), read when asked."""
+    from tests.support.metrics import Measured
+
+    return Measured(_metric_reader)
+
+
 @pytest.fixture(scope="session")
 def _span_exporter():
     """The process's tracer provider (handlers.tracing: one per process) with an in-memory exporter."""

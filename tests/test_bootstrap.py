@@ -32,7 +32,12 @@ CREATE = [
     "--project=acme-prod",
     *(
         f"gcloud projects add-iam-policy-binding acme-prod --member=serviceAccount:{SA} --role={role} --condition=None"
-        for role in ("roles/datastore.user", "roles/cloudtasks.enqueuer", "roles/cloudscheduler.admin")
+        for role in (
+            "roles/datastore.user",
+            "roles/cloudtasks.enqueuer",
+            "roles/cloudscheduler.admin",
+            "roles/monitoring.metricWriter",
+        )
     ),
     "gcloud app deploy deploy/default_service/app.yaml --project=acme-prod --quiet",
 ]
@@ -122,14 +127,14 @@ def test_a_project_with_an_app_keeps_it_its_default_service_and_its_database(pro
     calls = project({"app": "us-central", "database": "DATASTORE_MODE", "services": ["default", "api"], "account": SA})
     planned = bootstrap("--region=us-central1", "--apply")
     assert planned.exit_code == 0, planned.output
-    assert commands(planned.output) == [CREATE[0], CREATE[3], *CREATE[5:8]]  # APIs, TTL, roles: all idempotent
+    assert commands(planned.output) == [CREATE[0], CREATE[3], *CREATE[5:9]]  # APIs, TTL, roles: all idempotent
     assert not [c for c in calls() if c[1] in ("create", "deploy") or c[2:3] == ["create"]]
 
 
 def test_an_app_without_a_default_service_gets_the_stand_in_only(project):
     project({"app": "us-central", "database": "DATASTORE_MODE", "services": [], "account": SA})
     planned = bootstrap("--region=us-central1")
-    assert commands(planned.output) == [CREATE[0], CREATE[3], *CREATE[5:8], CREATE[8]]
+    assert commands(planned.output) == [CREATE[0], CREATE[3], *CREATE[5:9], CREATE[9]]
 
 
 @pytest.mark.parametrize(
@@ -213,7 +218,7 @@ def test_optimistic_with_entity_groups_is_warned_of_and_the_plan_goes_on(project
         planned.output
     )
     assert "databases.patch" in planned.output and "DEDUP_DATABASE" in planned.output
-    assert commands(planned.output) == [CREATE[0], CREATE[3], *CREATE[5:8]]
+    assert commands(planned.output) == [CREATE[0], CREATE[3], *CREATE[5:9]]
 
 
 NAMED_TTL = (
@@ -236,7 +241,7 @@ def test_a_named_database_hosts_the_ledger_beside_a_native_default(project, how)
         "gcloud firestore databases create --database=dedup-ledger --location=us-central1 --type=datastore-mode "
         "--project=acme-prod",
         NAMED_TTL,
-        *CREATE[5:8],
+        *CREATE[5:9],
     ]
     asked = [c[3] for c in calls() if c[:3] == ["firestore", "databases", "describe"]]
     assert asked == ["--database=dedup-ledger"]  # the default database is not the ledger's business
@@ -253,7 +258,7 @@ def test_an_existing_named_database_is_kept_and_reported(project):
     planned = bootstrap("--region=us-central1", "--database=dedup-ledger")
     assert planned.exit_code == 0, planned.output
     assert "note: the dedup-ledger database is DATASTORE_MODE, concurrency mode PESSIMISTIC" in planned.output
-    assert commands(planned.output) == [CREATE[0], NAMED_TTL, *CREATE[5:8]]
+    assert commands(planned.output) == [CREATE[0], NAMED_TTL, *CREATE[5:9]]
 
 
 @pytest.mark.parametrize(

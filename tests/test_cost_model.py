@@ -237,3 +237,45 @@ def test_bad_prices_are_refused(args):
 
 def test_no_nan_reaches_a_total():
     assert not math.isnan(cost.monthly_cost(cost.FLEETS[0].operations_per_day(), PRICES))
+
+
+def test_a_slots_run_writes_the_points_the_metrics_model_prices(site_with_a_schedule, clock, measured):
+    """Issue 41: a decided slot's run moves 2 scalar series (its outcome, its claim's round trips) and
+    3 distributions; written only when changed, that is what it costs in Cloud Monitoring."""
+    clock.advance(10)
+    site_with_a_schedule.post(
+        "/jobs/invoice?project=acme-prod&location=us-central1",
+        b"",
+        headers=scheduler_headers(scheduler_job_name="invoice-hourly", schedule_time="2030-01-01T00:00:00Z"),
+        status=200,
+    )
+    measured.read()
+    assert {"scalar": len(measured.sums), "distribution": len(measured.samples)} == cost.SLOT_POINTS
+
+
+@pytest.fixture
+def site_with_a_schedule(google, ndb_client, tmp_path, clock, monkeypatch):
+    from tests.support.schedule_sites import schedule_site
+
+    monkeypatch.setenv("DEDUP_SCHEDULER_API_BASE", google.url)
+    schedules = """
+        jobs:
+          invoice-hourly:
+            target: invoice
+            schedule: "0 * * * *"
+            project: acme-prod
+            location: us-central1
+            start_at: 2030-01-01T00:00:00Z
+            attempt_deadline: 60s
+    """
+    return schedule_site(tmp_path, JOBS, schedules, clock, ndb_client)
+
+
+def test_the_metrics_model_prices_bytes_by_tier_less_the_free_mib():
+    assert cost.metrics_mib_per_month(1) == pytest.approx((2 * 8 + 3 * 80) * 30.4 / 2**20)
+    assert cost.metrics_monthly_cost(150) == 0 and cost.metrics_monthly_cost(149) == 0
+    assert cost.metrics_monthly_cost(1150) == pytest.approx(1000 * 0.258)
+    beyond = 100_000 * 0.258 + 150_000 * 0.151 + 50_000 * 0.061
+    assert cost.metrics_monthly_cost(300_000, free=0) == pytest.approx(beyond)
+    rows = {line.split("|")[1].strip(): line for line in cost.metrics_report().splitlines() if line.startswith("| ")}
+    assert "| 1,440,000 | 5,000 | 23,000 | 10,688 | 2,718.68 |" in rows["1,000 jobs every minute"]

@@ -487,50 +487,109 @@ def test_iap_refuses_a_member_iam_would_not_take(cli, member):
     assert refused.exit_code != 0 and "user:EMAIL, serviceAccount:EMAIL" in refused.output
 
 
-def test_alerts_prints_the_metrics_and_two_policies_and_applies_them(cli, fake_gcloud, monkeypatch, tmp_path):
-    """A log-match policy on each missed slot's line (labelled with the slot), a metric policy on failures."""
+HOURLY_AND_DAILY = """
+defaults:
+  project: acme-prod
+  location: us-central1
+jobs:
+  invoice-hourly:
+    target: invoice
+    schedule: "0 * * * *"
+    finish_within: 10m
+  invoice-quarterly:
+    target: invoice
+    schedule: "*/15 * * * *"
+  invoice-daily:
+    target: invoice
+    schedule: "0 3 * * *"
+"""
+
+
+def test_alerts_prints_metric_policies_per_job_and_applies_them(cli, fake_gcloud, monkeypatch, tmp_path):
+    """Issue 41 §2: slots missed, stuck or failed and forward progress, on the slot metrics,
+    grouped by Scheduler job and job; the audit's breach lines keep their log-match policy."""
     import json
 
     env, calls = fake_gcloud
     monkeypatch.setenv("PATH", env["PATH"])
     monkeypatch.chdir(tmp_path)
-    printed = cli("alerts", "--project", "acme-prod", "--notification-channel", "123")
+    printed = cli("alerts", "--project", "acme-prod", "--notification-channel", "123", schedule=HOURLY_AND_DAILY)
     assert printed.exit_code == 0, printed.output
     lines = [line for line in printed.output.splitlines() if line.startswith("gcloud ")]
-    assert [line.split()[:5] for line in lines] == [
-        ["gcloud", "logging", "metrics", "create", "dedup-missed-executions"],
-        ["gcloud", "logging", "metrics", "create", "dedup-failed-executions"],
-        ["gcloud", "alpha", "monitoring", "policies", "create"],
-        ["gcloud", "alpha", "monitoring", "policies", "create"],
+    assert [line.split()[5] for line in lines] == [
+        "--policy-from-file=dedup-slot-alert-policy.json",
+        "--policy-from-file=dedup-progress-alert-policy.json",
+        "--policy-from-file=dedup-breach-alert-policy.json",
     ]
-    assert 'jsonPayload.outcome="missed"' in lines[0] and 'jsonPayload.outcome="failed"' in lines[1]
-    missed, failed = [json.loads(part.split("\nEOF", 1)[0]) for part in printed.output.split("<<'EOF'\n")[1:]]
-    assert (
-        missed["notificationChannels"]
-        == failed["notificationChannels"]
-        == ["projects/acme-prod/notificationChannels/123"]
-    )
-    (condition,) = missed["conditions"]
-    assert 'jsonPayload.outcome="missed"' in condition["conditionMatchedLog"]["filter"]
-    assert (
-        'jsonPayload.outcome="job_mismatch" AND jsonPayload.logger="dedup.audit"'
-        in (condition["conditionMatchedLog"]["filter"])
-    )
-    for breach in ("late", "overdue", "slow", "failing"):  # the audit's deadline and streak lines too
-        assert f'jsonPayload.outcome="{breach}"' in condition["conditionMatchedLog"]["filter"]
-    assert set(condition["conditionMatchedLog"]["labelExtractors"]) == {"scheduler_job", "schedule_time", "outcome"}
-    assert missed["alertStrategy"]["notificationRateLimit"]["period"]  # required of log-match policies
-    assert [c["conditionThreshold"]["filter"].split('"')[1] for c in failed["conditions"]] == [
-        "logging.googleapis.com/user/dedup-failed-executions"
+    slots, progress, breaches = [
+        json.loads(part.split("\nEOF", 1)[0]) for part in printed.output.split("<<'EOF'\n")[1:]
     ]
-    assert calls() == [] and not (tmp_path / "dedup-alert-policy.json").exists()  # printed only
-    assert cli("alerts", "--project", "acme-prod", "--apply").exit_code == 0
-    assert [c[:3] for c in calls()] == [["logging", "metrics", "create"]] * 2 + [
-        ["alpha", "monitoring", "policies"]
-    ] * 2
-    written = json.loads((tmp_path / "dedup-missed-alert-policy.json").read_text())
-    assert "conditionMatchedLog" in written["conditions"][0]
-    assert json.loads((tmp_path / "dedup-alert-policy.json").read_text())["combiner"] == "OR"
+    assert {policy["notificationChannels"][0] for policy in (slots, progress, breaches)} == {
+        "projects/acme-prod/notificationChannels/123"
+    }
+    counted = [c["conditionThreshold"] for c in slots["conditions"]]
+    assert [c["filter"].split('metric.label.outcome="')[1].rstrip('"') for c in counted] == [
+        "missed",
+        "stuck",
+        "failed",
+    ]
+    for condition in counted:  # a slot, counted once, raises an incident naming its Scheduler job and job
+        assert "workload.googleapis.com/dedup.slot.outcomes" in condition["filter"]
+        (aggregation,) = condition["aggregations"]
+        assert aggregation["groupByFields"] == ["metric.label.scheduler_job", "metric.label.job"]
+    assert "${metric.label.scheduler_job}" in slots["documentation"]["content"]
+    # Forward progress: an hour and its 10 minutes; two quarter-hours; the daily job's 48 hours
+    # are past what a metric absence waits, and said so.
+    waits = {c["conditionAbsent"]["duration"]: c["conditionAbsent"]["filter"] for c in progress["conditions"]}
+    assert set(waits) == {"1800s", "4200s"}
+    assert '"invoice-hourly"' in waits["4200s"] and '"invoice-quarterly"' in waits["1800s"]
+    assert 'metric.label.outcome=one_of("ran_once", "ran_after_retries")' in waits["1800s"]
+    assert "note: invoice-daily's forward progress is not watched" in printed.output
+    for breach in ("late", "overdue", "slow", "failing"):
+        assert f'jsonPayload.outcome="{breach}"' in breaches["conditions"][0]["conditionMatchedLog"]["filter"]
+    assert breaches["alertStrategy"]["notificationRateLimit"]["period"]  # required of log-match policies
+    assert calls() == [] and not (tmp_path / "dedup-slot-alert-policy.json").exists()  # printed only
+    applied = cli("alerts", "--project", "acme-prod", "--apply", schedule=HOURLY_AND_DAILY)
+    assert applied.exit_code == 0, applied.output
+    assert [c[:4] for c in calls()] == [["alpha", "monitoring", "policies", "create"]] * 3
+    written = json.loads((tmp_path / "dedup-progress-alert-policy.json").read_text())
+    assert "conditionAbsent" in written["conditions"][0]
+
+
+def test_periods_set_the_wait_of_jobs_without_finish_within(cli, fake_gcloud, monkeypatch, tmp_path):
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    printed = cli("alerts", "--project", "acme-prod", "--periods", "4", schedule=HOURLY_AND_DAILY)
+    progress = json.loads(printed.output.split("<<'EOF'\n")[2].split("\nEOF", 1)[0])
+    assert {c["conditionAbsent"]["duration"] for c in progress["conditions"]} == {"3600s", "4200s"}
+
+
+def test_dashboard_prints_a_row_per_job_and_creates_it(cli, fake_gcloud, monkeypatch, tmp_path):
+    import json
+
+    env, calls = fake_gcloud
+    monkeypatch.setenv("PATH", env["PATH"])
+    monkeypatch.chdir(tmp_path)
+    printed = cli("dashboard", "--project", "acme-prod", schedule=HOURLY_AND_DAILY)
+    assert printed.exit_code == 0, printed.output
+    (board,) = [json.loads(part.split("\nEOF", 1)[0]) for part in printed.output.split("<<'EOF'\n")[1:]]
+    titles = [tile["widget"]["title"] for tile in board["mosaicLayout"]["tiles"]]
+    assert titles[0] == "Every slot, by outcome" and len(titles) == 4 * (1 + 3)
+    assert titles[4:8] == [
+        "invoice-hourly → invoice: outcomes",
+        "invoice-hourly → invoice: schedule delay (s)",
+        "invoice-hourly → invoice: run duration (s)",
+        "invoice-hourly → invoice: attempts",
+    ]
+    assert [line for line in printed.output.splitlines() if line.startswith("gcloud ")] == [
+        "gcloud monitoring dashboards create --config-from-file=dedup-dashboard.json --project=acme-prod"
+    ]
+    assert cli("dashboard", "--project", "acme-prod", "--apply", schedule=HOURLY_AND_DAILY).exit_code == 0
+    assert calls() == [
+        ["monitoring", "dashboards", "create", "--config-from-file=dedup-dashboard.json", "--project=acme-prod"]
+    ]
+    assert json.loads((tmp_path / "dedup-dashboard.json").read_text()) == board
 
 
 @pytest.mark.parametrize(

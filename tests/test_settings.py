@@ -51,6 +51,7 @@ BAD = {
     ],
     "request_timeout": [{"DEDUP_SCALING": v} for v in ("", "auto", "Basic")],
     "trace_export": [{"DEDUP_TRACE_EXPORT": v} for v in ("zipkin", "yes", "cloud_trace")],
+    "metrics_export": [{"DEDUP_METRICS_EXPORT": v} for v in ("prometheus", "yes", "cloud_monitoring")],
     "scheduler_api_base": [
         {"DEDUP_SCHEDULER_API_BASE": base} for base in ("ftp://x", "http://x?q=1", "https://example.com")
     ],
@@ -190,6 +191,7 @@ def test_the_values_are_read():
         scheduler_api_base="http://127.0.0.1:8124",
         request_timeout=24 * 3600,
         trace_export="cloud-trace",
+        metrics_export="cloud-monitoring",
         project="acme-prod",
         log_format="json",
     )

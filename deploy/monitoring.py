@@ -1,0 +1,257 @@
+"""``python -m deploy dashboard`` and ``alerts``: Cloud Monitoring's dashboard and alert policies
+over the metrics the app writes (schedules/metrics.py, dedup/metrics.py), from scheduler.yaml.
+
+The dashboard: a fleet summary on top (every slot's outcome, takeovers and stale attempts, the
+409s, the claims' round trips), then one row per Scheduler job (its outcomes over time, schedule
+delay, run duration, attempts), JOBS_PER_DASHBOARD rows a dashboard.  The policies count slots,
+never attempts (a slot's outcome is counted once, when it is decided), each grouped by the
+Scheduler job and the job, so an incident names both in its labels and its documentation:
+
+- forward progress: no slot of a job ran (once or after more attempts) for one period plus its
+  ``finish_within``, or FORWARD_PROGRESS_PERIODS periods when it has none (a metric absence);
+- a slot missed, stuck, or failed for good: each counted as it is decided.
+
+A slot that failed an attempt and completed on a retry is counted ``ran_after_retries`` and
+nothing else, so it raises nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from dedup.metrics import CONFLICTS_NAME, ROUND_TRIPS_NAME, STALE_NAME, TAKEOVERS_NAME
+from schedules.config import SchedulerJob, schedule_period_seconds
+from schedules.metrics import ATTEMPTS_NAME, DELAY_NAME, DURATION_NAME, OUTCOMES_NAME, Outcome, metric_type
+
+# A row a job, four charts a row, twelve columns each of the mosaic's 48: a dashboard of 24 jobs
+# holds 100 charts, the summary's four with them; a larger fleet gets a dashboard per 24 jobs.
+JOBS_PER_DASHBOARD = 24
+COLUMNS, WIDTH, HEIGHT = 48, 12, 4
+# Forward progress without a finish_within: this many periods with no slot run.
+FORWARD_PROGRESS_PERIODS = 2
+# Cloud Monitoring's bounds on a metric absence's duration (whole minutes, 2 minutes to 23.5
+# hours: docs.cloud.google.com/monitoring/alerts/metric-absence), and on a policy's conditions.
+ABSENCE_MIN_SECONDS, ABSENCE_MAX_SECONDS = 120, 84_600
+CONDITIONS_PER_POLICY = 6
+JOBS_PER_CONDITION = 20  # a filter naming 20 Scheduler jobs stays a few hundred characters
+# A slot counted missed, stuck or failed is counted over this long: an incident per job, not per slot.
+ALIGNMENT = "300s"
+RAN = (Outcome.RAN_ONCE, Outcome.RAN_AFTER_RETRIES)
+
+
+def _filter(name: str, *clauses: str) -> str:
+    return " AND ".join([f'metric.type="{metric_type(name)}"', *clauses])
+
+
+def _one_of(label: str, values: Iterable[str]) -> str:
+    return f"metric.label.{label}=one_of({', '.join(json.dumps(str(v)) for v in values)})"
+
+
+def _of_job(job: SchedulerJob) -> str:
+    return f'metric.label.scheduler_job="{job.name}"'
+
+
+def _counts(filter_: str, group_by: Sequence[str], plot: str = "LINE", legend: str | None = None) -> dict[str, Any]:
+    """A counter's data set: its increase a minute, summed by ``group_by`` (over every process's series)."""
+    aggregation = {
+        "alignmentPeriod": "60s",
+        "perSeriesAligner": "ALIGN_DELTA",
+        "crossSeriesReducer": "REDUCE_SUM",
+        "groupByFields": list(group_by),
+    }
+    data_set: dict[str, Any] = {
+        "timeSeriesQuery": {"timeSeriesFilter": {"filter": filter_, "aggregation": aggregation}},
+        "plotType": plot,
+    }
+    if legend is not None:
+        data_set["legendTemplate"] = legend
+    return data_set
+
+
+def _chart(title: str, *data_sets: dict[str, Any]) -> dict[str, Any]:
+    return {"title": title, "xyChart": {"dataSets": list(data_sets)}}
+
+
+def _percentiles(title: str, name: str, job: SchedulerJob) -> dict[str, Any]:
+    """A distribution's median and 99th percentile over a job's series."""
+    data_sets = [
+        {
+            "timeSeriesQuery": {
+                "timeSeriesFilter": {
+                    "filter": _filter(name, _of_job(job)),
+                    "aggregation": {
+                        "alignmentPeriod": "60s",
+                        "perSeriesAligner": "ALIGN_DELTA",
+                        "crossSeriesReducer": reducer,
+                        "groupByFields": ["metric.label.scheduler_job"],
+                    },
+                }
+            },
+            "plotType": "LINE",
+            "legendTemplate": legend,
+        }
+        for reducer, legend in (("REDUCE_PERCENTILE_50", "p50"), ("REDUCE_PERCENTILE_99", "p99"))
+    ]
+    return {"title": title, "xyChart": {"dataSets": data_sets}}
+
+
+def _summary() -> list[dict[str, Any]]:
+    job = ["metric.label.job"]
+    return [
+        _chart("Every slot, by outcome", _counts(_filter(OUTCOMES_NAME), ["metric.label.outcome"], "STACKED_BAR")),
+        _chart(
+            "Takeovers and stale attempts, by job",
+            _counts(_filter(TAKEOVERS_NAME), job, legend="takeovers: ${metric.label.job}"),
+            _counts(_filter(STALE_NAME), job, legend="stale: ${metric.label.job}"),
+        ),
+        _chart("409s answered, by job", _counts(_filter(CONFLICTS_NAME), job)),
+        _chart("Claims' Datastore round trips, by job", _counts(_filter(ROUND_TRIPS_NAME), job)),
+    ]
+
+
+def _row(job: SchedulerJob) -> list[dict[str, Any]]:
+    title = f"{job.name} → {job.target}"
+    return [
+        _chart(
+            f"{title}: outcomes", _counts(_filter(OUTCOMES_NAME, _of_job(job)), ["metric.label.outcome"], "STACKED_BAR")
+        ),
+        _percentiles(f"{title}: schedule delay (s)", DELAY_NAME, job),
+        _percentiles(f"{title}: run duration (s)", DURATION_NAME, job),
+        _percentiles(f"{title}: attempts", ATTEMPTS_NAME, job),
+    ]
+
+
+def dashboards(jobs: Sequence[SchedulerJob]) -> list[dict[str, Any]]:
+    """The dashboards of ``jobs``: the fleet's summary and a row a job, JOBS_PER_DASHBOARD rows each."""
+    chunks = [list(jobs[i : i + JOBS_PER_DASHBOARD]) for i in range(0, len(jobs), JOBS_PER_DASHBOARD)] or [[]]
+    found = []
+    for number, chunk in enumerate(chunks, 1):
+        rows = [_summary(), *(_row(job) for job in chunk)]
+        tiles = [
+            {"xPos": column * WIDTH, "yPos": line * HEIGHT, "width": WIDTH, "height": HEIGHT, "widget": widget}
+            for line, row in enumerate(rows)
+            for column, widget in enumerate(row)
+        ]
+        name = "Dedup: Scheduler jobs" + (f" ({number} of {len(chunks)})" if len(chunks) > 1 else "")
+        found.append({"displayName": name, "mosaicLayout": {"columns": COLUMNS, "tiles": tiles}})
+    return found
+
+
+def forward_progress_seconds(job: SchedulerJob, periods: int = FORWARD_PROGRESS_PERIODS) -> int | None:
+    """How long without a slot run means no forward progress: one period plus finish_within, or
+    ``periods`` periods; in whole minutes, at least 2; None past what a metric absence can wait."""
+    period = schedule_period_seconds(job.schedule, job.time_zone)
+    seconds = period + job.finish_within if job.finish_within is not None else periods * period
+    minutes = -(-int(seconds) // 60)  # up to a whole minute
+    wait = max(ABSENCE_MIN_SECONDS, minutes * 60)
+    return wait if wait <= ABSENCE_MAX_SECONDS else None
+
+
+def _documentation(subject: str, what: str) -> dict[str, str]:
+    return {
+        "subject": f"Dedup: {subject} (${{metric.label.scheduler_job}} → ${{metric.label.job}})",
+        "content": (
+            f"Scheduler job ${{metric.label.scheduler_job}} (job ${{metric.label.job}}): {what} "
+            "Its slots are on the operator's page (/admin/), in the job's history."
+        ),
+        "mimeType": "text/markdown",
+    }
+
+
+_GROUPED = {"crossSeriesReducer": "REDUCE_SUM", "groupByFields": ["metric.label.scheduler_job", "metric.label.job"]}
+
+
+def _counted(outcome: Outcome, what: str) -> dict[str, Any]:
+    return {
+        "displayName": f"A slot {what}",
+        "conditionThreshold": {
+            "filter": _filter(OUTCOMES_NAME, f'metric.label.outcome="{outcome}"'),
+            "aggregations": [{"alignmentPeriod": ALIGNMENT, "perSeriesAligner": "ALIGN_DELTA", **_GROUPED}],
+            "comparison": "COMPARISON_GT",
+            "thresholdValue": 0,
+            "duration": "0s",
+            "trigger": {"count": 1},
+        },
+    }
+
+
+def channel_names(project: str, channels: Sequence[str]) -> list[str]:
+    return [c if c.startswith("projects/") else f"projects/{project}/notificationChannels/{c}" for c in channels]
+
+
+def slot_policy(project: str, channels: Sequence[str]) -> dict[str, Any]:
+    """A slot missed, stuck or failed for good: each counted once, when decided."""
+    return {
+        "displayName": "Dedup: a slot missed, stuck or failed",
+        "combiner": "OR",
+        "conditions": [
+            _counted(Outcome.MISSED, "was missed: no run, and no retry can come"),
+            _counted(Outcome.STUCK, "is stuck: its attempt started and never finished"),
+            _counted(Outcome.FAILED, "failed for good (a retry that succeeded raises nothing)"),
+        ],
+        "documentation": _documentation(
+            "a slot missed, stuck or failed", "a slot was missed, is stuck, or failed for good in the last 5 minutes."
+        ),
+        "userLabels": {"app": "dedup"},
+        "notificationChannels": channel_names(project, channels),
+    }
+
+
+def progress_policies(
+    project: str, channels: Sequence[str], jobs: Sequence[SchedulerJob], periods: int = FORWARD_PROGRESS_PERIODS
+) -> tuple[list[dict[str, Any]], list[SchedulerJob]]:
+    """The forward-progress policies (a condition per wait and JOBS_PER_CONDITION jobs, six to a
+    policy), and the jobs none can watch: a wait past what a metric absence allows."""
+    by_wait: dict[int, list[SchedulerJob]] = {}
+    unwatched = []
+    for job in jobs:
+        wait = forward_progress_seconds(job, periods)
+        if wait is None:
+            unwatched.append(job)
+        else:
+            by_wait.setdefault(wait, []).append(job)
+    conditions = []
+    for wait, waiting in sorted(by_wait.items()):
+        for first in range(0, len(waiting), JOBS_PER_CONDITION):
+            named = sorted({job.name for job in waiting[first : first + JOBS_PER_CONDITION]})
+            ran = _filter(OUTCOMES_NAME, _one_of("outcome", RAN), _one_of("scheduler_job", named))
+            conditions.append(
+                {
+                    "displayName": f"No slot ran for {wait // 60} minutes ({len(named)} Scheduler jobs)",
+                    "conditionAbsent": {
+                        "filter": ran,
+                        "aggregations": [{"alignmentPeriod": "60s", "perSeriesAligner": "ALIGN_DELTA", **_GROUPED}],
+                        "duration": f"{wait}s",
+                        "trigger": {"count": 1},
+                    },
+                }
+            )
+    policies = []
+    batches = [conditions[i : i + CONDITIONS_PER_POLICY] for i in range(0, len(conditions), CONDITIONS_PER_POLICY)]
+    for number, batch in enumerate(batches, 1):
+        policies.append(
+            {
+                "displayName": "Dedup: no forward progress"
+                + (f" ({number} of {len(batches)})" if len(batches) > 1 else ""),
+                "combiner": "OR",
+                "conditions": batch,
+                "documentation": _documentation(
+                    "no forward progress",
+                    "no slot has run (once, or after more attempts) for longer than one period and its "
+                    "finish_within (or than two periods): its deliveries are not arriving, or every run fails.",
+                ),
+                "userLabels": {"app": "dedup"},
+                "notificationChannels": channel_names(project, channels),
+            }
+        )
+    return policies, unwatched
+
+
+def file_names(prefix: str, count: int) -> list[str]:
+    """``prefix.json``, or ``prefix-1.json`` ... when there are several."""
+    if count == 1:
+        return [f"{prefix}.json"]
+    return [f"{prefix}-{number}.json" for number in itertools.islice(itertools.count(1), count)]
