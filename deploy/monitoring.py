@@ -8,8 +8,14 @@ never attempts (a slot's outcome is counted once, when it is decided), each grou
 Scheduler job and the job, so an incident names both in its labels and its documentation:
 
 - forward progress: no slot of a job ran (once or after more attempts) for one period plus its
-  ``finish_within``, or FORWARD_PROGRESS_PERIODS periods when it has none (a metric absence);
-- a slot missed, stuck, or failed for good: each counted as it is decided.
+  ``finish_within``, or FORWARD_PROGRESS_PERIODS periods when it has none (a metric absence).  A
+  slot of an exclusion window counts as progress (planned downtime pages no one): the audit
+  counts it ``excluded`` once it has judged it, so a job with windows waits that long more;
+- a slot missed, stuck, failed for good, or held by another job's run (a conflict): each counted
+  as it is decided.
+
+A paused job makes no progress, and pages once paused for longer than its wait: the reminder of
+a pause left on.
 
 A slot that failed an attempt and completed on a retry is counted ``ran_after_retries`` and
 nothing else, so it raises nothing.
@@ -23,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from dedup.metrics import CONFLICTS_NAME, ROUND_TRIPS_NAME, STALE_NAME, TAKEOVERS_NAME
-from schedules.config import SchedulerJob, schedule_period_seconds
+from schedules.config import SchedulerJob, audit_lag_seconds, schedule_period_seconds
 from schedules.metrics import ATTEMPTS_NAME, DELAY_NAME, DURATION_NAME, OUTCOMES_NAME, Outcome, metric_type
 
 # A row a job, four charts a row, twelve columns each of the mosaic's 48: a dashboard of 24 jobs
@@ -39,7 +45,8 @@ CONDITIONS_PER_POLICY = 6
 JOBS_PER_CONDITION = 20  # a filter naming 20 Scheduler jobs stays a few hundred characters
 # A slot counted missed, stuck or failed is counted over this long: an incident per job, not per slot.
 ALIGNMENT = "300s"
-RAN = (Outcome.RAN_ONCE, Outcome.RAN_AFTER_RETRIES)
+# What forward progress is: a slot that ran, or one an exclusion window said not to run.
+PROGRESS = (Outcome.RAN_ONCE, Outcome.RAN_AFTER_RETRIES, Outcome.EXCLUDED)
 
 
 def _filter(name: str, *clauses: str) -> str:
@@ -142,9 +149,14 @@ def dashboards(jobs: Sequence[SchedulerJob]) -> list[dict[str, Any]]:
 
 def forward_progress_seconds(job: SchedulerJob, periods: int = FORWARD_PROGRESS_PERIODS) -> int | None:
     """How long without a slot run means no forward progress: one period plus finish_within, or
-    ``periods`` periods; in whole minutes, at least 2; None past what a metric absence can wait."""
+    ``periods`` periods; in whole minutes, at least 2; None past what a metric absence can wait.
+
+    A job with exclusion windows waits as long again as the audit takes to judge a slot: a window's
+    slots are counted (as progress) by the audit, not when they fall due."""
     period = schedule_period_seconds(job.schedule, job.time_zone)
     seconds = period + job.finish_within if job.finish_within is not None else periods * period
+    if job.exclude:
+        seconds += audit_lag_seconds(job)
     minutes = -(-int(seconds) // 60)  # up to a whole minute
     wait = max(ABSENCE_MIN_SECONDS, minutes * 60)
     return wait if wait <= ABSENCE_MAX_SECONDS else None
@@ -185,15 +197,17 @@ def channel_names(project: str, channels: Sequence[str]) -> list[str]:
 def slot_policy(project: str, channels: Sequence[str]) -> dict[str, Any]:
     """A slot missed, stuck or failed for good: each counted once, when decided."""
     return {
-        "displayName": "Dedup: a slot missed, stuck or failed",
+        "displayName": "Dedup: a slot missed, stuck, failed or in conflict",
         "combiner": "OR",
         "conditions": [
             _counted(Outcome.MISSED, "was missed: no run, and no retry can come"),
             _counted(Outcome.STUCK, "is stuck: its attempt started and never finished"),
             _counted(Outcome.FAILED, "failed for good (a retry that succeeded raises nothing)"),
+            _counted(Outcome.CONFLICT, "is held by another job's run: the Scheduler job's target changed"),
         ],
         "documentation": _documentation(
-            "a slot missed, stuck or failed", "a slot was missed, is stuck, or failed for good in the last 5 minutes."
+            "a slot missed, stuck, failed or held by another job",
+            "a slot was missed, is stuck, failed for good, or is held by another job's run in the last 5 minutes.",
         ),
         "userLabels": {"app": "dedup"},
         "notificationChannels": channel_names(project, channels),
@@ -217,7 +231,7 @@ def progress_policies(
     for wait, waiting in sorted(by_wait.items()):
         for first in range(0, len(waiting), JOBS_PER_CONDITION):
             named = sorted({job.name for job in waiting[first : first + JOBS_PER_CONDITION]})
-            ran = _filter(OUTCOMES_NAME, _one_of("outcome", RAN), _one_of("scheduler_job", named))
+            ran = _filter(OUTCOMES_NAME, _one_of("outcome", PROGRESS), _one_of("scheduler_job", named))
             conditions.append(
                 {
                     "displayName": f"No slot ran for {wait // 60} minutes ({len(named)} Scheduler jobs)",
@@ -241,7 +255,9 @@ def progress_policies(
                 "documentation": _documentation(
                     "no forward progress",
                     "no slot has run (once, or after more attempts) for longer than one period and its "
-                    "finish_within (or than two periods): its deliveries are not arriving, or every run fails.",
+                    "finish_within (or than two periods): its deliveries are not arriving, or every run fails. "
+                    "A paused job raises this too once paused for that long: resume it, or close the incident. "
+                    "Slots of its exclusion windows count as progress.",
                 ),
                 "userLabels": {"app": "dedup"},
                 "notificationChannels": channel_names(project, channels),

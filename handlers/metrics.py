@@ -73,20 +73,30 @@ class ChangedOnly(MetricExporter):
         self._last: dict[tuple[str, frozenset[tuple[str, Any]]], Any] = {}
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
-        changed = self.changed(metrics_data)
+        seen: dict[tuple[str, frozenset[tuple[str, Any]]], Any] = {}
+        changed = self.changed(metrics_data, seen)
         if changed is None:
             return MetricExportResult.SUCCESS
-        return self.exporter.export(changed, timeout_millis=timeout_millis, **kwargs)
+        result = self.exporter.export(changed, timeout_millis=timeout_millis, **kwargs)
+        if result == MetricExportResult.SUCCESS:
+            # Only what was written is known to Cloud Monitoring: a failed export's points stay
+            # changed, and the next export writes them again.
+            self._last.update(seen)
+        return result
 
-    def changed(self, metrics_data: MetricsData) -> MetricsData | None:
-        """``metrics_data`` with only its changed points (None: nothing changed)."""
+    def changed(
+        self, metrics_data: MetricsData, seen: dict[tuple[str, frozenset[tuple[str, Any]]], Any] | None = None
+    ) -> MetricsData | None:
+        """``metrics_data`` with only its changed points (None: nothing changed); their values go
+        into ``seen``, for the caller to remember once they are written."""
+        seen = {} if seen is None else seen
         resources = []
         for resource_metrics in metrics_data.resource_metrics:
             scopes = []
             for scope_metrics in resource_metrics.scope_metrics:
                 kept = []
                 for metric in scope_metrics.metrics:
-                    points = [p for p in metric.data.data_points if self._moved(metric.name, p)]
+                    points = [p for p in metric.data.data_points if self._moved(metric.name, p, seen)]
                     if points:
                         data: Any = dataclasses.replace(metric.data, data_points=points)  # type: ignore[type-var, arg-type]
                         kept.append(dataclasses.replace(metric, data=data))
@@ -96,12 +106,12 @@ class ChangedOnly(MetricExporter):
                 resources.append(dataclasses.replace(resource_metrics, scope_metrics=scopes))
         return dataclasses.replace(metrics_data, resource_metrics=resources) if resources else None
 
-    def _moved(self, name: str, point: Any) -> bool:
+    def _moved(self, name: str, point: Any, seen: dict[tuple[str, frozenset[tuple[str, Any]]], Any]) -> bool:
         series = (name, frozenset((point.attributes or {}).items()))
         value = _value(point)
         if self._last.get(series) == value:
             return False
-        self._last[series] = value
+        seen[series] = value
         return True
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:

@@ -401,9 +401,12 @@ class ExclusionWindow(Declaration):
         start: datetime.datetime = croniter(self.cron, local + datetime.timedelta(seconds=1)).get_prev(
             datetime.datetime
         )
-        if start > local:
+        if start.astimezone(datetime.UTC) > instant:
             start = croniter(self.cron, start).get_prev(datetime.datetime)
-        return local < start + datetime.timedelta(seconds=self.duration)
+        # In UTC: aware datetimes of one zone add and compare by the wall clock, so a window over a
+        # change of clocks would last an hour more or less than its duration.
+        ends = start.astimezone(datetime.UTC) + datetime.timedelta(seconds=self.duration)
+        return instant < ends
 
     def words(self) -> str:
         """The window as the plan and the pages say it."""
@@ -759,6 +762,13 @@ def retry_window_seconds(job: SchedulerJob) -> float:
     return max(by_count, by_duration)
 
 
+def audit_lag_seconds(job: SchedulerJob) -> float:
+    """How long after a slot's time the audit has surely judged it: every delivery and retry
+    can have come (its retry window and the grace before a first attempt), and one audit
+    interval has passed since."""
+    return retry_window_seconds(job) + DELIVERY_GRACE_SECONDS + AUDIT_INTERVAL_SECONDS
+
+
 def minimum_retention_seconds(job: SchedulerJob) -> float:
     """The shortest retention under which the app still knows every slot it reports on.
 
@@ -767,7 +777,7 @@ def minimum_retention_seconds(job: SchedulerJob) -> float:
     and backfill would reach the slot only after its record expired, and could
     no longer tell a run that completed from one that never happened.
     """
-    return retry_window_seconds(job) + DELIVERY_GRACE_SECONDS + AUDIT_INTERVAL_SECONDS
+    return audit_lag_seconds(job)
 
 
 def placeholder_project_problem(project: str) -> str | None:

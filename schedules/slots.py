@@ -473,16 +473,16 @@ def execution_status(slot: Slot, record: RunFacts | None, now: datetime.datetime
     run (or a skipped one) inside an exclusion window is ``excluded``.
     """
     status = _status(slot, record, now)
-    if status in _EXCLUDABLE and slot.exclusion is not None:
+    if status in _EXCLUDABLE and (record is None or record.status == RunStatus.SKIPPED) and slot.exclusion is not None:
         return ExecutionStatus.EXCLUDED  # planned downtime: not expected, and a delivery is skipped
     if status in (ExecutionStatus.MISSED, ExecutionStatus.DUE) and slot.pause is not None:
         return ExecutionStatus.PAUSED  # nothing was to be delivered: not missed, not waited for
     return status
 
 
-# What an exclusion window turns into ``excluded``: a slot with no run yet (or none that can still
-# finish), and one whose delivery was skipped there.  A run that went ahead (run_excluded: true,
-# or an operator's) keeps its own status.
+# What an exclusion window turns into ``excluded``: a slot with no run, and one whose delivery was
+# skipped there.  A run that went ahead (run_excluded: true, or an operator's) keeps its own
+# status, released or failed ones too: an attempt started, so the operator must see how it ended.
 _EXCLUDABLE = (ExecutionStatus.MISSED, ExecutionStatus.DUE, ExecutionStatus.UPCOMING, ExecutionStatus.SKIPPED)
 
 

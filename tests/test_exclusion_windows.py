@@ -105,6 +105,63 @@ def test_run_excluded_runs_the_delivery_and_the_slot_is_still_not_expected(make_
     assert statuses(site, 0, 2) == {at(0): "completed", at(1): "excluded"}
 
 
+def test_a_run_that_went_ahead_in_a_window_and_failed_shows_how_it_ended(ndb_client, tmp_path, clock):
+    """Only a slot with no run, or a skipped one, is ``excluded``: an attempt that started there
+    (run_excluded, an operator's) and was released or failed shows so, never hidden as planned."""
+    text = (SCHEDULES % "    run_excluded: true\n").replace("target: invoice", "target: flaky")
+    site = schedule_site(tmp_path, JOBS, text, clock, ndb_client)
+    job_targets.FAILURES["flaky"] = ["retryable", "permanent"]
+    clock.advance(60)
+    headers = scheduler_headers(scheduler_job_name="invoice-hourly", schedule_time=at(0))
+    site.post("/jobs/flaky?project=acme-prod&location=us-central1", b"", headers=headers, status=500)
+
+    def status_of(hour: float) -> str:
+        page = site.get("/api/v1/jobs/flaky/executions", params={"since": at(hour), "until": at(hour + 0.5)}).json
+        return page["executions"][0]["status"]
+
+    assert status_of(0) == "released"
+    clock.advance(3600)
+    assert status_of(0) == "missed"  # released and no retry came: what it is outside a window too
+    site.post(
+        "/jobs/flaky?project=acme-prod&location=us-central1",
+        b"",
+        headers=scheduler_headers(scheduler_job_name="invoice-hourly", schedule_time=at(1)),
+        status=422,
+    )
+    assert status_of(1) == "failed"
+
+
+@pytest.mark.parametrize(
+    "instant, covered",
+    [
+        # Spring forward (2026-03-08, America/New_York): from 00:30 EST (05:30Z) for two hours is
+        # until 07:30Z, 03:30 EDT by the wall clock, not 02:30.
+        ("2026-03-08T05:29:59Z", False),
+        ("2026-03-08T05:30:00Z", True),
+        ("2026-03-08T07:15:00Z", True),
+        ("2026-03-08T07:30:00Z", False),
+        # Fall back (2026-11-01): from 00:30 EDT (04:30Z) for two hours is until 06:30Z, 01:30 EST.
+        ("2026-11-01T04:30:00Z", True),
+        ("2026-11-01T06:29:59Z", True),
+        ("2026-11-01T06:30:00Z", False),
+        ("2026-11-01T07:15:00Z", False),
+        # An ordinary night, for the contrast: 05:30Z to 07:30Z in winter time.
+        ("2026-01-10T05:30:00Z", True),
+        ("2026-01-10T07:29:59Z", True),
+        ("2026-01-10T07:30:00Z", False),
+    ],
+)
+def test_a_recurring_window_lasts_its_duration_across_a_change_of_clocks(instant, covered):
+    import datetime
+    import zoneinfo
+
+    from schedules.config import ExclusionWindow
+
+    window = ExclusionWindow.model_validate({"cron": "30 0 * * *", "duration": "2h"})
+    moment = datetime.datetime.fromisoformat(instant)
+    assert window.covers(moment, zoneinfo.ZoneInfo("America/New_York")) is covered
+
+
 def test_a_force_run_in_a_window_runs(make_site, clock):
     """A Force run (Cloud Scheduler's jobs.run: a schedule time that is no slot's) is asked for by
     someone, now: it runs, window or not."""

@@ -206,10 +206,11 @@ class _Recording(MetricExporter):
     def __init__(self) -> None:
         super().__init__()
         self.exported: list = []
+        self.result = MetricExportResult.SUCCESS
 
     def export(self, metrics_data, timeout_millis=10_000, **kwargs):
         self.exported.append(metrics_data)
-        return MetricExportResult.SUCCESS
+        return self.result
 
     def force_flush(self, timeout_millis=10_000):
         return True
@@ -255,6 +256,28 @@ def test_only_changed_series_are_written():
     calls = len(inner.exported)
     assert changed.export(reader.get_metrics_data()) == MetricExportResult.SUCCESS
     assert len(inner.exported) == calls  # nothing moved: nothing written
+    provider.shutdown()
+
+
+def test_a_failed_exports_points_are_written_again():
+    """Cloud Monitoring knows only what was written: points an export failed to write stay
+    changed, so an increase is never lost to one failed call."""
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    counter = provider.get_meter("test").create_counter("outcomes")
+    inner = _Recording()
+    changed = ChangedOnly(inner)
+    counter.add(1, {"job": "a"})
+    inner.result = MetricExportResult.FAILURE
+    assert changed.export(reader.get_metrics_data()) == MetricExportResult.FAILURE
+    inner.result = MetricExportResult.SUCCESS
+    changed.export(reader.get_metrics_data())  # nothing moved since: the failed point is written now
+    assert _points(inner.exported[-1]) == [("outcomes", {"job": "a"}, 1)]
+    calls = len(inner.exported)
+    changed.export(reader.get_metrics_data())
+    assert len(inner.exported) == calls  # written once it succeeded: not again
     provider.shutdown()
 
 

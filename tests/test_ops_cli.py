@@ -532,6 +532,7 @@ def test_alerts_prints_metric_policies_per_job_and_applies_them(cli, fake_gcloud
         "missed",
         "stuck",
         "failed",
+        "conflict",
     ]
     for condition in counted:  # a slot, counted once, raises an incident naming its Scheduler job and job
         assert "workload.googleapis.com/dedup.slot.outcomes" in condition["filter"]
@@ -543,7 +544,7 @@ def test_alerts_prints_metric_policies_per_job_and_applies_them(cli, fake_gcloud
     waits = {c["conditionAbsent"]["duration"]: c["conditionAbsent"]["filter"] for c in progress["conditions"]}
     assert set(waits) == {"1800s", "4200s"}
     assert '"invoice-hourly"' in waits["4200s"] and '"invoice-quarterly"' in waits["1800s"]
-    assert 'metric.label.outcome=one_of("ran_once", "ran_after_retries")' in waits["1800s"]
+    assert 'metric.label.outcome=one_of("ran_once", "ran_after_retries", "excluded")' in waits["1800s"]
     assert "note: invoice-daily's forward progress is not watched" in printed.output
     for breach in ("late", "overdue", "slow", "failing"):
         assert f'jsonPayload.outcome="{breach}"' in breaches["conditions"][0]["conditionMatchedLog"]["filter"]
