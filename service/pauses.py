@@ -169,15 +169,20 @@ def catch_up(
         pages = [[slot for slot in newest if slot.schedule_time >= since]]
     else:
         pages = slot_pages([job], since, until)  # the whole range, however many slots: none left unjudged
-    never_ran: list[tuple[Slot, int]] = []
+    # The catch-up's share of the pause: the slots that never ran, and those run since it ended
+    # (this catch-up's runs, sent before).  The cap counts both, so a resume sent again after its
+    # tasks ran finds the same newest slots, done, and takes no older ones in their place.
+    share: list[tuple[Slot, int | None]] = []  # a slot, and the attempt it was seen at (None: it ran)
     for slots in pages:
         records = state.ledger.lookup_many([slot.run_id for slot in slots])
         for slot in slots:
             record = records.get(slot.run_id)
             if execution_status(slot, record, now) == ExecutionStatus.PAUSED:
-                never_ran.append((slot, record.attempt if record else 0))
+                share.append((slot, record.attempt if record else 0))
+            elif record is not None and interval.until is not None and record.created >= interval.until:
+                share.append((slot, None))
     cap = job.declared.max_catchup_runs
-    left = never_ran[:-cap]
+    left = [(slot, seen) for slot, seen in share[:-cap] if seen is not None]
     external = external_of(state, job.declared.target)
     delay = spread_seconds(job.declared)
     caught_up = [
@@ -187,7 +192,8 @@ def catch_up(
                 slot_run_work(job.declared.target, slot, seen, principal.name, external=external, delay_seconds=delay)
             ),
         )
-        for slot, seen in never_ran[-cap:]
+        for slot, seen in share[-cap:]
+        if seen is not None
     ]
     if not left:
         return caught_up, None

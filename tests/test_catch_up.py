@@ -246,11 +246,16 @@ def test_a_pause_longer_than_the_listing_cap_is_caught_up_to_its_newest_slot(
     }
 
     # Sent again once they ran: only what is still paused, and "latest" takes no older slot in
-    # the place of the newest, which has run.
-    # For "all", the newest 1,000 still paused: the twenty the cap left first, now among them.
+    # the place of the newest, which has run.  For "all", the cap still holds: the twenty that
+    # ran count against it as the catch-up's own runs, so the twenty it left stay left, and no
+    # resume sent again adds a run past the newest 1,000.
     last = site.post_json(path, {"catch_up": mode}).json
-    assert [c["schedule_time"] for c in last["caught_up"]] == [minute(n) for n in full if n <= LONG_PAUSE_MINUTES - 20]
-    assert len(queue.tasks) == len(full)
+    assert [c["schedule_time"] for c in last["caught_up"]] == [
+        minute(n) for n in expected if n <= LONG_PAUSE_MINUTES - 20
+    ]
+    assert all(c["already_dispatched"] for c in last["caught_up"]) and len(queue.tasks) == len(expected)
+    if mode == "all":
+        assert last["left_by_cap"]["count"] == 20 and last["left_by_cap"]["last"] == minute(20)
 
 
 def test_a_catch_up_runs_at_most_max_catchup_runs_the_newest_spread_by_the_jobs_name(make_site, clock, cloud_tasks):
@@ -281,6 +286,10 @@ def test_a_catch_up_runs_at_most_max_catchup_runs_the_newest_spread_by_the_jobs_
         **{at(h): "paused" for h in (1, 2, 3)},
         **{at(h): "completed" for h in (4, 5)},
     }
+    # The resume sent again (its answer lost) after the two ran: the cap is the pause's, not the
+    # request's, so the older three are not run in their place.
+    again = resume(site, "all").json
+    assert again["caught_up"] == [] and again["left_by_cap"]["count"] == 3 and len(cloud_tasks.tasks) == 2
 
 
 def test_the_spread_is_a_jobs_own_and_differs_from_job_to_job():
