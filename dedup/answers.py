@@ -168,6 +168,10 @@ def answer_body(record: RunRecord, duplicate: bool) -> dict[str, Any]:
         document["schedule_time"] = format_utc(record.schedule_time)
     if record.downstream:
         document["downstream"] = record.downstream
+    if record.compacted_into:
+        document["compacted_into"] = record.compacted_into  # a compacted catch-up's run stands for it
+    if record.covers:
+        document["covered_slots"] = len(record.covers)  # the slots this run stands for beside its own
     if record.status == RunStatus.COMPLETED:
         document["result"] = record.result
     elif record.status == RunStatus.SKIPPED:

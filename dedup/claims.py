@@ -81,6 +81,9 @@ class RunDescription:
     parameters: dict[str, Any] | None = None
     fingerprint: str | None = None
     requested_by: str | None = None  # the principal whose request made this claim (handlers.access)
+    # The slot times (RFC 3339) a compacted run stands for beside its own; kept by later claims
+    # that do not say (a takeover, an operator's run again), so every attempt covers the same.
+    covers: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +98,8 @@ class ClaimRequest:
     reopen_attempt: int | None = None
     skip_reason: str | None = None
     attempt_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
+    # With skip_reason: the run that stands for this one (a compacted catch-up), named in its record.
+    covered_by: str | None = None
 
     @property
     def job_lock(self) -> str | None:
@@ -182,10 +187,13 @@ def _claimed_record(
         }
     )
     created = current.created if current else now
+    fields = {field.name: getattr(description, field.name) for field in dataclasses.fields(description)}
+    if description.covers is None and current is not None and current.covers:
+        fields["covers"] = current.covers  # a compacted run's later attempts cover what its first did
     return RunRecord(
         id=attempt.run_id,
         # RunDescription's fields are the record's (copied as they are: asdict would deep-copy).
-        **{field.name: getattr(description, field.name) for field in dataclasses.fields(description)},
+        **fields,
         downstream=attempt.downstream,
         attempts=history[-MAX_ATTEMPT_HISTORY:],
         status=RunStatus.IN_PROGRESS,
@@ -207,9 +215,15 @@ def _claimed_record(
 def _skipped_record(
     claim: ClaimRequest, live: RunRecord | None, current: RunRecord | None, now: datetime.datetime
 ) -> RunRecord:
-    """A late slot, recorded as skipped: no attempt ran (its attempt id is one nothing holds)."""
+    """A late slot, recorded as skipped: no attempt ran (its attempt id is one nothing holds).  One
+    a compacted run stands for names it (``covered_by``)."""
     assert claim.skip_reason is not None
-    error = {"type": "LateDelivery", "message": claim.skip_reason}
+    kind = "Compacted" if claim.covered_by else "LateDelivery"
+    error = {
+        "type": kind,
+        "message": claim.skip_reason,
+        **({"compacted_into": claim.covered_by} if claim.covered_by else {}),
+    }
     description = claim.description
     return RunRecord(
         id=claim.run_id,
@@ -225,6 +239,7 @@ def _skipped_record(
         finished=now,
         error=error,
         preview=json_preview(error),
+        compacted_into=claim.covered_by,
     )
 
 

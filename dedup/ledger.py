@@ -33,7 +33,7 @@ from dedup.queries import RunFilter
 from dedup.record_store import RecordStore, VersionFence, encode
 from dedup.run_record import RunRecord, RunStatus
 from dedup.store import Aborted, Applied, Doubt, Exists, Refused, StaleVersion, Store, Transaction
-from dedup.transactions import TRIED_AGAIN, is_contention, transact
+from dedup.transactions import COMMIT_BATCH, TRIED_AGAIN, is_contention, transact
 
 __all__ = ["CLAIM_PATIENCE_SECONDS", "FINISH_PATIENCE_SECONDS", "Ledger", "RunDescription", "RunPolicy"]
 log = logging.getLogger(__name__)
@@ -173,6 +173,68 @@ class Ledger:
         """Take the run for a new attempt, or say why not, in a transaction that reads it first
         (``replay_or_claim`` for what the arguments mean)."""
         return self._claim_in_transaction(ClaimRequest(run_id, description, policy, reopen_attempt, skip_reason))
+
+    def skip_runs(self, claims: Sequence[ClaimRequest], patience_seconds: float = 10.0) -> list[Skipped]:
+        """Record each claim's run as skipped (each claim carries its ``skip_reason``) where a
+        claim would start it afresh, as ``claim_run`` decides one: COMMIT_BATCH runs a
+        transaction, read and written together, so a run claimed meanwhile (a delivery that got
+        there first) is never overwritten.  The skips written (or found already written: a batch
+        whose commit was in doubt, tried again, recognises its own by its records' reason)."""
+        skipped: list[Skipped] = []
+        for first in range(0, len(claims), COMMIT_BATCH):
+            batch = list(claims[first : first + COMMIT_BATCH])
+
+            def body(transaction: Transaction, batch: list[ClaimRequest] = batch) -> list[Skipped]:
+                found = transaction.get([ndb.Key(RunRecord, claim.run_id) for claim in batch])
+                now, written = self.clock.now(), []
+                for claim, entity in zip(batch, found, strict=True):
+                    current = entity.record if entity else None
+                    if (
+                        current is not None
+                        and current.status == RunStatus.SKIPPED
+                        and (
+                            current.compacted_into == claim.covered_by
+                            and current.error
+                            and current.error.get("message") == claim.skip_reason
+                        )
+                    ):
+                        written.append(Skipped(current))  # this skip, landed before
+                        continue
+                    decided = claim.decide(current, now)
+                    if isinstance(decided, Skipped):
+                        transaction.put(decided.record)
+                        written.append(decided)
+                return written
+
+            done, _ = transact(body, patience_seconds, self.store())
+            skipped += done
+        return skipped
+
+    def withdraw_skips(self, run_ids: Sequence[str], covered_by: str, patience_seconds: float = 10.0) -> int:
+        """Delete the skips ``skip_runs`` wrote for runs ``covered_by`` stands for (a compaction
+        whose run could not be dispatched): only records still skipped into it, so a run
+        claimed since is never touched.  How many were deleted."""
+        deleted = 0
+        for first in range(0, len(run_ids), COMMIT_BATCH):
+            keys = [ndb.Key(RunRecord, run_id) for run_id in run_ids[first : first + COMMIT_BATCH]]
+
+            def body(transaction: Transaction, keys: list[ndb.Key] = keys) -> int:
+                found = transaction.get(keys)
+                gone = 0
+                for key, entity in zip(keys, found, strict=True):
+                    record = entity.record if entity else None
+                    if (
+                        record is not None
+                        and record.status == RunStatus.SKIPPED
+                        and record.compacted_into == covered_by
+                    ):
+                        transaction.delete(key)
+                        gone += 1
+                return gone
+
+            done, _ = transact(body, patience_seconds, self.store())
+            deleted += done
+        return deleted
 
     def _claim_by_version(self, claim: ClaimRequest, store: Store) -> ClaimOutcome | Skipped:
         """The lookup and the insert of a fresh claim travel together; a record that is there but

@@ -95,6 +95,11 @@ class RunRecord(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has no typ
     # takeover adopts it instead of starting another.
     downstream = ndb.TextProperty()
 
+    # A compacted catch-up (schedules' ``compact``): a slot's skipped record names the run that
+    # stands for it (``compacted_into``, the run id), and that run lists the slot times it covers.
+    compacted_into = ndb.TextProperty()
+    covers = ndb.JsonProperty(compressed=True)
+
     # The last MAX_ATTEMPT_HISTORY attempts: {attempt, attempt_id, started,
     # finished, outcome, instance}, written by the transactions that already
     # claim and finish runs (no extra round trip).

@@ -45,6 +45,7 @@ LEFT_ALONE = {
     "overdue": "not completed by its deadline, and still to finish: Scheduler may deliver it",
     "untracked": "before the app first knew the schedule, so it may have run (--only untracked --force runs it)",
     "excluded": "planned downtime, in an exclusion window of its Scheduler job (--only excluded runs it)",
+    "covered": "a compacted catch-up's run stands for it (compacted_into): it never runs on its own",
 }
 
 

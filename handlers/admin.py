@@ -232,7 +232,8 @@ def dashboard():
 
 def _said(said: str | None, name: str | None, bound: Sequence[BoundJob]) -> dict[str, Any] | None:
     """What a pause or resume that led here did (``said``: paused, or resumed-N with the slots its
-    catch-up queued), of the Scheduler job ``name``, with its pause as it stands now."""
+    catch-up queued, resumed-1-C for one run standing for C more), of the Scheduler job ``name``,
+    with its pause as it stands now."""
     if not said or not name:
         return None
     job = next((job for job in bound if job.declared.name == name), None)
@@ -241,10 +242,18 @@ def _said(said: str | None, name: str | None, bound: Sequence[BoundJob]) -> dict
     lasting = current(job.pauses)
     if said == "paused":  # a link kept after a resume says nothing: the row says the state as it is
         return {"kind": "paused", "name": name, "pause": lasting.document()} if lasting else None
-    kind, _, count = said.partition("-")
-    if kind != "resumed" or not (count.isascii() and count.isdigit() and len(count) <= 6):
+    kind, _, counts = said.partition("-")
+    count, _, covered = counts.partition("-")  # resumed-N, or resumed-1-C for a compacted catch-up
+    numbers = [count, *([covered] if covered else [])]
+    if kind != "resumed" or not all(n.isascii() and n.isdigit() and len(n) <= 6 for n in numbers):
         return None
-    return {"kind": "resumed", "name": name, "caught_up": int(count), "paused_again": lasting is not None}
+    return {
+        "kind": "resumed",
+        "name": name,
+        "caught_up": int(count),
+        "covered": int(covered) if covered else 0,
+        "paused_again": lasting is not None,
+    }
 
 
 def _kept(chosen: Mapping[str, str | None], search: str, window: Window) -> dict[str, str]:

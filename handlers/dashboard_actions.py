@@ -60,7 +60,7 @@ from service.pauses import (
     scheduler_job_named,
 )
 from service.runs import ManualRunRequest, Queued, manually_runnable, retry_of, run_manually_later
-from service.slots import SlotRunRequest, run_slot_later, run_slots_later, slot_of, stuck_words
+from service.slots import SlotRunRequest, external_of, run_slot_later, run_slots_later, slot_of, stuck_words
 
 blueprint = Blueprint("dashboard_actions", __name__, url_prefix="/admin", template_folder="templates")
 
@@ -472,6 +472,10 @@ def _confirm_paused(name: str, pause: bool) -> str | tuple[str, int]:
             ("latest", f"the latest slot ({latest} run{'' if latest == 1 else 's'})"),
             ("all", f"all its slots ({runs} run{'' if runs == 1 else 's'})"),
         ]
+        if every > 1 and external_of(state, job.target) is None:  # its own handler cannot be given them
+            catch_up_choices.append(
+                ("compact", f"one run of the latest slot standing for all {every} (1 run, {every - 1} covered)")
+            )
     action = "pause_scheduler_job" if pause else "resume_scheduler_job"
     return render_template(
         "admin/confirm.html",
@@ -514,7 +518,8 @@ def _set_paused(name: str, allowed: frozenset[str], pause: bool) -> Response | t
         return problem_page(502, f"recorded in the app; {done.change.scheduler_problem}. Send the form again")
     # The page it lands on says what this did (``said``), once, and shows the job's new state.
     caught = len(done.caught_up or [])
-    said = "paused" if pause else f"resumed-{caught}"
+    covered = len(done.compacted.covered) if done.compacted else 0
+    said = "paused" if pause else f"resumed-{caught}" + (f"-{covered}" if covered else "")
     return redirect(url_for("admin.dashboard", job=done.change.job.target, said=said, scheduler_job=name), code=303)
 
 

@@ -44,6 +44,7 @@ DRAWN_FIRST = (
     ExecutionStatus.SKIPPED,
     ExecutionStatus.PAUSED,
     ExecutionStatus.EXCLUDED,
+    ExecutionStatus.COVERED,
     ExecutionStatus.COMPLETED,
     ExecutionStatus.UNKNOWN,
     ExecutionStatus.UNTRACKED,

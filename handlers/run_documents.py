@@ -128,6 +128,10 @@ def _fields(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
         # The attempt history is small (at most MAX_ATTEMPT_HISTORY entries): summaries count it.
         "takeovers": sum(1 for entry in record.attempts or [] if entry.get("outcome") == "lease_expired"),
     }
+    if record.compacted_into:
+        document["compacted_into"] = record.compacted_into
+    if record.covers:
+        document["covers"] = list(record.covers)
     return document
 
 

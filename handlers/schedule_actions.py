@@ -13,6 +13,7 @@ from typing import Any
 from flask import Blueprint, jsonify, request
 
 from dedup.adapters.flask_json import InvalidJson, json_payload
+from dedup.keys import format_utc
 from handlers.access import Role, requires
 from handlers.cross_site import json_body
 from handlers.problems import problem
@@ -62,6 +63,16 @@ def _answer(done: ScheduleChanged, action: str):
         document["caught_up"] = [slot.document() for slot in done.caught_up]
     if done.left_by_cap is not None:
         document["left_by_cap"] = done.left_by_cap.document()
+    if done.compacted is not None:
+        covered = done.compacted.covered
+        document["compacted"] = {
+            "run_id": done.compacted.slot.run_id,
+            "schedule_time": format_utc(done.compacted.slot.schedule_time),
+            "covered": len(covered),
+            "first": format_utc(covered[0].schedule_time) if covered else None,
+            "last": format_utc(covered[-1].schedule_time) if covered else None,
+            "not_covered": [format_utc(slot.schedule_time) for slot in done.compacted.not_covered],
+        }
     log.info(
         "Scheduler job %s %s by %s%s",
         change.job.name,
@@ -87,6 +98,6 @@ def pause_scheduler_job(name: str):
 @json_body
 @requires(Role.OPERATE)
 def resume_scheduler_job(name: str):
-    """Resume the Scheduler job (body: optional ``{"catch_up": "none" | "latest" | "all"}``): its slots
-    from now are expected again, and the pause's slots that never ran are dispatched as asked."""
+    """Resume the Scheduler job (body: optional ``{"catch_up": "none" | "latest" | "all" | "compact"}``):
+    its slots from now are expected again, and the pause's slots that never ran are dispatched as asked."""
     return _change(name, pause=False)

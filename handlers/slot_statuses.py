@@ -104,6 +104,11 @@ STATUSES: Mapping[ExecutionStatus, StatusTraits] = {
         SLATE,
         "M-6,-6H6L0,0L6,6H-6L0,0Z",  # an hourglass: time set aside
     ),
+    ExecutionStatus.COVERED: StatusTraits(
+        "a compacted catch-up's run stands for it (compacted_into): it never runs on its own",
+        GREEN,
+        "M-6,-6H6V-3H-6ZM-6,-1.5H6V1.5H-6ZM-6,3H6V6H-6Z",  # three bars: folded into one
+    ),
     ExecutionStatus.UNKNOWN: StatusTraits(
         "older than the job's retention: its record may have expired",
         SLATE,

@@ -67,6 +67,9 @@ class RunContext:
     client_token: str | None = None  # manual runs: the caller's token
     # What an earlier attempt of this run started downstream, if it recorded it.
     downstream: str | None = None
+    # A compacted catch-up's run: the slot times (aware, UTC, oldest first) it stands for beside
+    # its own ``schedule_time``, each of which never runs on its own.  Empty for any other run.
+    covers: tuple[datetime.datetime, ...] = ()
     # The app's clock (tests step it), for jobs that compare times with records'.
     clock: Clock = dataclasses.field(default_factory=SystemClock, repr=False, compare=False)
     _attempt: Attempt | None = dataclasses.field(default=None, repr=False, compare=False)

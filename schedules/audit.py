@@ -114,6 +114,9 @@ class AuditPass:
 CatchUp = Callable[[Slot], bool]
 # Pauses a Scheduler job, with a note saying why (a failure streak); True when it was paused.
 Pause = Callable[[SchedulerJob, str], bool]
+# Runs the newest of a job's missed slots standing for the others (misfire: compact): the slots it
+# took (the newest and those it covered; none when the run could not be dispatched).
+Compact = Callable[[list[Slot]], list[Slot]]
 
 
 def misfire_choice(job: SchedulerJob, missed: list[Slot], now: datetime.datetime, reached_now: bool) -> list[Slot]:
@@ -131,15 +134,22 @@ def misfire_choice(job: SchedulerJob, missed: list[Slot], now: datetime.datetime
     reachable = [s for s in missed if s.schedule_time >= now - datetime.timedelta(seconds=job.catchup_window)]
     if job.misfire == "run_latest":
         return reachable[-1:]
+    if job.misfire == "compact":
+        return reachable  # one run: the compaction bounds what it covers
     return reachable[-job.max_catchup_runs :]
 
 
 def audit(
-    ledger: Ledger, jobs: tuple[BoundJob, ...], catch_up: CatchUp | None = None, pause: Pause | None = None
+    ledger: Ledger,
+    jobs: tuple[BoundJob, ...],
+    catch_up: CatchUp | None = None,
+    pause: Pause | None = None,
+    compact: Compact | None = None,
 ) -> AuditPass:
     """One pass over every Scheduler job: the slots it reports (each logged once at ERROR), and
     how many it could not check.  With ``catch_up``, the missed slots a job's misfire policy
-    names are run instead of reported (one WARNING line each, ``outcome: caught_up``).  Each breach
+    names are run instead of reported (one WARNING line each, ``outcome: caught_up``); with
+    ``compact``, those of ``misfire: compact`` are covered by one run of the newest.  Each breach
     of a job's finish_within, max_runtime and failure streaks is logged once at ERROR (``late``,
     ``overdue``, ``slow``, ``failing``); with ``pause``, a job failing pause_after_consecutive_failures
     times in a row is paused."""
@@ -173,10 +183,10 @@ def audit(
 
     def report(index: int, context: bool = True) -> None:
         if not context:  # on the caller's thread, in its context
-            _report(ledger, judged[index], now, results[index], catch_up, pause)
+            _report(ledger, judged[index], now, results[index], catch_up, pause, compact)
             return
         with client.context():
-            _report(ledger, judged[index], now, results[index], catch_up, pause)
+            _report(ledger, judged[index], now, results[index], catch_up, pause, compact)
 
     # Each batch's marks, then at once its reports: a batch that fails after an earlier one landed
     # (an outage, a lost answer past its patience) ends the pass with every landed mark reported,
@@ -359,6 +369,7 @@ def _report(
     found: AuditPass,
     catch_up: CatchUp | None,
     pause: Pause | None,
+    compact: Compact | None = None,
 ) -> None:
     """What a job's judged slots call for, once its mark has landed: so only the pass that
     reports a slot runs it, once each."""
@@ -366,7 +377,10 @@ def _report(
     job = bound.declared
     missed = [f.slot for f in reported if f.status == ExecutionStatus.MISSED]
     chosen = misfire_choice(job, missed, now, reached_now=through >= now)
-    caught_up = [slot for slot in chosen if catch_up is not None and catch_up(slot)]
+    if job.misfire == "compact":
+        caught_up = compact(chosen) if compact is not None and chosen else []
+    else:
+        caught_up = [slot for slot in chosen if catch_up is not None and catch_up(slot)]
     for slot in caught_up:
         log.warning(
             "execution of %s at %s was missed and is run now, as its misfire policy (%s) says",
@@ -507,6 +521,7 @@ _NOT_JUDGED = (
     ExecutionStatus.STUCK,  # reported as stuck, once: not overdue or slow as well
     ExecutionStatus.PAUSED,
     ExecutionStatus.EXCLUDED,
+    ExecutionStatus.COVERED,
     ExecutionStatus.UNTRACKED,
     ExecutionStatus.UNKNOWN,
     ExecutionStatus.CONFLICT,

@@ -484,8 +484,9 @@ class SchedulerJob(Declaration):
     """From when slots are expected of the app (RFC 3339)."""
     catchup_window: _Window = DEFAULT_CATCHUP_Window
     """How far back a catch-up (resume, misfire) reaches: 1s to 366 days."""
-    misfire: Literal["none", "run_latest", "run_all"] = "none"
-    """What the audit does with missed slots: none (report them), run_latest, run_all."""
+    misfire: Literal["none", "run_latest", "run_all", "compact"] = "none"
+    """What the audit does with missed slots: none (report them), run_latest, run_all, or compact
+    (one run of the newest standing for the others)."""
     max_catchup_runs: Annotated[int, Field(ge=1, le=MAX_CATCHUP_RUNS_LIMIT)] = DEFAULT_MAX_CATCHUP_RUNS
     """The most runs one catch-up (a resume's, the misfire policy's) dispatches: the newest slots."""
     exclude: Annotated[

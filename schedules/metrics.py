@@ -53,6 +53,7 @@ class Outcome(enum.StrEnum):
     LATE = "late"  # completed after finish_within: counted beside its ran_once or ran_after_retries
     PAUSED = "paused"  # inside a pause, and not caught up
     EXCLUDED = "excluded"  # inside an exclusion window (scheduler.yaml's exclude:), not run
+    COVERED = "covered"  # a compacted catch-up's run stands for it (counted when it is covered)
     DUPLICATE = "duplicate"  # a delivery of a slot already run or running, absorbed (per delivery)
 
 
@@ -75,6 +76,7 @@ _BY_STATUS: Mapping[str, Outcome] = {
     ExecutionStatus.LATE: Outcome.LATE,
     ExecutionStatus.PAUSED: Outcome.PAUSED,
     ExecutionStatus.EXCLUDED: Outcome.EXCLUDED,
+    ExecutionStatus.COVERED: Outcome.COVERED,
 }
 
 OUTCOMES = meter.create_counter(
@@ -124,7 +126,7 @@ def count_run(scheduler_job: str, status: str, record: RunRecord, source: Source
     if outcome is None:
         return
     count(scheduler_job, record.job_id, outcome, source)
-    if outcome in (Outcome.SKIPPED, Outcome.EXCLUDED) or record.schedule_time is None:
+    if outcome in (Outcome.SKIPPED, Outcome.EXCLUDED, Outcome.COVERED) or record.schedule_time is None:
         return  # nothing ran
     attributes = labels(record.job_id, scheduler_job, source)
     DELAY.record(max(0.0, (record.created - record.schedule_time).total_seconds()), attributes)

@@ -66,6 +66,9 @@ class ExecutionStatus(enum.StrEnum):
     # The slot lies in one of its Scheduler job's exclusion windows (scheduler.yaml's exclude:
     # planned downtime): not expected, never reported; a delivery of it is skipped, not run.
     EXCLUDED = "excluded"
+    # A compacted catch-up's run (``catch_up: compact``, ``misfire: compact``) stands for the slot:
+    # its record, skipped, names that run (``compacted_into``), and the slot never runs on its own.
+    COVERED = "covered"
     # A run holds the slot: its attempt started, its lease ran out and it never finished.  Not
     # ``missed``: the attempt may have called downstream before it died, so running the slot again
     # needs an operator's acknowledgement (NEEDS_FORCE).  While the retry window is open the next
@@ -117,6 +120,9 @@ class RunFacts(Protocol):
 
     @property
     def finished(self) -> datetime.datetime | None: ...
+
+    @property
+    def compacted_into(self) -> str | None: ...
 
     def lease_is_live(self, now: datetime.datetime) -> bool: ...
 
@@ -473,6 +479,8 @@ def execution_status(slot: Slot, record: RunFacts | None, now: datetime.datetime
     run (or a skipped one) inside an exclusion window is ``excluded``.
     """
     status = _status(slot, record, now)
+    if status == ExecutionStatus.SKIPPED and record is not None and record.compacted_into:
+        return ExecutionStatus.COVERED  # a compacted run stands for it, window or pause or not
     if status in _EXCLUDABLE and (record is None or record.status == RunStatus.SKIPPED) and slot.exclusion is not None:
         return ExecutionStatus.EXCLUDED  # planned downtime: not expected, and a delivery is skipped
     if status in (ExecutionStatus.MISSED, ExecutionStatus.DUE) and slot.pause is not None:
@@ -597,6 +605,10 @@ def execution_document(slot: Slot, record: RunRecord | None, now: datetime.datet
             document["recorded_job_id"] = record.job_id
         if record.status == ExecutionStatus.SKIPPED:
             document["reason"] = (record.error or {}).get("message")
+        if record.compacted_into:
+            document["compacted_into"] = record.compacted_into
+        if record.covers:
+            document["covered_slots"] = len(record.covers)
     if slot.deadline is not None:
         document["deadline"] = format_utc(slot.deadline)
     if slot.pause is not None:

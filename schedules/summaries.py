@@ -31,7 +31,7 @@ from typing import Any
 
 from google.cloud import ndb
 
-from dedup.keys import format_utc, parse_rfc3339
+from dedup.keys import format_utc, is_run_id, parse_rfc3339
 from dedup.record_store import RecordStore
 from dedup.store import Store, Transaction
 from dedup.transactions import get_many, transact
@@ -63,6 +63,7 @@ class RunDigest:
     attempt: int
     finished: datetime.datetime | None
     lease_expires: datetime.datetime
+    compacted_into: str | None = None  # stored as a sixth item only when set
 
     def lease_is_live(self, now: datetime.datetime) -> bool:
         return self.status == RunStatus.IN_PROGRESS and self.lease_expires > now
@@ -71,23 +72,34 @@ class RunDigest:
     def of(cls, record: RunRecord | RunDigest) -> RunDigest:
         if isinstance(record, RunDigest):
             return record
-        return cls(record.job_id, RunStatus(record.status), record.attempt, record.finished, record.lease_expires)
+        return cls(
+            record.job_id,
+            RunStatus(record.status),
+            record.attempt,
+            record.finished,
+            record.lease_expires,
+            record.compacted_into or None,
+        )
 
     def stored(self) -> list[Any]:
         finished = format_utc(self.finished) if self.finished else None
-        return [self.job_id, str(self.status), self.attempt, finished, format_utc(self.lease_expires)]
+        stored = [self.job_id, str(self.status), self.attempt, finished, format_utc(self.lease_expires)]
+        return [*stored, self.compacted_into] if self.compacted_into else stored
 
     @classmethod
     def from_stored(cls, value: Any) -> RunDigest | None:
         """None for anything this code did not write: the slot is then looked up, never misread."""
         try:
-            job_id, status, attempt, finished, lease_expires = value
+            job_id, status, attempt, finished, lease_expires, *more = value
+            if len(more) > 1 or (more and not is_run_id(more[0])):
+                return None
             return cls(
                 str(job_id),
                 RunStatus(status),
                 int(attempt),
                 parse_rfc3339(finished, "finished") if finished is not None else None,
                 parse_rfc3339(lease_expires, "lease_expires"),
+                more[0] if more else None,
             )
         except (TypeError, ValueError):  # InvalidRunRequest is a ValueError
             return None

@@ -13,8 +13,10 @@ from dispatch import Dispatched, DispatchError, Work, task_id
 from schedules.attention import Share, forget_share, members_of, note_share, shares_of
 from schedules.audit import AuditPass, audit
 from schedules.config import SchedulerJob, history_id
+from schedules.metrics import Source
 from schedules.pauses import current
 from schedules.slots import Slot
+from service.compaction import compact
 from service.pauses import failure_streak_pause
 from service.slots import external_of, slot_run_work, spread_seconds
 from service.state import AppState
@@ -112,6 +114,26 @@ def misfire_catch_up(state: AppState) -> Callable[[Slot], bool]:
     return dispatch_slot
 
 
+def misfire_compact(state: AppState) -> Callable[[list[Slot]], list[Slot]]:
+    """The audit's compaction (schedules.audit.Compact): the newest missed slot's run, dispatched,
+    standing for the others (service.compaction); the slots it took."""
+
+    def compact_slots(slots: list[Slot]) -> list[Slot]:
+        # Never raises: the audit's mark has moved, and its lines must still be written.
+        try:
+            job = slots[-1].bound
+            assert job is not None  # the audit judges bound jobs' slots
+            records = state.ledger.lookup_many([slot.run_id for slot in slots])
+            never_ran = [(slot, records[slot.run_id].attempt if slot.run_id in records else 0) for slot in slots]
+            done = compact(state, MISFIRE_PRINCIPAL, job, never_ran, source=Source.AUDIT)
+        except Exception:
+            log.warning("the misfire policy could not compact %d slots: reported as missed", len(slots), exc_info=True)
+            return []
+        return [*done.covered, done.slot]
+
+    return compact_slots
+
+
 def audit_shares(jobs: Sequence[SchedulerJob]) -> list[Share]:
     """The shares a pass splits ``jobs`` into (scheduler.yaml's order): what a page reads the
     attention of (schedules.attention)."""
@@ -128,7 +150,7 @@ def audit_jobs(state: AppState, jobs: Sequence[SchedulerJob]) -> AuditPass:
     pauses_read_at = state.clock.now()
     bound = tuple(state.with_pauses(jobs))
     try:
-        found = audit(state.ledger, bound, misfire_catch_up(state), failure_streak_pause(state))
+        found = audit(state.ledger, bound, misfire_catch_up(state), failure_streak_pause(state), misfire_compact(state))
     except Exception:
         if share is not None:  # some marks may have moved: the share's entity would hide them
             _forget(state, share)

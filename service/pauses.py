@@ -27,6 +27,7 @@ from schedules.pauses import (
     resumed,
 )
 from schedules.slots import ExecutionStatus, Slot, execution_status, latest_slots, slot_pages
+from service.compaction import COMPACT_MAX_SLOTS, Compacted, CompactionRefused, compact
 from service.errors import Invalid, NotFound
 from service.outcomes import count_left_paused
 from service.principal import Principal
@@ -111,7 +112,7 @@ def last_pause(job: BoundJob) -> Pause | None:
     return job.pauses[-1] if job.pauses else None
 
 
-CATCH_UP = ("none", "latest", "all")
+CATCH_UP = ("none", "latest", "all", "compact")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,25 +140,37 @@ class LeftByCap:
     first: datetime.datetime
     last: datetime.datetime
     cap: int
+    words: str = "catch-up cap: max_catchup_runs is"
 
     def document(self) -> dict[str, Any]:
         return {
             "count": self.count,
             "first": format_utc(self.first),
             "last": format_utc(self.last),
-            "reason": f"catch-up cap: max_catchup_runs is {self.cap}, the newest ran",
+            "reason": f"{self.words} {self.cap}, the newest ran",
         }
 
 
-def catch_up(
-    state: AppState, principal: Principal, job: BoundJob, interval: Pause, mode: str
-) -> tuple[list[CaughtUp], LeftByCap | None]:
-    """Dispatch the slots of a pause ``interval`` that never ran: none, the latest, or all of them,
-    as far back as the job's catchup_window, and at most its max_catchup_runs, the newest; the
-    older are left ``paused`` (and said).  Each runs under its own key, so a late Scheduler
-    retry of a caught-up slot is the same run; the queue refuses the same catch-up twice."""
+@dataclasses.dataclass(frozen=True)
+class CatchUpDone:
+    """What a resume's catch-up dispatched (``caught_up``), what the cap left (``left_by_cap``),
+    and for ``compact`` what the one run stands for."""
+
+    caught_up: list[CaughtUp]
+    left_by_cap: LeftByCap | None = None
+    compacted: Compacted | None = None
+
+
+def catch_up(state: AppState, principal: Principal, job: BoundJob, interval: Pause, mode: str) -> CatchUpDone:
+    """Dispatch the slots of a pause ``interval`` that never ran: none, the latest, all of them
+    or one run standing for all (``compact``: service.compaction), as far back as the job's
+    catchup_window, and at most its max_catchup_runs, the newest; the older are left ``paused``
+    (and said).  Each runs under its own key, so a late Scheduler retry of a caught-up slot is
+    the same run; the queue refuses the same catch-up twice."""
     if mode == "none":
-        return [], None
+        return CatchUpDone([])
+    if mode == "compact":
+        return _compact_pause(state, principal, job, interval)
     now = state.clock.now()
     since = max(interval.since, now - datetime.timedelta(seconds=job.declared.catchup_window))
     until = min(interval.until or now, now)
@@ -196,8 +209,38 @@ def catch_up(
         if seen is not None
     ]
     if not left:
-        return caught_up, None
-    return caught_up, LeftByCap(len(left), left[0][0].schedule_time, left[-1][0].schedule_time, cap)
+        return CatchUpDone(caught_up)
+    return CatchUpDone(caught_up, LeftByCap(len(left), left[0][0].schedule_time, left[-1][0].schedule_time, cap))
+
+
+def _compact_pause(state: AppState, principal: Principal, job: BoundJob, interval: Pause) -> CatchUpDone:
+    """``compact``: the pause's slots that never ran, covered by one run of the newest.  Sent again,
+    it finds the slots it covered (pointing at that run) and dispatches the run with them again;
+    once the run has run, nothing is left to do."""
+    now = state.clock.now()
+    since = max(interval.since, now - datetime.timedelta(seconds=job.declared.catchup_window))
+    never_ran: list[tuple[Slot, int]] = []
+    covered_into: dict[str, list[Slot]] = {}
+    for slots in slot_pages([job], since, min(interval.until or now, now)):
+        records = state.ledger.lookup_many([slot.run_id for slot in slots])
+        for slot in slots:
+            record = records.get(slot.run_id)
+            status = execution_status(slot, record, now)
+            if status == ExecutionStatus.PAUSED:
+                never_ran.append((slot, record.attempt if record else 0))
+            elif status == ExecutionStatus.COVERED and record is not None:
+                covered_into.setdefault(record.compacted_into, []).append(slot)
+    if not never_ran:
+        return CatchUpDone([])
+    try:
+        done = compact(state, principal.name, job, never_ran, covered_into.get(never_ran[-1][0].run_id, ()))
+    except CompactionRefused as refused:
+        raise Invalid(str(refused)) from None
+    left = None
+    if done.left:
+        first, last = done.left[0].schedule_time, done.left[-1].schedule_time
+        left = LeftByCap(len(done.left), first, last, COMPACT_MAX_SLOTS, "compaction limit: a compacted run covers")
+    return CatchUpDone([CaughtUp(done.slot, done.dispatched)], left, done)
 
 
 def catch_up_preview(state: AppState, job: SchedulerJob) -> tuple[int, int]:
@@ -262,6 +305,7 @@ class ScheduleChanged:
     caught_up: list[CaughtUp] | None = None
     not_dispatched: DispatchError | None = None
     left_by_cap: LeftByCap | None = None  # the slots the catch-up's cap left paused
+    compacted: Compacted | None = None  # catch_up compact: what its one run stands for
 
 
 def pause_schedule(state: AppState, principal: Principal, ask: ScheduleChangeRequest) -> ScheduleChanged:
@@ -286,9 +330,9 @@ def resume_schedule(state: AppState, principal: Principal, ask: ScheduleChangeRe
     [bound] = state.with_pauses([job])
     interval = last_pause(bound)
     try:
-        caught_up, left = catch_up(state, principal, bound, interval, str(ask.catch_up)) if interval else ([], None)
+        done = catch_up(state, principal, bound, interval, str(ask.catch_up)) if interval else CatchUpDone([])
     except DispatchError as exc:
         return ScheduleChanged(change, None, exc)
     if change.changed and interval is not None:  # the resume that ended it: what it left is decided paused
-        count_left_paused(state, bound, interval, {c.slot.run_id for c in caught_up})
-    return ScheduleChanged(change, caught_up, left_by_cap=left)
+        count_left_paused(state, bound, interval, {c.slot.run_id for c in done.caught_up})
+    return ScheduleChanged(change, done.caught_up, left_by_cap=done.left_by_cap, compacted=done.compacted)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from google.cloud import ndb
@@ -21,7 +21,7 @@ from google.cloud import ndb
 from dedup.claims import INSTANCE, REOPENED, RunDescription, RunPolicy
 from dedup.clock import Clock
 from dedup.idempotency import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS, IdempotencyGuard, fingerprint
-from dedup.keys import ScheduledRunKey, format_utc, is_run_id
+from dedup.keys import ScheduledRunKey, format_utc, is_run_id, parse_rfc3339
 from dedup.outcomes import Attempt, Claimed, Finished, InProgress, Replayed, RunOutcome, Skipped
 from dedup.runner import Waiting, run_once
 from dispatch import Dispatched, Work, task_id
@@ -53,9 +53,11 @@ def run_scheduled(
     skip_reason: str | None = None,
     reopen_attempt: int | None = None,
     force_run: bool = False,
+    covers: Sequence[str] | None = None,
 ) -> RunOutcome:
     """Run a scheduled execution once under its key, for ``principal``: a delivery's path, and an
-    operator's run of a slot.  ``force_run``: recorded as a Force run (its key may be its own)."""
+    operator's run of a slot.  ``force_run``: recorded as a Force run (its key may be its own).
+    ``covers``: the slot times a compacted run stands for (recorded, and given to the job)."""
     source = RunSource.FORCE_RUN if force_run or key.force_run else RunSource.SCHEDULER
     description = RunDescription(
         source=source,
@@ -65,6 +67,7 @@ def run_scheduled(
         project=key.project,
         location=key.location,
         requested_by=principal.name,
+        covers=tuple(covers) if covers else None,
     )
 
     if job.runner.external is not None:  # its handler claims this key: answer from the record, never claim
@@ -85,6 +88,7 @@ def run_scheduled(
                 project=key.project,
                 location=key.location,
                 clock=state.clock,
+                covers=tuple(parse_rfc3339(time, "covers") for time in covers or ()),
             )
         )
 

@@ -61,6 +61,8 @@ class SlotRunRequest:
 
     seen_attempt: int | None
     force: bool = False
+    # A compacted catch-up's run: the slot times it stands for beside its own (service.compaction).
+    covers: tuple[str, ...] | None = None
 
     @classmethod
     def parse(cls, attempt: str | None, force: str | None) -> SlotRunRequest:
@@ -162,6 +164,8 @@ def check_slot_run(state: AppState, slot: Slot, ask: SlotRunRequest) -> tuple[De
         ), None
     record = state.ledger.lookup(slot_key(slot).run_id)
     status = execution_status(slot, record, now)
+    if status == ExecutionStatus.COVERED:
+        return None, record  # answered from its record, naming the run that stands for it: never run
     if status == ExecutionStatus.STUCK and not ask.force:
         assert record is not None  # a stuck slot's run holds it
         return Declined(
@@ -231,13 +235,24 @@ def run_slot_now(
     """Run ``slot`` under its Scheduler key as ``ask`` says: the API's and the dashboard's one path
     (the dashboard's through a task: ``run_slot_later`` queues it, ``/tasks/run-slot`` runs it here)."""
     key = slot_key(slot)
-    refused, _ = check_slot_run(state, slot, ask)
+    refused, record = check_slot_run(state, slot, ask)
     if refused is not None:
         return refused
     body = (slot.job.body or "").encode("utf-8")  # what Scheduler sends for this job
+    # A covered slot is never reopened: the claim answers from its record, a duplicate of the
+    # compacted run.  A compacted run run again (an operator's, after it failed) covers what it did.
+    covered = record is not None and bool(record.compacted_into)
+    covers = ask.covers if ask.covers is not None else (tuple(record.covers) if record and record.covers else None)
     try:
         outcome = run_scheduled(
-            state, principal, job_id, state.jobs[job_id], key, body, reopen_attempt=ask.seen_attempt
+            state,
+            principal,
+            job_id,
+            state.jobs[job_id],
+            key,
+            body,
+            reopen_attempt=None if covered else ask.seen_attempt,
+            covers=covers,
         )
     except Declined as elsewhere:  # an external job's slot with nothing to answer from: its handler runs it
         return elsewhere
@@ -271,12 +286,14 @@ def slot_run_work(
     force: bool = False,
     external: ExternalTarget | None = None,
     delay_seconds: float = 0,
+    covers: Sequence[str] = (),
 ) -> Work:
     """A run of ``slot`` dispatched to be done later, under the slot's own key (run_slot_now).
 
     The task id is the run id and the attempt seen: the queue refuses the same catch-up twice,
     and a slot reopened after a later failure is new work.  ``force``: an operator confirmed
-    running a slot whose record may have expired (it rides only when set)."""
+    running a slot whose record may have expired (it rides only when set).  ``covers``: the slot
+    times a compacted run stands for (service.compaction; it rides only when there are some)."""
     body = {
         "job_id": job_id,
         "schedule_time": format_utc(slot.schedule_time),
@@ -286,6 +303,7 @@ def slot_run_work(
         "attempt": seen_attempt,
         "requested_by": requested_by,
         **({"force": True} if force else {}),
+        **({"covers": list(covers)} if covers else {}),
     }
     work_id = task_id("slot-run", slot.run_id, str(seen_attempt))
     if external is not None:  # to its handler, as Scheduler's delivery of the slot: one key for both

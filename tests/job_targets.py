@@ -44,6 +44,7 @@ def _effect(context: RunContext) -> dict:
         "parameters": dict(context.parameters),
         "source": context.source,
         "client_token": context.client_token,
+        "covers": [time.isoformat() for time in context.covers],
     }
     with _lock:
         EFFECTS.append(entry)

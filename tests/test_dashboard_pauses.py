@@ -59,7 +59,12 @@ def test_pause_then_resume_with_catch_up_from_the_card(site, clock, cloud_tasks,
     assert "The pause holds 3 slots that never ran within its catch-up window (1 day back)" in facts
     assert "86400" not in facts
     choices = [o.text for o in confirm.html.select("select[name=catch_up] option")]
-    assert choices == ["none", "the latest slot (1 run)", "all its slots (3 runs)"]
+    assert choices == [
+        "none",
+        "the latest slot (1 run)",
+        "all its slots (3 runs)",
+        "one run of the latest slot standing for all 3 (1 run, 2 covered)",
+    ]
     form = confirm.forms["confirm"]
     form["catch_up"] = "all"
     resumed = form.submit(headers=SAME_ORIGIN, status=303)
@@ -83,3 +88,19 @@ def test_a_bad_or_cross_site_form_is_refused_and_pauses_nothing(site):
     )
     assert cross.status_int == 403
     assert "enabled" in card(site).text
+
+
+def test_resume_with_one_run_standing_for_the_pause_from_the_card(site, clock, cloud_tasks):
+    """Issue 41 §3: the card's compacted catch-up, one run for the pause's slots, said so."""
+    clock.advance(1800)
+    site.post_json("/api/v1/scheduler-jobs/invoice-hourly/pause", {})
+    clock.advance(3 * 3600)  # 01:00 to 03:00 paused
+    confirm = site.get(card(site).html.select_one("a.resume")["href"])
+    form = confirm.forms["confirm"]
+    form["catch_up"] = "compact"
+    resumed = form.submit(headers=SAME_ORIGIN, status=303)
+    said = site.get(resumed.headers["Location"]).html.find(id="said").text
+    assert "the catch-up queued one run, the latest slot's, standing for 2 more of the pause, each covered" in said
+    cloud_tasks.deliver(to_webtest(site))
+    (ran,) = job_targets.EFFECTS
+    assert len(ran["covers"]) == 2 and ran["schedule_time"].hour == 3

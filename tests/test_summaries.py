@@ -47,6 +47,8 @@ def test_a_digest_is_kept_as_written_and_anything_else_reads_as_nothing():
         assert RunDigest.from_stored(kept.stored()) == kept
     unfinished = RunDigest("invoice", RunStatus.IN_PROGRESS, 1, None, T)
     assert RunDigest.from_stored(unfinished.stored()) == unfinished
+    covered = RunDigest("invoice", RunStatus.SKIPPED, 0, T, T, "ab" * 32)  # a compacted run's slot
+    assert RunDigest.from_stored(covered.stored()) == covered and len(covered.stored()) == 6
     assert unfinished.lease_is_live(T - datetime.timedelta(seconds=1)) and not unfinished.lease_is_live(T)
     hostile: list[Any] = [
         None, 7, "completed", [], {"status": "completed"}, ["invoice", "done", 1, None, format_utc(T)],
