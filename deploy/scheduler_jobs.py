@@ -151,6 +151,12 @@ def plan_lines(step: Step) -> list[str]:
         lines = [f"create {name}: {target_type(step.external)} {step.job.method}"]
     # Exclusion windows live in the app, not in Cloud Scheduler: said so the plan shows the downtime.
     excluded = [f"    excluded ({step.job.time_zone}): {window.words()}" for window in step.job.exclude]
+    after = step.job.catch_up_after_exclusion
+    if step.job.exclude and after != "none":
+        excluded.append(
+            "    after each window: "
+            + ("its newest slot runs" if after == "latest" else "one run of its newest slot stands for its others")
+        )
     return lines + excluded + ([f"pause {name}"] if step.pause else [])
 
 

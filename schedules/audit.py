@@ -32,7 +32,7 @@ from dedup.transactions import COMMIT_BATCH, get_many, transact
 from models import RunRecord
 from models.audit import AuditMark
 from schedules.bound import BoundJob
-from schedules.config import AUDIT_INTERVAL_SECONDS, SchedulerJob, history_id
+from schedules.config import AUDIT_INTERVAL_SECONDS, SchedulerJob, history_id, schedule_zone
 from schedules.metrics import Outcome, Source, count, outcome_of
 from schedules.slots import (
     MAX_SLOTS,
@@ -40,6 +40,7 @@ from schedules.slots import (
     ExecutionStatus,
     Slot,
     execution_status,
+    nearest_slots,
     shown_status,
     slots_between,
 )
@@ -117,6 +118,10 @@ Pause = Callable[[SchedulerJob, str], bool]
 # Runs the newest of a job's missed slots standing for the others (misfire: compact): the slots it
 # took (the newest and those it covered; none when the run could not be dispatched).
 Compact = Callable[[list[Slot]], list[Slot]]
+# Runs an ended exclusion window's slots as the job's catch_up_after_exclusion says (latest,
+# compact): the window's excluded slots (oldest first), the mode, and how long the run waits (until
+# the window ends); the slots it took (none when the run could not be dispatched).
+AfterExclusion = Callable[[list[Slot], str, float], list[Slot]]
 
 
 def misfire_choice(job: SchedulerJob, missed: list[Slot], now: datetime.datetime, reached_now: bool) -> list[Slot]:
@@ -145,11 +150,14 @@ def audit(
     catch_up: CatchUp | None = None,
     pause: Pause | None = None,
     compact: Compact | None = None,
+    after_exclusion: AfterExclusion | None = None,
 ) -> AuditPass:
     """One pass over every Scheduler job: the slots it reports (each logged once at ERROR), and
     how many it could not check.  With ``catch_up``, the missed slots a job's misfire policy
     names are run instead of reported (one WARNING line each, ``outcome: caught_up``); with
-    ``compact``, those of ``misfire: compact`` are covered by one run of the newest.  Each breach
+    ``compact``, those of ``misfire: compact`` are covered by one run of the newest; with
+    ``after_exclusion``, the pass that judges an exclusion window's last slot runs the window's
+    slots as catch_up_after_exclusion says, once the window ends.  Each breach
     of a job's finish_within, max_runtime and failure streaks is logged once at ERROR (``late``,
     ``overdue``, ``slow``, ``failing``); with ``pause``, a job failing pause_after_consecutive_failures
     times in a row is paused."""
@@ -183,10 +191,10 @@ def audit(
 
     def report(index: int, context: bool = True) -> None:
         if not context:  # on the caller's thread, in its context
-            _report(ledger, judged[index], now, results[index], catch_up, pause, compact)
+            _report(ledger, judged[index], now, results[index], catch_up, pause, compact, after_exclusion)
             return
         with client.context():
-            _report(ledger, judged[index], now, results[index], catch_up, pause, compact)
+            _report(ledger, judged[index], now, results[index], catch_up, pause, compact, after_exclusion)
 
     # Each batch's marks, then at once its reports: a batch that fails after an earlier one landed
     # (an outage, a lost answer past its patience) ends the pass with every landed mark reported,
@@ -290,6 +298,8 @@ class _Judged:
     repairs: dict[str, Any]
     attention_until: datetime.datetime | None
     slots_attention_until: datetime.datetime | None
+    # The exclusion windows whose last slot this pass judged: (that slot, the window's start, its end).
+    windows_judged: list[tuple[Slot, datetime.datetime, datetime.datetime]] = dataclasses.field(default_factory=list)
 
     @property
     def move(self) -> Move:
@@ -344,7 +354,24 @@ def _judge(
         default=None,
     )
     attention = max(filter(None, [of_slots, FOREVER if streak else None]), default=None)
-    return _Judged(bound, key, mark, through, reported, unknown, settled, streak, reached, repairs, attention, of_slots)
+    windows = _windows_judged(bound, checked) if job.catch_up_after_exclusion != "none" else []
+    return _Judged(
+        bound, key, mark, through, reported, unknown, settled, streak, reached, repairs, attention, of_slots, windows
+    )
+
+
+def _windows_judged(
+    bound: BoundJob, checked: list[tuple[Slot, ExecutionStatus]]
+) -> list[tuple[Slot, datetime.datetime, datetime.datetime]]:
+    """The exclusion windows whose last slot is among ``checked``: an excluded slot whose next slot
+    lies past its window's end.  So each window is found once, by the pass whose mark lands past it."""
+    ended = []
+    for slot, status in checked:
+        window = slot.exclusion if status == ExecutionStatus.EXCLUDED else None
+        occurrence = window.occurrence(slot.schedule_time, schedule_zone(slot.job.time_zone)) if window else None
+        if occurrence is not None and nearest_slots(bound, slot.schedule_time)[1] >= occurrence[1]:
+            ended.append((slot, *occurrence))
+    return ended
 
 
 def _settled(slot: Slot, status: ExecutionStatus, record: object) -> bool:
@@ -370,6 +397,7 @@ def _report(
     catch_up: CatchUp | None,
     pause: Pause | None,
     compact: Compact | None = None,
+    after_exclusion: AfterExclusion | None = None,
 ) -> None:
     """What a job's judged slots call for, once its mark has landed: so only the pass that
     reports a slot runs it, once each."""
@@ -432,9 +460,40 @@ def _report(
             count(slot.job.name, job.target, outcome, Source.AUDIT)
     found.reported += reported
     found.caught_up += caught_up
+    if after_exclusion is not None:
+        found.caught_up += _after_windows(ledger, judged, now, after_exclusion)
     found.unverified += len(unknown)
     _failure_streak(job, judged.reached, found, pause)
     _deadline_passes(ledger, bound, now, found)
+
+
+def _after_windows(ledger: Ledger, judged: _Judged, now: datetime.datetime, run: AfterExclusion) -> list[Slot]:
+    """Each window whose last slot this pass judged: its excluded slots (within the job's
+    catchup_window) run as catch_up_after_exclusion says, once the window ends; one WARNING line
+    each window.  The slots run (``excluded`` before) are decided again by their run."""
+    job, taken = judged.job.declared, []
+    reach = now - datetime.timedelta(seconds=job.catchup_window)
+    for last, begins, ends in judged.windows_judged:
+        slots = slots_between([judged.job], max(begins, reach), last.schedule_time + MICROSECOND)
+        records = ledger.lookup_many([slot.run_id for slot in slots])
+        excluded = [s for s in slots if execution_status(s, records.get(s.run_id), now) == ExecutionStatus.EXCLUDED]
+        if not excluded:
+            continue
+        ran = run(excluded, job.catch_up_after_exclusion, max(0.0, (ends - now).total_seconds()))
+        if ran:
+            log.warning(
+                "the exclusion window of %s from %s until %s ends: %s (catch_up_after_exclusion: %s)",
+                job.name,
+                format_utc(begins),
+                format_utc(ends),
+                f"its newest slot, {format_utc(ran[-1].schedule_time)}, runs then"
+                if len(ran) == 1
+                else f"one run of {format_utc(ran[-1].schedule_time)} stands for its {len(ran) - 1} other slots",
+                job.catch_up_after_exclusion,
+                extra={"scheduler_job": job.name, "outcome": "caught_up", "slots": len(ran)},
+            )
+        taken += ran
+    return taken
 
 
 def _failure_streak(job: SchedulerJob, reached: list[int], found: AuditPass, pause: Pause | None) -> None:

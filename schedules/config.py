@@ -393,8 +393,14 @@ class ExclusionWindow(Declaration):
 
     def covers(self, instant: datetime.datetime, zone: datetime.tzinfo) -> bool:
         """Whether ``instant`` (aware) lies in this window."""
+        return self.occurrence(instant, zone) is not None
+
+    def occurrence(
+        self, instant: datetime.datetime, zone: datetime.tzinfo
+    ) -> tuple[datetime.datetime, datetime.datetime] | None:
+        """The start and end (UTC) of this window's occurrence that ``instant`` (aware) lies in, or None."""
         if self.starts is not None and self.until is not None:
-            return self.starts <= instant < self.until
+            return (self.starts, self.until) if self.starts <= instant < self.until else None
         assert self.cron is not None and self.duration is not None
         local = instant.astimezone(zone)
         # The latest start at or before the instant (croniter's own steps are whole seconds).
@@ -405,8 +411,9 @@ class ExclusionWindow(Declaration):
             start = croniter(self.cron, start).get_prev(datetime.datetime)
         # In UTC: aware datetimes of one zone add and compare by the wall clock, so a window over a
         # change of clocks would last an hour more or less than its duration.
-        ends = start.astimezone(datetime.UTC) + datetime.timedelta(seconds=self.duration)
-        return instant < ends
+        begins = start.astimezone(datetime.UTC)
+        ends = begins + datetime.timedelta(seconds=self.duration)
+        return (begins, ends) if instant < ends else None
 
     def words(self) -> str:
         """The window as the plan and the pages say it."""
@@ -495,6 +502,9 @@ class SchedulerJob(Declaration):
     """Planned downtime: its slots are excluded (not expected, never alerted) and not run when delivered."""
     run_excluded: bool = False
     """true: a delivery of an excluded slot runs all the same (it is still not expected)."""
+    catch_up_after_exclusion: Literal["none", "latest", "compact"] = "none"
+    """Once a window ends, the audit runs its newest slot (latest), or one run of it standing for
+    the window's others (compact); none leaves them excluded."""
     paused: bool | None = None
     """true: the job is kept paused; false: kept running; unsaid: left as it is."""
     note: Annotated[str | None, check(_note, Annotated[str, Field(max_length=500)] | None)] = None

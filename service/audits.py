@@ -134,6 +134,39 @@ def misfire_compact(state: AppState) -> Callable[[list[Slot]], list[Slot]]:
     return compact_slots
 
 
+AFTER_EXCLUSION_PRINCIPAL = "exclusion-window"  # requested_by of a run an ended window's catch-up dispatched
+
+
+def after_exclusion(state: AppState) -> Callable[[list[Slot], str, float], list[Slot]]:
+    """The audit's catch-up after an exclusion window (schedules.audit.AfterExclusion): the
+    window's newest slot (``latest``), or one run of it standing for the others (``compact``),
+    dispatched to run when the window ends; the slots it took."""
+
+    def run_window(slots: list[Slot], mode: str, wait: float) -> list[Slot]:
+        # Never raises: the audit's mark has moved, and its lines must still be written.
+        try:
+            job = slots[-1].bound
+            assert job is not None  # the audit judges bound jobs' slots
+            records = state.ledger.lookup_many([slot.run_id for slot in slots])
+            seen = [(slot, records[slot.run_id].attempt if slot.run_id in records else 0) for slot in slots]
+            delay = wait + spread_seconds(job.declared)
+            if mode == "compact":
+                done = compact(state, AFTER_EXCLUSION_PRINCIPAL, job, seen, source=Source.AUDIT, delay_seconds=delay)
+                return [*done.covered, done.slot]
+            newest, attempt = seen[-1]
+            external = external_of(state, job.declared.target)
+            work = slot_run_work(
+                job.declared.target, newest, attempt, AFTER_EXCLUSION_PRINCIPAL, external=external, delay_seconds=delay
+            )
+            state.dispatcher.dispatch(work)
+        except Exception:
+            log.warning("the slots of an ended exclusion window were not run: they stay excluded", exc_info=True)
+            return []
+        return [newest]
+
+    return run_window
+
+
 def audit_shares(jobs: Sequence[SchedulerJob]) -> list[Share]:
     """The shares a pass splits ``jobs`` into (scheduler.yaml's order): what a page reads the
     attention of (schedules.attention)."""
@@ -150,7 +183,14 @@ def audit_jobs(state: AppState, jobs: Sequence[SchedulerJob]) -> AuditPass:
     pauses_read_at = state.clock.now()
     bound = tuple(state.with_pauses(jobs))
     try:
-        found = audit(state.ledger, bound, misfire_catch_up(state), failure_streak_pause(state), misfire_compact(state))
+        found = audit(
+            state.ledger,
+            bound,
+            misfire_catch_up(state),
+            failure_streak_pause(state),
+            misfire_compact(state),
+            after_exclusion(state),
+        )
     except Exception:
         if share is not None:  # some marks may have moved: the share's entity would hide them
             _forget(state, share)

@@ -61,21 +61,25 @@ def compact(
     never_ran: Sequence[tuple[Slot, int]],
     covered_before: Sequence[Slot] = (),
     source: Source = Source.SLOT_RUN,
+    delay_seconds: float | None = None,
 ) -> Compacted:
     """Cover ``never_ran`` (oldest first, each with the attempt it was seen at) but the newest,
     and dispatch the newest's run given every slot it covers, ``covered_before`` included (slots
     an earlier compaction covered into that same run).  Raises DispatchError when the queue does
     not take the run (the covering stands: sent again, it is dispatched with them), and
-    CompactionRefused for an external job."""
+    CompactionRefused for an external job.  The run waits ``delay_seconds`` (by default the job's
+    spread), and a slot seen at an attempt (a skipped one: an exclusion window's) is covered in
+    its place, as an operator's run reopens it."""
     if external_of(state, job.declared.target) is not None:
         raise CompactionRefused(
             f"{job.declared.target} is run by its own handler, which cannot be given the slots a compacted run "
             "stands for: catch up with latest or all"
         )
     newest, seen = never_ran[-1]
-    older = [slot for slot, _ in never_ran[:-1]]
+    older = list(never_ran[:-1])
     room = max(0, COMPACT_MAX_SLOTS - len(covered_before))
-    taken, left = (older[-room:], older[:-room]) if room else ([], older)
+    taken_seen, left_seen = (older[-room:], older[:-room]) if room else ([], older)
+    taken, left = [slot for slot, _ in taken_seen], [slot for slot, _ in left_seen]
     policy = state.jobs[job.declared.target].policy
     reason = f"compacted: the run of {format_utc(newest.schedule_time)} ({newest.run_id}) stands for this slot"
     claims = [
@@ -91,10 +95,11 @@ def compact(
                 requested_by=requested_by,
             ),
             policy,
+            reopen_attempt=attempt,
             skip_reason=reason,
             covered_by=newest.run_id,
         )
-        for slot in taken
+        for slot, attempt in taken_seen
     ]
     written = {skipped.record.run_id for skipped in state.ledger.skip_runs(claims)}
     covered_now = [slot for slot in taken if slot.run_id in written]
@@ -104,7 +109,7 @@ def compact(
         newest,
         seen,
         requested_by,
-        delay_seconds=spread_seconds(job.declared),
+        delay_seconds=spread_seconds(job.declared) if delay_seconds is None else delay_seconds,
         covers=[format_utc(slot.schedule_time) for slot in covered],
     )
     try:

@@ -10,13 +10,16 @@ window each night from 01:00 for two hours (Europe/Paris: 00:00 to 02:00 UTC in 
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
 import webtest
 from click.testing import CliRunner
 
+from dedup.keys import format_utc
 from deploy.cli import cli as ops_cli
+from devtools.cloud_tasks_fake import to_webtest
 from schedules.config import ScheduleFileError, parse_scheduler_document
 from tests import job_targets
 from tests.support.deliveries import JOBS, scheduler_headers
@@ -171,6 +174,63 @@ def test_a_force_run_in_a_window_runs(make_site, clock):
     assert force.json["status"] == "completed" and len(job_targets.EFFECTS) == 1
 
 
+def after_window_site(ndb_client, tmp_path, clock, mode: str) -> webtest.TestApp:
+    return schedule_site(tmp_path, JOBS, SCHEDULES % f"    catch_up_after_exclusion: {mode}\n", clock, ndb_client)
+
+
+@pytest.mark.parametrize("delivered", [True, False], ids=["delivered", "not-delivered"])
+def test_after_a_window_its_newest_slot_runs_once_when_the_window_ends(
+    cloud_tasks, ndb_client, tmp_path, clock, caplog, delivered
+):
+    """catch_up_after_exclusion: latest.  The night's window (00:00 to 02:00 UTC) held 00:00 and
+    01:00; the pass that judges 01:00 dispatches it to run at 02:00, once, whatever passes follow."""
+    import datetime
+
+    from tests.support.schedule_sites import T0
+
+    site = after_window_site(ndb_client, tmp_path, clock, "latest")
+    caplog.set_level(logging.WARNING, logger="dedup.audit")
+    site.get("/tasks/audit", headers=CRON)  # the first pass sets the marks
+    for hour in (0, 1):
+        clock.advance((T0 + datetime.timedelta(hours=hour, seconds=30) - clock.now()).total_seconds())
+        if delivered:
+            assert deliver(site, hour, status=200).json["reason"].startswith("excluded")
+    for minutes in range(75, 180, 15):  # 01:15 to 02:45, as cron calls the audit
+        clock.advance((T0 + datetime.timedelta(minutes=minutes) - clock.now()).total_seconds())
+        site.get("/tasks/audit", headers=CRON)
+    (task,) = cloud_tasks.tasks
+    assert (
+        json.loads(task.body)["schedule_time"] == at(1) and json.loads(task.body)["requested_by"] == "exclusion-window"
+    )
+    # Dispatched by the 01:15 pass (01:00's retry window closed at 01:03), to wait until 02:00 and the
+    # job's share of the spread: the queue's own clock counts it.
+    wait = datetime.datetime.fromisoformat(task.schedule_time) - datetime.datetime.now(datetime.UTC)
+    assert datetime.timedelta(minutes=44) < wait <= datetime.timedelta(minutes=45 + 1)
+    (line,) = [r for r in caplog.records if "exclusion window" in r.getMessage()]
+    assert "its newest slot, " + at(1) + ", runs then" in line.getMessage()
+    cloud_tasks.deliver(to_webtest(site), times=2)
+    assert [format_utc(e["schedule_time"]) for e in job_targets.EFFECTS] == [at(1)]
+    assert statuses(site, 0, 1.5) == {at(0): "excluded", at(1): "completed"}
+
+
+def test_after_a_window_one_run_stands_for_its_slots(cloud_tasks, ndb_client, tmp_path, clock):
+    """catch_up_after_exclusion: compact: 01:00's run covers 00:00, excluded and skipped when delivered."""
+    site = after_window_site(ndb_client, tmp_path, clock, "compact")
+    site.get("/tasks/audit", headers=CRON)
+    clock.advance(30)
+    deliver(site, 0, status=200)  # skipped: excluded
+    clock.advance(3 * 3600)
+    site.get("/tasks/audit", headers=CRON)
+    (task,) = cloud_tasks.tasks
+    body = json.loads(task.body)
+    assert body["schedule_time"] == at(1) and body["covers"] == [at(0)]
+    cloud_tasks.deliver(to_webtest(site), times=2)
+    (ran,) = job_targets.EFFECTS
+    assert format_utc(ran["schedule_time"]) == at(1) and len(ran["covers"]) == 1
+    assert statuses(site, 0, 1.5) == {at(0): "covered", at(1): "completed"}
+    assert deliver(site, 0, status=200).json["duplicate"] is True and len(job_targets.EFFECTS) == 1
+
+
 @pytest.mark.parametrize(
     "window, words",
     [
@@ -206,3 +266,11 @@ def test_plan_shows_the_windows(jobs_file, tmp_path):
     assert "    excluded (Europe/Paris): from 2030-01-01T05:00:00.000000Z until 2030-01-01T06:00:00.000000Z\n" in (
         planned.output
     )
+
+
+def test_plan_says_what_follows_each_window(jobs_file, tmp_path):
+    (tmp_path / "scheduler.yaml").write_text(SCHEDULES % "    catch_up_after_exclusion: compact\n")
+    arguments = ["--jobs", jobs_file(JOBS), "scheduler", "plan", "--assume-new", str(tmp_path / "scheduler.yaml")]
+    planned = CliRunner().invoke(ops_cli, arguments)
+    assert planned.exit_code == 0, planned.output
+    assert "    after each window: one run of its newest slot stands for its others\n" in planned.output
