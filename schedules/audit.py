@@ -124,17 +124,21 @@ Compact = Callable[[list[Slot]], list[Slot]]
 AfterExclusion = Callable[[list[Slot], str, float], list[Slot]]
 
 
-def misfire_choice(job: SchedulerJob, missed: list[Slot], now: datetime.datetime, reached_now: bool) -> list[Slot]:
+def misfire_choice(
+    job: SchedulerJob, missed: list[Slot], now: datetime.datetime, reached_now: bool, capped: bool = False
+) -> list[Slot]:
     """The missed slots the job's misfire policy runs: none, the latest, or all, within its catchup_window.
 
-    ``reached_now``: the pass judged every slot up to now.  One that stopped short (at its cap of
-    MAX_SLOTS, or before a run still holding its lease) says where, and the next pass goes on
-    from there; both policies leave their choice to the pass that reaches now, since the newest
-    missed slots lie past where this one stopped.  ``run_all`` runs at most the job's
-    max_catchup_runs, the newest: the slots before them, and those of the passes that stopped
-    short, are reported missed, so a long outage's catch-up is bounded however many passes it
-    takes to judge."""
-    if job.misfire == "none" or not reached_now:
+    ``reached_now``: the pass judged every slot up to now.  One that stopped short says where,
+    and the next pass goes on from there.  Stopped at its cap of MAX_SLOTS (``capped``: a long
+    outage), it leaves the choice to the pass that reaches now, since the newest missed slots
+    lie past where it stopped: ``run_all`` runs at most the job's max_catchup_runs, the newest,
+    and the slots before them, those of the passes that stopped short included, are reported
+    missed, so a long outage's catch-up is bounded however many passes it takes to judge.
+    Stopped before a run still holding its lease, the slots it judged are older than that run:
+    ``run_latest`` has nothing to run (a newer slot is running), ``run_all`` and ``compact`` run
+    them, as no later pass judges them again."""
+    if job.misfire == "none" or capped or (not reached_now and job.misfire == "run_latest"):
         return []
     reachable = [s for s in missed if s.schedule_time >= now - datetime.timedelta(seconds=job.catchup_window)]
     if job.misfire == "run_latest":
@@ -300,6 +304,7 @@ class _Judged:
     slots_attention_until: datetime.datetime | None
     # The exclusion windows whose last slot this pass judged: (that slot, the window's start, its end).
     windows_judged: list[tuple[Slot, datetime.datetime, datetime.datetime]] = dataclasses.field(default_factory=list)
+    capped: bool = False  # the pass stopped at MAX_SLOTS of the job, short of now
 
     @property
     def move(self) -> Move:
@@ -325,6 +330,7 @@ def _judge(
     summaries: JobSummaries,
 ) -> _Judged:
     job = bound.declared
+    capped = through < now  # _slots_to_judge stops short of now only at MAX_SLOTS
     window = Slot(job, now).window_closes - now
     statuses = [execution_status(s, records.get(s.run_id), now) for s in slots]
     # A run still holding a live lease past its window (a long lease, a heartbeat) may yet be
@@ -356,7 +362,20 @@ def _judge(
     attention = max(filter(None, [of_slots, FOREVER if streak else None]), default=None)
     windows = _windows_judged(bound, checked) if job.catch_up_after_exclusion != "none" else []
     return _Judged(
-        bound, key, mark, through, reported, unknown, settled, streak, reached, repairs, attention, of_slots, windows
+        bound,
+        key,
+        mark,
+        through,
+        reported,
+        unknown,
+        settled,
+        streak,
+        reached,
+        repairs,
+        attention,
+        of_slots,
+        windows,
+        capped,
     )
 
 
@@ -404,7 +423,7 @@ def _report(
     bound, through, reported, unknown = judged.job, judged.through, judged.reported, judged.unknown
     job = bound.declared
     missed = [f.slot for f in reported if f.status == ExecutionStatus.MISSED]
-    chosen = misfire_choice(job, missed, now, reached_now=through >= now)
+    chosen = misfire_choice(job, missed, now, reached_now=through >= now, capped=judged.capped)
     if job.misfire == "compact":
         caught_up = compact(chosen) if compact is not None and chosen else []
     else:

@@ -156,3 +156,29 @@ def test_a_long_outages_catch_up_is_bounded_and_each_slot_runs_at_most_once(
         status=200,
     ).json
     assert late["duplicate"] is True and len(job_targets.EFFECTS) == 20
+
+
+@pytest.mark.parametrize("policy, caught", [("run_all", [0]), ("run_latest", []), ("compact", [0])])
+def test_a_pass_stopped_by_a_run_holding_its_lease_still_catches_up_the_slots_before_it(
+    make_site, clock, cloud_tasks, caplog, ndb_client, policy, caught
+):
+    """A pass stops its mark before a run still holding a live lease past its retry window (a long
+    lease, a heartbeat) and judges the slots before it once: run_all and compact catch them up
+    then, as no later pass judges them again; run_latest has none to run, a newer slot is running."""
+    from dedup.claims import RunDescription, RunPolicy
+    from dedup.keys import scheduled_run_key
+    from dedup.ledger import Ledger
+
+    site = make_site(f"    misfire: {policy}\n")
+    site.get("/tasks/audit", headers=CRON)  # the marks
+    clock.advance(3600 + 10)  # 01:00:10: 00:00 was never delivered; 01:00's run starts, for hours
+    key = scheduled_run_key("invoice-hourly", at(1), query_project="acme-prod", query_location="us-central1")
+    description = RunDescription("scheduler", "invoice", "invoice-hourly", key.schedule_time, key.project, key.location)
+    with ndb_client.context():
+        Ledger(clock).claim_run(key.run_id, description, RunPolicy(4 * 3600, 86_400))
+    clock.advance(1800)  # 01:30: 01:00's retry window has closed, its lease is live
+    answer, lines = audit(site, caplog)
+    assert [s["schedule_time"] for s in answer["caught_up"]][-1:] == [at(n) for n in caught][-1:]
+    assert len(cloud_tasks.tasks) == len(caught)
+    reported = [r for r in lines if r.levelno >= logging.ERROR]
+    assert len(reported) == (0 if caught else 1)
