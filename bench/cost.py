@@ -29,9 +29,10 @@ metrics are billed by the bytes of the points written, a scalar point 8 bytes an
 point 80, less 150 MiB a month free per billing account, then by tiers per MiB.  The app writes a
 series only when it changed, at most once an export (handlers/metrics.py), so a slot that ran
 writes its outcome and its claim's round trips (2 scalar points) and its delay, duration and
-attempts (3 distributions), and an idle job writes nothing:
+attempts (3 distributions), an idle job writes nothing, and each audit pass writes each job's
+progress age (1 scalar point a job, 96 passes a day):
 
-    MiB / month = slots / day x (2 x 8 + 3 x 80) bytes x days / 2**20
+    MiB / month = (slots / day x (2 x 8 + 3 x 80) + jobs x 96 x 8) bytes x days / 2**20
     monthly cost = the tiers' prices over MiB / month less the free 150
 """
 
@@ -63,8 +64,11 @@ SLOT_POINTS = {"scalar": 2, "distribution": 3}
 # Series a Scheduler job holds in each process that served it (each process writes its own,
 # opentelemetry_id): typically its ran_once outcome, its round trips and three distributions; at
 # most every outcome from every source that decides it (schedules.metrics: 8 by a run, 6 by the
-# audit, paused by a resume, duplicates), three distributions from either runner, its round trips.
-SERIES_PER_JOB = {"typical": 5, "at most": 8 + 6 + 1 + 1 + 3 * 2 + 1}
+# audit, paused by a resume, covered by a compaction's two, duplicates), three distributions from
+# either runner, its round trips; and in the process that audits it, its progress age.
+SERIES_PER_JOB = {"typical": 5 + 1, "at most": 8 + 6 + 1 + 2 + 1 + 3 * 2 + 1 + 1}
+# What each audit pass writes of each job (schedules.metrics.PROGRESS_AGE): one scalar point.
+AUDIT_POINTS_PER_DAY = 24 * 60 // AUDIT_MINUTES
 
 # App Engine standard, automatic scaling.  List prices per instance hour, us-central1 (Iowa), from
 # https://cloud.google.com/appengine/pricing ("Standard environment instances"), as of December 2026;
@@ -204,10 +208,12 @@ FLEETS = (
 )
 
 
-def metrics_mib_per_month(slots_per_day: float) -> float:
-    """MiB a month of the points a fleet's decided slots write (this module's docstring)."""
+def metrics_mib_per_month(slots_per_day: float, jobs: int = 0) -> float:
+    """MiB a month of the points a fleet's decided slots, and the audit's ages of its ``jobs``,
+    write (this module's docstring)."""
     per_slot = sum(SLOT_POINTS[kind] * METRIC_POINT_BYTES[kind] for kind in SLOT_POINTS)
-    return slots_per_day * per_slot * DAYS_PER_MONTH / 2**20
+    per_day = slots_per_day * per_slot + jobs * AUDIT_POINTS_PER_DAY * METRIC_POINT_BYTES["scalar"]
+    return per_day * DAYS_PER_MONTH / 2**20
 
 
 def metrics_monthly_cost(mib: float, free: float = METRICS_FREE_MIB) -> float:
@@ -230,14 +236,15 @@ METRIC_FLEETS = (
 
 def metrics_report() -> str:
     lines = [
-        "Cloud Monitoring: a slot writes 2 scalar points (8 bytes) and 3 distributions (80 bytes), "
+        "Cloud Monitoring: a slot writes 2 scalar points (8 bytes) and 3 distributions (80 bytes), each audit "
+        f"pass a scalar point a job ({AUDIT_POINTS_PER_DAY} a day), "
         f"less {METRICS_FREE_MIB} free MiB a month; ${METRICS_TIERS[0][1]:g} a MiB to 100,000 MiB.",
         "",
         "| fleet | slots / day | series a process, typical | at most | MiB / month | Monitoring $ / month |",
         "|---|---|---|---|---|---|",
     ]
     for name, jobs, slots in METRIC_FLEETS:
-        mib = metrics_mib_per_month(jobs * slots)
+        mib = metrics_mib_per_month(jobs * slots, jobs)
         typical, most = jobs * SERIES_PER_JOB["typical"], jobs * SERIES_PER_JOB["at most"]
         lines.append(
             f"| {name} | {jobs * slots:,} | {typical:,} | {most:,} | {mib:,.0f} | {metrics_monthly_cost(mib):,.2f} |"

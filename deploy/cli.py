@@ -581,17 +581,11 @@ def dashboard(file: str, project: str, apply_: bool) -> None:
 def alerts(file: str, project: str, channels: tuple[str, ...], periods: int, apply_: bool) -> None:
     """Prints each policy's JSON (as a file to write) and the gcloud commands; --apply writes and runs them."""
     jobs = _scheduler_jobs(file)
-    progress, unwatched = monitoring.progress_policies(project, channels, jobs, periods)
+    progress = monitoring.progress_policies(project, channels, jobs, periods)
     files = {SLOT_POLICY_FILE: monitoring.slot_policy(project, channels)}
     files |= dict(zip(monitoring.file_names("dedup-progress-alert-policy", len(progress)), progress, strict=True))
     files[BREACH_POLICY_FILE] = breach_policy(project, channels)
     _print_files(files, apply_)
-    for job in unwatched:
-        click.echo(
-            f"note: {job.name}'s forward progress is not watched: its wait is longer than a metric absence "
-            "allows (23.5 hours); its missed, stuck and failed slots still alert",
-            err=True,
-        )
     commands = [
         ["gcloud", "alpha", "monitoring", "policies", "create", f"--policy-from-file={name}", f"--project={project}"]
         for name in files

@@ -8,7 +8,9 @@ never attempts (a slot's outcome is counted once, when it is decided), each grou
 Scheduler job and the job, so an incident names both in its labels and its documentation:
 
 - forward progress: no slot of a job ran (once or after more attempts) for one period plus its
-  ``finish_within``, or FORWARD_PROGRESS_PERIODS periods when it has none (a metric absence).  A
+  ``finish_within``, or FORWARD_PROGRESS_PERIODS periods when it has none (a metric absence; for
+  a job slower than an absence can wait, a threshold on the audit's ``dedup.slot.progress_age``,
+  whose absence says the audit has stopped).  A
   slot of an exclusion window counts as progress (planned downtime pages no one): the audit
   counts it ``excluded`` once it has judged it, so a job with windows waits that long more;
 - a slot missed, stuck, failed for good, or held by another job's run (a conflict): each counted
@@ -30,7 +32,15 @@ from typing import Any
 
 from dedup.metrics import CONFLICTS_NAME, ROUND_TRIPS_NAME, STALE_NAME, TAKEOVERS_NAME
 from schedules.config import SchedulerJob, audit_lag_seconds, schedule_period_seconds
-from schedules.metrics import ATTEMPTS_NAME, DELAY_NAME, DURATION_NAME, OUTCOMES_NAME, Outcome, metric_type
+from schedules.metrics import (
+    ATTEMPTS_NAME,
+    DELAY_NAME,
+    DURATION_NAME,
+    OUTCOMES_NAME,
+    PROGRESS_AGE_NAME,
+    Outcome,
+    metric_type,
+)
 
 # A row a job, four charts a row, twelve columns each of the mosaic's 48: a dashboard of 24 jobs
 # holds 100 charts, the summary's four with them; a larger fleet gets a dashboard per 24 jobs.
@@ -147,19 +157,39 @@ def dashboards(jobs: Sequence[SchedulerJob]) -> list[dict[str, Any]]:
     return found
 
 
+def _wait_seconds(job: SchedulerJob, periods: int) -> float:
+    """How long without a slot run means no forward progress: one period plus finish_within, or ``periods`` periods."""
+    period = schedule_period_seconds(job.schedule, job.time_zone)
+    return period + job.finish_within if job.finish_within is not None else periods * period
+
+
+def _whole_minutes(seconds: float) -> int:
+    return max(ABSENCE_MIN_SECONDS, -(-int(seconds) // 60) * 60)  # up to a whole minute, at least 2
+
+
 def forward_progress_seconds(job: SchedulerJob, periods: int = FORWARD_PROGRESS_PERIODS) -> int | None:
-    """How long without a slot run means no forward progress: one period plus finish_within, or
-    ``periods`` periods; in whole minutes, at least 2; None past what a metric absence can wait.
+    """How long a metric absence of the job's ran slots waits: ``_wait_seconds``, in whole minutes,
+    at least 2; None past what a metric absence can wait (then ``progress_age_threshold`` watches).
 
     A job with exclusion windows waits as long again as the audit takes to judge a slot: a window's
     slots are counted (as progress) by the audit, not when they fall due."""
-    period = schedule_period_seconds(job.schedule, job.time_zone)
-    seconds = period + job.finish_within if job.finish_within is not None else periods * period
-    if job.exclude:
-        seconds += audit_lag_seconds(job)
-    minutes = -(-int(seconds) // 60)  # up to a whole minute
-    wait = max(ABSENCE_MIN_SECONDS, minutes * 60)
+    seconds = _wait_seconds(job, periods) + (audit_lag_seconds(job) if job.exclude else 0)
+    wait = _whole_minutes(seconds)
     return wait if wait <= ABSENCE_MAX_SECONDS else None
+
+
+def progress_age_threshold(job: SchedulerJob, periods: int = FORWARD_PROGRESS_PERIODS) -> int:
+    """The ``dedup.slot.progress_age`` past which a slow job (a wait past a metric absence's) has
+    made no forward progress: its wait, and the time the audit takes to judge a slot (the age
+    counts from the newest slot the audit has judged to have made progress)."""
+    return _whole_minutes(_wait_seconds(job, periods) + audit_lag_seconds(job))
+
+
+# The audit writes every job's progress age each pass (cron.yaml: every 15 minutes): none for
+# this long says it has stopped, and with it every alert that counts on its judging.
+AUDIT_SILENCE_SECONDS = 3600
+# A slow job's progress age is read over this long, its least value: whichever pass wrote it.
+AGE_ALIGNMENT = "3600s"
 
 
 def _documentation(subject: str, what: str) -> dict[str, str]:
@@ -216,18 +246,31 @@ def slot_policy(project: str, channels: Sequence[str]) -> dict[str, Any]:
 
 def progress_policies(
     project: str, channels: Sequence[str], jobs: Sequence[SchedulerJob], periods: int = FORWARD_PROGRESS_PERIODS
-) -> tuple[list[dict[str, Any]], list[SchedulerJob]]:
-    """The forward-progress policies (a condition per wait and JOBS_PER_CONDITION jobs, six to a
-    policy), and the jobs none can watch: a wait past what a metric absence allows."""
+) -> list[dict[str, Any]]:
+    """The forward-progress policies: a condition per wait and JOBS_PER_CONDITION jobs, six to a
+    policy; a metric absence of ran slots, or for a wait past what an absence allows, a threshold
+    on the audit's progress age.  The first policy also says when the audit stops."""
     by_wait: dict[int, list[SchedulerJob]] = {}
-    unwatched = []
+    by_age: dict[int, list[SchedulerJob]] = {}
     for job in jobs:
         wait = forward_progress_seconds(job, periods)
         if wait is None:
-            unwatched.append(job)
+            by_age.setdefault(progress_age_threshold(job, periods), []).append(job)
         else:
             by_wait.setdefault(wait, []).append(job)
-    conditions = []
+    conditions: list[dict[str, Any]] = [
+        {
+            "displayName": f"The audit has not judged any slot for {AUDIT_SILENCE_SECONDS // 60} minutes",
+            "conditionAbsent": {
+                "filter": _filter(PROGRESS_AGE_NAME),
+                "aggregations": [
+                    {"alignmentPeriod": "300s", "perSeriesAligner": "ALIGN_MAX", "crossSeriesReducer": "REDUCE_MAX"}
+                ],
+                "duration": f"{AUDIT_SILENCE_SECONDS}s",
+                "trigger": {"count": 1},
+            },
+        }
+    ]
     for wait, waiting in sorted(by_wait.items()):
         for first in range(0, len(waiting), JOBS_PER_CONDITION):
             named = sorted({job.name for job in waiting[first : first + JOBS_PER_CONDITION]})
@@ -239,6 +282,29 @@ def progress_policies(
                         "filter": ran,
                         "aggregations": [{"alignmentPeriod": "60s", "perSeriesAligner": "ALIGN_DELTA", **_GROUPED}],
                         "duration": f"{wait}s",
+                        "trigger": {"count": 1},
+                    },
+                }
+            )
+    for threshold, waiting in sorted(by_age.items()):
+        for first in range(0, len(waiting), JOBS_PER_CONDITION):
+            named = sorted({job.name for job in waiting[first : first + JOBS_PER_CONDITION]})
+            conditions.append(
+                {
+                    "displayName": f"No slot ran for {threshold / 3600:.1f} hours ({len(named)} Scheduler jobs)",
+                    "conditionThreshold": {
+                        "filter": _filter(PROGRESS_AGE_NAME, _one_of("scheduler_job", named)),
+                        "aggregations": [
+                            {
+                                "alignmentPeriod": AGE_ALIGNMENT,
+                                "perSeriesAligner": "ALIGN_MIN",
+                                "crossSeriesReducer": "REDUCE_MIN",
+                                "groupByFields": _GROUPED["groupByFields"],
+                            }
+                        ],
+                        "comparison": "COMPARISON_GT",
+                        "thresholdValue": threshold,
+                        "duration": "0s",
                         "trigger": {"count": 1},
                     },
                 }
@@ -257,13 +323,14 @@ def progress_policies(
                     "no slot has run (once, or after more attempts) for longer than one period and its "
                     "finish_within (or than two periods): its deliveries are not arriving, or every run fails. "
                     "A paused job raises this too once paused for that long: resume it, or close the incident. "
-                    "Slots of its exclusion windows count as progress.",
+                    "Slots of its exclusion windows count as progress. The audit's silence for an hour raises it "
+                    "too: no slot is being judged, so no missed slot can alert (check /tasks/audit and cron.yaml).",
                 ),
                 "userLabels": {"app": "dedup"},
                 "notificationChannels": channel_names(project, channels),
             }
         )
-    return policies, unwatched
+    return policies
 
 
 def file_names(prefix: str, count: int) -> list[str]:

@@ -37,6 +37,9 @@ class AuditMark(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has no typ
     # The part of attention_until the judged slots give (24 hours past the newest that needs
     # attention): kept apart, so a failure streak's share ends with the streak.
     slots_attention_until = ndb.DateTimeProperty(indexed=False, tzinfo=datetime.UTC)
+    # The newest judged slot that made progress (ran, or was excluded or covered): what a pass's
+    # ``dedup.slot.progress_age`` counts from (schedules.metrics), for jobs too slow for an absence.
+    progress_at = ndb.DateTimeProperty(indexed=False, tzinfo=datetime.UTC)
 
     @classmethod
     def _get_kind(cls) -> str:

@@ -33,7 +33,7 @@ from models import RunRecord
 from models.audit import AuditMark
 from schedules.bound import BoundJob
 from schedules.config import AUDIT_INTERVAL_SECONDS, SchedulerJob, history_id, schedule_zone
-from schedules.metrics import Outcome, Source, count, outcome_of
+from schedules.metrics import PROGRESS_STATUSES, Outcome, Source, count, note_progress_age, outcome_of
 from schedules.slots import (
     MAX_SLOTS,
     NEEDS_ATTENTION,
@@ -305,6 +305,7 @@ class _Judged:
     # The exclusion windows whose last slot this pass judged: (that slot, the window's start, its end).
     windows_judged: list[tuple[Slot, datetime.datetime, datetime.datetime]] = dataclasses.field(default_factory=list)
     capped: bool = False  # the pass stopped at MAX_SLOTS of the job, short of now
+    progress_at: datetime.datetime | None = None  # the newest judged slot that made progress, so far
 
     @property
     def move(self) -> Move:
@@ -315,6 +316,7 @@ class _Judged:
             "slots_attention_until": self.slots_attention_until,
             "repairs": self.repairs,
             "attention_until": self.attention_until,
+            "progress_at": self.progress_at,
         }
         return self.key, self.mark, self.through, fields
 
@@ -361,6 +363,8 @@ def _judge(
     )
     attention = max(filter(None, [of_slots, FOREVER if streak else None]), default=None)
     windows = _windows_judged(bound, checked) if job.catch_up_after_exclusion != "none" else []
+    progressed = [s.schedule_time for s, status in checked if status in PROGRESS_STATUSES]
+    progress_at = progressed[-1] if progressed else (mark.progress_at if mark else None)
     return _Judged(
         bound,
         key,
@@ -376,6 +380,7 @@ def _judge(
         of_slots,
         windows,
         capped,
+        progress_at,
     )
 
 
@@ -481,6 +486,10 @@ def _report(
     found.caught_up += caught_up
     if after_exclusion is not None:
         found.caught_up += _after_windows(ledger, judged, now, after_exclusion)
+    # Since the newest slot that made progress (or, before any, since the job's slots are expected).
+    since = judged.progress_at or bound.expected_from
+    if since is not None:
+        note_progress_age(job.name, job.target, (now - since).total_seconds())
     found.unverified += len(unknown)
     _failure_streak(job, judged.reached, found, pause)
     _deadline_passes(ledger, bound, now, found)

@@ -33,6 +33,7 @@ OUTCOMES_NAME = "dedup.slot.outcomes"
 DELAY_NAME = "dedup.slot.schedule_delay"
 DURATION_NAME = "dedup.slot.run_duration"
 ATTEMPTS_NAME = "dedup.slot.attempts"
+PROGRESS_AGE_NAME = "dedup.slot.progress_age"
 
 
 def metric_type(name: str) -> str:
@@ -102,6 +103,22 @@ ATTEMPTS = meter.create_histogram(
     description="a slot's run: the attempts it took",
     explicit_bucket_boundaries_advisory=(1.0, 2.0, 3.0, 5.0, 10.0),
 )
+
+
+# Written by every audit pass for each Scheduler job it judged: seconds since the newest slot
+# that made progress.  A daily or weekly job's forward progress is watched on it (a threshold),
+# since a metric absence waits 23.5 hours at most; and its absence says the audit has stopped.
+PROGRESS_AGE = meter.create_gauge(
+    PROGRESS_AGE_NAME,
+    unit="s",
+    description="seconds since the newest slot that ran (or was excluded or covered), as the audit judged",
+)
+# What counts as forward progress: a slot that ran, or one planned not to (excluded, covered).
+PROGRESS_STATUSES = (ExecutionStatus.COMPLETED, ExecutionStatus.EXCLUDED, ExecutionStatus.COVERED)
+
+
+def note_progress_age(scheduler_job: str, job_id: str, seconds: float) -> None:
+    PROGRESS_AGE.set(max(0.0, seconds), labels(job_id, scheduler_job, Source.AUDIT))
 
 
 def outcome_of(status: str, attempt: int | None) -> Outcome | None:

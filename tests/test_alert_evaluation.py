@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from dedup.keys import format_utc
 from deploy.monitoring import progress_policies, slot_policy
 from schedules.config import parse_scheduler_document
 from tests.support.deliveries import JOBS, scheduler_headers
@@ -103,8 +104,7 @@ def policies_for(schedules: str) -> list[dict[str, Any]]:
     import yaml
 
     jobs = parse_scheduler_document(yaml.safe_load(schedules))
-    progress, unwatched = progress_policies("acme-prod", [], jobs)
-    assert unwatched == []
+    progress = progress_policies("acme-prod", [], jobs)
     return [slot_policy("acme-prod", []), *progress]
 
 
@@ -127,3 +127,84 @@ def test_the_same_night_unplanned_raises_the_missed_and_progress_alerts(ndb_clie
     assert [line for line in opened if line.startswith("No slot ran for 70 minutes")] == [
         "No slot ran for 70 minutes (1 Scheduler jobs): invoice-hourly from minute 0"
     ]
+
+
+DAILY = """
+defaults:
+  project: acme-prod
+  location: us-central1
+  start_at: 2030-01-01T00:00:00Z
+  attempt_deadline: 60s
+jobs:
+  invoice-daily:
+    target: invoice
+    schedule: "0 3 * * *"
+"""
+DAYS = 4
+
+
+def days(site, clock, measured, delivered: set[int], audit_off: range = range(0)) -> list[tuple[int, str, float]]:
+    """Drive the app through DAYS days, a pass every 15 minutes (but in the minutes ``audit_off``):
+    the progress ages each pass wrote, with its minute.  ``delivered``: the days whose 03:00 slot
+    Scheduler delivers."""
+    ages: list[tuple[int, str, float]] = []
+    for minute in range(0, DAYS * 24 * 60 + 1, 15):
+        clock.advance((T0 + datetime.timedelta(minutes=minute) - clock.now()).total_seconds())
+        day, of_day = divmod(minute, 24 * 60)
+        if of_day == 3 * 60 and day in delivered:
+            instant = format_utc(T0 + datetime.timedelta(days=day, hours=3))
+            headers = scheduler_headers(scheduler_job_name="invoice-daily", schedule_time=instant)
+            site.post("/jobs/invoice?project=acme-prod&location=us-central1", b"", headers=headers, status=200)
+        if minute in audit_off:
+            continue
+        site.get("/tasks/audit", headers=CRON)
+        ages += [
+            (minute, job, age) for job, age in measured.gauges("dedup.slot.progress_age", by="scheduler_job").items()
+        ]
+    return ages
+
+
+def age_incidents(policies: list[dict[str, Any]], ages: list[tuple[int, str, float]], minutes: int) -> list[str]:
+    """The incidents the progress-age conditions open, as Cloud Monitoring would evaluate them: a
+    threshold on each job's least age over the alignment period (an hour), and the absence of
+    any age for the silence's duration."""
+    opened = []
+    for policy in policies:
+        for condition in policy["conditions"]:
+            threshold = condition.get("conditionThreshold")
+            absent = condition.get("conditionAbsent")
+            if threshold is not None and "progress_age" in threshold["filter"]:
+                period = int(threshold["aggregations"][0]["alignmentPeriod"].rstrip("s")) // 60
+                for job in _jobs(threshold["filter"]) or ():
+                    for now in range(0, minutes + 1, 15):
+                        recent = [age for at_, named, age in ages if named == job and now - period < at_ <= now]
+                        if recent and min(recent) > threshold["thresholdValue"]:
+                            opened.append(f"{condition['displayName']}: {job} at minute {now}")
+                            break
+            elif absent is not None and "progress_age" in absent["filter"]:
+                wait = int(absent["duration"].rstrip("s")) // 60
+                seen = sorted({at_ for at_, _, _ in ages})
+                for before, after in zip(seen, [*seen[1:], minutes], strict=True):
+                    if after - before > wait:
+                        opened.append(f"{condition['displayName']}: from minute {before}")
+    return opened
+
+
+@pytest.mark.parametrize(
+    "delivered, audit_off, opened",
+    [
+        ({0, 1, 2, 3}, range(0), []),  # every day ran
+        # Ran on the first day only: two days and the audit's lag later, one incident.
+        ({0}, range(0), ["No slot ran for 48.3 hours (1 Scheduler jobs)"]),
+        # The audit stopped for two hours on the second day: its silence is one incident.
+        ({0, 1, 2, 3}, range(30 * 60, 32 * 60), ["The audit has not judged any slot for 60 minutes"]),
+    ],
+    ids=["ran", "stopped", "audit-silent"],
+)
+def test_a_daily_jobs_progress_is_watched_on_the_audits_progress_age(
+    ndb_client, tmp_path, clock, measured, delivered, audit_off, opened
+):
+    site = schedule_site(tmp_path, JOBS, DAILY, clock, ndb_client)
+    ages = days(site, clock, measured, delivered, audit_off)
+    found = age_incidents(policies_for(DAILY), ages, DAYS * 24 * 60)
+    assert [line.split(":")[0] for line in found] == opened

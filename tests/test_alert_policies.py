@@ -51,6 +51,10 @@ def test_each_policy_parses_as_cloud_monitorings_alert_policy():
         (aggregation,) = condition.condition_threshold.aggregations
         assert list(aggregation.group_by_fields) == ["metric.label.scheduler_job", "metric.label.job"]
         assert aggregation.per_series_aligner.name == "ALIGN_DELTA"
-    (waiting,) = progress.conditions  # sync-crm-hourly: the fixture's daily job waits too long to watch
+    silence, waiting, aged = progress.conditions  # the audit's silence; sync-crm-hourly; the daily job
+    assert silence.condition_absent.duration.seconds == 3600
     assert waiting.condition_absent.duration.seconds == 2 * 3600
     assert '"sync-crm-hourly"' in waiting.condition_absent.filter
+    assert (
+        aged.condition_threshold.comparison.name == "COMPARISON_GT" and aged.condition_threshold.threshold_value > 86400
+    )

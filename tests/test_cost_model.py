@@ -273,9 +273,10 @@ def site_with_a_schedule(google, ndb_client, tmp_path, clock, monkeypatch):
 
 def test_the_metrics_model_prices_bytes_by_tier_less_the_free_mib():
     assert cost.metrics_mib_per_month(1) == pytest.approx((2 * 8 + 3 * 80) * 30.4 / 2**20)
+    assert cost.metrics_mib_per_month(0, jobs=1) == pytest.approx(96 * 8 * 30.4 / 2**20)  # the audit's ages
     assert cost.metrics_monthly_cost(150) == 0 and cost.metrics_monthly_cost(149) == 0
     assert cost.metrics_monthly_cost(1150) == pytest.approx(1000 * 0.258)
     beyond = 100_000 * 0.258 + 150_000 * 0.151 + 50_000 * 0.061
     assert cost.metrics_monthly_cost(300_000, free=0) == pytest.approx(beyond)
     rows = {line.split("|")[1].strip(): line for line in cost.metrics_report().splitlines() if line.startswith("| ")}
-    assert "| 1,440,000 | 5,000 | 23,000 | 10,688 | 2,718.68 |" in rows["1,000 jobs every minute"]
+    assert "| 1,440,000 | 6,000 | 26,000 | 10,710 | 2,724.42 |" in rows["1,000 jobs every minute"]

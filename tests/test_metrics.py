@@ -95,6 +95,23 @@ def test_the_audit_counts_a_missed_slot_once_however_many_passes(site, clock, me
     assert counted == {"missed": 3}  # 00:00, 01:00, 02:00: every window closed, none delivered
 
 
+def test_each_audit_pass_writes_each_jobs_age_since_its_last_progress(site, clock, measured):
+    """``dedup.slot.progress_age``: what a slow job's forward progress is watched on (a metric
+    absence waits 23.5 hours at most), and whose absence says the audit has stopped."""
+    site.get("/tasks/audit", headers=CRON)
+    clock.advance(3600 + 10)
+    deliver(site, 1, job="invoice", name="invoice-hourly", status=200)
+    clock.advance(2 * 3600 + 590)  # 03:10: invoice-hourly last ran at 01:00; flaky-hourly never
+    site.get("/tasks/audit", headers=CRON)
+    assert measured.gauges("dedup.slot.progress_age", by="scheduler_job") == {
+        "invoice-hourly": 2 * 3600 + 600,
+        "flaky-hourly": 3 * 3600 + 600,  # since its slots are expected (start_at)
+    }
+    clock.advance(900)
+    site.get("/tasks/audit", headers=CRON)  # nothing new ran: each age grows by the interval
+    assert measured.gauges("dedup.slot.progress_age", by="scheduler_job")["invoice-hourly"] == 2 * 3600 + 1500
+
+
 def test_a_pause_left_uncaught_is_counted_paused_once_by_its_resume(site, clock, measured):
     site.get("/tasks/audit", headers=CRON)
     site.post_json("/api/v1/scheduler-jobs/invoice-hourly/pause", {"note": "maintenance"})

@@ -539,13 +539,26 @@ def test_alerts_prints_metric_policies_per_job_and_applies_them(cli, fake_gcloud
         (aggregation,) = condition["aggregations"]
         assert aggregation["groupByFields"] == ["metric.label.scheduler_job", "metric.label.job"]
     assert "${metric.label.scheduler_job}" in slots["documentation"]["content"]
-    # Forward progress: an hour and its 10 minutes; two quarter-hours; the daily job's 48 hours
-    # are past what a metric absence waits, and said so.
-    waits = {c["conditionAbsent"]["duration"]: c["conditionAbsent"]["filter"] for c in progress["conditions"]}
+    # Forward progress: an hour and its 10 minutes; two quarter-hours (metric absences); the daily
+    # job's 48 hours, past what an absence waits, on the audit's progress age; and the audit's silence.
+    absent = [c for c in progress["conditions"] if "conditionAbsent" in c]
+    silence, *absences = absent
+    assert silence["displayName"] == "The audit has not judged any slot for 60 minutes"
+    assert "dedup.slot.progress_age" in silence["conditionAbsent"]["filter"]
+    waits = {c["conditionAbsent"]["duration"]: c["conditionAbsent"]["filter"] for c in absences}
     assert set(waits) == {"1800s", "4200s"}
     assert '"invoice-hourly"' in waits["4200s"] and '"invoice-quarterly"' in waits["1800s"]
     assert 'metric.label.outcome=one_of("ran_once", "ran_after_retries", "excluded")' in waits["1800s"]
-    assert "note: invoice-daily's forward progress is not watched" in printed.output
+    (aged,) = [c["conditionThreshold"] for c in progress["conditions"] if "conditionThreshold" in c]
+    assert aged["filter"].endswith('metric.label.scheduler_job=one_of("invoice-daily")')
+    assert "workload.googleapis.com/dedup.slot.progress_age" in aged["filter"]
+    # Two days, and what the audit takes to judge a slot (its retry window, the grace, an interval).
+    from deploy.monitoring import progress_age_threshold
+    from schedules.config import audit_lag_seconds, parse_scheduler_document
+
+    daily = next(j for j in parse_scheduler_document(yaml.safe_load(HOURLY_AND_DAILY)) if j.name == "invoice-daily")
+    assert aged["thresholdValue"] == progress_age_threshold(daily) >= 2 * 86400 + audit_lag_seconds(daily)
+    assert "forward progress is not watched" not in printed.output
     for breach in ("late", "overdue", "slow", "failing"):
         assert f'jsonPayload.outcome="{breach}"' in breaches["conditions"][0]["conditionMatchedLog"]["filter"]
     assert breaches["alertStrategy"]["notificationRateLimit"]["period"]  # required of log-match policies
@@ -563,7 +576,8 @@ def test_periods_set_the_wait_of_jobs_without_finish_within(cli, fake_gcloud, mo
     monkeypatch.chdir(tmp_path)
     printed = cli("alerts", "--project", "acme-prod", "--periods", "4", schedule=HOURLY_AND_DAILY)
     progress = json.loads(printed.output.split("<<'EOF'\n")[2].split("\nEOF", 1)[0])
-    assert {c["conditionAbsent"]["duration"] for c in progress["conditions"]} == {"3600s", "4200s"}
+    absences = [c["conditionAbsent"]["duration"] for c in progress["conditions"] if "conditionAbsent" in c]
+    assert set(absences[1:]) == {"3600s", "4200s"}  # the first: the audit's silence
 
 
 def test_dashboard_prints_a_row_per_job_and_creates_it(cli, fake_gcloud, monkeypatch, tmp_path):

@@ -7,7 +7,7 @@ import collections
 from typing import Any
 
 from opentelemetry.sdk.metrics import Counter, Histogram, UpDownCounter
-from opentelemetry.sdk.metrics.export import AggregationTemporality, HistogramDataPoint, InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import AggregationTemporality, Gauge, HistogramDataPoint, InMemoryMetricReader
 
 # Each read gives what changed since the last: a test drains the reader first, then sums its own.
 DELTAS = {
@@ -28,6 +28,7 @@ class Measured:
         self.reader = reader
         self.sums: collections.Counter[tuple[str, frozenset[tuple[str, Any]]]] = collections.Counter()
         self.samples: dict[tuple[str, frozenset[tuple[str, Any]]], list[tuple[int, float]]] = {}
+        self.last: dict[tuple[str, frozenset[tuple[str, Any]]], float] = {}  # a gauge's latest value
         self.reader.get_metrics_data()  # drain: what other tests left
 
     def read(self) -> Measured:
@@ -37,7 +38,9 @@ class Measured:
                 for metric in scope.metrics:
                     for point in metric.data.data_points:
                         series = (metric.name, frozenset((point.attributes or {}).items()))
-                        if isinstance(point, HistogramDataPoint):
+                        if isinstance(metric.data, Gauge):
+                            self.last[series] = point.value
+                        elif isinstance(point, HistogramDataPoint):
                             self.samples.setdefault(series, []).append((point.count, point.sum))
                         else:
                             self.sums[series] += point.value
@@ -63,3 +66,12 @@ class Measured:
                 count += sum(c for c, _ in samples)
                 total += sum(s for _, s in samples)
         return count, total
+
+    def gauges(self, name: str, by: str, **where: str) -> dict[str, float]:
+        """``name``'s latest values since the test began, by the label ``by``, where the labels match."""
+        self.read()
+        return {
+            str(dict(attributes).get(by)): value
+            for (metric, attributes), value in self.last.items()
+            if metric == name and all(dict(attributes).get(k) == v for k, v in where.items())
+        }
