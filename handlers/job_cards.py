@@ -20,7 +20,7 @@ from dedup.keys import format_utc
 from handlers.job_rows import SHOWN_ORDER
 from handlers.slot_statuses import STATUSES
 from schedules.bound import BoundJob
-from schedules.config import history_id
+from schedules.config import history_id, schedule_zone
 from schedules.slots import RUNNABLE, ExecutionStatus, ran_once_or_more_of
 from service.hours import UNREAD, JudgedJob, judged_slots
 from service.state import AppState
@@ -65,6 +65,8 @@ class CardCounts:
     strip: list[dict[str, Any]] | None
     scheduler_jobs: int
     uncounted: int = 0  # of its Scheduler jobs, those past the page's slot budget (not in the counts)
+    # Its Scheduler jobs' exclusion windows over the strip: where each is drawn, and what it says.
+    spans: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 def job_cards(
@@ -125,8 +127,37 @@ def job_cards(
             _strip(found, buckets) if of_job else None,
             len(of_job),
             sum(1 for judged_job in found if not judged_job.counted),
+            _spans(of_job, buckets),
         )
     return cards
+
+
+def _spans(
+    of_job: Sequence[BoundJob], buckets: list[tuple[datetime.datetime, datetime.datetime]]
+) -> list[dict[str, Any]]:
+    """The exclusion windows of a job's Scheduler jobs that overlap its strip, each as the strip
+    draws it: from where to where in the strip's units (10 a bucket), and in words."""
+    if not buckets:
+        return []
+    first, last = buckets[0][0], buckets[-1][1]
+    width = (buckets[0][1] - buckets[0][0]).total_seconds() or 1.0
+    spans = []
+    for job in of_job:
+        zone = schedule_zone(job.declared.time_zone)
+        for window in job.declared.exclude:
+            for begins, ends in window.occurrences(first, last, zone):
+                start, stop = max(begins, first), min(ends, last)
+                label = f"{job.declared.name}: excluded from {begins:%Y-%m-%d %H:%M} to {ends:%Y-%m-%d %H:%M} UTC"
+                spans.append(
+                    {
+                        "since": format_utc(begins),
+                        "until": format_utc(ends),
+                        "x": round((start - first).total_seconds() / width * 10, 3),
+                        "width": round((stop - start).total_seconds() / width * 10, 3),
+                        "label": label + (f" ({window.note})" if window.note else ""),
+                    }
+                )
+    return sorted(spans, key=lambda span: span["x"])
 
 
 def _buckets(window: Window, now: datetime.datetime) -> list[tuple[datetime.datetime, datetime.datetime]]:

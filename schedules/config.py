@@ -415,6 +415,25 @@ class ExclusionWindow(Declaration):
         ends = begins + datetime.timedelta(seconds=self.duration)
         return (begins, ends) if instant < ends else None
 
+    def occurrences(
+        self, since: datetime.datetime, until: datetime.datetime, zone: datetime.tzinfo, limit: int = 100
+    ) -> list[tuple[datetime.datetime, datetime.datetime]]:
+        """The starts and ends (UTC) of this window's occurrences that overlap [since, until), oldest
+        first, ``limit`` at most (the timeline draws them)."""
+        if self.starts is not None and self.until is not None:
+            return [(self.starts, self.until)] if self.starts < until and self.until > since else []
+        assert self.cron is not None and self.duration is not None
+        length = datetime.timedelta(seconds=self.duration)
+        iterator = croniter(self.cron, (since - length).astimezone(zone))
+        found: list[tuple[datetime.datetime, datetime.datetime]] = []
+        while len(found) < limit:
+            begins = iterator.get_next(datetime.datetime).astimezone(datetime.UTC)
+            if begins >= until:
+                break
+            if begins + length > since:
+                found.append((begins, begins + length))
+        return found
+
     def words(self) -> str:
         """The window as the plan and the pages say it."""
         if self.cron is not None:

@@ -274,3 +274,24 @@ def test_plan_says_what_follows_each_window(jobs_file, tmp_path):
     planned = CliRunner().invoke(ops_cli, arguments)
     assert planned.exit_code == 0, planned.output
     assert "    after each window: one run of its newest slot stands for its others\n" in planned.output
+
+
+def test_the_timeline_draws_each_window_over_the_job_s_strip(make_site, clock):
+    """Issue 41 §4: the operator's page shows the windows on the timeline, as spans of the strip
+    with their times and note, in the strip's text alternative too."""
+    site = make_site()
+    clock.advance(7 * 3600 + 180)  # 07:03: the last 24 hours hold the night's window and the dated one
+    page = site.get("/admin/", params={"job": "invoice"}).html
+    strip = page.select_one("#timeline .strip[data-job='invoice']")
+    spans = strip.select("rect.excluded-span")
+    assert [(s["data-since"], s["data-until"]) for s in spans] == [(at(0), at(2)), (at(5), at(6))]
+    buckets = strip.select("rect.bucket")
+    first = buckets[0].title.text  # "2029-12-31 07:00 to 08:00 UTC: ..."
+    assert first.startswith("2029-12-31 07:00")
+    # Each span begins where its hour's bucket does: 10 units a bucket of an hour from 07:00.
+    assert [float(s["x"]) for s in spans] == [17 * 10.0, 22 * 10.0]
+    assert [float(s["width"]) for s in spans] == [20.0, 10.0]
+    assert "nightly maintenance" in spans[0].title.text
+    label = strip.select_one("svg.strip-marks")["aria-label"]
+    assert "invoice-hourly: excluded from 2030-01-01 00:00 to 2030-01-01 02:00 UTC (nightly maintenance)" in label
+    assert "exclusion window (planned downtime)" in page.select_one("#timeline p.muted").text
