@@ -365,6 +365,23 @@ def _window_bound(value: Any) -> datetime.datetime:
 _Instant = Annotated[datetime.datetime | None, check(_window_bound, datetime.datetime | None)]
 
 
+@functools.lru_cache(maxsize=512)
+def _window_starts(
+    cron: str, duration: float, zone: datetime.tzinfo, day: datetime.date
+) -> tuple[datetime.datetime, ...]:
+    """The starts (UTC, oldest first) of a recurring window whose occurrences may cover an instant of
+    the UTC ``day``: from ``duration`` before the day to its end.  In UTC: aware datetimes of one
+    zone add and compare by the wall clock, so a window over a change of clocks would last an
+    hour more or less than its duration."""
+    first = datetime.datetime.combine(day, datetime.time(), datetime.UTC) - datetime.timedelta(seconds=duration)
+    end = first + datetime.timedelta(seconds=duration) + datetime.timedelta(days=1)
+    iterator = croniter(cron, (first - datetime.timedelta(seconds=1)).astimezone(zone))
+    found = []
+    while (begins := iterator.get_next(datetime.datetime).astimezone(datetime.UTC)) < end:
+        found.append(begins)
+    return tuple(found)
+
+
 class ExclusionWindow(Declaration):
     """A time the job's slots are not expected (planned downtime): recurring, from each time ``cron``
     fires in the job's time zone for ``duration``; or dated, from ``from`` until ``until``."""
@@ -402,18 +419,14 @@ class ExclusionWindow(Declaration):
         if self.starts is not None and self.until is not None:
             return (self.starts, self.until) if self.starts <= instant < self.until else None
         assert self.cron is not None and self.duration is not None
-        local = instant.astimezone(zone)
-        # The latest start at or before the instant (croniter's own steps are whole seconds).
-        start: datetime.datetime = croniter(self.cron, local + datetime.timedelta(seconds=1)).get_prev(
-            datetime.datetime
-        )
-        if start.astimezone(datetime.UTC) > instant:
-            start = croniter(self.cron, start).get_prev(datetime.datetime)
-        # In UTC: aware datetimes of one zone add and compare by the wall clock, so a window over a
-        # change of clocks would last an hour more or less than its duration.
-        begins = start.astimezone(datetime.UTC)
-        ends = begins + datetime.timedelta(seconds=self.duration)
-        return (begins, ends) if instant < ends else None
+        utc = instant.astimezone(datetime.UTC)
+        # The starts that can reach the instant, a UTC day's at a time and kept: a page judges
+        # thousands of slots of one job, and croniter costs about 100 µs a step.
+        for begins in reversed(_window_starts(self.cron, self.duration, zone, utc.date())):
+            if begins <= utc:
+                ends = begins + datetime.timedelta(seconds=self.duration)
+                return (begins, ends) if utc < ends else None
+        return None
 
     def occurrences(
         self, since: datetime.datetime, until: datetime.datetime, zone: datetime.tzinfo, limit: int = 100
