@@ -33,7 +33,16 @@ from models import RunRecord
 from models.audit import AuditMark
 from schedules.bound import BoundJob
 from schedules.config import AUDIT_INTERVAL_SECONDS, SchedulerJob, history_id, schedule_zone
-from schedules.metrics import PROGRESS_STATUSES, Outcome, Source, count, note_progress_age, outcome_of
+from schedules.metrics import (
+    PROGRESS_STATUSES,
+    Outcome,
+    Source,
+    count,
+    count_left_paused,
+    note_progress_age,
+    outcome_of,
+)
+from schedules.pauses import mark_counted
 from schedules.slots import (
     MAX_SLOTS,
     NEEDS_ATTENTION,
@@ -404,8 +413,8 @@ def _settled(slot: Slot, status: ExecutionStatus, record: object) -> bool:
     leaves: service.outcomes), or excluded with no run (an excluded delivery's skip is counted
     at the delivery)."""
     if status == ExecutionStatus.PAUSED:
-        pause = slot.pause
-        return pause is not None and pause.until is not None
+        pause = slot.pause  # its window closed after the pause ended: the resume leaves it here
+        return pause is not None and pause.until is not None and slot.window_closes >= pause.until
     return status == ExecutionStatus.EXCLUDED and record is None
 
 
@@ -486,6 +495,7 @@ def _report(
     found.caught_up += caught_up
     if after_exclusion is not None:
         found.caught_up += _after_windows(ledger, judged, now, after_exclusion)
+    _pauses_nobody_counted(ledger, bound, now)
     # Since the newest slot that made progress (or, before any, since the job's slots are expected).
     since = judged.progress_at or bound.expected_from
     if since is not None:
@@ -493,6 +503,25 @@ def _report(
     found.unverified += len(unknown)
     _failure_streak(job, judged.reached, found, pause)
     _deadline_passes(ledger, bound, now, found)
+
+
+# How long an ended pause waits for its resume's catch-up before the audit counts what it left.
+RESUME_GRACE = datetime.timedelta(hours=1)
+
+
+def _pauses_nobody_counted(ledger: Ledger, bound: BoundJob, now: datetime.datetime) -> None:
+    """The ended pauses whose left slots no resume counted (ended by scheduler.yaml, or a resume
+    whose catch-up never went out) an hour after they ended: counted ``paused`` now, once."""
+    for interval in bound.pauses:
+        if interval.until is None or interval.counted or now - interval.until < RESUME_GRACE:
+            continue
+        try:
+            marked = mark_counted(bound.declared, interval.since, ledger.store())
+        except Exception:
+            log.warning("%s's ended pause was not counted: the next pass tries", bound.declared.name, exc_info=True)
+            continue
+        if marked:
+            count_left_paused(ledger, bound, interval, set(), Source.AUDIT)
 
 
 def _after_windows(ledger: Ledger, judged: _Judged, now: datetime.datetime, run: AfterExclusion) -> list[Slot]:

@@ -23,11 +23,16 @@ class Pause:
     note: str | None = None
     until: datetime.datetime | None = None
     resumed_by: str | None = None
+    # Its slots the audit left to the resume (schedules.pauses.left_paused) have been counted
+    # ``paused``: once, by the resume whose catch-up was dispatched, or by the audit for a pause
+    # nobody caught up (ended by scheduler.yaml, or a resume whose catch-up never went out).
+    counted: bool = False
 
     def covers(self, instant: datetime.datetime) -> bool:
         return self.since <= instant and (self.until is None or instant < self.until)
 
     def document(self) -> dict[str, Any]:
+        """The pause as the API and the pages show it."""
         return {
             "since": format_utc(self.since),
             "paused_by": self.paused_by,
@@ -35,6 +40,10 @@ class Pause:
             "until": format_utc(self.until) if self.until else None,
             "resumed_by": self.resumed_by,
         }
+
+    def stored(self) -> dict[str, Any]:
+        """The pause as its job's SchedulePauses entity keeps it (``from_document`` reads either)."""
+        return {**self.document(), "counted": True} if self.counted else self.document()
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> Pause:
@@ -45,6 +54,7 @@ class Pause:
             note=document.get("note"),
             until=parse_rfc3339(until, "until") if until else None,
             resumed_by=document.get("resumed_by"),
+            counted=document.get("counted") is True,
         )
 
 

@@ -3,8 +3,9 @@
 A slot is decided by the finish of its run (ran once, ran after more attempts, failed, skipped:
 ``service.outcomes``, on the one attempt whose fenced finish landed), by the audit pass whose mark
 landed (missed, stuck, conflict, late, and paused or excluded where no run can come:
-schedules/audit.py), or by the resume that ends its pause (the paused slots its catch-up left:
-``service.outcomes``).  Each is counted there and nowhere else, so never per attempt and never
+schedules/audit.py), or by the resume whose catch-up went out (the paused slots it left:
+``count_left_paused``, once a pause, marked on it; the audit counts them for a pause no resume
+counted).  Each is counted there and nowhere else, so never per attempt and never
 twice across instances; a slot an operator runs again later (a backfill, a reopened failure) is
 decided again, and counted with its new outcome.  Duplicate deliveries absorbed are counted as
 each is answered (schedules/tallies.py's count, outcome ``duplicate``).
@@ -17,13 +18,19 @@ the outcome and who decided it (``source``), never a run id.
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Mapping
 
 from opentelemetry import metrics
 
+from dedup.ledger import Ledger
 from dedup.metrics import labels
 from models import RunRecord
-from schedules.slots import ExecutionStatus, ran_once_or_more_of
+from schedules.bound import BoundJob
+from schedules.intervals import Pause
+from schedules.slots import ExecutionStatus, execution_status, ran_once_or_more_of, slot_pages
+
+log = logging.getLogger(__name__)
 
 meter = metrics.get_meter("dedup.slots")
 # Where the metrics live in Cloud Monitoring (handlers/metrics.py writes them there; the dashboard
@@ -64,7 +71,7 @@ class Source(enum.StrEnum):
     SCHEDULER = "scheduler"  # a Cloud Scheduler delivery's run finished it (or was a duplicate)
     SLOT_RUN = "slot_run"  # a run of the slot by hand, a resume's catch-up or the misfire policy's
     AUDIT = "audit"  # the audit pass whose mark landed
-    RESUME = "resume"  # the resume that ended the slot's pause, leaving the slot not caught up
+    RESUME = "resume"  # the resume whose catch-up went out, leaving the slot of its pause not caught up
 
 
 # What an execution status, once final, counts as (completed splits by attempts: ``outcome_of``).
@@ -134,6 +141,28 @@ def count(scheduler_job: str, job_id: str, outcome: Outcome, source: Source, slo
     """``slots`` slots of ``scheduler_job`` decided as ``outcome`` by ``source``."""
     if slots:
         OUTCOMES.add(slots, {**labels(job_id, scheduler_job, source), "outcome": str(outcome)})
+
+
+def count_left_paused(ledger: Ledger, job: BoundJob, interval: Pause, caught_up: set[str], source: Source) -> int:
+    """Count ``paused`` the slots of the ended pause ``interval`` left to its resume, and not run
+    by its catch-up (``caught_up``: their run ids): those whose retry window closed before the
+    pause ended (the audit judges the later ones, and counts them itself).  How many; never
+    raises: the resume or the pass is done, and a count lost is a count short."""
+    if interval.until is None:
+        return 0
+    try:
+        now, left = ledger.clock.now(), 0
+        for slots in slot_pages([job], interval.since, interval.until):
+            judged = [slot for slot in slots if slot.window_closes < interval.until and slot.run_id not in caught_up]
+            records = ledger.lookup_many([slot.run_id for slot in judged])
+            left += sum(
+                1 for slot in judged if execution_status(slot, records.get(slot.run_id), now) == ExecutionStatus.PAUSED
+            )
+        count(job.declared.name, job.declared.target, Outcome.PAUSED, source, left)
+        return left
+    except Exception:
+        log.warning("the paused slots %s's pause left were not counted", job.declared.name, exc_info=True)
+        return 0
 
 
 def count_run(scheduler_job: str, status: str, record: RunRecord, source: Source) -> None:

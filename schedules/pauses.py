@@ -85,6 +85,25 @@ def resumed(pauses: Sequence[Pause], now: datetime.datetime, by: str) -> list[Pa
     return [*pauses[:-1], dataclasses.replace(lasting, until=max(now, lasting.since), resumed_by=by)]
 
 
+def mark_counted(job: SchedulerJob, since: datetime.datetime, store: Store | None = None) -> bool:
+    """Note that the ended pause from ``since`` has had its left slots counted: True for the one
+    call that noted it (in a transaction, so two resumes, or a resume and the audit, count once)."""
+    marked = False
+
+    def change(pauses: list[Pause]) -> list[Pause]:
+        nonlocal marked
+        marked = False  # the transaction may run this again: only its committed run says
+        updated = []
+        for pause in pauses:
+            if pause.since == since and pause.until is not None and not pause.counted:
+                pause, marked = dataclasses.replace(pause, counted=True), True
+            updated.append(pause)
+        return updated
+
+    change_pause(job, change, store)
+    return marked
+
+
 def _key(job: SchedulerJob) -> ndb.Key:
     return ndb.Key(SchedulePauses, history_id(job))
 
@@ -128,7 +147,7 @@ def change_pause(
         transaction.put(
             SchedulePauses(
                 key=key,
-                pauses=[p.document() for p in updated],
+                pauses=[p.stored() for p in updated],
                 paused=current(updated) is not None,
                 changed_at=changed_at,
             )

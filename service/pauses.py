@@ -9,19 +9,21 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from dedup.keys import format_utc
 from dispatch import Dispatched, DispatchError
 from schedules.bound import BoundJob
 from schedules.config import SchedulerJob
+from schedules.metrics import Source, count_left_paused
 from schedules.pauses import (
     Pause,
     PauseRefused,
     change_pause,
     check_note,
     current,
+    mark_counted,
     paused,
     pauses_of,
     resumed,
@@ -29,7 +31,6 @@ from schedules.pauses import (
 from schedules.slots import ExecutionStatus, Slot, execution_status, latest_slots, slot_pages
 from service.compaction import COMPACT_MAX_SLOTS, Compacted, CompactionRefused, compact
 from service.errors import Invalid, NotFound
-from service.outcomes import count_left_paused
 from service.principal import Principal
 from service.slots import NO_SCHEDULE, external_of, slot_run_work, spread_seconds
 from service.state import AppState
@@ -131,22 +132,33 @@ class CaughtUp:
         }
 
 
+# The slots a catch-up's answer names of those its cap left (the newest of them, next to what ran).
+LEFT_LISTED = 100
+
+
 @dataclasses.dataclass(frozen=True)
 class LeftByCap:
     """The slots a catch-up left as they are because the job's max_catchup_runs was reached: how
-    many, and the first and last of them (the newest were run)."""
+    many, the first and last of them (the newest were run), and which (LEFT_LISTED at most)."""
 
     count: int
     first: datetime.datetime
     last: datetime.datetime
     cap: int
     words: str = "catch-up cap: max_catchup_runs is"
+    listed: tuple[datetime.datetime, ...] = ()
+
+    @classmethod
+    def of(cls, left: Sequence[Slot], cap: int, words: str = "catch-up cap: max_catchup_runs is") -> LeftByCap:
+        times = [slot.schedule_time for slot in left]
+        return cls(len(times), times[0], times[-1], cap, words, tuple(times[-LEFT_LISTED:]))
 
     def document(self) -> dict[str, Any]:
         return {
             "count": self.count,
             "first": format_utc(self.first),
             "last": format_utc(self.last),
+            "slots": [format_utc(time) for time in self.listed],
             "reason": f"{self.words} {self.cap}, the newest ran",
         }
 
@@ -210,7 +222,7 @@ def catch_up(state: AppState, principal: Principal, job: BoundJob, interval: Pau
     ]
     if not left:
         return CatchUpDone(caught_up)
-    return CatchUpDone(caught_up, LeftByCap(len(left), left[0][0].schedule_time, left[-1][0].schedule_time, cap))
+    return CatchUpDone(caught_up, LeftByCap.of([slot for slot, _ in left], cap))
 
 
 def _compact_pause(state: AppState, principal: Principal, job: BoundJob, interval: Pause) -> CatchUpDone:
@@ -236,10 +248,7 @@ def _compact_pause(state: AppState, principal: Principal, job: BoundJob, interva
         done = compact(state, principal.name, job, never_ran, covered_into.get(never_ran[-1][0].run_id, ()))
     except CompactionRefused as refused:
         raise Invalid(str(refused)) from None
-    left = None
-    if done.left:
-        first, last = done.left[0].schedule_time, done.left[-1].schedule_time
-        left = LeftByCap(len(done.left), first, last, COMPACT_MAX_SLOTS, "compaction limit: a compacted run covers")
+    left = LeftByCap.of(done.left, COMPACT_MAX_SLOTS, "compaction limit: a compacted run covers") if done.left else None
     return CatchUpDone([CaughtUp(done.slot, done.dispatched)], left, done)
 
 
@@ -333,6 +342,9 @@ def resume_schedule(state: AppState, principal: Principal, ask: ScheduleChangeRe
         done = catch_up(state, principal, bound, interval, str(ask.catch_up)) if interval else CatchUpDone([])
     except DispatchError as exc:
         return ScheduleChanged(change, None, exc)
-    if change.changed and interval is not None:  # the resume that ended it: what it left is decided paused
-        count_left_paused(state, bound, interval, {c.slot.run_id for c in done.caught_up})
+    if interval is not None and interval.until is not None and not interval.counted:
+        # The first resume whose catch-up went out decides what it left: paused (once, marked on
+        # the interval: a resume sent again after a queue's failure counts then, and only then).
+        if mark_counted(job, interval.since):
+            count_left_paused(state.ledger, bound, interval, {c.slot.run_id for c in done.caught_up}, Source.RESUME)
     return ScheduleChanged(change, done.caught_up, left_by_cap=done.left_by_cap, compacted=done.compacted)

@@ -158,9 +158,8 @@ def days(site, clock, measured, delivered: set[int], audit_off: range = range(0)
         if minute in audit_off:
             continue
         site.get("/tasks/audit", headers=CRON)
-        ages += [
-            (minute, job, age) for job, age in measured.gauges("dedup.slot.progress_age", by="scheduler_job").items()
-        ]
+        now = measured.gauges("dedup.slot.progress_age", by="scheduler_job", scheduler_job="invoice-daily")
+        ages += [(minute, job, age) for job, age in now.items()]  # a gauge keeps other tests' jobs: not theirs
     return ages
 
 

@@ -220,6 +220,7 @@ def test_a_pause_longer_than_the_listing_cap_is_caught_up_to_its_newest_slot(
             "count": 20,
             "first": minute(1),
             "last": minute(20),
+            "slots": [minute(n) for n in range(1, 21)],
             "reason": "catch-up cap: max_catchup_runs is 1000, the newest ran",
         }
     else:
@@ -272,6 +273,7 @@ def test_a_catch_up_runs_at_most_max_catchup_runs_the_newest_spread_by_the_jobs_
         "count": 3,
         "first": at(1),
         "last": at(3),
+        "slots": [at(1), at(2), at(3)],
         "reason": "catch-up cap: max_catchup_runs is 2, the newest ran",
     }
     assert len(cloud_tasks.tasks) == 2

@@ -103,7 +103,8 @@ def test_each_audit_pass_writes_each_jobs_age_since_its_last_progress(site, cloc
     deliver(site, 1, job="invoice", name="invoice-hourly", status=200)
     clock.advance(2 * 3600 + 590)  # 03:10: invoice-hourly last ran at 01:00; flaky-hourly never
     site.get("/tasks/audit", headers=CRON)
-    assert measured.gauges("dedup.slot.progress_age", by="scheduler_job") == {
+    ages = measured.gauges("dedup.slot.progress_age", by="scheduler_job")  # a gauge keeps other tests' jobs too
+    assert {name: ages[name] for name in ("invoice-hourly", "flaky-hourly")} == {
         "invoice-hourly": 2 * 3600 + 600,
         "flaky-hourly": 3 * 3600 + 600,  # since its slots are expected (start_at)
     }
@@ -310,3 +311,41 @@ def test_the_labels_are_bounded(site, clock, measured):
     assert keys <= {"scheduler_job", "job", "outcome", "source"}
     assert measured.counts(OUTCOMES, by="outcome", job="invoice") == {"ran_once": 3}
     assert len(measured.samples) == 3  # delay, duration, attempts: one series each for the job
+
+
+def test_a_pause_whose_catch_up_failed_is_counted_once_by_the_resume_sent_again(cloud_tasks, site, clock, measured):
+    """The resume's queue failed (502): its left slots are counted by the resume sent again, the
+    one whose catch-up went out, once, however often it is sent after."""
+    site.get("/tasks/audit", headers=CRON)
+    site.post_json("/api/v1/scheduler-jobs/invoice-hourly/pause", {})
+    clock.advance(3 * 3600 + 60)
+    site.get("/tasks/audit", headers=CRON)
+    cloud_tasks.fail_next = [503]
+    site.post_json("/api/v1/scheduler-jobs/invoice-hourly/resume", {"catch_up": "latest"}, status=502)
+    assert measured.counts(OUTCOMES, by="outcome", scheduler_job="invoice-hourly") == {}
+    for _ in range(2):
+        site.post_json("/api/v1/scheduler-jobs/invoice-hourly/resume", {"catch_up": "latest"})
+    # 00:00 to 02:00 left (03:00, the latest, is dispatched: its run will decide it).
+    assert measured.counts(OUTCOMES, by="source", scheduler_job="invoice-hourly", outcome="paused") == {"resume": 3}
+
+
+def test_a_pause_scheduler_yaml_ended_is_counted_once_by_the_audit(
+    google, ndb_client, tmp_path, clock, monkeypatch, measured
+):
+    """No resume request comes for a pause scheduler.yaml ended: an hour after it ended, the audit
+    counts the slots it left, once."""
+    monkeypatch.setenv("DEDUP_SCHEDULER_API_BASE", google.url)
+    paused = SCHEDULES.replace('schedule: "0 * * * *"\n  flaky', 'schedule: "0 * * * *"\n    paused: true\n  flaky')
+    first = schedule_site(tmp_path / "v1", JOBS, paused, clock, ndb_client)
+    first.get("/tasks/audit", headers=CRON)  # the version that says paused: true applies it
+    clock.advance(3 * 3600 + 60)
+    first.get("/tasks/audit", headers=CRON)  # judges 00:00 to 02:00 while the pause lasts
+    resumed = schedule_site(tmp_path / "v2", JOBS, paused.replace("paused: true", "paused: false"), clock, ndb_client)
+    resumed.get("/tasks/audit", headers=CRON)  # the next version resumes it at 03:01
+    assert measured.counts(OUTCOMES, by="outcome", scheduler_job="invoice-hourly") == {}
+    clock.advance(3600)
+    for _ in range(2):
+        resumed.get("/tasks/audit", headers=CRON)
+    assert measured.counts(OUTCOMES, by="source", scheduler_job="invoice-hourly", outcome="paused") == {
+        "audit": 4  # 00:00 to 02:00 left by the pause, and 03:00, judged after it ended
+    }
