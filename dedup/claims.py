@@ -81,9 +81,6 @@ class RunDescription:
     parameters: dict[str, Any] | None = None
     fingerprint: str | None = None
     requested_by: str | None = None  # the principal whose request made this claim (handlers.access)
-    # The slot times (RFC 3339) a compacted run stands for beside its own; kept by later claims
-    # that do not say (a takeover, an operator's run again), so every attempt covers the same.
-    covers: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +107,12 @@ class ClaimRequest:
         if current is None or current.attempt_id != self.attempt_id:
             return None
         attempt = Attempt(
-            self.run_id, self.attempt_id, current.attempt, downstream=current.downstream, job_lock=self.job_lock
+            self.run_id,
+            self.attempt_id,
+            current.attempt,
+            downstream=current.downstream,
+            job_lock=self.job_lock,
+            covers=tuple(current.covers) if current.covers else None,
         )
         return Claimed(current, attempt)
 
@@ -138,7 +140,10 @@ class ClaimRequest:
             downstream=live.downstream if live else None,
             job_lock=self.job_lock,
         )
-        return Claimed(_claimed_record(attempt, self.description, self.policy, live, now), attempt)
+        record = _claimed_record(attempt, self.description, self.policy, live, now)
+        if record.covers:  # a compacted run: its attempt resolves what it stands for (service.runs)
+            attempt = dataclasses.replace(attempt, covers=tuple(record.covers))
+        return Claimed(record, attempt)
 
 
 def refusal(
@@ -153,6 +158,8 @@ def refusal(
         return None
     if current.job_id != description.job_id:
         return JobMismatch(current, description.job_id)
+    if current.compacted_into:
+        return Replayed(current)  # a compacted run stands for it: final, never reopened or covered again
     if current.status == RunStatus.RELEASED or (current.status in REOPENED and current.attempt == reopen_attempt):
         return None  # absent for a claim, which replaces it (its parameters too)
     if current.fingerprint != description.fingerprint:
@@ -188,8 +195,9 @@ def _claimed_record(
     )
     created = current.created if current else now
     fields = {field.name: getattr(description, field.name) for field in dataclasses.fields(description)}
-    if description.covers is None and current is not None and current.covers:
-        fields["covers"] = current.covers  # a compacted run's later attempts cover what its first did
+    if current is not None and current.covers:
+        # The slot times a compacted run was set to stand for (Ledger.stand_for): every attempt's.
+        fields["covers"] = current.covers
     return RunRecord(
         id=attempt.run_id,
         # RunDescription's fields are the record's (copied as they are: asdict would deep-copy).

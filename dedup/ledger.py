@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, assert_never
 
@@ -174,32 +175,69 @@ class Ledger:
         (``replay_or_claim`` for what the arguments mean)."""
         return self._claim_in_transaction(ClaimRequest(run_id, description, policy, reopen_attempt, skip_reason))
 
+    def stand_for(self, run_id: str, description: RunDescription, policy: RunPolicy, covers: Sequence[str]) -> bool:
+        """Set the run ``run_id`` to stand for the runs at ``covers`` (slot times: a compacted
+        catch-up), before any of them is skipped into it: a record released with no attempt (so
+        any claim takes it, and keeps the list) lists them, with those it listed before.  False
+        when the run has begun or ended since (then nothing may be covered into it)."""
+
+        def body(transaction: Transaction) -> bool:
+            (found,) = transaction.get([ndb.Key(RunRecord, run_id)])
+            now = self.clock.now()
+            current = found.record if found and not found.record.is_expired(now) else None
+            if current is not None:
+                if current.status != RunStatus.RELEASED or current.job_id != description.job_id:
+                    return False
+                current.covers = sorted({*(current.covers or ()), *covers})
+                current.updated = now
+                transaction.put(current)
+                return True
+            standing = RunRecord(
+                id=run_id,
+                **{field.name: getattr(description, field.name) for field in dataclasses.fields(description)},
+                attempts=[],
+                status=RunStatus.RELEASED,
+                attempt_id=uuid.uuid4().hex,
+                attempt=0,
+                lease_expires=now,
+                expire_at=max(now, description.schedule_time or now) + seconds(policy.retention_seconds),
+                created=now,
+                updated=now,
+            )
+            standing.covers = sorted(set(covers))
+            transaction.put(standing)
+            return True
+
+        standing, _ = transact(body, CLAIM_PATIENCE_SECONDS, self.store())
+        return standing
+
     def skip_runs(self, claims: Sequence[ClaimRequest], patience_seconds: float = 10.0) -> list[Skipped]:
-        """Record each claim's run as skipped (each claim carries its ``skip_reason``) where a
-        claim would start it afresh, as ``claim_run`` decides one: COMMIT_BATCH runs a
-        transaction, read and written together, so a run claimed meanwhile (a delivery that got
-        there first) is never overwritten.  The skips written (or found already written: a batch
-        whose commit was in doubt, tried again, recognises its own by its records' reason)."""
+        """Record each claim's run as skipped into the run its ``covered_by`` names (a compacted
+        catch-up: each claim carries its ``skip_reason``) where a claim would start it afresh, as
+        ``claim_run`` decides one: COMMIT_BATCH runs a transaction, read and written together, so a
+        run claimed meanwhile (a delivery that got there first) is never overwritten.  Each batch
+        also reads the standing run, and writes nothing once that run has begun (``stand_for``):
+        its attempt reads what it stands for, so nothing may be added after.  The skips written
+        (or found written: a batch whose commit was in doubt, tried again, recognises its own)."""
         skipped: list[Skipped] = []
         for first in range(0, len(claims), COMMIT_BATCH):
             batch = list(claims[first : first + COMMIT_BATCH])
+            standing_id = batch[0].covered_by
+            assert standing_id is not None and all(claim.covered_by == standing_id for claim in batch)
 
-            def body(transaction: Transaction, batch: list[ClaimRequest] = batch) -> list[Skipped]:
-                found = transaction.get([ndb.Key(RunRecord, claim.run_id) for claim in batch])
+            def body(
+                transaction: Transaction, batch: list[ClaimRequest] = batch, standing_id: str = standing_id
+            ) -> list[Skipped]:
+                keys = [ndb.Key(RunRecord, claim.run_id) for claim in batch]
+                *found, standing = transaction.get([*keys, ndb.Key(RunRecord, standing_id)])
                 now, written = self.clock.now(), []
                 for claim, entity in zip(batch, found, strict=True):
                     current = entity.record if entity else None
-                    if (
-                        current is not None
-                        and current.status == RunStatus.SKIPPED
-                        and (
-                            current.compacted_into == claim.covered_by
-                            and current.error
-                            and current.error.get("message") == claim.skip_reason
-                        )
-                    ):
+                    if current is not None and current.compacted_into == claim.covered_by:
                         written.append(Skipped(current))  # this skip, landed before
                         continue
+                    if standing is None or standing.record.status != RunStatus.RELEASED:
+                        continue  # the standing run has begun (or is gone): cover nothing more
                     decided = claim.decide(current, now)
                     if isinstance(decided, Skipped):
                         transaction.put(decided.record)
@@ -209,32 +247,6 @@ class Ledger:
             done, _ = transact(body, patience_seconds, self.store())
             skipped += done
         return skipped
-
-    def withdraw_skips(self, run_ids: Sequence[str], covered_by: str, patience_seconds: float = 10.0) -> int:
-        """Delete the skips ``skip_runs`` wrote for runs ``covered_by`` stands for (a compaction
-        whose run could not be dispatched): only records still skipped into it, so a run
-        claimed since is never touched.  How many were deleted."""
-        deleted = 0
-        for first in range(0, len(run_ids), COMMIT_BATCH):
-            keys = [ndb.Key(RunRecord, run_id) for run_id in run_ids[first : first + COMMIT_BATCH]]
-
-            def body(transaction: Transaction, keys: list[ndb.Key] = keys) -> int:
-                found = transaction.get(keys)
-                gone = 0
-                for key, entity in zip(keys, found, strict=True):
-                    record = entity.record if entity else None
-                    if (
-                        record is not None
-                        and record.status == RunStatus.SKIPPED
-                        and record.compacted_into == covered_by
-                    ):
-                        transaction.delete(key)
-                        gone += 1
-                return gone
-
-            done, _ = transact(body, patience_seconds, self.store())
-            deleted += done
-        return deleted
 
     def _claim_by_version(self, claim: ClaimRequest, store: Store) -> ClaimOutcome | Skipped:
         """The lookup and the insert of a fresh claim travel together; a record that is there but

@@ -66,6 +66,8 @@ class Attempt:
     downstream: str | None = None
     # The job lock this attempt holds (a job with overlap: forbid), else None.
     job_lock: str | None = None
+    # A compacted run's (its record's ``covers``): the slot times it was set to stand for.
+    covers: tuple[str, ...] | None = None
     # The run while this attempt runs it; bound by the runner, None before.
     held: HeldRun | None = dataclasses.field(default=None, compare=False, repr=False)
     # What its last write left and that write's version, for its next write to be fenced on

@@ -54,6 +54,9 @@ def _change(name: str, pause: bool):
     return _answer(resume_schedule(state, current_principal(), ask), "resumed")
 
 
+NOT_COVERED_LISTED = 100  # the slots a compaction could not cover that its answer names, the oldest
+
+
 def _answer(done: ScheduleChanged, action: str):
     change = done.change
     if done.not_dispatched is not None:
@@ -71,7 +74,7 @@ def _answer(done: ScheduleChanged, action: str):
             "covered": len(covered),
             "first": format_utc(covered[0].schedule_time) if covered else None,
             "last": format_utc(covered[-1].schedule_time) if covered else None,
-            "not_covered": [format_utc(slot.schedule_time) for slot in done.compacted.not_covered],
+            "not_covered": [format_utc(slot.schedule_time) for slot in done.compacted.not_covered[:NOT_COVERED_LISTED]],
         }
     log.info(
         "Scheduler job %s %s by %s%s",

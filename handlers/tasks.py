@@ -10,7 +10,6 @@ from flask import Blueprint, Response, jsonify, request
 from dedup.adapters.flask_guard import GuardRejected
 from dedup.adapters.flask_json import InvalidJson, json_payload
 from dedup.app_engine_markers import from_task_queue
-from dedup.keys import format_utc
 from handlers.access import Principal, Role, requires
 from handlers.answers import task_answer
 from handlers.client_tokens import BODY_KEYS, earlier_manual_run_request, read_manual_run_request
@@ -23,7 +22,6 @@ from models import RunSource
 from schedules.audit import ReportedSlot
 from schedules.config import SchedulerJob
 from service.audits import AUDIT_SHARE_SIZE, audit_jobs, audit_share, split_audit
-from service.compaction import COMPACT_MAX_SLOTS
 from service.errors import Declined, Invalid, NotFound
 from service.runs import manually_runnable, run_manually
 from service.slots import SlotRunRequest, run_slot_now, slot_of
@@ -115,11 +113,10 @@ def run_dispatched_slot():
     """
     ask = task_body(
         lambda ask: (
-            set(ask) - {"force", "covers"} == SLOT_RUN_FIELDS
+            set(ask) - {"force"} == SLOT_RUN_FIELDS
             and isinstance(ask["attempt"], int)
             and ask.get("force", True) is True
-            and _covers_shape(ask.get("covers", ["-"]))
-        ),  # force present only as true, covers only when some (service.slots.slot_run_work)
+        ),  # present only as true (service.slots.slot_run_work)
         ", ".join(sorted(SLOT_RUN_FIELDS)),
         names_who_asked=True,
     )
@@ -127,7 +124,6 @@ def run_dispatched_slot():
         return ask
     state = app_state()
     try:
-        covers = tuple(format_utc(request_time("covers", time)) for time in ask["covers"]) if "covers" in ask else None
         instant = request_time("schedule_time", ask["schedule_time"])
         where = (str(ask["scheduler_job"]), str(ask["project"]), str(ask["location"]))
         slot = slot_of(state, str(ask["job_id"]), instant, *where)
@@ -139,16 +135,7 @@ def run_dispatched_slot():
     asked_by = Principal.named(str(ask["requested_by"]))
     note_run(job_id=str(ask["job_id"]), source=RunSource.SCHEDULER, run_id=slot.run_id)
     return task_answer(
-        run_slot_now(state, asked_by, str(ask["job_id"]), slot, SlotRunRequest(ask["attempt"], "force" in ask, covers))
-    )
-
-
-def _covers_shape(covers: object) -> bool:
-    """A compacted run's covered slot times: a list of strings, one at least, COMPACT_MAX_SLOTS at most."""
-    return (
-        isinstance(covers, list)
-        and 0 < len(covers) <= COMPACT_MAX_SLOTS
-        and all(isinstance(time, str) and len(time) <= 40 for time in covers)
+        run_slot_now(state, asked_by, str(ask["job_id"]), slot, SlotRunRequest(ask["attempt"], "force" in ask))
     )
 
 

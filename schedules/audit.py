@@ -51,6 +51,7 @@ from schedules.slots import (
     execution_status,
     nearest_slots,
     shown_status,
+    slot_pages,
     slots_between,
 )
 from schedules.summaries import JobSummaries, RunDigest, days_between, repairs_for, summaries_of
@@ -373,7 +374,10 @@ def _judge(
     attention = max(filter(None, [of_slots, FOREVER if streak else None]), default=None)
     windows = _windows_judged(bound, checked) if job.catch_up_after_exclusion != "none" else []
     progressed = [s.schedule_time for s, status in checked if status in PROGRESS_STATUSES]
-    progress_at = progressed[-1] if progressed else (mark.progress_at if mark else None)
+    # A new mark counts from when the job's slots are expected; one kept from before progress was
+    # noted counts from now: never a page for a deploy.
+    kept_progress = (mark.progress_at or now) if mark else bound.expected_from
+    progress_at = progressed[-1] if progressed else kept_progress
     return _Judged(
         bound,
         key,
@@ -442,7 +446,18 @@ def _report(
         caught_up = compact(chosen) if compact is not None and chosen else []
     else:
         caught_up = [slot for slot in chosen if catch_up is not None and catch_up(slot)]
-    for slot in caught_up:
+    if job.misfire == "compact" and caught_up:  # one line for the run and all it stands for
+        log.warning(
+            "%d executions of %s from %s to %s were missed and are run now as one, as its misfire policy (compact) "
+            "says: the run of %s stands for the others",
+            len(caught_up),
+            job.name,
+            format_utc(caught_up[0].schedule_time),
+            format_utc(caught_up[-1].schedule_time),
+            format_utc(caught_up[-1].schedule_time),
+            extra={**ReportedSlot(caught_up[-1]).document(), "outcome": "caught_up", "slots": len(caught_up)},
+        )
+    for slot in caught_up if job.misfire != "compact" else ():
         log.warning(
             "execution of %s at %s was missed and is run now, as its misfire policy (%s) says",
             slot.job.name,
@@ -450,7 +465,8 @@ def _report(
             job.misfire,
             extra={**ReportedSlot(slot).document(), "outcome": "caught_up"},
         )
-    reported = [finding for finding in reported if finding.slot not in caught_up]
+    taken = {slot.run_id for slot in caught_up}
+    reported = [finding for finding in reported if finding.slot.run_id not in taken]
     for finding in reported:
         slot = finding.slot
         if finding.status == ExecutionStatus.MISSED:
@@ -531,9 +547,12 @@ def _after_windows(ledger: Ledger, judged: _Judged, now: datetime.datetime, run:
     job, taken = judged.job.declared, []
     reach = now - datetime.timedelta(seconds=job.catchup_window)
     for last, begins, ends in judged.windows_judged:
-        slots = slots_between([judged.job], max(begins, reach), last.schedule_time + MICROSECOND)
-        records = ledger.lookup_many([slot.run_id for slot in slots])
-        excluded = [s for s in slots if execution_status(s, records.get(s.run_id), now) == ExecutionStatus.EXCLUDED]
+        excluded: list[Slot] = []
+        for slots in slot_pages([judged.job], max(begins, reach), last.schedule_time + MICROSECOND):  # however many
+            records = ledger.lookup_many([slot.run_id for slot in slots])
+            excluded += [
+                s for s in slots if execution_status(s, records.get(s.run_id), now) == ExecutionStatus.EXCLUDED
+            ]
         if not excluded:
             continue
         ran = run(excluded, job.catch_up_after_exclusion, max(0.0, (ends - now).total_seconds()))

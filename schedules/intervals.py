@@ -43,7 +43,7 @@ class Pause:
 
     def stored(self) -> dict[str, Any]:
         """The pause as its job's SchedulePauses entity keeps it (``from_document`` reads either)."""
-        return {**self.document(), "counted": True} if self.counted else self.document()
+        return {**self.document(), "counted": self.counted}
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> Pause:
@@ -54,7 +54,8 @@ class Pause:
             note=document.get("note"),
             until=parse_rfc3339(until, "until") if until else None,
             resumed_by=document.get("resumed_by"),
-            counted=document.get("counted") is True,
+            # Kept before ``counted`` was: an ended pause was counted by its resume then.
+            counted=document["counted"] is True if "counted" in document else until is not None,
         )
 
 

@@ -17,6 +17,7 @@ the outcome and who decided it (``source``), never a run id.
 
 from __future__ import annotations
 
+import datetime
 import enum
 import logging
 from collections.abc import Mapping
@@ -152,7 +153,9 @@ def count_left_paused(ledger: Ledger, job: BoundJob, interval: Pause, caught_up:
         return 0
     try:
         now, left = ledger.clock.now(), 0
-        for slots in slot_pages([job], interval.since, interval.until):
+        # Past the job's retention no record can say a slot never ran (it is unknown, not paused).
+        horizon = now - datetime.timedelta(seconds=job.retention_seconds) if job.retention_seconds else interval.since
+        for slots in slot_pages([job], max(interval.since, horizon), interval.until):
             judged = [slot for slot in slots if slot.window_closes < interval.until and slot.run_id not in caught_up]
             records = ledger.lookup_many([slot.run_id for slot in judged])
             left += sum(

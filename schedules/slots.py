@@ -496,6 +496,8 @@ _EXCLUDABLE = (ExecutionStatus.MISSED, ExecutionStatus.DUE, ExecutionStatus.UPCO
 
 def _status(slot: Slot, record: RunFacts | None, now: datetime.datetime) -> ExecutionStatus:
     window_open = now < slot.window_closes
+    if record is not None and record.status == RunStatus.RELEASED and record.attempt == 0:
+        record = None  # a compacted run set to stand for others, no attempt begun: not run yet
     if record is not None and record.job_id != slot.job.target:
         return ExecutionStatus.CONFLICT
     if record is None and not slot.tracked:

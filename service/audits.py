@@ -129,7 +129,9 @@ def misfire_compact(state: AppState) -> Callable[[list[Slot]], list[Slot]]:
         except Exception:
             log.warning("the misfire policy could not compact %d slots: reported as missed", len(slots), exc_info=True)
             return []
-        return [*done.covered, done.slot]
+        # Covered, they are never missed; the newest is, until its run is dispatched (by hand, if
+        # the queue refused it: it takes every slot covered into it).
+        return [*done.covered, *([done.slot] if done.dispatched is not None else [])]
 
     return compact_slots
 
@@ -151,8 +153,10 @@ def after_exclusion(state: AppState) -> Callable[[list[Slot], str, float], list[
             seen = [(slot, records[slot.run_id].attempt if slot.run_id in records else 0) for slot in slots]
             delay = wait + spread_seconds(job.declared)
             if mode == "compact":
-                done = compact(state, AFTER_EXCLUSION_PRINCIPAL, job, seen, source=Source.AUDIT, delay_seconds=delay)
-                return [*done.covered, done.slot]
+                done = compact(  # its slots were counted excluded: decided, not counted again
+                    state, AFTER_EXCLUSION_PRINCIPAL, job, seen, source=Source.AUDIT, delay_seconds=delay, counted=False
+                )
+                return [*done.covered, *([done.slot] if done.dispatched is not None else [])]
             newest, attempt = seen[-1]
             external = external_of(state, job.declared.target)
             work = slot_run_work(

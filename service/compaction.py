@@ -1,15 +1,21 @@
 """Compacted catch-up: one run stands for a Scheduler job's slots that never ran (a resume's
-``catch_up: compact``, the audit's ``misfire: compact``).
+``catch_up: compact``, the audit's ``misfire: compact``, ``catch_up_after_exclusion: compact``).
 
-The newest such slot runs, under its own key, given the times of the others (``covers``).  Each
-of the others is first recorded as skipped, naming that run (``compacted_into``): written in
-transactions that read each record first, so a slot a delivery claimed meanwhile is never
-covered, and a covered slot is never run on its own.  A later delivery of a covered slot finds
-its record and is answered from it, a duplicate; an operator's run of it likewise.  Covering
-comes before the dispatch, and a dispatch the queue refuses uncovers them.  A catch-up sent
-again (its answer lost) finds the slots it covered, still pointing at the newest slot's run,
-and dispatches that run again with all of them, which the queue refuses as it has it (the
-same task id).
+The newest such slot (N) runs, under its own key, standing for the others.  The ledger is the
+one truth of what it stands for, in three steps, each a transaction:
+
+1. N's record is set to stand for the others' times (``Ledger.stand_for``): released, no attempt
+   begun, so whoever claims N next (the dispatched task, an operator, a retry) takes the list.
+2. Each other slot is recorded covered: skipped, naming N (``compacted_into``), by
+   ``Ledger.skip_runs``, which reads each record first (a slot a delivery claimed meanwhile is
+   not covered) and N's too (once N has begun, nothing more is covered into it).
+3. N's run is dispatched.  Its attempt, once it holds N, reads which of the listed slots name
+   it (service.runs): exactly those, since none can be covered after it began.
+
+A covered slot is final: a late delivery of it, or an operator's run, is answered from its record
+(a duplicate), never run.  Nothing is ever uncovered: if the queue refuses N's task, the slots
+stay covered into N, N stays to run (missed or paused, so it alerts and can be run by hand,
+taking them all), and a resume sent again dispatches it.
 """
 
 from __future__ import annotations
@@ -39,19 +45,32 @@ COMPACT_MAX_SLOTS = 10_080
 class CompactionRefused(ValueError):
     """A job compaction cannot serve: its own handler runs it, and is given no covered slots."""
 
+    @classmethod
+    def of(cls, job_id: str) -> CompactionRefused:
+        return cls(
+            f"{job_id} is run by its own handler, which cannot be given the slots a compacted run "
+            "stands for: catch up with latest or all"
+        )
+
 
 @dataclasses.dataclass(frozen=True)
 class Compacted:
-    """What a compaction did: the run that stands for the slots (the newest slot, dispatched),
-    the slots it covers (``covered``: oldest first, this compaction's and an earlier one's),
-    those it could not (a delivery or an operator claimed them meanwhile: they keep their own
-    status), and those past COMPACT_MAX_SLOTS, left as they are."""
+    """What a compaction did: the run that stands for the slots (the newest slot's), its task
+    (None: the queue refused it, ``error`` says why), the slots covered into it (``covered``:
+    this compaction's, oldest first), those it could not cover (a delivery or an operator
+    claimed them meanwhile: they keep their own status), and those past COMPACT_MAX_SLOTS, left
+    as they are."""
 
     slot: Slot
-    dispatched: Dispatched
+    dispatched: Dispatched | None
     covered: list[Slot]
     not_covered: list[Slot]
     left: list[Slot]
+    error: DispatchError | None = None
+
+
+class NothingToCompact(Exception):
+    """The newest slot's run began since it was read: there is no run left to stand for the others."""
 
 
 def compact(
@@ -59,41 +78,33 @@ def compact(
     requested_by: str,
     job: BoundJob,
     never_ran: Sequence[tuple[Slot, int]],
-    covered_before: Sequence[Slot] = (),
     source: Source = Source.SLOT_RUN,
     delay_seconds: float | None = None,
+    counted: bool = True,
 ) -> Compacted:
-    """Cover ``never_ran`` (oldest first, each with the attempt it was seen at) but the newest,
-    and dispatch the newest's run given every slot it covers, ``covered_before`` included (slots
-    an earlier compaction covered into that same run).  Raises DispatchError when the queue does
-    not take the run (the covering stands: sent again, it is dispatched with them), and
-    CompactionRefused for an external job.  The run waits ``delay_seconds`` (by default the job's
-    spread), and a slot seen at an attempt (a skipped one: an exclusion window's) is covered in
-    its place, as an operator's run reopens it."""
+    """Cover ``never_ran`` (oldest first, each with the attempt it was seen at) but the newest into
+    the newest's run, and dispatch that run (see the module's steps).  The run waits
+    ``delay_seconds`` (by default the job's spread).  A slot seen at an attempt (an exclusion
+    window's skip) is covered in its place, as an operator's run reopens it.  ``counted``: count
+    the covered slots ``covered`` (not when they were decided already: an exclusion window's
+    are counted ``excluded``).  Raises
+    CompactionRefused for an external job, NothingToCompact when the newest slot's run has begun."""
     if external_of(state, job.declared.target) is not None:
-        raise CompactionRefused(
-            f"{job.declared.target} is run by its own handler, which cannot be given the slots a compacted run "
-            "stands for: catch up with latest or all"
-        )
+        raise CompactionRefused.of(job.declared.target)
     newest, seen = never_ran[-1]
     older = list(never_ran[:-1])
-    room = max(0, COMPACT_MAX_SLOTS - len(covered_before))
-    taken_seen, left_seen = (older[-room:], older[:-room]) if room else ([], older)
+    taken_seen, left_seen = (older[-COMPACT_MAX_SLOTS:], older[:-COMPACT_MAX_SLOTS])
     taken, left = [slot for slot, _ in taken_seen], [slot for slot, _ in left_seen]
     policy = state.jobs[job.declared.target].policy
+    if not state.ledger.stand_for(
+        newest.run_id, _description(newest, job, requested_by), policy, [format_utc(s.schedule_time) for s in taken]
+    ):
+        raise NothingToCompact(newest.run_id)
     reason = f"compacted: the run of {format_utc(newest.schedule_time)} ({newest.run_id}) stands for this slot"
     claims = [
         ClaimRequest(
             slot.run_id,
-            RunDescription(
-                source=RunSource.SCHEDULER,
-                job_id=job.declared.target,
-                scheduler_job_name=(key := slot_key(slot)).scheduler_job_name,
-                schedule_time=slot.schedule_time,
-                project=key.project,
-                location=key.location,
-                requested_by=requested_by,
-            ),
+            _description(slot, job, requested_by),
             policy,
             reopen_attempt=attempt,
             skip_reason=reason,
@@ -102,28 +113,34 @@ def compact(
         for slot, attempt in taken_seen
     ]
     written = {skipped.record.run_id for skipped in state.ledger.skip_runs(claims)}
-    covered_now = [slot for slot in taken if slot.run_id in written]
-    covered = sorted([*covered_before, *covered_now], key=lambda slot: slot.schedule_time)
+    covered = [slot for slot in taken if slot.run_id in written]
+    if counted:
+        count(job.declared.name, job.declared.target, Outcome.COVERED, source, len(covered))
     work = slot_run_work(
         job.declared.target,
         newest,
         seen,
         requested_by,
         delay_seconds=spread_seconds(job.declared) if delay_seconds is None else delay_seconds,
-        covers=[format_utc(slot.schedule_time) for slot in covered],
     )
+    not_covered = [slot for slot in taken if slot.run_id not in written]
     try:
         dispatched = state.dispatcher.dispatch(work)
-    except DispatchError:
-        # No run will stand for them: they are uncovered, and stay missed or paused as they were.
-        # (Should this fail too, they stay covered into the newest slot's run, which a catch-up
-        # sent again finds and dispatches with them.)
-        try:
-            state.ledger.withdraw_skips([slot.run_id for slot in covered], newest.run_id)
-        except Exception:
-            log.exception(
-                "%d slots covered into %s stay covered: its run was not dispatched", len(covered), newest.run_id
-            )
-        raise
-    count(job.declared.name, job.declared.target, Outcome.COVERED, source, len(covered_now))
-    return Compacted(newest, dispatched, covered, [s for s in taken if s.run_id not in written], left)
+    except DispatchError as error:
+        log.warning("%d slots covered into %s wait for its run: %s", len(covered), newest.run_id, error)
+        return Compacted(newest, None, covered, not_covered, left, error)
+    return Compacted(newest, dispatched, covered, not_covered, left)
+
+
+def _description(slot: Slot, job: BoundJob, requested_by: str) -> RunDescription:
+    """The slot's run as its delivery would describe it (so a delivery's claim agrees with it)."""
+    key = slot_key(slot)
+    return RunDescription(
+        source=RunSource.SCHEDULER,
+        job_id=job.declared.target,
+        scheduler_job_name=key.scheduler_job_name,
+        schedule_time=slot.schedule_time,
+        project=key.project,
+        location=key.location,
+        requested_by=requested_by,
+    )

@@ -14,6 +14,7 @@ from typing import Any
 
 from dedup.keys import format_utc
 from dispatch import Dispatched, DispatchError
+from models import RunStatus
 from schedules.bound import BoundJob
 from schedules.config import SchedulerJob
 from schedules.metrics import Source, count_left_paused
@@ -29,7 +30,7 @@ from schedules.pauses import (
     resumed,
 )
 from schedules.slots import ExecutionStatus, Slot, execution_status, latest_slots, slot_pages
-from service.compaction import COMPACT_MAX_SLOTS, Compacted, CompactionRefused, compact
+from service.compaction import COMPACT_MAX_SLOTS, Compacted, CompactionRefused, NothingToCompact, compact
 from service.errors import Invalid, NotFound
 from service.principal import Principal
 from service.slots import NO_SCHEDULE, external_of, slot_run_work, spread_seconds
@@ -226,9 +227,10 @@ def catch_up(state: AppState, principal: Principal, job: BoundJob, interval: Pau
 
 
 def _compact_pause(state: AppState, principal: Principal, job: BoundJob, interval: Pause) -> CatchUpDone:
-    """``compact``: the pause's slots that never ran, covered by one run of the newest.  Sent again,
-    it finds the slots it covered (pointing at that run) and dispatches the run with them again;
-    once the run has run, nothing is left to do."""
+    """``compact``: the pause's slots that never ran, covered by one run of the newest
+    (service.compaction).  Sent again, it finds that run still standing for them (a released
+    record listing them) and dispatches it again, covering what it had not; once the run has
+    begun, nothing is left to do."""
     now = state.clock.now()
     since = max(interval.since, now - datetime.timedelta(seconds=job.declared.catchup_window))
     never_ran: list[tuple[Slot, int]] = []
@@ -238,18 +240,22 @@ def _compact_pause(state: AppState, principal: Principal, job: BoundJob, interva
         for slot in slots:
             record = records.get(slot.run_id)
             status = execution_status(slot, record, now)
-            if status == ExecutionStatus.PAUSED:
+            standing = record is not None and record.status == RunStatus.RELEASED and bool(record.covers)
+            if status == ExecutionStatus.PAUSED or standing:
                 never_ran.append((slot, record.attempt if record else 0))
             elif status == ExecutionStatus.COVERED and record is not None:
                 covered_into.setdefault(record.compacted_into, []).append(slot)
     if not never_ran:
         return CatchUpDone([])
     try:
-        done = compact(state, principal.name, job, never_ran, covered_into.get(never_ran[-1][0].run_id, ()))
-    except CompactionRefused as refused:
-        raise Invalid(str(refused)) from None
+        done = compact(state, principal.name, job, never_ran)
+    except NothingToCompact:
+        return CatchUpDone([])  # its run began meanwhile: it stands for what was covered
+    if done.error is not None or done.dispatched is None:
+        raise done.error or DispatchError("the queue did not take the compacted run")
+    covered = sorted([*covered_into.get(done.slot.run_id, ()), *done.covered], key=lambda slot: slot.schedule_time)
     left = LeftByCap.of(done.left, COMPACT_MAX_SLOTS, "compaction limit: a compacted run covers") if done.left else None
-    return CatchUpDone([CaughtUp(done.slot, done.dispatched)], left, done)
+    return CatchUpDone([CaughtUp(done.slot, done.dispatched)], left, dataclasses.replace(done, covered=covered))
 
 
 def catch_up_preview(state: AppState, job: SchedulerJob) -> tuple[int, int]:
@@ -335,6 +341,8 @@ def resume_schedule(state: AppState, principal: Principal, ask: ScheduleChangeRe
     if ask.catch_up not in CATCH_UP:
         raise Invalid(f"catch_up must be one of {', '.join(CATCH_UP)}")
     job = scheduler_job_named(state, ask.name, ask.project, ask.location)
+    if ask.catch_up == "compact" and external_of(state, job.target) is not None:
+        raise Invalid(str(CompactionRefused.of(job.target)))  # refused before anything changes
     change = set_schedule_paused(state, principal, job, False)
     [bound] = state.with_pauses([job])
     interval = last_pause(bound)

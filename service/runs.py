@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from google.cloud import ndb
@@ -21,7 +21,7 @@ from google.cloud import ndb
 from dedup.claims import INSTANCE, REOPENED, RunDescription, RunPolicy
 from dedup.clock import Clock
 from dedup.idempotency import FINISHED_TOKEN_LIFETIME_SECONDS, TOKEN_LIFETIME_SECONDS, IdempotencyGuard, fingerprint
-from dedup.keys import ScheduledRunKey, format_utc, is_run_id, parse_rfc3339
+from dedup.keys import ScheduledRunKey, format_utc, is_run_id, parse_rfc3339, scheduled_run_key
 from dedup.outcomes import Attempt, Claimed, Finished, InProgress, Replayed, RunOutcome, Skipped
 from dedup.runner import Waiting, run_once
 from dispatch import Dispatched, Work, task_id
@@ -53,11 +53,11 @@ def run_scheduled(
     skip_reason: str | None = None,
     reopen_attempt: int | None = None,
     force_run: bool = False,
-    covers: Sequence[str] | None = None,
 ) -> RunOutcome:
     """Run a scheduled execution once under its key, for ``principal``: a delivery's path, and an
     operator's run of a slot.  ``force_run``: recorded as a Force run (its key may be its own).
-    ``covers``: the slot times a compacted run stands for (recorded, and given to the job)."""
+    A compacted run (its record set to stand for other slots: service.compaction) gives the job
+    the slots covered into it, read once its attempt holds the run."""
     source = RunSource.FORCE_RUN if force_run or key.force_run else RunSource.SCHEDULER
     description = RunDescription(
         source=source,
@@ -67,7 +67,6 @@ def run_scheduled(
         project=key.project,
         location=key.location,
         requested_by=principal.name,
-        covers=tuple(covers) if covers else None,
     )
 
     if job.runner.external is not None:  # its handler claims this key: answer from the record, never claim
@@ -88,12 +87,28 @@ def run_scheduled(
                 project=key.project,
                 location=key.location,
                 clock=state.clock,
-                covers=tuple(parse_rfc3339(time, "covers") for time in covers or ()),
+                covers=covered_into(state, key, attempt) if attempt.covers else (),
             )
         )
 
     return run_once(
         state.ledger, key.run_id, description, job.policy, work, skip_reason=skip_reason, reopen_attempt=reopen_attempt
+    )
+
+
+def covered_into(state: AppState, key: ScheduledRunKey, attempt: Attempt) -> tuple[datetime.datetime, ...]:
+    """The slot times covered into the run ``attempt`` holds, of those it was set to stand for:
+    the ones whose records name it (oldest first).  Read after the claim, when no more can be
+    covered into it (Ledger.skip_runs), so exactly the slots that will never run on their own."""
+    listed = {
+        scheduled_run_key(
+            key.scheduler_job_name, time, query_project=key.project, query_location=key.location
+        ).run_id: parse_rfc3339(time, "covers")
+        for time in attempt.covers or ()
+    }
+    records = state.ledger.lookup_many(list(listed))
+    return tuple(
+        sorted(when for run_id, when in listed.items() if (r := records.get(run_id)) and r.compacted_into == key.run_id)
     )
 
 

@@ -61,8 +61,6 @@ class SlotRunRequest:
 
     seen_attempt: int | None
     force: bool = False
-    # A compacted catch-up's run: the slot times it stands for beside its own (service.compaction).
-    covers: tuple[str, ...] | None = None
 
     @classmethod
     def parse(cls, attempt: str | None, force: str | None) -> SlotRunRequest:
@@ -240,9 +238,8 @@ def run_slot_now(
         return refused
     body = (slot.job.body or "").encode("utf-8")  # what Scheduler sends for this job
     # A covered slot is never reopened: the claim answers from its record, a duplicate of the
-    # compacted run.  A compacted run run again (an operator's, after it failed) covers what it did.
+    # compacted run that stands for it (dedup.claims.refusal holds that inside the claim too).
     covered = record is not None and bool(record.compacted_into)
-    covers = ask.covers if ask.covers is not None else (tuple(record.covers) if record and record.covers else None)
     try:
         outcome = run_scheduled(
             state,
@@ -252,7 +249,6 @@ def run_slot_now(
             key,
             body,
             reopen_attempt=None if covered else ask.seen_attempt,
-            covers=covers,
         )
     except Declined as elsewhere:  # an external job's slot with nothing to answer from: its handler runs it
         return elsewhere
@@ -286,14 +282,12 @@ def slot_run_work(
     force: bool = False,
     external: ExternalTarget | None = None,
     delay_seconds: float = 0,
-    covers: Sequence[str] = (),
 ) -> Work:
     """A run of ``slot`` dispatched to be done later, under the slot's own key (run_slot_now).
 
     The task id is the run id and the attempt seen: the queue refuses the same catch-up twice,
     and a slot reopened after a later failure is new work.  ``force``: an operator confirmed
-    running a slot whose record may have expired (it rides only when set).  ``covers``: the slot
-    times a compacted run stands for (service.compaction; it rides only when there are some)."""
+    running a slot whose record may have expired (it rides only when set)."""
     body = {
         "job_id": job_id,
         "schedule_time": format_utc(slot.schedule_time),
@@ -303,7 +297,6 @@ def slot_run_work(
         "attempt": seen_attempt,
         "requested_by": requested_by,
         **({"force": True} if force else {}),
-        **({"covers": list(covers)} if covers else {}),
     }
     work_id = task_id("slot-run", slot.run_id, str(seen_attempt))
     if external is not None:  # to its handler, as Scheduler's delivery of the slot: one key for both

@@ -171,17 +171,55 @@ def test_misfire_compact_catches_up_an_outage_with_one_run(make_site, clock, clo
     assert len(cloud_tasks.tasks) == 1
 
 
-def test_a_compaction_the_queue_refused_leaves_no_slot_covered(make_site, clock, cloud_tasks):
-    """No run will stand for them: the slots it covered are uncovered, paused as before, and the
-    resume sent again compacts them afresh."""
+def test_a_compaction_the_queue_refused_keeps_its_slots_covered_and_its_run_to_run(make_site, clock, cloud_tasks):
+    """Nothing is ever uncovered: the slots stay covered into the newest slot's run, which stays to
+    run (paused), and the resume sent again dispatches it, standing for every one of them."""
     site = make_site()
     suspended(site, clock)
     cloud_tasks.fail_next = [503]
     failed = site.post_json("/api/v1/scheduler-jobs/invoice-minutely/resume", {"catch_up": "compact"}, status=502).json
     assert failed["error"] == "DispatchFailed"
-    assert set(statuses(site, 1, SUSPENDED_MINUTES).values()) == {"paused"}
+    listed = statuses(site, 1, SUSPENDED_MINUTES)
+    assert listed.pop(minute(SUSPENDED_MINUTES)) == "paused" and set(listed.values()) == {"covered"}
     answer = resume(site)
     assert answer["compacted"]["covered"] == SUSPENDED_MINUTES - 1 and len(cloud_tasks.tasks) == 1
+    cloud_tasks.deliver(to_webtest(site))
+    assert len(job_targets.EFFECTS[-1]["covers"]) == SUSPENDED_MINUTES - 1
+
+
+def test_the_newest_slot_run_by_hand_first_stands_for_every_covered_slot(make_site, clock, cloud_tasks):
+    """Its run reads what it stands for from the ledger, whoever runs it: an operator's run of the
+    newest slot, before the task, takes them all, and the task is then a duplicate."""
+    site = make_site()
+    suspended(site, clock)
+    resume(site)
+    by_hand = site.post(f"/api/v1/jobs/invoice/executions/{minute(SUSPENDED_MINUTES)}/run?attempt=0", status=200)
+    assert by_hand.json["status"] == "completed" and len(job_targets.EFFECTS[-1]["covers"]) == SUSPENDED_MINUTES - 1
+    cloud_tasks.deliver(to_webtest(site))
+    assert len(job_targets.EFFECTS) == 2  # 00:00's delivery, and the compacted run once
+
+
+def test_a_covered_slot_is_final_inside_the_claim_and_nothing_is_covered_once_its_run_began(ndb_context, clock):
+    """The ledger's own rules, below any view: a claim that reopens a covered slot at its attempt
+    is answered from its record, and a skip into a run that has begun writes nothing."""
+    from dedup.claims import ClaimRequest, RunDescription, RunPolicy
+    from dedup.ledger import Ledger
+    from dedup.outcomes import Claimed, Replayed
+
+    ledger, policy = Ledger(clock), RunPolicy(60, 86_400)
+    description = RunDescription("scheduler", "invoice", "invoice-minutely")
+    assert ledger.stand_for("n" * 64, description, policy, ["2030-01-01T00:01:00.000000Z"])
+
+    def skip(run_id: str) -> ClaimRequest:
+        return ClaimRequest(run_id, description, policy, reopen_attempt=0, skip_reason="compacted", covered_by="n" * 64)
+
+    assert [s.record.run_id for s in ledger.skip_runs([skip("a" * 64)])] == ["a" * 64]
+    again = ledger.claim_run("a" * 64, description, policy, reopen_attempt=0)  # a backfill at the attempt it saw
+    assert isinstance(again, Replayed) and again.record.compacted_into == "n" * 64
+    claimed = ledger.claim_run("n" * 64, description, policy)  # the standing run begins
+    assert isinstance(claimed, Claimed) and claimed.attempt.covers == ("2030-01-01T00:01:00.000000Z",)
+    assert ledger.skip_runs([skip("b" * 64)]) == [] and ledger.lookup("b" * 64) is None
+    assert not ledger.stand_for("n" * 64, description, policy, ["2030-01-01T00:02:00.000000Z"])
 
 
 def test_an_external_jobs_compaction_is_refused_saying_why(ndb_client, tmp_path, clock, monkeypatch, google):

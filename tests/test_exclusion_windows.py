@@ -213,7 +213,7 @@ def test_after_a_window_its_newest_slot_runs_once_when_the_window_ends(
     assert statuses(site, 0, 1.5) == {at(0): "excluded", at(1): "completed"}
 
 
-def test_after_a_window_one_run_stands_for_its_slots(cloud_tasks, ndb_client, tmp_path, clock):
+def test_after_a_window_one_run_stands_for_its_slots(cloud_tasks, ndb_client, tmp_path, clock, measured):
     """catch_up_after_exclusion: compact: 01:00's run covers 00:00, excluded and skipped when delivered."""
     site = after_window_site(ndb_client, tmp_path, clock, "compact")
     site.get("/tasks/audit", headers=CRON)
@@ -223,12 +223,15 @@ def test_after_a_window_one_run_stands_for_its_slots(cloud_tasks, ndb_client, tm
     site.get("/tasks/audit", headers=CRON)
     (task,) = cloud_tasks.tasks
     body = json.loads(task.body)
-    assert body["schedule_time"] == at(1) and body["covers"] == [at(0)]
+    assert body["schedule_time"] == at(1) and "covers" not in body  # the ledger says what it stands for
     cloud_tasks.deliver(to_webtest(site), times=2)
     (ran,) = job_targets.EFFECTS
     assert format_utc(ran["schedule_time"]) == at(1) and len(ran["covers"]) == 1
     assert statuses(site, 0, 1.5) == {at(0): "covered", at(1): "completed"}
     assert deliver(site, 0, status=200).json["duplicate"] is True and len(job_targets.EFFECTS) == 1
+    # Each window slot was decided once, excluded; the run decides its own slot again: never covered too.
+    counted = measured.counts("dedup.slot.outcomes", by="outcome", scheduler_job="invoice-hourly")
+    assert counted["excluded"] == 2 and counted["ran_once"] == 1 and "covered" not in counted
 
 
 @pytest.mark.parametrize(
@@ -295,3 +298,24 @@ def test_the_timeline_draws_each_window_over_the_job_s_strip(make_site, clock):
     label = strip.select_one("svg.strip-marks")["aria-label"]
     assert "invoice-hourly: excluded from 2030-01-01 00:00 to 2030-01-01 02:00 UTC (nightly maintenance)" in label
     assert "exclusion window (planned downtime)" in page.select_one("#timeline p.muted").text
+
+
+def test_a_window_longer_than_a_pass_catches_up_its_really_newest_slot(cloud_tasks, ndb_client, tmp_path, clock):
+    """1,200 slots of a per-minute job in a 20-hour window, more than a pass judges or a page holds:
+    `latest` runs 19:59, the window's last, not the thousandth."""
+    text = (
+        SCHEDULES.replace('"0 * * * *"', '"* * * * *"')
+        .replace("    finish_within: 10m\n", "")
+        .replace(
+            '      - {cron: "0 1 * * *", duration: 2h, note: nightly maintenance}\n'
+            "      - {from: 2030-01-01T05:00:00Z, until: 2030-01-01T06:00:00Z}\n",
+            "      - {from: 2030-01-01T00:00:00Z, until: 2030-01-01T20:00:00Z}\n",
+        )
+    )
+    site = schedule_site(tmp_path, JOBS, text % "    catch_up_after_exclusion: latest\n", clock, ndb_client)
+    site.get("/tasks/audit", headers=CRON)
+    clock.advance(20 * 3600 + 600)
+    for _ in range(3):
+        site.get("/tasks/audit", headers=CRON)
+    (task,) = cloud_tasks.tasks
+    assert json.loads(task.body)["schedule_time"] == at(20 - 1 / 60)

@@ -349,3 +349,35 @@ def test_a_pause_scheduler_yaml_ended_is_counted_once_by_the_audit(
     assert measured.counts(OUTCOMES, by="source", scheduler_job="invoice-hourly", outcome="paused") == {
         "audit": 4  # 00:00 to 02:00 left by the pause, and 03:00, judged after it ended
     }
+
+
+def test_a_mark_kept_from_before_progress_was_noted_counts_from_now(site, clock, measured, ndb_client):
+    """A deploy of this code finds marks with no progress_at: their age counts from then, so no
+    slow job pages for progress it made before the deploy."""
+    from models.audit import AuditMark
+
+    site.get("/tasks/audit", headers=CRON)
+    with ndb_client.context():
+        for mark in AuditMark.query():  # as the version before wrote them
+            mark.progress_at = None
+            mark.put()
+    clock.advance(5 * 86400)
+    site.get("/tasks/audit", headers=CRON)  # nothing ran for five days: judged now, counted from now
+    assert measured.gauges("dedup.slot.progress_age", by="scheduler_job", scheduler_job="invoice-hourly") == {
+        "invoice-hourly": 0.0
+    }
+    clock.advance(900)
+    site.get("/tasks/audit", headers=CRON)
+    assert measured.gauges("dedup.slot.progress_age", by="scheduler_job")["invoice-hourly"] == 900.0
+
+
+def test_a_pause_kept_from_before_counting_was_noted_is_not_counted_again():
+    """An ended pause stored by the version before was counted by its resume then; a lasting one
+    was not, and is counted when it ends."""
+    from schedules.intervals import Pause
+
+    ended = {"since": "2030-01-01T00:00:00.000000Z", "paused_by": "a", "until": "2030-01-01T01:00:00.000000Z"}
+    lasting = {"since": "2030-01-01T00:00:00.000000Z", "paused_by": "a", "until": None}
+    assert Pause.from_document(ended).counted is True and Pause.from_document(lasting).counted is False
+    fresh = Pause.from_document({**ended, "counted": False})
+    assert fresh.counted is False and Pause.from_document(fresh.stored()) == fresh

@@ -221,7 +221,7 @@ def test_the_schedules_writes_land_alike_on_every_store(store: Store):
     assert len(paused) == 1 and paused[0].until is None
     assert [(p.since, p.until, p.resumed_by) for p in resumed] == [(T, T + datetime.timedelta(hours=1), "user:b")]
     (stored,) = get_many(store, [ndb.Key(SchedulePauses, "p/l/nightly")])
-    assert stored.pauses == [p.document() for p in resumed]
+    assert stored.pauses == [p.stored() for p in resumed]
     for received in (T, T + SECOND):
         tally_duplicate("p/l/nightly", T, DuplicateDelivery(received, "i-1", 200), store)
     counted = deliveries_of_slot("p/l/nightly", T, T + datetime.timedelta(minutes=5), store)
