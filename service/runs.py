@@ -397,10 +397,13 @@ def manual_run_work(
 def starts_a_run(record: RunRecord | None, now: datetime.datetime, reopen_attempt: int | None = None) -> bool:
     """Whether asking for this run would start an attempt (and so is dispatched to the queue):
     no record, one released, one whose lease ran out, or one failed or skipped at
-    ``reopen_attempt`` (a slot's run replacing the attempt the operator saw).  Otherwise the
-    record answers at once (done, running, or already replaced): nothing is queued."""
+    ``reopen_attempt`` (a slot's run replacing the attempt the operator saw), never one covered
+    into a compacted run.  Otherwise the record answers at once (done, running, already replaced,
+    covered): nothing is queued."""
     if record is None or record.status == RunStatus.RELEASED:
         return True
+    if record.compacted_into:
+        return False  # covered: a compacted run stands for it, and the claim answers from it (final)
     if record.status in REOPENED:
         return bool(reopen_attempt == record.attempt)
     return record.status == RunStatus.IN_PROGRESS and not record.lease_is_live(now)

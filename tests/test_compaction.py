@@ -216,6 +216,10 @@ def test_a_covered_slot_is_final_inside_the_claim_and_nothing_is_covered_once_it
     assert [s.record.run_id for s in ledger.skip_runs([skip("a" * 64)])] == ["a" * 64]
     again = ledger.claim_run("a" * 64, description, policy, reopen_attempt=0)  # a backfill at the attempt it saw
     assert isinstance(again, Replayed) and again.record.compacted_into == "n" * 64
+    # The dashboard's queued run asks the same rule first: a covered slot queues nothing.
+    from service.runs import starts_a_run
+
+    assert not starts_a_run(ledger.lookup("a" * 64), clock.now(), reopen_attempt=0)
     claimed = ledger.claim_run("n" * 64, description, policy)  # the standing run begins
     assert isinstance(claimed, Claimed) and claimed.attempt.covers == ("2030-01-01T00:01:00.000000Z",)
     assert ledger.skip_runs([skip("b" * 64)]) == [] and ledger.lookup("b" * 64) is None
