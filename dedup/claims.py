@@ -113,6 +113,7 @@ class ClaimRequest:
             downstream=current.downstream,
             job_lock=self.job_lock,
             covers=tuple(current.covers) if current.covers else None,
+            step_records=current.steps or None,
         )
         return Claimed(current, attempt)
 
@@ -143,6 +144,8 @@ class ClaimRequest:
         record = _claimed_record(attempt, self.description, self.policy, live, now)
         if record.covers:  # a compacted run: its attempt resolves what it stands for (service.runs)
             attempt = dataclasses.replace(attempt, covers=tuple(record.covers))
+        if record.steps:  # what earlier attempts recorded of their steps (dedup.steps)
+            attempt = dataclasses.replace(attempt, step_records=record.steps)
         return Claimed(record, attempt)
 
 
@@ -198,6 +201,8 @@ def _claimed_record(
     if current is not None and current.covers:
         # The slot times a compacted run was set to stand for (Ledger.stand_for): every attempt's.
         fields["covers"] = current.covers
+    if current is not None and current.steps:
+        fields["steps"] = current.steps  # the steps earlier attempts recorded: this one resumes after them
     return RunRecord(
         id=attempt.run_id,
         # RunDescription's fields are the record's (copied as they are: asdict would deep-copy).

@@ -48,10 +48,11 @@ from dedup.problems import MEDIA_TYPE, problem_document
 from dedup.run_record import RunSource
 from dedup.runner import run_once
 from dedup.signed_tokens import CertificatesUnavailable
+from dedup.steps import Steps, TakesSteps
 
 
 @dataclasses.dataclass(frozen=True)
-class ScheduledRun:
+class ScheduledRun(TakesSteps):
     """What the work is told of the execution it runs: its key (pass ``run_id`` downstream as the
     idempotency key) and which attempt this is (1, then 2 after a release or a takeover)."""
 
@@ -63,6 +64,16 @@ class ScheduledRun:
     location: str
     # A Force run (console, gcloud scheduler jobs run): keyed apart from the slot its time names.
     force_run: bool = False
+    # The run's steps (``run.step(name, call)``, dedup.steps) as the runner's attempt runs them.
+    _steps: Steps | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    def steps(self) -> Steps:
+        """The run's steps as this attempt runs them; without a runner (a view called directly, as
+        in a unit test), ones kept in memory from the first call."""
+        if self._steps is None:
+            object.__setattr__(self, "_steps", Steps(self.run_id, self.attempt, None, None, SystemClock().now))
+        assert self._steps is not None
+        return self._steps
 
 
 MIN_LEASE_SECONDS = 1  # shorter, a lease is over before the attempt that holds it has started
@@ -244,6 +255,7 @@ class Deliveries:
                     key.project,
                     key.location,
                     key.force_run,
+                    attempt.held.steps if attempt.held is not None else None,
                 )
             )
 

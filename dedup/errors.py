@@ -38,3 +38,11 @@ class RetryableJobError(Exception):
         super().__init__(message)
         self.message = message
         self.details = details
+
+
+class StaleAttempt(Exception):
+    """This attempt lost the run (a takeover): what it tried to record was refused, so it must stop.
+
+    Raised to the job from a step's write; the runner records nothing for the attempt, since the
+    run is another attempt's now.
+    """

@@ -28,11 +28,13 @@ from dedup.clock import Clock
 from dedup.fences import fenced_write
 from dedup.finished_cache import FinishedRuns
 from dedup.job_lock import JobLock
+from dedup.keys import format_utc
 from dedup.metrics import CountedStore, count_round_trips, count_stale, count_takeover
 from dedup.outcomes import Attempt, Claimed, ClaimOutcome, Contended, Finished, Released, Renewed, Skipped, Stale
 from dedup.queries import RunFilter
 from dedup.record_store import RecordStore, VersionFence, encode
 from dedup.run_record import RunRecord, RunStatus
+from dedup.steps import StepDecision, StepState, review_problem
 from dedup.store import Aborted, Applied, Doubt, Exists, Refused, StaleVersion, Store, Transaction
 from dedup.transactions import COMMIT_BATCH, TRIED_AGAIN, is_contention, transact
 
@@ -50,6 +52,11 @@ CLAIM_PATIENCE_SECONDS = 3.0
 # A claim that gives up after a write that may have landed releases it (``_withdraw``) this long.
 WITHDRAW_PATIENCE_SECONDS = 10.0
 FINISH_PATIENCE_SECONDS = 75.0
+
+
+def done_by_hand(decision: StepDecision, now: datetime.datetime) -> dict[str, Any]:
+    """What a step marked done by an operator keeps: the result they gave, and when."""
+    return {"result": decision.result, "finished": format_utc(now)}
 
 
 class Ledger:
@@ -210,6 +217,42 @@ class Ledger:
 
         standing, _ = transact(body, CLAIM_PATIENCE_SECONDS, self.store())
         return standing
+
+    def settle_step(self, run_id: str, decision: StepDecision) -> RunRecord | str:
+        """An operator's decision on the step a run stopped at (``NeedsReview``): the record, with the
+        step marked done or to be run again, or why not (the run is not waiting on that step at the
+        attempt the operator saw).  The run stays failed at that attempt: the run that follows
+        reopens it there (``reopen_attempt``), so the decision and the reopen are each done once."""
+
+        def body(transaction: Transaction) -> RunRecord | str:
+            (found,) = transaction.get([ndb.Key(RunRecord, run_id)])
+            now = self.clock.now()
+            record = found.record if found and not found.record.is_expired(now) else None
+            if record is None:
+                return f"no run {run_id} (or it has expired)"
+            entry = dict((record.steps or {}).get(decision.step) or {})
+            if (
+                entry.get("settled_by") == decision.by
+                and entry.get("state") == decision.state
+                and (record.attempt == decision.seen_attempt)
+            ):
+                return record  # this decision, landed by a try whose answer was lost
+            problem = review_problem(record, decision)
+            if problem:
+                return problem
+            entry.update(
+                state=str(decision.state),
+                settled_by=decision.by,
+                settled=format_utc(now),
+                **(done_by_hand(decision, now) if decision.state == StepState.DONE else {}),
+            )
+            record.steps = {**(record.steps or {}), decision.step: entry}
+            record.updated = now
+            transaction.put(record)
+            return record
+
+        settled, _ = transact(body, CLAIM_PATIENCE_SECONDS, self.store())
+        return settled
 
     def skip_runs(self, claims: Sequence[ClaimRequest], patience_seconds: float = 10.0) -> list[Skipped]:
         """Record each claim's run as skipped into the run its ``covered_by`` names (a compacted
@@ -391,6 +434,17 @@ class Ledger:
 
         def record(record: RunRecord, now: datetime.datetime) -> Renewed:
             record.downstream = resource_name
+            record.updated = now
+            return Renewed(record)
+
+        return self._fenced(attempt, record, keeps_running=True)
+
+    def record_step(self, attempt: Attempt, name: str, entry: dict[str, Any]) -> Renewed | Stale:
+        """Record one step of the run (dedup.steps), fenced: never by an attempt that lost the run.
+        Setting the same entry again changes nothing, so a write in doubt is simply made again."""
+
+        def record(record: RunRecord, now: datetime.datetime) -> Renewed:
+            record.steps = {**(record.steps or {}), name: entry}
             record.updated = now
             return Renewed(record)
 

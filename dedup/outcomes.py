@@ -11,10 +11,14 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dedup.record_store import VersionFence
 from dedup.run_record import RunRecord
+
+if TYPE_CHECKING:
+    from dedup.steps import Steps
 
 
 class Outcome:
@@ -54,6 +58,13 @@ class HeldRun(Protocol):
     def record_downstream(self, resource_name: str) -> bool:
         """Record (fenced) what this attempt started downstream; False when it lost the run."""
 
+    def record_step(self, name: str, entry: dict[str, Any]) -> bool:
+        """Record (fenced) one of the run's steps (dedup.steps); False when it lost the run."""
+
+    @property
+    def steps(self) -> Steps:
+        """The run's steps as this attempt runs them."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Attempt:
@@ -68,6 +79,8 @@ class Attempt:
     job_lock: str | None = None
     # A compacted run's (its record's ``covers``): the slot times it was set to stand for.
     covers: tuple[str, ...] | None = None
+    # The step records earlier attempts left (the record's ``steps``, dedup.steps), as claimed.
+    step_records: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False, repr=False)
     # The run while this attempt runs it; bound by the runner, None before.
     held: HeldRun | None = dataclasses.field(default=None, compare=False, repr=False)
     # What its last write left and that write's version, for its next write to be fenced on

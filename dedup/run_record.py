@@ -100,6 +100,10 @@ class RunRecord(ndb.Model):  # type: ignore[misc]  # google-cloud-ndb has no typ
     compacted_into = ndb.TextProperty()
     covers = ndb.JsonProperty(compressed=True)
 
+    # A python job's steps (dedup.steps): {name: {state, semantic, attempt, started, finished,
+    # result}}, each written fenced by the attempt that ran it; they expire with the run.
+    steps = ndb.JsonProperty(compressed=True)
+
     # The last MAX_ATTEMPT_HISTORY attempts: {attempt, attempt_id, started,
     # finished, outcome, instance}, written by the transactions that already
     # claim and finish runs (no extra round trip).

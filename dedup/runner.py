@@ -18,7 +18,7 @@ from typing import Any
 
 from opentelemetry import trace
 
-from dedup.errors import PermanentJobError
+from dedup.errors import PermanentJobError, StaleAttempt
 from dedup.heartbeat import LeaseHeartbeat
 from dedup.ledger import Ledger, RunDescription, RunPolicy
 from dedup.outcomes import (
@@ -33,6 +33,7 @@ from dedup.outcomes import (
     Skipped,
     Stale,
 )
+from dedup.steps import Steps
 
 log = logging.getLogger(__name__)
 # Spans of the protocol's steps (the OpenTelemetry API only: which provider records and exports
@@ -201,12 +202,21 @@ class RunningAttempt:
     ledger: Ledger
     attempt: Attempt
     heartbeat: LeaseHeartbeat | None = None
+    # The run's steps as this attempt runs them, over what its claim found recorded (dedup.steps).
+    steps: Steps = dataclasses.field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        steps = Steps(self.attempt.run_id, self.attempt.number, self.attempt.step_records, self, self.ledger.clock.now)
+        object.__setattr__(self, "steps", steps)
 
     def lost(self) -> bool:
         return self.heartbeat.lease_lost() if self.heartbeat else False
 
     def record_downstream(self, resource_name: str) -> bool:
         return not isinstance(self.ledger.record_downstream(self.attempt, resource_name), Stale)
+
+    def record_step(self, name: str, entry: dict[str, Any]) -> bool:
+        return not isinstance(self.ledger.record_step(self.attempt, name, entry), Stale)
 
 
 def _run_claimed(
@@ -246,6 +256,12 @@ def _do_work(
     try:
         with heartbeat:
             result = work(attempt)
+    except StaleAttempt as exc:
+        # A step's write found the run taken over: it is another attempt's now, so nothing is written.
+        log.warning("run %s attempt %d stopped: %s", run_id, attempt.number, exc)
+        span.set_status(trace.StatusCode.ERROR, "stale attempt")
+        stale = Stale(run_id, attempt.number, None)
+        return lambda: stale
     except PermanentJobError as exc:
         log.info("run %s attempt %d failed permanently: %s", run_id, attempt.number, exc)
         span.set_status(trace.StatusCode.ERROR, "permanent failure")

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from dedup.clock import Clock, SystemClock
 from dedup.errors import PermanentJobError
 from dedup.outcomes import Attempt
+from dedup.steps import Steps, TakesSteps
 from jobs.errors import JobsConfigError
 from jobs.trace_headers import outgoing_trace_headers
 from models import RunSource
@@ -46,7 +47,7 @@ class ExternalTarget:
 
 
 @dataclasses.dataclass(frozen=True)
-class RunContext:
+class RunContext(TakesSteps):
     """Everything a job may need to know about the run it performs.
 
     ``downstream_key`` (the run id) is the key to pass to anything downstream, as its
@@ -73,6 +74,8 @@ class RunContext:
     # The app's clock (tests step it), for jobs that compare times with records'.
     clock: Clock = dataclasses.field(default_factory=SystemClock, repr=False, compare=False)
     _attempt: Attempt | None = dataclasses.field(default=None, repr=False, compare=False)
+    # Without a runner (a job called directly, as in a unit test), steps are kept in memory only.
+    _unheld_steps: Steps | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def for_attempt(cls, attempt: Attempt, job_id: str, **fields: Any) -> RunContext:
@@ -140,6 +143,17 @@ class RunContext:
         if existing and existing != self.downstream:
             self.record_downstream(existing)
         return existing
+
+    def steps(self) -> Steps:
+        """The run's steps as this attempt runs them (what earlier attempts recorded, and its own)."""
+        held = self._attempt.held if self._attempt else None
+        if held is not None:
+            return held.steps
+        if self._unheld_steps is None:
+            records = self._attempt.step_records if self._attempt else None
+            object.__setattr__(self, "_unheld_steps", Steps(self.run_id, self.attempt, records, None, self.clock.now))
+        assert self._unheld_steps is not None
+        return self._unheld_steps
 
     def body_text(self) -> str | None:
         """The request body as text, or None when it is not UTF-8."""

@@ -462,3 +462,28 @@ def test_the_caller_is_checked_before_the_request_is_read(ndb_client, issuer):
     signed = {**delivery(), "Authorization": "Bearer " + issuer.token(audience=AUDIENCE, email=CALLER)}
     refused = app.test_client().post(twice, headers=signed)
     assert refused.status_code == 400 and refused.json["field"] == "project"
+
+
+def test_a_decorated_view_gets_steps_that_resume_after_a_release(ndb_client):
+    """The library's handlers have the app's steps: attempt 2 resumes after attempt 1's recorded step."""
+    calls: list[tuple[str, int, str]] = []
+
+    def view(run: ScheduledRun):
+        exported = run.step("export", lambda key: calls.append(("export", run.attempt, key)) or {"rows": 3})
+        if run.attempt == 1:
+            raise RuntimeError("the mail service is down")  # retryable: the run is released
+        run.step(
+            "mail", lambda key: calls.append(("mail", run.attempt, key)), semantic="at_most_once", on_unknown="review"
+        )
+        return exported
+
+    deliveries = Deliveries("steps", client=ndb_client, clock=ManualClock(LATER))
+    client = app_of(deliveries, view).test_client()
+    assert client.post("/run", headers=delivery(name="stepped")).status_code == 500
+    done = client.post("/run", headers=delivery(name="stepped"))
+    assert done.status_code == 200 and done.json["result"] == {"rows": 3}
+    run_id = done.json["run_id"]
+    assert calls == [("export", 1, f"{run_id}:export"), ("mail", 2, f"{run_id}:mail")]
+    with ndb_client.context():
+        record = RunRecord.get_by_id(run_id)
+    assert {name: entry["attempt"] for name, entry in record.steps.items()} == {"export": 1, "mail": 2}
