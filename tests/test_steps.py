@@ -237,6 +237,7 @@ def test_a_kill_between_every_pair_of_step_events_resumes_from_the_last_recorded
         assert (record.status == RunStatus.FAILED) == unknown, at
 
 
+@pytest.mark.exhaustive
 def test_two_attempts_killed_at_every_pair_of_points(memory_ledger):
     events = clean_events(memory_ledger)
     reviews = 0
@@ -413,6 +414,7 @@ def test_steps_are_kept_in_the_runs_record_and_go_with_it(memory_ledger):
 # -- thousands of random kill schedules ----------------------------------------------------------
 
 
+@pytest.mark.exhaustive
 def test_thousands_of_random_kill_schedules_take_each_step_once(memory_ledger):
     found = simulate(memory_ledger, memory_ledger.clock, 2000, seed=42)
     assert [s.broken for s in found if s.broken] == []
