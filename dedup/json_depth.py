@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# Request bodies nested deeper than this are refused: they parse, but the
+# JSON encoders that store and fingerprint them recurse once per level.
+MAX_JSON_DEPTH = 100
+
 
 def nesting_depth_exceeds(value: Any, limit: int) -> bool:
     """Whether arrays and objects nest deeper than ``limit`` (counted without recursion).

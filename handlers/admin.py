@@ -21,6 +21,7 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 
 from dedup.keys import EARLIEST_SCHEDULE_TIME, LATEST_SCHEDULE_TIME, format_utc, is_run_id, parse_rfc3339
 from dedup.queries import RunFilter
+from dedup.steps import review_step, step_rows
 from handlers.access import Role, requires
 from handlers.client_tokens import client_token_problem, new_form_token
 from handlers.history_range import (
@@ -300,6 +301,7 @@ def run_page(run_id: str):
         abort(404, f"no run {run_id} (or it has expired)")
     now = state.clock.now()
     waiting = queued is not None and record.attempt <= queued  # the queued attempt has not started yet
+    review = review_step(record) if not waiting else None  # an at_most_once step whose outcome is unknown
     document = run_document(record, now)
     bound = state.with_pauses()
     slot = slot_of_run(record, bound)
@@ -312,7 +314,12 @@ def run_page(run_id: str):
         run=document,
         # While the attempt an action queued has not started, the run is "queued", not what its last
         # attempt came to (a red "failed" beside "queued" read as two answers).
-        outcome="queued" if waiting else status,
+        outcome="queued" if waiting else "needs_review" if review else status,
+        steps=step_rows(record.steps, run_id),
+        review=review,
+        review_entry=(record.steps or {}).get(review["step"]) if review else None,
+        # Its decision reopens the run as a run of its slot does: a scheduled slot's run only.
+        may_settle=review is not None and slot is not None and may(Role.OPERATE),
         form_used=request.args.get("answer") in ("form_used", "form_running"),
         now=format_utc(now),
         zone=slot.job.time_zone if slot else None,

@@ -61,6 +61,7 @@ from service.pauses import (
 )
 from service.runs import ManualRunRequest, Queued, manually_runnable, retry_of, run_manually_later
 from service.slots import SlotRunRequest, external_of, run_slot_later, run_slots_later, slot_of, stuck_words
+from service.steps import StepReview, result_from_text, settle_step
 
 blueprint = Blueprint("dashboard_actions", __name__, url_prefix="/admin", template_folder="templates")
 
@@ -188,6 +189,34 @@ def confirm_retry(run_id: str) -> str | tuple[str, int]:
         button="Retry it",
         back=url_for("admin.run_page", run_id=run_id),
     )
+
+
+STEP_FIELDS = frozenset({"decision", "attempt", "result", "checked"})
+
+
+@blueprint.post("/runs/<run_id>/steps/<step>", provide_automatic_options=False)
+@requires(Role.OPERATE)
+def settle_run_step(run_id: str, step: str) -> Response | tuple[str, int]:
+    """The run page's answer to a step that needs review: mark it done (with its result) or run it
+    again; then the run is reopened at the attempt the page showed (service.steps).  The operator
+    ticks that they checked the downstream: the decision is theirs, and it cannot be undone."""
+    try:
+        fields = form_fields(STEP_FIELDS)
+        if fields.get("checked") != "yes":
+            raise Invalid("tick the box that says you checked the downstream by the step's key")
+        seen = SlotRunRequest.parse(fields.get("attempt", ""), None).seen_attempt
+        review = StepReview(step, fields.get("decision", ""), seen, result_from_text(fields.get("result", "")))
+        note_run(run_id=run_id)
+        done = settle_step(app_state(), current_principal(), run_id, review, queue=True)
+    except REFUSED as refused:
+        return refused_page(refused)
+    except DispatchError as exc:
+        return problem_page(
+            502, f"the decision is kept, but the task queue did not take the run ({exc}); send the form again"
+        )
+    if isinstance(done, Queued):
+        return to_queued(done.run_id, done.seen_attempt)
+    return slot_answer(done)
 
 
 def form_fields(allowed: frozenset[str]) -> dict[str, str]:

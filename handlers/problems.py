@@ -114,6 +114,15 @@ PROBLEM_TYPES: tuple[ProblemType, ...] = (
         "gone from the jobs file. Nothing was queued.",
     ),
     ProblemType(
+        "StepNotWaiting",
+        409,
+        "Run not waiting on that step",
+        False,
+        "A step decision (done, or run it again) applies only while the run waits for a review of that "
+        "step at the attempt you saw; it no longer does (another decision, a reopen, or another step). "
+        "Nothing was written: look at the run again.",
+    ),
+    ProblemType(
         "RunsElsewhere",
         422,
         "Run by its own handler",

@@ -9,6 +9,7 @@ from typing import Any
 
 from dedup.claims import json_preview
 from dedup.keys import format_utc
+from dedup.steps import review_step, step_rows
 from dedup.stored_response import StoredResponse
 from models import DELIVERED_SOURCES, RunRecord, RunStatus
 from schedules.bound import BoundJob
@@ -55,7 +56,13 @@ def _preview(record: RunRecord) -> str | None:
 
 def run_document(record: RunRecord, now: datetime.datetime) -> dict[str, Any]:
     """The whole record: its fields, parameters, attempt history and stored document."""
-    document = {**_fields(record, now), "parameters": record.parameters, "attempts": record.attempts or []}
+    document = {
+        **_fields(record, now),
+        "parameters": record.parameters,
+        "attempts": record.attempts or [],
+        "steps": step_rows(record.steps, record.run_id),
+        "needs_review": review_step(record),
+    }
     if record.source not in DELIVERED_SOURCES and StoredResponse.is_document(record.kept):
         document["response"] = response_view(StoredResponse.from_document(record.kept))
     elif record.status == RunStatus.COMPLETED:

@@ -16,12 +16,13 @@ from flask import Blueprint, Response, jsonify, request
 from google.api_core import exceptions as google_exceptions
 
 from dedup.adapters.flask_guard import GuardRejected, preferred_wait
-from dedup.adapters.flask_json import InvalidJson
+from dedup.adapters.flask_json import InvalidJson, strict_json
 from dedup.keys import is_run_id
 from dedup.queries import RunFilter
 from dedup.record_store import RecordStore
 from dedup.runner import Waiting
 from handlers.access import Role, requires
+from handlers.answers import outcome_response, refusal_problem
 from handlers.client_tokens import read_manual_run_request
 from handlers.cross_site import json_body
 from handlers.logs import note_run
@@ -31,8 +32,9 @@ from handlers.run_documents import run_document, run_summaries
 from handlers.state import app_state, current_principal
 from jobs.config import JobSpec
 from models import RunSource, RunStatus
-from service.errors import Invalid, NotFound  # answered by the answers table, as every refusal
-from service.runs import manually_runnable, run_manually
+from service.errors import Declined, Invalid, NotFound  # answered by the answers table, as every refusal
+from service.runs import Queued, manually_runnable, run_manually
+from service.steps import StepReview, settle_step
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,34 @@ def start_manual_run(job_id: str):
     wait = Waiting(preferred_wait(), state.wait_slots)
     outcome = run_manually(state, current_principal(), job_id, job, ask, wait)
     return manual_run_response(outcome, job_id, ask.client_token, ask.parameters, job.fingerprint_exclude, wait)
+
+
+STEP_REVIEW_FIELDS = frozenset({"decision", "attempt", "result"})
+
+
+@blueprint.post("/runs/<run_id>/steps/<step>", provide_automatic_options=False)
+@json_body
+@requires(Role.OPERATE)
+def settle_run_step(run_id: str, step: str):
+    """An operator's decision on the step a run waits on (needs review): done, with the result the
+    step would have returned, or run it again; then the slot's run is reopened at that attempt and
+    answered as a delivery is.  409 StepNotWaiting when the run no longer waits on that step."""
+    try:
+        body = strict_json(request.get_data(), "the body")
+    except InvalidJson as exc:
+        raise Invalid(exc.message) from None
+    if not isinstance(body, dict):
+        raise Invalid("the body must be a JSON object: decision, attempt and, for done, result")
+    unknown = sorted(set(body) - STEP_REVIEW_FIELDS)
+    if unknown:
+        raise Invalid(f"unknown field(s) {', '.join(unknown)}")
+    review = StepReview(step, body.get("decision"), body.get("attempt"), body.get("result"))
+    note_run(run_id=run_id)
+    outcome = settle_step(app_state(), current_principal(), run_id, review)
+    if isinstance(outcome, Declined):
+        return refusal_problem(outcome)
+    assert not isinstance(outcome, Queued)  # run now: never queued
+    return outcome_response(outcome)
 
 
 MAX_PAGE_SIZE = 100

@@ -37,6 +37,7 @@ class RefusalKind(enum.StrEnum):
     PRECONDITION_REQUIRED = "PreconditionRequired"  # reopening a failed slot needs the attempt seen
     RUN_NOT_RETRYABLE = "RunNotRetryable"  # only a failed manual run of a declared job is retried
     RUNS_ELSEWHERE = "RunsElsewhere"  # an external job: its own handler runs it, never this app
+    STEP_NOT_WAITING = "StepNotWaiting"  # a step decision for a run not waiting on that step at that attempt
 
 
 class Declined(Refusal):

@@ -29,6 +29,8 @@ def reset() -> None:
         STARTED.clear()
         FAILURES.clear()
         TRACE_HEADERS.clear()
+        STEP_CALLS.clear()
+        LOSE_ANSWER.clear()
 
 
 def _effect(context: RunContext) -> dict:
@@ -155,3 +157,29 @@ def downstream_named(context: RunContext) -> dict:
 def refuse(context: RunContext) -> dict:
     """For live tests: always a permanent failure (a 422 the client must not retry)."""
     raise PermanentJobError("the request was refused", details={"parameters": dict(context.parameters)})
+
+
+# What a stepped job's downstream saw: (step, key) per call.  LOSE_ANSWER makes the charge's call
+# take effect, then lose its answer (a retryable error), as a connection reset after sending does.
+STEP_CALLS: list[tuple[str, str]] = []
+LOSE_ANSWER: set[str] = set()
+
+
+def stepped(context: RunContext) -> dict:
+    """Three steps: reserve (at_least_once), charge (at_most_once, on_unknown review), notify."""
+
+    def call(step: str):
+        def downstream(key: str) -> dict:
+            with _lock:
+                STEP_CALLS.append((step, key))
+            if step in LOSE_ANSWER:
+                LOSE_ANSWER.discard(step)
+                raise RetryableJobError(f"{step}: the connection was reset after the request was sent")
+            return {"step": step, "attempt": context.attempt}
+
+        return downstream
+
+    reserved = context.step("reserve", call("reserve"))
+    charged = context.step("charge", call("charge"), semantic="at_most_once", on_unknown="review")
+    context.step("notify", call("notify"))
+    return {"reserved": reserved, "charged": charged}

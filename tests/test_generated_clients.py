@@ -350,6 +350,7 @@ def test_every_operation_answers_401_and_403_through_the_client(api):
     def every_operation(client: Any) -> dict[str, Any]:
         body = models.StartManualRunBody(client_token="auth-1")
         slot = {"scheduler_job": "effect-every-minute"}
+        review = models.SettleStepBody(decision=models.SettleStepBodyDecision.DONE, attempt=1)
         return {
             "startManualRun": api.op("startManualRun").sync_detailed("effect", client=client, body=body),
             "listRuns": api.op("listRuns").sync_detailed(client=client),
@@ -363,6 +364,7 @@ def test_every_operation_answers_401_and_403_through_the_client(api):
             "resumeSchedulerJob": api.op("resumeSchedulerJob").sync_detailed(
                 "effect-every-minute", client=client, body=models.ResumeSchedulerJobBody()
             ),
+            "settleStep": api.op("settleStep").sync_detailed("f" * 64, "charge", client=client, body=review),
             "getStatus": api.op("getStatus").sync_detailed(client=client),
             "getOpenApiDescription": api.op("getOpenApiDescription").sync_detailed(client=client),
         }
@@ -372,7 +374,7 @@ def test_every_operation_answers_401_and_403_through_the_client(api):
         assert answer.headers["WWW-Authenticate"].startswith("Bearer"), operation
     for operation, answer in every_operation(api.client("stranger")).items():
         assert expect(answer, 403, "Problem").error == "Forbidden", operation
-    operating = {"startManualRun", "runSlot", "pauseSchedulerJob", "resumeSchedulerJob"}
+    operating = {"startManualRun", "runSlot", "pauseSchedulerJob", "resumeSchedulerJob", "settleStep"}
     for operation, answer in every_operation(api.client("viewer")).items():
         if operation in operating:
             assert expect(answer, 403, "Problem").error == "Forbidden", operation
@@ -484,6 +486,16 @@ def test_the_run_api_answers_through_the_client_as_described(api, effects):
     assert "cursor" in expect(bad_cursor, 400, "Problem").detail
     record = expect(api.op("getRun").sync_detailed(made.run_id, client=client), 200, "Run")
     assert record.parameters.additional_properties == {"dir": str(effects)} and record.attempts[0].attempt == 1
+    assert record.steps == [] and record.needs_review is None
+    # A step decision for a run that waits on none: the refusal as described.
+    operator = api.client()
+    review = models.SettleStepBody(decision=models.SettleStepBodyDecision.DONE, attempt=1)
+    settle = api.op("settleStep")
+    assert expect(settle.sync_detailed("f" * 64, "s", client=operator, body=review), 404, "Problem").error == "NotFound"
+    refused = expect(settle.sync_detailed(made.run_id, "s", client=operator, body=review), 409, "Problem")
+    assert refused.error == "RunNotRetryable" and "scheduled slot" in refused.detail
+    zero = models.SettleStepBody(decision=models.SettleStepBodyDecision.DONE, attempt=0)
+    assert "attempt" in expect(settle.sync_detailed(made.run_id, "s", client=operator, body=zero), 400, "Problem").detail
     assert expect(api.op("getRun").sync_detailed("f" * 64, client=client), 404, "Problem").error == "NotFound"
     repeated = api.op("getRun").sync_detailed(made.run_id, client=api.client("viewer", before=twice))
     assert "given 2 times" in expect(repeated, 400, "Problem").detail

@@ -18,11 +18,7 @@ except ImportError as missing:  # the core installs without it
     ) from missing
 
 from dedup.idempotency import canonical_json
-from dedup.json_depth import nesting_depth_exceeds
-
-# Request bodies nested deeper than this are refused: they parse, but the
-# JSON encoders that store and fingerprint them recurse once per level.
-MAX_JSON_DEPTH = 100
+from dedup.json_depth import MAX_JSON_DEPTH, nesting_depth_exceeds
 
 
 class InvalidJson(ValueError):
