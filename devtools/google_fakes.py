@@ -4,7 +4,9 @@ One HTTP server speaks the request and response shapes the code uses:
 - the metadata server (google-auth finds it through GCE_METADATA_HOST and
   GCE_METADATA_IP, as on App Engine, and gets an access token from it);
 - Workflows executions.create / executions.list (filter on a label);
-- Cloud Run v2 jobs.run (a long-running operation);
+- Cloud Run v2 jobs.run (a long-running operation whose execution it keeps, its
+  task template's containers carrying the overrides) / executions.list (newest
+  first, paged by pageSize and pageToken; no filter, as the real API has none);
 - Cloud Build triggers.run (an operation carrying the build) / builds.list
   (filter on a substitution);
 - Cloud Scheduler jobs.create, get, run, delete, pause and resume (a run delivers the
@@ -17,6 +19,7 @@ on demand.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import http.server
 import itertools
 import json
@@ -35,6 +38,7 @@ from devtools.cloud_logging_fake import APP_ENGINE_USER_AGENT, CloudLogging
 
 TOKEN = "fake-access-token"
 SERVICE_ACCOUNT = "dedup-app@fake-project.iam.gserviceaccount.com"
+RUN_EXECUTIONS_PAGE_SIZE = 50  # executions.list's page when pageSize is not given
 
 
 @dataclasses.dataclass
@@ -64,6 +68,8 @@ class GoogleFakes:
         self.faults: list[Fault] = []
         self.executions: list[dict] = []
         self.run_operations: list[dict] = []
+        # Cloud Run executions, as jobs.run made them (or a test put them), oldest first.
+        self.run_executions: list[dict] = []
         self.builds: list[dict] = []
         # Cloud Scheduler jobs' states by resource name; a job not listed is ENABLED.
         self.scheduler_states: dict[str, str] = {}
@@ -107,6 +113,7 @@ class GoogleFakes:
             self.faults.clear()
             self.executions.clear()
             self.run_operations.clear()
+            self.run_executions.clear()
             self.builds.clear()
             self.scheduler_states.clear()
             self.scheduler_jobs.clear()
@@ -297,17 +304,27 @@ class GoogleFakes:
             return status, answer, {}
         run = re.fullmatch(r"/v2/(projects/([^/]+)/locations/([^/]+)/jobs/([^/]+)):run", call.path)
         if run and call.method == "POST":
+            overrides = call.body.get("overrides") or {}
+            execution = {
+                "name": f"{run[1]}/executions/{run[4]}-{number:05d}",
+                "createTime": now,
+                "labels": {},
+                "template": {"containers": [_container(o) for o in overrides.get("containerOverrides") or [{}]]},
+            }
             operation = {
                 "name": f"projects/{run[2]}/locations/{run[3]}/operations/op-{number}",
                 "metadata": {
                     "@type": "type.googleapis.com/google.cloud.run.v2.Execution",
-                    "name": f"{run[1]}/executions/{run[4]}-{number:05d}",
-                    "overrides": call.body.get("overrides"),
+                    **execution,
                 },
             }
             with self._lock:
+                self.run_executions.append(execution)
                 self.run_operations.append(operation)
             return 200, operation, {}
+        run_executions = re.fullmatch(r"/v2/(projects/[^/]+/locations/[^/]+/jobs/[^/]+)/executions", call.path)
+        if run_executions and call.method == "GET":
+            return self._list_run_executions(run_executions[1], call.query)
         got_trigger = re.fullmatch(r"/v1/projects/([^/]+)/locations/([^/]+)/triggers/([^/:]+)", call.path)
         if got_trigger and call.method == "GET":
             return 200, {"id": f"uuid-{got_trigger[3]}", "name": got_trigger[3]}, {}
@@ -354,6 +371,46 @@ class GoogleFakes:
             )
             return 200, ({"builds": found} if found else {}), {}
         return _error(404, "NOT_FOUND", f"no such method: {call.method} {call.path}")
+
+    def _list_run_executions(self, job: str, query: dict):
+        """Cloud Run's executions.list: the job's executions, newest first, a page at a time.  Its
+        only parameters are pageSize, pageToken and showDeleted (this stand-in deletes nothing);
+        any other, a filter say, is refused as the real API refuses an unknown one."""
+        unknown = set(query) - {"pageSize", "pageToken", "showDeleted"}
+        if unknown:
+            return _error(
+                400, "INVALID_ARGUMENT", f"Invalid JSON payload received. Unknown name {sorted(unknown)[0]!r}"
+            )
+        size = int(query.get("pageSize") or RUN_EXECUTIONS_PAGE_SIZE)
+        token = query.get("pageToken") or ""
+        if (token and not re.fullmatch(r"from-[0-9]+", token)) or not 0 < size <= 1000:
+            return _error(400, "INVALID_ARGUMENT", f"invalid pageToken or pageSize: {token!r}, {size}")
+        start = int(token.removeprefix("from-")) if token else 0
+        with self._lock:
+            mine = [(i, e) for i, e in enumerate(self.run_executions) if e["name"].startswith(job + "/executions/")]
+        newest_first = [e for _, e in sorted(mine, key=lambda p: (_instant(p[1]["createTime"]), p[0]), reverse=True)]
+        page = newest_first[start : start + size]
+        answer: dict[str, Any] = {"executions": page} if page else {}
+        if start + size < len(newest_first):
+            answer["nextPageToken"] = f"from-{start + size}"
+        return 200, answer, {}
+
+
+def _container(override: dict) -> dict:
+    """A container of an execution's task template, as a jobs.run container override set it.  Its
+    env is the override's, in proto3 JSON: an empty value is left out."""
+    env = [
+        {"name": item["name"], **({"value": item["value"]} if item.get("value") else {})}
+        for item in override.get("env") or []
+    ]
+    container: dict[str, Any] = {"name": override.get("name") or "job", "image": "fake-image", "env": env}
+    if override.get("args"):
+        container["args"] = override["args"]
+    return container
+
+
+def _instant(text: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(text)
 
 
 def _utc_text(instant) -> str:

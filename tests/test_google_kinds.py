@@ -99,11 +99,13 @@ def test_cloud_run_job_gets_the_key_in_container_env(client, google):
         "MODE": "nightly",
         "IDEMPOTENCY_KEY": run_id_for("reindex"),
         "SCHEDULE_TIME": "2025-10-17T23:50:00.000000Z",
+        "DEDUP_ATTEMPT": "1",
     }
     assert override["args"] == ["--full"]
     execution = google.run_operations[0]["metadata"]["name"]
-    assert response.json["downstream"] == execution
+    assert response.json["downstream"] == execution == google.run_executions[0]["name"]
     assert response.json["result"]["operation"] == google.run_operations[0]["name"]
+    assert google.api_calls("GET") == []  # a first attempt lists nothing: nothing can exist yet
 
 
 def test_cloud_build_trigger_gets_the_key_in_substitutions(client, google):
@@ -154,20 +156,31 @@ def test_a_takeover_adopts_the_recorded_execution(client, google, clock, ndb_cli
     assert len(google.run_operations) == 1
 
 
+# How a create's answer gets lost: the API starts the execution, then answers 503, or
+# answers after the client's 2 s timeout.
+CREATED_THEN_503 = pytest.param({"status": 503, "after_effect": True}, id="created-then-503")
+CREATED_THEN_TIMEOUT = pytest.param({"status": 200, "delay": 3}, id="created-then-timeout", marks=pytest.mark.slow)
+
+
 @pytest.mark.parametrize(
     "job, path_part, created", [("etl", "/executions", "executions"), ("release", ":run", "builds")]
 )
+@pytest.mark.parametrize("lost", [CREATED_THEN_503, CREATED_THEN_TIMEOUT])
 @pytest.mark.parametrize("retry_after_seconds", [0, 2 * 3600])
-def test_a_lost_answer_is_found_by_key_and_adopted(client, google, clock, job, path_part, created, retry_after_seconds):
-    # The API starts the execution but its answer is lost (a 503 after the effect):
-    # the retry finds the execution by its label / substitution instead of starting
-    # another, however late it comes (the release forgot the run, not the execution).
-    google.fail(path_part, status=503, after_effect=True)
+def test_a_lost_answer_is_found_by_key_and_adopted(
+    client, google, clock, job, path_part, created, lost, retry_after_seconds
+):
+    # The API starts the execution but its answer is lost: the retry finds the
+    # execution by its label / substitution instead of starting another, however
+    # late it comes (the release forgot the run, not the execution).
+    google.fail(path_part, **lost)
     deliver(client, job, status=500)
+    assert len(getattr(google, created)) == 1
     clock.advance(retry_after_seconds)
     retried = deliver(client, job, status=200)
     assert retried.json["result"]["adopted"] is True
     assert len(getattr(google, created)) == 1
+    assert len(google.api_calls("POST")) == 1
     assert retried.json["downstream"] == getattr(google, created)[0]["name"]
 
 
@@ -226,7 +239,13 @@ def test_manual_runs_merge_parameters(client, google, job):
     elif job == "reindex":
         [override] = call.body["overrides"]["containerOverrides"]
         env = {item["name"]: item["value"] for item in override["env"]}
-        assert env == {"MODE": "nightly", "SHARD": "3", "IDEMPOTENCY_KEY": key, "SCHEDULE_TIME": ""}
+        assert env == {
+            "MODE": "nightly",
+            "SHARD": "3",
+            "IDEMPOTENCY_KEY": key,
+            "SCHEDULE_TIME": "",
+            "DEDUP_ATTEMPT": "1",
+        }
         assert override["args"] == ["--shard", "3"]
     else:
         assert call.body["source"]["substitutions"] == {
@@ -242,6 +261,7 @@ def test_manual_runs_merge_parameters(client, google, job):
     [
         ("reindex", {"bad-name": "x"}, "not a valid environment variable name"),
         ("reindex", {"IDEMPOTENCY_KEY": "mine"}, "set by the app"),
+        ("reindex", {"DEDUP_ATTEMPT": "7"}, "set by the app"),
         ("release", {"VERSION": "1"}, "not a user substitution"),
         ("release", {"_N": 1}, "must be a string"),
     ],
@@ -290,14 +310,169 @@ def test_a_reused_expired_token_does_not_adopt_the_old_requests_execution(client
     assert len(google.executions) == 2
 
 
+def run_calls(google):
+    return [c for c in google.api_calls("POST") if c.path == f"/v2/{RUN_JOB}:run"]
+
+
+def list_calls(google):
+    return [c for c in google.api_calls("GET") if c.path == f"/v2/{RUN_JOB}/executions"]
+
+
+def reindex_env(**changes) -> dict[str, str]:
+    """What the reindex job's scheduled run at T0 sends (but DEDUP_ATTEMPT), with ``changes``."""
+    env = {"MODE": "nightly", "IDEMPOTENCY_KEY": run_id_for("reindex"), "SCHEDULE_TIME": "2025-10-17T23:50:00.000000Z"}
+    return {**env, **changes}
+
+
+def put_run_execution(google, name: str, created: str, env: dict[str, str]) -> dict:
+    """An execution of the reindex job that something else started (Cloud Run keeps it as jobs.run did)."""
+    execution = {
+        "name": f"{RUN_JOB}/executions/{name}",
+        "createTime": created,
+        "labels": {},
+        "template": {"containers": [{"name": "job", "env": [{"name": k, "value": v} for k, v in env.items()]}]},
+    }
+    google.run_executions.append(execution)
+    return execution
+
+
+@pytest.mark.parametrize("lost", [CREATED_THEN_503, CREATED_THEN_TIMEOUT])
+@pytest.mark.parametrize("search_fails, retry_after_seconds", [(False, 0), (True, 0), (True, 2 * 3600)])
+def test_a_lost_cloud_run_answer_is_found_by_its_env_and_adopted(
+    client, google, clock, lost, search_fails, retry_after_seconds
+):
+    # jobs.run starts the execution but its answer is lost.  The attempt lists the job's
+    # executions at once and adopts the one carrying its env; if that list fails too, the
+    # run is released and the next attempt (however late) lists first and adopts it.
+    google.fail(":run", **lost)
+    if search_fails:
+        google.fail(f"{RUN_JOB}/executions", method="GET")
+        released = deliver(client, "reindex", status=500)
+        assert released.json["attempt"] == 1
+        assert "create call in doubt, and the search for its execution failed" in released.json["message"]
+        clock.advance(retry_after_seconds)
+    adopted = deliver(client, "reindex", status=200)
+    [execution] = google.run_executions
+    assert len(run_calls(google)) == 1
+    assert adopted.json["attempt"] == (2 if search_fails else 1)
+    assert adopted.json["result"] == {"execution": execution["name"], "adopted": True}
+    assert adopted.json["downstream"] == execution["name"]
+    assert len(list_calls(google)) == (2 if search_fails else 1)
+    assert deliver(client, "reindex", status=200).json["duplicate"] is True
+    assert len(run_calls(google)) == 1 and len(google.run_executions) == 1
+
+
+def test_a_cloud_run_refusal_is_searched_released_and_created_once_by_the_retry(client, google):
+    # A 503 that started nothing: in doubt all the same, so the attempt searches, finds
+    # nothing and releases the run; the next attempt searches first, then creates one.
+    google.fail(":run", status=503)
+    failed = deliver(client, "reindex", status=500)
+    assert "create call in doubt, nothing found; retried" in failed.json["message"]
+    assert google.run_executions == [] and len(list_calls(google)) == 1
+    retried = deliver(client, "reindex", status=200)
+    assert retried.json["attempt"] == 2 and retried.json["result"]["adopted"] is False
+    assert len(list_calls(google)) == 2  # attempt 2 looked first
+    [execution] = google.run_executions
+    assert retried.json["downstream"] == execution["name"]
+    assert len(run_calls(google)) == 2
+    [override] = run_calls(google)[-1].body["overrides"]["containerOverrides"]
+    assert {e["name"]: e["value"] for e in override["env"]}["DEDUP_ATTEMPT"] == "2"
+
+
 @pytest.mark.slow
-def test_a_lost_cloud_run_answer_is_not_retried_into_a_second_execution(client, google):
-    google.fail(":run", status=200, delay=3)  # longer than the job's 2 s timeout
-    failed = deliver(client, "reindex", status=422)
-    assert "may have started an execution" in failed.json["error"]["message"]
-    assert deliver(client, "reindex", status=422).json["duplicate"] is True
-    threading.Event().wait(1.5)
-    assert len(google.run_operations) == 1
+def test_a_takeover_finds_an_unrecorded_cloud_run_execution_by_its_env(client, google, clock):
+    # Attempt 1's jobs.run starts the execution but answers slowly; the lease runs out
+    # meanwhile and attempt 2 takes over before anything was recorded.
+    google.fail(":run", status=200, delay=1.5)
+    results = []
+    first = threading.Thread(target=lambda: results.append(deliver(client, "reindex")))
+    first.start()
+    for _ in range(100):
+        if google.run_executions:
+            break
+        threading.Event().wait(0.02)
+    clock.advance(31)
+    takeover = deliver(client, "reindex", status=200)
+    first.join(10)
+    assert takeover.json["attempt"] == 2
+    assert takeover.json["result"] == {"execution": google.run_executions[0]["name"], "adopted": True}
+    assert results[0].status_int == 409 and results[0].json["error"] == "StaleAttempt"
+    assert len(google.run_executions) == 1 and len(run_calls(google)) == 1
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        pytest.param({"IDEMPOTENCY_KEY": "f" * 64}, id="another-runs-key"),
+        pytest.param({"MODE": "weekly"}, id="same-key-other-env"),
+        pytest.param({"SCHEDULE_TIME": "2025-10-16T23:50:00.000000Z"}, id="same-key-other-schedule-time"),
+    ],
+)
+def test_an_execution_not_carrying_all_of_the_runs_env_is_not_adopted(client, google, other):
+    # An execution of another run, or of an earlier request under the same (expired,
+    # reused) key with other parameters: neither the in-doubt search nor attempt 2's adopts it.
+    put_run_execution(google, "not-ours", "2025-10-17T23:49:00Z", reindex_env(**other))
+    google.fail(":run", status=503)
+    deliver(client, "reindex", status=500)
+    retried = deliver(client, "reindex", status=200)
+    assert retried.json["attempt"] == 2 and retried.json["result"]["adopted"] is False
+    assert len(list_calls(google)) == 2
+    assert len(google.run_executions) == 2
+    assert retried.json["downstream"] == google.run_executions[1]["name"] != google.run_executions[0]["name"]
+
+
+def test_the_search_reads_a_second_page_and_adopts_the_oldest_match(client, google, clock):
+    # Attempt 1's jobs.run started an execution (its answer lost, its search failed); then
+    # 60 executions of other runs came, and one more of this run (a stray second): attempt 2
+    # pages through the newest first and adopts the oldest carrying its env.
+    google.fail(":run", status=503, after_effect=True)
+    google.fail(f"{RUN_JOB}/executions", method="GET")
+    deliver(client, "reindex", status=500)
+    [ours] = google.run_executions
+    ours["createTime"] = "2025-10-17T23:50:01Z"
+    # Later, but before ours as text ("." < "Z"): createTime must be compared as a time.
+    put_run_execution(google, "stray", "2025-10-17T23:50:01.5Z", reindex_env(DEDUP_ATTEMPT="1"))
+    for n in range(60):
+        put_run_execution(google, f"other-{n}", f"2025-10-17T23:51:{n:02d}Z", reindex_env(IDEMPOTENCY_KEY=f"{n:064x}"))
+    retried = deliver(client, "reindex", status=200)
+    assert retried.json["result"] == {"execution": ours["name"], "adopted": True}
+    assert len(run_calls(google)) == 1 and len(google.run_executions) == 62
+    first, second = list_calls(google)[1:]
+    assert first.query == {"pageSize": "50", "showDeleted": "true"}
+    assert second.query == {"pageSize": "50", "showDeleted": "true", "pageToken": "from-50"}
+
+
+def test_a_lost_answer_of_a_manual_cloud_run_run_is_found_despite_its_empty_schedule_time(client, google):
+    # A manual run's SCHEDULE_TIME is empty, and Cloud Run's JSON leaves an empty value out.
+    google.fail(":run", status=503, after_effect=True)
+    run = client.post_json("/api/v1/jobs/reindex/runs", {"parameters": {"SHARD": 1}}, status=201)
+    [execution] = google.run_executions
+    assert {"name": "SCHEDULE_TIME"} in execution["template"]["containers"][0]["env"]
+    assert run.json["result"] == {"execution": execution["name"], "adopted": True}
+
+
+def test_a_reused_expired_token_does_not_adopt_the_old_requests_cloud_run_execution(client, google, clock):
+    client.post_json("/api/v1/jobs/reindex/runs", {"clientToken": "t1", "parameters": {"SHARD": 1}}, status=201)
+    clock.advance(2 * 3600)  # past finished + 1 h: the token is free again
+    google.fail(":run", status=503)  # in doubt: the search must not adopt the old request's execution
+    client.post_json("/api/v1/jobs/reindex/runs", {"clientToken": "t1", "parameters": {"SHARD": 2}}, status=500)
+    second = client.post_json(
+        "/api/v1/jobs/reindex/runs", {"clientToken": "t1", "parameters": {"SHARD": 2}}, status=201
+    )
+    assert second.json["attempt"] == 3 and second.json["result"]["adopted"] is False
+    # attempt 2 listed before its jobs.run and after it, attempt 3 before its own
+    assert len(google.run_executions) == 2 and len(list_calls(google)) == 3
+
+
+def test_cloud_run_executions_list_takes_no_filter(google):
+    # As the real API: executions.list has pageSize, pageToken and showDeleted only.
+    import requests
+
+    url = f"{google.url}/v2/{RUN_JOB}/executions"
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    refused = requests.get(url, params={"filter": "x"}, headers=headers, timeout=5)
+    assert refused.status_code == 400 and refused.json()["error"]["status"] == "INVALID_ARGUMENT"
+    assert requests.get(url, params={"pageSize": "5", "showDeleted": "true"}, headers=headers, timeout=5).json() == {}
 
 
 def test_408_is_retryable(client, google):

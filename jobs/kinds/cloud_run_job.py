@@ -1,29 +1,39 @@
 """``cloud_run_job`` jobs: run a Cloud Run job, once per run.
 
-``jobs.run`` takes no request id.  The run's key reaches the container as
-the environment variables IDEMPOTENCY_KEY and SCHEDULE_TIME (overrides), so
-the job's own code can deduplicate; the execution's name is recorded as
-soon as the API answers, and a takeover adopts it.  Cloud Run cannot list
-executions by such a key, so a ``jobs.run`` whose answer is lost after the
-request was sent is recorded as a permanent failure (to be checked by a
-person) rather than retried into a possible second execution.
+``jobs.run`` takes no request id and cannot label the execution, so the run
+marks it through the container's environment (overrides): IDEMPOTENCY_KEY
+(the run's key), SCHEDULE_TIME and DEDUP_ATTEMPT; the job's own code can
+deduplicate on the key too.  The execution's name is recorded as soon as
+the API answers, and a takeover adopts it.  An execution started by an
+attempt that could not record it (its lease ran out, the answer was lost)
+is found by listing the job's newest executions (executions.list has no
+filter) and matching the environment, and adopted instead of starting a
+second: right after a ``jobs.run`` whose answer leaves open whether it
+started one, and before the ``jobs.run`` of every attempt after the first.
 """
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from dedup.errors import PermanentJobError
+from dedup.errors import PermanentJobError, RetryableJobError
 from dedup.keys import format_utc
 from jobs.base import JobKind, RunContext
 from jobs.declared import BaseUrl, check, mapping_of
-from jobs.kinds.google_api import GoogleApi, GoogleApiDeclaration, resource_name
+from jobs.kinds.google_api import CreateInDoubt, GoogleApi, GoogleApiDeclaration, resource_name
 
 DEFAULT_API_BASE = "https://run.googleapis.com"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-RESERVED_ENV = frozenset({"IDEMPOTENCY_KEY", "SCHEDULE_TIME"})
+KEY_ENV = "IDEMPOTENCY_KEY"
+TIME_ENV = "SCHEDULE_TIME"
+ATTEMPT_ENV = "DEDUP_ATTEMPT"
+RESERVED_ENV = frozenset({KEY_ENV, TIME_ENV, ATTEMPT_ENV})
+# Where to look for an execution an earlier attempt started: the job's newest executions.
+EXECUTIONS_PAGE_SIZE = 50
+EXECUTIONS_PAGES = 2
 
 
 def _args(value: Any) -> list[str] | None:
@@ -41,13 +51,16 @@ def _container(value: Any) -> str | None:
 class CloudRunJobDeclaration(GoogleApiDeclaration):
     """A cloud_run_job job: run a Cloud Run job, once per run."""
 
+    # executions.list (attempts after the first), jobs.run, executions.list again (a run in
+    # doubt): up to EXECUTIONS_PAGES pages each.
+    calls_per_attempt = 2 * EXECUTIONS_PAGES + 1
     kind: Literal["cloud_run_job"]
     job: Annotated[str, resource_name("jobs")]
     """projects/PROJECT/locations/LOCATION/jobs/NAME"""
     args: Annotated[list[str] | None, check(_args, list[str] | None)] = None
     """The container's arguments, instead of its own ([] clears them)."""
     env: Annotated[dict[str, Any], check(mapping_of(env_problem), dict[str, str | int | float | bool])] = {}
-    """Environment variables set for the execution (IDEMPOTENCY_KEY and SCHEDULE_TIME are the app's)."""
+    """Environment variables set for the execution (IDEMPOTENCY_KEY, SCHEDULE_TIME and DEDUP_ATTEMPT are the app's)."""
     container: Annotated[str | None, check(_container, str | None)] = None
     """The container to override, when the job has several."""
     api_base: BaseUrl = DEFAULT_API_BASE
@@ -88,8 +101,13 @@ class CloudRunJob(JobKind):
             if problem:
                 raise PermanentJobError(f"parameter {name!r}: {problem}")
             env[name] = value if isinstance(value, str) else _env_text(value)
-        env["IDEMPOTENCY_KEY"] = context.downstream_key
-        env["SCHEDULE_TIME"] = format_utc(context.schedule_time) if context.schedule_time else ""
+        env[KEY_ENV] = context.downstream_key
+        env[TIME_ENV] = format_utc(context.schedule_time) if context.schedule_time else ""
+        env[ATTEMPT_ENV] = str(context.attempt)
+        if context.attempt > 1:  # on the first, nothing can exist yet: spare the round trip
+            existing = context.started_before(lambda: self._find_execution(env))
+            if existing:
+                return {"execution": existing, "adopted": True}
         override: dict[str, Any] = {"env": [{"name": k, "value": v} for k, v in env.items()]}
         if args:
             override["args"] = args
@@ -97,18 +115,78 @@ class CloudRunJob(JobKind):
             override["clearArgs"] = True  # an empty list would mean "no override"
         if self.container:
             override["name"] = self.container
-        operation = self.api.call(
-            "POST",
-            f"v2/{self.job}:run",
-            body={"overrides": {"containerOverrides": [override]}},
-            starts_execution_without_search=True,
-        )
+        try:
+            operation = self.api.call(
+                "POST", f"v2/{self.job}:run", body={"overrides": {"containerOverrides": [override]}}, creates=True
+            )
+        except CreateInDoubt as doubt:
+            # It may have started: look once now; else release, and the next attempt looks first.
+            try:
+                found = self._find_execution(env)
+            except (RetryableJobError, PermanentJobError) as failed:
+                raise type(failed)(
+                    f"create call in doubt, and the search for its execution failed: {failed.message} "
+                    f"(the create: {doubt.message})",
+                    details=failed.details,
+                ) from None
+            if not found:
+                raise CreateInDoubt(
+                    f"create call in doubt, nothing found; retried: {doubt.message}", details=doubt.details
+                ) from None
+            context.record_downstream(found)
+            return {"execution": found, "adopted": True}
         operation_name = operation.get("name")
         if not operation_name:
             raise RuntimeError(f"jobs.run answered without an operation name: {operation!r}")
         execution = (operation.get("metadata") or {}).get("name") or operation_name
         context.record_downstream(execution)
         return {"execution": execution, "operation": operation_name, "adopted": False}
+
+    def _find_execution(self, env: Mapping[str, str]) -> str | None:
+        """An execution an earlier attempt of this run started: the oldest carrying its env.
+
+        executions.list has no filter, so list the job's newest executions
+        (EXECUTIONS_PAGES pages of EXECUTIONS_PAGE_SIZE, deleted ones too: a
+        deleted execution still ran) and match here: IDEMPOTENCY_KEY and every
+        other variable this run sets, so that an expired client token reused
+        for another request does not adopt the old request's execution.  Not
+        DEDUP_ATTEMPT, which differs from attempt to attempt.
+        """
+        wanted = {name: value for name, value in env.items() if name != ATTEMPT_ENV}
+        params = {"pageSize": str(EXECUTIONS_PAGE_SIZE), "showDeleted": "true"}
+        matches = []
+        for _ in range(EXECUTIONS_PAGES):
+            listing = self.api.call("GET", f"v2/{self.job}/executions", params=params)
+            matches += [e for e in listing.get("executions") or [] if e.get("name") and _carries(e, wanted)]
+            if not listing.get("nextPageToken"):
+                break
+            params = {**params, "pageToken": listing["nextPageToken"]}
+        if not matches:
+            return None
+        return str(min(matches, key=lambda e: (_created(e), e["name"]))["name"])
+
+
+def _carries(execution: Mapping[str, Any], wanted: Mapping[str, str]) -> bool:
+    """One of the execution's containers has every variable in ``wanted`` (the job's own may be
+    there besides).  Proto3 JSON leaves an empty value out, so a missing value reads as ""."""
+    for container in (execution.get("template") or {}).get("containers") or []:
+        env = {
+            item.get("name"): item.get("value", "")
+            for item in container.get("env") or []
+            if isinstance(item, dict) and "valueSource" not in item
+        }
+        if all(env.get(name) == value for name, value in wanted.items()):
+            return True
+    return False
+
+
+def _created(execution: Mapping[str, Any]) -> datetime.datetime:
+    """The execution's createTime (RFC 3339, 0 to 9 fractional digits: not comparable as text)."""
+    try:
+        created = datetime.datetime.fromisoformat(execution["createTime"])
+    except (KeyError, TypeError, ValueError):
+        created = datetime.datetime.max
+    return created if created.tzinfo else created.replace(tzinfo=datetime.UTC)
 
 
 def env_problem(name: Any, value: Any) -> str | None:

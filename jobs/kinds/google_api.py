@@ -4,7 +4,9 @@ On App Engine the credentials are the app's service account, fetched from
 the metadata server by google-auth; no key files.  Errors are sorted the
 way the job kinds need: 429, 5xx, UNAVAILABLE, DEADLINE_EXCEEDED and the
 like are retryable; 400, 403, 404, FAILED_PRECONDITION and other client
-errors are permanent, with the API's own message.
+errors are permanent, with the API's own message.  A create sent without a
+request id whose outcome the answer leaves open raises CreateInDoubt (a
+retryable error), so that its caller looks for what it may have started.
 """
 
 from __future__ import annotations
@@ -115,13 +117,13 @@ class GoogleApi:
         *,
         body: Any = None,
         params: Mapping[str, str] | None = None,
-        starts_execution_without_search: bool = False,
+        creates: bool = False,
     ) -> dict[str, Any]:
         """One API call; raise RetryableJobError / PermanentJobError as the answer says.
 
-        With ``starts_execution_without_search`` (a start that no later attempt
-        could find), an answer lost after the request was sent is a permanent
-        failure: retrying might start a second execution.
+        ``creates``: the call starts something and takes no request id (a
+        ``jobs.run``), so an answer that leaves open whether it did raises
+        CreateInDoubt, for the caller to look for what it may have started.
         """
         url = f"{self.base_url}/{path.lstrip('/')}"
         try:
@@ -135,29 +137,42 @@ class GoogleApi:
         except (requests.ConnectTimeout, requests.exceptions.InvalidURL) as exc:
             raise RetryableJobError(f"{method} {url} failed before sending: {exc}") from None
         except requests.RequestException as exc:
-            raise self._uncertain(
-                method, url, f"{type(exc).__name__}: {exc}", starts_execution_without_search
-            ) from None
+            raise self._uncertain(method, url, f"{type(exc).__name__}: {exc}", creates) from None
         if 200 <= response.status_code < 300:
             try:
                 return response.json() if response.content else {}
             except ValueError:
                 raise self._uncertain(
-                    method,
-                    url,
-                    f"a {response.status_code} answer whose body is not JSON",
-                    starts_execution_without_search,
+                    method, url, f"a {response.status_code} answer whose body is not JSON", creates
                 ) from None
-        raise api_error(method, url, response)
+        error = api_error(method, url, response)
+        if creates and isinstance(error, RetryableJobError):
+            raise CreateInDoubt(error.message, details=error.details)
+        raise error
 
-    def _uncertain(self, method: str, url: str, what: str, no_search: bool) -> Exception:
-        if no_search:
-            return PermanentJobError(
-                f"{method} {url}: {what}. The request was sent, so it may have started an execution; "
-                "it is not retried, because nothing could find that execution and a retry could start "
-                "a second. Check the executions (their IDEMPOTENCY_KEY is this run's key)."
-            )
+    def _uncertain(self, method: str, url: str, what: str, creates: bool) -> RetryableJobError:
+        """The error for a request that was sent but whose answer was lost or unreadable."""
+        if creates:
+            return CreateInDoubt(f"{method} {url}: {what}")
         return RetryableJobError(f"{method} {url}: {what}")
+
+
+class CreateInDoubt(RetryableJobError):
+    """A create was sent, and its answer does not say whether it started anything.
+
+    Raised by ``GoogleApi.call(..., creates=True)`` for every failure after the
+    request left: a read timeout, a connection dropped, a 2xx whose body is not
+    JSON, and every *retryable* error answer (408, 429, 5xx, UNAVAILABLE,
+    DEADLINE_EXCEEDED and the other RETRYABLE_API_STATUSES).  An error answer's
+    status says which hop gave up, not whether the backend had already acted:
+    Google's front end answers 502/503/504 for a backend that may have
+    committed, a backend answers DEADLINE_EXCEEDED or INTERNAL after it may
+    have, and no API contract promises that a 408, 429 or UNAVAILABLE did
+    nothing.  Counting such a refusal as in doubt costs one search; counting a
+    create that took effect as refused would leave it to the next attempt's
+    search.  A failure before the request was sent (no credentials, a connect
+    timeout) and a permanent (4xx) refusal are not in doubt.
+    """
 
 
 def api_error(method: str, url: str, response: requests.Response) -> Exception:
