@@ -23,7 +23,7 @@ import time
 import werkzeug.test
 from flask import Flask
 
-from bench import memory, warmup
+from bench import memory, steps, warmup
 from bench.fleet import (
     AUDIT_FLEETS,
     FLEETS,
@@ -174,6 +174,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--warmup-rounds", type=int, default=3, help="fresh gunicorn starts per case of the warmup section"
     )
+    parser.add_argument("--step-runs", type=int, default=20, help="runs per case of the steps section (bench/steps.py)")
     parser.add_argument(
         "--rtt-ms",
         type=float,
@@ -240,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         live = measure_live(emulator, args.concurrency, args.throughput_requests)
         emulator.reset()
         warm_starts = warmup.measure(emulator, args.warmup_rounds)
+        emulator.reset()
+        step_trips = steps.measure(emulator, args.step_runs)
     checkpoints = tuple(args.memory_runs)
     worker_memory = memory.measure(checkpoints)  # on an emulator of its own, after this one has stopped
 
@@ -247,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         render(rows, args.requests, delayed, args.rtt_ms)
         + render_live(live, args.concurrency, args.throughput_requests)
         + warmup.section(warm_starts, args.warmup_rounds)
+        + steps.section(step_trips, args.step_runs)
         + render_cleanup(cleanup, delayed_cleanup, args.rtt_ms)
         + render_fleet(fleet, delayed_fleet, args.rtt_ms)
         + render_audit(audits)

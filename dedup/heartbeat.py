@@ -44,8 +44,11 @@ class Renewals:
     hands each to the shared workers when it falls due.  Started on first use, and again in a
     forked worker (gunicorn's), since threads do not survive a fork."""
 
-    def __init__(self, workers: int = RENEWAL_WORKERS) -> None:
+    def __init__(self, workers: int = RENEWAL_WORKERS, name: str = "lease-renewal") -> None:
+        """``name``: its threads' (``name`` for the workers, ``names`` for the scheduler); the
+        process's own queue's are what ``threads()`` counts."""
         self._workers = workers
+        self._name = name
         self._lock = threading.Condition()
         self._due: list[tuple[float, int, LeaseHeartbeat]] = []
         self._order = itertools.count()  # ties in time go first come, first served
@@ -87,8 +90,8 @@ class Renewals:
         if self._pid == os.getpid():
             return
         self._pid, self._due = os.getpid(), []
-        self._pool = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="lease-renewal")
-        self._thread = threading.Thread(target=self._run, name="lease-renewals", daemon=True)
+        self._pool = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix=self._name)
+        self._thread = threading.Thread(target=self._run, name=f"{self._name}s", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:

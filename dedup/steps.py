@@ -137,6 +137,16 @@ class StepWriter(Protocol):
         ...
 
 
+class StepNotTaken(Exception):
+    """Raised by an at_most_once step's call that surely did not take effect (refused before it
+    acted: a 4xx, a connection never made): the step is recorded as not started, so a later
+    attempt calls it without asking anyone, and ``cause`` is raised in its place."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 class NeedsReview(PermanentJobError):
     """An at_most_once step with ``on_unknown: review`` was found started with no result."""
 
@@ -207,7 +217,12 @@ class Steps:
         started = self._now()
         if record_started:
             self._write(name, {**self._entry(StepState.STARTED, semantic, started), "result": None})
-        result = call(key)
+        try:
+            result = call(key)
+        except StepNotTaken as not_taken:
+            if record_started:  # it did not act: the next attempt calls it again, no one asked
+                self._write(name, {**self._entry(StepState.RERUN, semantic, started), "result": None})
+            raise not_taken.cause from None
         problem = result_problem(name, result)
         if problem:
             raise PermanentJobError(problem)

@@ -60,6 +60,7 @@ class Fault:
     after_effect: bool = False  # create the resource, then answer with the error (a lost answer)
     delay: float = 0.0  # answer (successfully, unless status) this late, after the effect
     method: str = "POST"  # faults hit the calls that start things, unless told otherwise
+    spare: int = 0  # let this many matching calls through first
 
 
 class GoogleFakes:
@@ -179,6 +180,9 @@ class GoogleFakes:
         with self._lock:
             for fault in self.faults:
                 if fault.path_part in path and fault.method == method and fault.times > 0:
+                    if fault.spare > 0:
+                        fault.spare -= 1
+                        continue
                     fault.times -= 1
                     return fault
         return None

@@ -245,10 +245,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)  # every kill and takeover logs; the report says what matters
-    with ndb.Client(project="step-simulator", credentials=AnonymousCredentials()).context():
-        memory = MemoryStore()
-        ledger = EventLedger(ManualClock(), FinishedRuns(0), store=lambda: memory)
-        found = simulate(ledger, ledger.clock, args.schedules, args.seed)  # type: ignore[arg-type]
+    try:
+        with ndb.Client(project="step-simulator", credentials=AnonymousCredentials()).context():
+            memory = MemoryStore()
+            ledger = EventLedger(ManualClock(), FinishedRuns(0), store=lambda: memory)
+            found = simulate(ledger, ledger.clock, args.schedules, args.seed)  # type: ignore[arg-type]
+    finally:
+        logging.disable(logging.NOTSET)
     broken = [s for s in found if s.broken]
     totals = {
         field: sum(getattr(s, field) for s in found)

@@ -22,7 +22,7 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
         [sys.executable, "-m", "bench.run", "--requests", "10", "--no-write", "--concurrency", "4",
          "--throughput-requests", "16", "--rtt-ms", "10", "--fleet", "5", "20", "--audit-fleet", "3", "7",
          "--page-fleet", "2", "4", "--cleanup-records", "600", "--memory-runs", "20", "60",
-         "--warmup-rounds", "1"],
+         "--warmup-rounds", "1", "--step-runs", "3"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-2000:]
@@ -31,6 +31,9 @@ def test_make_bench_with_a_round_trip_delay_reports_round_trips_per_outcome():
     # A new instance's first delivery, both ways (bench/warmup.py): each case's medians in milliseconds.
     assert re.search(r"^\| no warmup .* \| - \| \d+ ms \| \d+ ms \|$", report, re.M)
     assert re.search(r"^\| inbound_services: warmup \| \d+ ms \| \d+ ms \| \d+ ms \|$", report, re.M)
+    # The round trips a step adds (bench/steps.py): one per record where the fence is verified.
+    assert re.search(r"^\| fenced \| 3 at_least_once steps \| \d+ \| 1 \|$", report, re.M)
+    assert re.search(r"^\| fenced \| 3 at_most_once steps \| \d+ \| 2 \|$", report, re.M)
     assert "Task was destroyed" not in completed.stderr and "Traceback" not in completed.stderr
     delayed = report.split("## At 10 ms Datastore round trip")[1].split("## Over HTTP")[0]
     rows = re.findall(r"^\| ([^|]+?) \| [\d.]+ \| [\d.]+ \| ([\d.]+) \| (-?[\d.]+) \|$", delayed, re.M)

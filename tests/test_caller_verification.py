@@ -299,6 +299,8 @@ def test_every_route_declares_the_role_it_needs(appengine_app):
         "runs_api.start_manual_run": "operate",
         "runs_api.list_runs": "view",
         "runs_api.get_run": "view",
+        "runs_api.settle_run_step": "operate",
+        "dashboard_actions.settle_run_step": "operate",
         "runs_api.openapi_description": "view",
         "runs_api.status": "view",
         "home.index": "view",

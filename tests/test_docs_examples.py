@@ -113,3 +113,37 @@ def test_the_report_job_example_as_the_docs_declare_it(make_client, your_reports
         "/jobs/nightly-report", b'{"rows": "x"}', headers=scheduler_headers(scheduler_job_name="b"), status=422
     )
     assert "whole number" in bad.json["error"]["message"]
+
+
+def test_the_stepped_job_example_resumes_after_its_recorded_steps(make_client, monkeypatch):
+    from examples import stepped_job
+
+    for service in (stepped_job.billing, stepped_job.payments, stepped_job.mailer):
+        monkeypatch.setattr(service, "applied", {})
+    jobs = "jobs:\n  billing: {kind: python, target: 'examples.stepped_job:bill_customer', lease_seconds: 60}\n"
+    client = make_client(jobs)
+    sent = stepped_job.mailer.call
+    calls = {"reserve": 0, "charge": 0}
+    monkeypatch.setattr(stepped_job.billing, "call", counted(stepped_job.billing.call, calls, "reserve"))
+    monkeypatch.setattr(stepped_job.payments, "call", counted(stepped_job.payments.call, calls, "charge"))
+
+    def mail_once_down(key, **fields):
+        monkeypatch.setattr(stepped_job.mailer, "call", sent)
+        raise ConnectionError("the mailer is down")
+
+    monkeypatch.setattr(stepped_job.mailer, "call", mail_once_down)
+    headers = scheduler_headers(scheduler_job_name="billing")
+    assert client.post("/jobs/billing", b"", headers=headers, status=500).json["attempt"] == 1
+    done = client.post("/jobs/billing", b"", headers=headers, status=200)
+    assert done.json["attempt"] == 2
+    assert done.json["result"] == {"invoice": "invoice-1", "charge": "charge-1", "receipt": "receipt-1"}
+    assert calls == {"reserve": 1, "charge": 1}  # recorded at attempt 1: not called again
+    assert list(stepped_job.mailer.applied) == [f"{done.json['run_id']}:notify"]
+
+
+def counted(call, calls, name):
+    def wrapper(key, **fields):
+        calls[name] += 1
+        return call(key, **fields)
+
+    return wrapper

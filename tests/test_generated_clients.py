@@ -495,7 +495,8 @@ def test_the_run_api_answers_through_the_client_as_described(api, effects):
     refused = expect(settle.sync_detailed(made.run_id, "s", client=operator, body=review), 409, "Problem")
     assert refused.error == "RunNotRetryable" and "scheduled slot" in refused.detail
     zero = models.SettleStepBody(decision=models.SettleStepBodyDecision.DONE, attempt=0)
-    assert "attempt" in expect(settle.sync_detailed(made.run_id, "s", client=operator, body=zero), 400, "Problem").detail
+    bad = settle.sync_detailed(made.run_id, "s", client=operator, body=zero)
+    assert "attempt" in expect(bad, 400, "Problem").detail
     assert expect(api.op("getRun").sync_detailed("f" * 64, client=client), 404, "Problem").error == "NotFound"
     repeated = api.op("getRun").sync_detailed(made.run_id, client=api.client("viewer", before=twice))
     assert "given 2 times" in expect(repeated, 400, "Problem").detail

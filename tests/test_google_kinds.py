@@ -18,6 +18,7 @@ from dedup.ledger import RunDescription
 from dedup.runner import RunningAttempt
 from devtools.google_fakes import SERVICE_ACCOUNT, TOKEN
 from jobs.base import RunContext
+from jobs.kinds.google_api import DOUBT_SETTLE_SECONDS
 from tests.support.deliveries import T0, scheduler_headers
 
 WORKFLOW = "projects/acme-prod/locations/us-central1/workflows/nightly-etl"
@@ -99,7 +100,7 @@ def test_cloud_run_job_gets_the_key_in_container_env(client, google):
         "MODE": "nightly",
         "IDEMPOTENCY_KEY": run_id_for("reindex"),
         "SCHEDULE_TIME": "2025-10-17T23:50:00.000000Z",
-        "DEDUP_ATTEMPT": "1",
+        "RUN_ATTEMPT": "1",
     }
     assert override["args"] == ["--full"]
     execution = google.run_operations[0]["metadata"]["name"]
@@ -162,19 +163,37 @@ CREATED_THEN_503 = pytest.param({"status": 503, "after_effect": True}, id="creat
 CREATED_THEN_TIMEOUT = pytest.param({"status": 200, "delay": 3}, id="created-then-timeout", marks=pytest.mark.slow)
 
 
-@pytest.mark.parametrize(
-    "job, path_part, created", [("etl", "/executions", "executions"), ("release", ":run", "builds")]
+KINDS_THAT_CREATE = pytest.mark.parametrize(
+    "job, path_part, list_part, created",
+    [("etl", "/executions", "/executions", "executions"), ("release", ":run", "/builds", "builds")],
 )
+
+
+@KINDS_THAT_CREATE
+@pytest.mark.parametrize("lost", [CREATED_THEN_503, CREATED_THEN_TIMEOUT])
+def test_a_lost_answer_is_found_at_once_and_adopted(client, google, job, path_part, list_part, created, lost):
+    # The API starts the execution but its answer is lost: the attempt looks for it by its
+    # label / substitution at once and adopts it instead of releasing the run.
+    google.fail(path_part, **lost)
+    adopted = deliver(client, job, status=200)
+    assert adopted.json["attempt"] == 1 and adopted.json["result"]["adopted"] is True
+    assert len(getattr(google, created)) == 1 and len(google.api_calls("POST")) == 1
+    assert adopted.json["downstream"] == getattr(google, created)[0]["name"]
+
+
+@KINDS_THAT_CREATE
 @pytest.mark.parametrize("lost", [CREATED_THEN_503, CREATED_THEN_TIMEOUT])
 @pytest.mark.parametrize("retry_after_seconds", [0, 2 * 3600])
-def test_a_lost_answer_is_found_by_key_and_adopted(
-    client, google, clock, job, path_part, created, lost, retry_after_seconds
+def test_a_lost_answer_whose_search_failed_is_found_by_the_retry(
+    client, google, clock, job, path_part, list_part, created, lost, retry_after_seconds
 ):
-    # The API starts the execution but its answer is lost: the retry finds the
-    # execution by its label / substitution instead of starting another, however
-    # late it comes (the release forgot the run, not the execution).
+    # The answer is lost and the search after it fails too: the run is released, with the create
+    # recorded as in doubt, and the retry finds the execution instead of starting another,
+    # however late it comes (the release forgot the run, not the execution).
     google.fail(path_part, **lost)
-    deliver(client, job, status=500)
+    google.fail(list_part, method="GET", spare=1)  # the search before the create works; the one after fails
+    released = deliver(client, job, status=500)
+    assert "create call in doubt, and the search for what it started failed" in released.json["message"]
     assert len(getattr(google, created)) == 1
     clock.advance(retry_after_seconds)
     retried = deliver(client, job, status=200)
@@ -184,14 +203,27 @@ def test_a_lost_answer_is_found_by_key_and_adopted(
     assert retried.json["downstream"] == getattr(google, created)[0]["name"]
 
 
+@KINDS_THAT_CREATE
+def test_a_create_refused_before_it_acted_is_recorded_as_not_taken(client, google, job, path_part, list_part, created):
+    # A 4xx refuses the create: nothing started, so its step is recorded as not taken (rerun), and
+    # the run that reopens it creates at once, neither asking anyone nor waiting out a doubt.
+    google.fail(path_part, status=400, api_status="INVALID_ARGUMENT", message="bad")
+    failed = deliver(client, job, status=422)
+    record = client.get(f"/api/v1/runs/{failed.json['run_id']}").json
+    assert [(s["name"], s["state"]) for s in record["steps"]] == [("create", "rerun")]
+    assert getattr(google, created) == []
+
+
 @pytest.mark.parametrize(
     "status, api_status",
     [(429, "RESOURCE_EXHAUSTED"), (500, "INTERNAL"), (503, "UNAVAILABLE"), (504, "DEADLINE_EXCEEDED")],
 )
-def test_retryable_api_errors_release_the_run(client, google, status, api_status):
+def test_retryable_api_errors_release_the_run(client, google, clock, status, api_status):
     google.fail(":run", status=status, api_status=api_status, message="try later")
     failed = deliver(client, "reindex", status=500)
     assert failed.json["cause"]["details"] == {"http_status": status, "status": api_status, "message": "try later"}
+    assert failed.json["cause"]["type"] == "CreateInDoubt"  # a 5xx after sending may have started it
+    clock.advance(DOUBT_SETTLE_SECONDS)  # nothing listed since: the retry creates it
     assert deliver(client, "reindex", status=200).json["duplicate"] is False
     assert len(google.run_operations) == 1
 
@@ -244,7 +276,7 @@ def test_manual_runs_merge_parameters(client, google, job):
             "SHARD": "3",
             "IDEMPOTENCY_KEY": key,
             "SCHEDULE_TIME": "",
-            "DEDUP_ATTEMPT": "1",
+            "RUN_ATTEMPT": "1",
         }
         assert override["args"] == ["--shard", "3"]
     else:
@@ -261,7 +293,7 @@ def test_manual_runs_merge_parameters(client, google, job):
     [
         ("reindex", {"bad-name": "x"}, "not a valid environment variable name"),
         ("reindex", {"IDEMPOTENCY_KEY": "mine"}, "set by the app"),
-        ("reindex", {"DEDUP_ATTEMPT": "7"}, "set by the app"),
+        ("reindex", {"RUN_ATTEMPT": "7"}, "set by the app"),
         ("release", {"VERSION": "1"}, "not a user substitution"),
         ("release", {"_N": 1}, "must be a string"),
     ],
@@ -319,7 +351,7 @@ def list_calls(google):
 
 
 def reindex_env(**changes) -> dict[str, str]:
-    """What the reindex job's scheduled run at T0 sends (but DEDUP_ATTEMPT), with ``changes``."""
+    """What the reindex job's scheduled run at T0 sends (but RUN_ATTEMPT), with ``changes``."""
     env = {"MODE": "nightly", "IDEMPOTENCY_KEY": run_id_for("reindex"), "SCHEDULE_TIME": "2025-10-17T23:50:00.000000Z"}
     return {**env, **changes}
 
@@ -349,7 +381,7 @@ def test_a_lost_cloud_run_answer_is_found_by_its_env_and_adopted(
         google.fail(f"{RUN_JOB}/executions", method="GET")
         released = deliver(client, "reindex", status=500)
         assert released.json["attempt"] == 1
-        assert "create call in doubt, and the search for its execution failed" in released.json["message"]
+        assert "create call in doubt, and the search for what it started failed" in released.json["message"]
         clock.advance(retry_after_seconds)
     adopted = deliver(client, "reindex", status=200)
     [execution] = google.run_executions
@@ -362,21 +394,29 @@ def test_a_lost_cloud_run_answer_is_found_by_its_env_and_adopted(
     assert len(run_calls(google)) == 1 and len(google.run_executions) == 1
 
 
-def test_a_cloud_run_refusal_is_searched_released_and_created_once_by_the_retry(client, google):
+def test_a_cloud_run_refusal_is_searched_released_and_created_once_by_the_retry(client, google, clock):
     # A 503 that started nothing: in doubt all the same, so the attempt searches, finds
     # nothing and releases the run; the next attempt searches first, then creates one.
     google.fail(":run", status=503)
     failed = deliver(client, "reindex", status=500)
-    assert "create call in doubt, nothing found; retried" in failed.json["message"]
+    assert "create call in doubt, nothing found; recorded and retried" in failed.json["message"]
     assert google.run_executions == [] and len(list_calls(google)) == 1
+    # Retried at once: still in doubt (what it started may not be listed yet), so it searches
+    # again and creates nothing; the doubt is in the run's record, not assumed away.
+    early = deliver(client, "reindex", status=500)
+    assert early.json["attempt"] == 2 and "in doubt since" in early.json["message"]
+    assert len(run_calls(google)) == 1 and len(list_calls(google)) == 2
+    record = client.get(f"/api/v1/runs/{early.json['run_id']}").json
+    assert [(s["name"], s["state"], s["attempt"]) for s in record["steps"]] == [("create", "started", 1)]
+    clock.advance(DOUBT_SETTLE_SECONDS)
     retried = deliver(client, "reindex", status=200)
-    assert retried.json["attempt"] == 2 and retried.json["result"]["adopted"] is False
-    assert len(list_calls(google)) == 2  # attempt 2 looked first
+    assert retried.json["attempt"] == 3 and retried.json["result"]["adopted"] is False
+    assert len(list_calls(google)) == 3  # attempt 3 looked first
     [execution] = google.run_executions
     assert retried.json["downstream"] == execution["name"]
     assert len(run_calls(google)) == 2
     [override] = run_calls(google)[-1].body["overrides"]["containerOverrides"]
-    assert {e["name"]: e["value"] for e in override["env"]}["DEDUP_ATTEMPT"] == "2"
+    assert {e["name"]: e["value"] for e in override["env"]}["RUN_ATTEMPT"] == "3"
 
 
 @pytest.mark.slow
@@ -408,12 +448,13 @@ def test_a_takeover_finds_an_unrecorded_cloud_run_execution_by_its_env(client, g
         pytest.param({"SCHEDULE_TIME": "2025-10-16T23:50:00.000000Z"}, id="same-key-other-schedule-time"),
     ],
 )
-def test_an_execution_not_carrying_all_of_the_runs_env_is_not_adopted(client, google, other):
+def test_an_execution_not_carrying_all_of_the_runs_env_is_not_adopted(client, google, clock, other):
     # An execution of another run, or of an earlier request under the same (expired,
     # reused) key with other parameters: neither the in-doubt search nor attempt 2's adopts it.
     put_run_execution(google, "not-ours", "2025-10-17T23:49:00Z", reindex_env(**other))
     google.fail(":run", status=503)
     deliver(client, "reindex", status=500)
+    clock.advance(DOUBT_SETTLE_SECONDS)
     retried = deliver(client, "reindex", status=200)
     assert retried.json["attempt"] == 2 and retried.json["result"]["adopted"] is False
     assert len(list_calls(google)) == 2
@@ -431,7 +472,7 @@ def test_the_search_reads_a_second_page_and_adopts_the_oldest_match(client, goog
     [ours] = google.run_executions
     ours["createTime"] = "2025-10-17T23:50:01Z"
     # Later, but before ours as text ("." < "Z"): createTime must be compared as a time.
-    put_run_execution(google, "stray", "2025-10-17T23:50:01.5Z", reindex_env(DEDUP_ATTEMPT="1"))
+    put_run_execution(google, "stray", "2025-10-17T23:50:01.5Z", reindex_env(RUN_ATTEMPT="1"))
     for n in range(60):
         put_run_execution(google, f"other-{n}", f"2025-10-17T23:51:{n:02d}Z", reindex_env(IDEMPOTENCY_KEY=f"{n:064x}"))
     retried = deliver(client, "reindex", status=200)
@@ -456,6 +497,7 @@ def test_a_reused_expired_token_does_not_adopt_the_old_requests_cloud_run_execut
     clock.advance(2 * 3600)  # past finished + 1 h: the token is free again
     google.fail(":run", status=503)  # in doubt: the search must not adopt the old request's execution
     client.post_json("/api/v1/jobs/reindex/runs", {"clientToken": "t1", "parameters": {"SHARD": 2}}, status=500)
+    clock.advance(DOUBT_SETTLE_SECONDS)
     second = client.post_json(
         "/api/v1/jobs/reindex/runs", {"clientToken": "t1", "parameters": {"SHARD": 2}}, status=201
     )
@@ -488,7 +530,6 @@ def test_an_empty_args_parameter_clears_the_args(client, google):
 
 def test_builds_are_found_through_documented_filters_only(client, google):
     google.fail(":run", status=503, after_effect=True)
-    deliver(client, "release", status=500)
-    deliver(client, "release", status=200)
+    deliver(client, "release", status=200)  # found at once by the search after the lost answer
     lists = [c for c in google.api_calls("GET") if c.path.endswith("/builds")]
     assert lists and all(c.query["filter"] == 'trigger_id="uuid-release"' for c in lists)

@@ -411,7 +411,7 @@ def test_a_heartbeat_stopped_while_its_renewal_is_in_flight_is_not_queued_again(
 
     from dedup.heartbeat import LeaseHeartbeat, Renewals
 
-    renewals = Renewals(workers=1)
+    renewals = Renewals(workers=1, name="queue-test-renewal")  # not counted as the process's own
     beat = LeaseHeartbeat.__new__(LeaseHeartbeat)  # no ledger needed: only its stop is read
     beat._stopped = threading.Event()
     renewals.schedule(beat, float("inf"))

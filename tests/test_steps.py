@@ -454,3 +454,33 @@ def test_a_run_records_no_more_than_its_budget_of_steps():
     with pytest.raises(PermanentJobError, match=f"at most {steps_module.MAX_STEPS} steps"):
         context.step("one-more", lambda key: None)
     assert len(json.dumps(context.steps().recorded())) < steps_module.MAX_STEPS_JSON_BYTES
+
+
+def test_a_call_that_surely_did_not_act_is_recorded_as_not_taken_and_called_again_without_review(memory_ledger):
+    ledger, calls = memory_ledger, []
+
+    def job(context: RunContext):
+        def charge(key: str):
+            calls.append(context.attempt)
+            if context.attempt == 1:
+                raise steps_module.StepNotTaken(ConnectionRefusedError("never connected"))
+            return "charged"
+
+        return context.step("charge", charge, semantic="at_most_once", on_unknown="review")
+
+    ledger.events = Events()
+    first = deliver(ledger, ledger.clock, "not-taken", job)
+    assert first.record.status == RunStatus.RELEASED  # the cause, ConnectionRefusedError: retryable
+    assert first.record.error["type"] == "ConnectionRefusedError"
+    assert first.record.steps["charge"]["state"] == "rerun"
+    again = deliver(ledger, ledger.clock, "not-taken", job)
+    assert again.record.status == RunStatus.COMPLETED and again.record.result == "charged"
+    assert calls == [1, 2]
+
+
+def test_the_simulator_command_reports_its_schedules(capsys):
+    from devtools import step_simulator
+
+    assert step_simulator.main(["--schedules", "60", "--seed", "3"]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith("60 schedules, {") and said.rstrip().endswith(": 0 broken")

@@ -19,7 +19,14 @@ from dedup.errors import PermanentJobError
 from dedup.keys import format_utc
 from jobs.base import JobKind, RunContext
 from jobs.declared import BaseUrl, OmittableText, check, field_problem, mapping_of
-from jobs.kinds.google_api import GoogleApi, GoogleApiDeclaration, resource_name, resource_parts
+from jobs.kinds.google_api import (
+    Created,
+    GoogleApi,
+    GoogleApiDeclaration,
+    create_once,
+    resource_name,
+    resource_parts,
+)
 
 DEFAULT_API_BASE = "https://cloudbuild.googleapis.com"
 KEY_SUBSTITUTION = "_IDEMPOTENCY_KEY"
@@ -105,28 +112,30 @@ class CloudBuildTriggerJob(JobKind):
             substitutions[name] = value
         substitutions[KEY_SUBSTITUTION] = context.downstream_key
         substitutions[TIME_SUBSTITUTION] = format_utc(context.schedule_time) if context.schedule_time else ""
-        existing = context.started_before(lambda: self._find_build(substitutions))
-        if existing:
-            return {"build": existing, "adopted": True}
-        operation = self.api.call(
-            "POST",
-            f"v1/{self.trigger}:run",
-            body={
-                "projectId": self.parts["project"],
-                "triggerId": self.parts["name"],
-                "source": {**self.revision, "substitutions": substitutions},
-            },
-        )
-        build = (operation.get("metadata") or {}).get("build") or {}
-        build_name = build.get("name") or (
-            f"projects/{self.parts['project']}/locations/{self.parts['location']}/builds/{build['id']}"
-            if build.get("id")
-            else operation.get("name")
-        )
-        if not build_name:
-            raise RuntimeError(f"triggers.run answered without a build or operation: {operation!r}")
-        context.record_downstream(build_name)
-        return {"build": build_name, "operation": operation.get("name"), "adopted": False}
+
+        def create() -> Created:
+            operation = self.api.call(
+                "POST",
+                f"v1/{self.trigger}:run",
+                body={
+                    "projectId": self.parts["project"],
+                    "triggerId": self.parts["name"],
+                    "source": {**self.revision, "substitutions": substitutions},
+                },
+                creates=True,
+            )
+            build = (operation.get("metadata") or {}).get("build") or {}
+            build_name = build.get("name") or (
+                f"projects/{self.parts['project']}/locations/{self.parts['location']}/builds/{build['id']}"
+                if build.get("id")
+                else operation.get("name")
+            )
+            if not build_name:
+                raise RuntimeError(f"triggers.run answered without a build or operation: {operation!r}")
+            return Created(build_name, adopted=False, extra={"operation": operation.get("name")})
+
+        made = create_once(context, lambda: self._find_build(substitutions), create, search_first=True)
+        return {"build": made.name, **made.extra, "adopted": made.adopted}
 
     def _find_build(self, substitutions: Mapping[str, str]) -> str | None:
         """A build an earlier attempt of this run started.

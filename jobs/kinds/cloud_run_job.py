@@ -2,7 +2,7 @@
 
 ``jobs.run`` takes no request id and cannot label the execution, so the run
 marks it through the container's environment (overrides): IDEMPOTENCY_KEY
-(the run's key), SCHEDULE_TIME and DEDUP_ATTEMPT; the job's own code can
+(the run's key), SCHEDULE_TIME and RUN_ATTEMPT; the job's own code can
 deduplicate on the key too.  The execution's name is recorded as soon as
 the API answers, and a takeover adopts it.  An execution started by an
 attempt that could not record it (its lease ran out, the answer was lost)
@@ -19,17 +19,17 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from dedup.errors import PermanentJobError, RetryableJobError
+from dedup.errors import PermanentJobError
 from dedup.keys import format_utc
 from jobs.base import JobKind, RunContext
 from jobs.declared import BaseUrl, check, mapping_of
-from jobs.kinds.google_api import CreateInDoubt, GoogleApi, GoogleApiDeclaration, resource_name
+from jobs.kinds.google_api import Created, GoogleApi, GoogleApiDeclaration, create_once, resource_name
 
 DEFAULT_API_BASE = "https://run.googleapis.com"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 KEY_ENV = "IDEMPOTENCY_KEY"
 TIME_ENV = "SCHEDULE_TIME"
-ATTEMPT_ENV = "DEDUP_ATTEMPT"
+ATTEMPT_ENV = "RUN_ATTEMPT"
 RESERVED_ENV = frozenset({KEY_ENV, TIME_ENV, ATTEMPT_ENV})
 # Where to look for an execution an earlier attempt started: the job's newest executions.
 EXECUTIONS_PAGE_SIZE = 50
@@ -60,7 +60,7 @@ class CloudRunJobDeclaration(GoogleApiDeclaration):
     args: Annotated[list[str] | None, check(_args, list[str] | None)] = None
     """The container's arguments, instead of its own ([] clears them)."""
     env: Annotated[dict[str, Any], check(mapping_of(env_problem), dict[str, str | int | float | bool])] = {}
-    """Environment variables set for the execution (IDEMPOTENCY_KEY, SCHEDULE_TIME and DEDUP_ATTEMPT are the app's)."""
+    """Environment variables set for the execution (IDEMPOTENCY_KEY, SCHEDULE_TIME and RUN_ATTEMPT are the app's)."""
     container: Annotated[str | None, check(_container, str | None)] = None
     """The container to override, when the job has several."""
     api_base: BaseUrl = DEFAULT_API_BASE
@@ -104,10 +104,6 @@ class CloudRunJob(JobKind):
         env[KEY_ENV] = context.downstream_key
         env[TIME_ENV] = format_utc(context.schedule_time) if context.schedule_time else ""
         env[ATTEMPT_ENV] = str(context.attempt)
-        if context.attempt > 1:  # on the first, nothing can exist yet: spare the round trip
-            existing = context.started_before(lambda: self._find_execution(env))
-            if existing:
-                return {"execution": existing, "adopted": True}
         override: dict[str, Any] = {"env": [{"name": k, "value": v} for k, v in env.items()]}
         if args:
             override["args"] = args
@@ -115,32 +111,19 @@ class CloudRunJob(JobKind):
             override["clearArgs"] = True  # an empty list would mean "no override"
         if self.container:
             override["name"] = self.container
-        try:
-            operation = self.api.call(
-                "POST", f"v2/{self.job}:run", body={"overrides": {"containerOverrides": [override]}}, creates=True
-            )
-        except CreateInDoubt as doubt:
-            # It may have started: look once now; else release, and the next attempt looks first.
-            try:
-                found = self._find_execution(env)
-            except (RetryableJobError, PermanentJobError) as failed:
-                raise type(failed)(
-                    f"create call in doubt, and the search for its execution failed: {failed.message} "
-                    f"(the create: {doubt.message})",
-                    details=failed.details,
-                ) from None
-            if not found:
-                raise CreateInDoubt(
-                    f"create call in doubt, nothing found; retried: {doubt.message}", details=doubt.details
-                ) from None
-            context.record_downstream(found)
-            return {"execution": found, "adopted": True}
-        operation_name = operation.get("name")
-        if not operation_name:
-            raise RuntimeError(f"jobs.run answered without an operation name: {operation!r}")
-        execution = (operation.get("metadata") or {}).get("name") or operation_name
-        context.record_downstream(execution)
-        return {"execution": execution, "operation": operation_name, "adopted": False}
+
+        def run_job() -> Created:
+            body = {"overrides": {"containerOverrides": [override]}}
+            operation = self.api.call("POST", f"v2/{self.job}:run", body=body, creates=True)
+            operation_name = operation.get("name")
+            if not operation_name:
+                raise RuntimeError(f"jobs.run answered without an operation name: {operation!r}")
+            execution = (operation.get("metadata") or {}).get("name") or operation_name
+            return Created(execution, adopted=False, extra={"operation": operation_name})
+
+        # On the first attempt nothing can exist yet: no list, unless its own create is in doubt.
+        made = create_once(context, lambda: self._find_execution(env), run_job, search_first=context.attempt > 1)
+        return {"execution": made.name, **made.extra, "adopted": made.adopted}
 
     def _find_execution(self, env: Mapping[str, str]) -> str | None:
         """An execution an earlier attempt of this run started: the oldest carrying its env.
@@ -150,7 +133,7 @@ class CloudRunJob(JobKind):
         deleted execution still ran) and match here: IDEMPOTENCY_KEY and every
         other variable this run sets, so that an expired client token reused
         for another request does not adopt the old request's execution.  Not
-        DEDUP_ATTEMPT, which differs from attempt to attempt.
+        RUN_ATTEMPT, which differs from attempt to attempt.
         """
         wanted = {name: value for name, value in env.items() if name != ATTEMPT_ENV}
         params = {"pageSize": str(EXECUTIONS_PAGE_SIZE), "showDeleted": "true"}

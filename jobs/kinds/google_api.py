@@ -11,9 +11,11 @@ retryable error), so that its caller looks for what it may have started.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, ClassVar, Self
 
 import google.auth
@@ -23,6 +25,8 @@ from google.auth.transport.requests import AuthorizedSession
 from pydantic import Field, PlainValidator, model_validator
 
 from dedup.errors import PermanentJobError, RetryableJobError
+from dedup.steps import OnUnknown, Semantic, StepNotTaken, StepState
+from jobs.base import RunContext
 from jobs.declared import BaseUrl, JobDeclaration, OmittableSeconds, check, field_problem, non_empty
 from jobs.trace_headers import outgoing_trace_headers
 
@@ -155,6 +159,85 @@ class GoogleApi:
         if creates:
             return CreateInDoubt(f"{method} {url}: {what}")
         return RetryableJobError(f"{method} {url}: {what}")
+
+
+# The create of a job kind's downstream resource, as a step of its run (dedup.steps): "started" is
+# recorded before the call, so a later attempt knows an earlier one may have created something.
+CREATE_STEP = "create"
+# How long after a create in doubt the target's listing is taken as the truth: until then, an
+# attempt that finds nothing searches again later instead of creating (what the create started
+# may not be listed yet); after it, nothing found means nothing was created.
+DOUBT_SETTLE_SECONDS = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Created:
+    """What a kind's create (or what it adopted) came to: the resource's name, and what to add to
+    the run's result."""
+
+    name: str
+    adopted: bool
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def create_once(
+    context: RunContext, find: Callable[[], str | None], create: Callable[[], Created], search_first: bool
+) -> Created:
+    """The run's downstream resource, created at most once however its creates' answers are lost.
+
+    A resource recorded by an earlier attempt is adopted.  The create itself is an
+    ``at_most_once`` step: "started" is recorded before the call.  Before creating, an attempt
+    searches by the run's mark (``find``) when ``search_first`` (an attempt after the first, or a
+    kind that always looks) or when an earlier create is in doubt (started, nothing recorded), and
+    adopts what it finds.  A create whose answer leaves open whether it started anything
+    (CreateInDoubt) is searched for at once; if nothing is found, the doubt stays recorded and the
+    run is released ("create call in doubt, nothing found"), never assumed either way: the next
+    attempt searches again, and creates anew only once DOUBT_SETTLE_SECONDS have passed since the
+    doubtful call with nothing found.
+    """
+    if context.downstream:
+        return Created(context.downstream, adopted=True)
+    earlier = context.steps().recorded().get(CREATE_STEP)
+    in_doubt = earlier is not None and earlier.get("state") == StepState.STARTED
+    if search_first or in_doubt:
+        found = context.started_before(find)
+        if found:
+            return Created(found, adopted=True)
+    if in_doubt:
+        assert earlier is not None
+        since = datetime.datetime.fromisoformat(str(earlier.get("started")))
+        waited = (context.now() - since).total_seconds()
+        if waited < DOUBT_SETTLE_SECONDS:
+            raise CreateInDoubt(
+                f"the create of attempt {earlier.get('attempt')} is in doubt since {earlier.get('started')} and "
+                f"nothing carrying this run's mark is listed yet; searched again and retried (a new create "
+                f"only after {DOUBT_SETTLE_SECONDS:g}s with nothing found)"
+            )
+
+    def call(key: str) -> dict[str, Any]:
+        try:
+            made = create()
+        except CreateInDoubt as doubt:
+            try:
+                found = find()
+            except (RetryableJobError, PermanentJobError) as failed:
+                raise type(failed)(
+                    f"create call in doubt, and the search for what it started failed: {failed.message} "
+                    f"(the create: {doubt.message})",
+                    details=failed.details,
+                ) from None
+            if not found:
+                raise CreateInDoubt(
+                    f"create call in doubt, nothing found; recorded and retried: {doubt.message}", details=doubt.details
+                ) from None
+            made = Created(found, adopted=True)
+        except (RetryableJobError, PermanentJobError) as refused:  # refused before it acted: nothing was created
+            raise StepNotTaken(refused) from None
+        context.record_downstream(made.name)
+        return {"name": made.name, "adopted": made.adopted, "extra": made.extra}
+
+    done = context.step(CREATE_STEP, call, semantic=Semantic.AT_MOST_ONCE, on_unknown=OnUnknown.RETRY)
+    return Created(str(done["name"]), bool(done["adopted"]), dict(done.get("extra") or {}))
 
 
 class CreateInDoubt(RetryableJobError):

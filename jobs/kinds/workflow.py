@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from dedup.keys import format_utc
 from jobs.base import JobKind, RunContext
 from jobs.declared import BaseUrl, check
-from jobs.kinds.google_api import GoogleApi, GoogleApiDeclaration, resource_name
+from jobs.kinds.google_api import Created, GoogleApi, GoogleApiDeclaration, create_once, resource_name
 
 DEFAULT_API_BASE = "https://workflowexecutions.googleapis.com"
 LABEL_KEY = "idempotency_key"  # "-" would read as negation in a list filter
@@ -77,19 +77,21 @@ class WorkflowJob(JobKind):
             "idempotency_key": context.downstream_key,
             "schedule_time": format_utc(context.schedule_time) if context.schedule_time else None,
         }
-        existing = context.started_before(lambda: self._find_execution(label, argument))
-        if existing:
-            return {"execution": existing, "adopted": True}
-        execution = self.api.call(
-            "POST",
-            f"v1/{self.workflow}/executions",
-            body={"argument": json.dumps(argument), "labels": {LABEL_KEY: label}},
-        )
-        name = execution.get("name")
-        if not name:
-            raise RuntimeError(f"executions.create answered without a name: {execution!r}")
-        context.record_downstream(name)
-        return {"execution": name, "state": execution.get("state"), "adopted": False}
+
+        def create() -> Created:
+            execution = self.api.call(
+                "POST",
+                f"v1/{self.workflow}/executions",
+                body={"argument": json.dumps(argument), "labels": {LABEL_KEY: label}},
+                creates=True,
+            )
+            name = execution.get("name")
+            if not name:
+                raise RuntimeError(f"executions.create answered without a name: {execution!r}")
+            return Created(name, adopted=False, extra={"state": execution.get("state")})
+
+        made = create_once(context, lambda: self._find_execution(label, argument), create, search_first=True)
+        return {"execution": made.name, **made.extra, "adopted": made.adopted}
 
     def _find_execution(self, label: str, argument: dict[str, Any]) -> str | None:
         """An execution an earlier attempt of this run started: its label and its argument match.

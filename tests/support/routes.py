@@ -14,6 +14,7 @@ PATH_VALUES = {
     "schedule_time": "2030-01-01T00:00:00Z",
     "slug": "run-in-progress",
     "name": "nightly-invoice",  # a Scheduler job (/api/v1/scheduler-jobs/<name>)
+    "step": "charge",  # a run's step (/api/v1/runs/<run_id>/steps/<step>)
 }
 
 
