@@ -102,9 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=20, choices=range(1, 201), metavar="N", help="runs per case")
     args = parser.parse_args(argv)
     logging.getLogger("dedup").setLevel(logging.ERROR)
-    with DatastoreEmulator(project="dedup-bench") as emulator:
-        os.environ.update(emulator.env)
-        print(section(measure(emulator, args.runs), args.runs))
+    saved = dict(os.environ)
+    try:
+        with DatastoreEmulator(project="dedup-bench") as emulator:
+            os.environ.update(emulator.env)  # what ndb.Client reads; put back after, for whoever called this
+            print(section(measure(emulator, args.runs), args.runs))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     return 0
 
 

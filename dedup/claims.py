@@ -126,22 +126,27 @@ class ClaimRequest:
         refused = refusal(live, self.description, now, self.reopen_attempt)
         if refused is not None:
             return refused
+        # A run that started something downstream or recorded a step is never skipped over: its
+        # retry adopts or resumes it.
         if self.skip_reason is not None and (
-            live is None or (live.status != RunStatus.IN_PROGRESS and not live.downstream)
+            live is None or (live.status != RunStatus.IN_PROGRESS and not live.downstream and not live.steps)
         ):
             return Skipped(_skipped_record(self, live, current, now))
         if lock is not None and lock.run_id != self.run_id and lock.is_held(now):
             return Overlap.until(self.run_id, lock.run_id, lock.lease_expires, now)
         # Absent, released, or an in-progress record whose lease ran out (a takeover).  The
         # attempt number rises with every claim of the run, so it is a usable fencing token.
+        # What an earlier attempt started or recorded belongs to the same request only: a client token
+        # reused over a released run with other parameters is another request, which starts afresh.
+        same = live if live is not None and live.fingerprint == self.description.fingerprint else None
         attempt = Attempt(
             self.run_id,
             self.attempt_id,
             (current.attempt if current else 0) + 1,
-            downstream=live.downstream if live else None,
+            downstream=same.downstream if same else None,
             job_lock=self.job_lock,
         )
-        record = _claimed_record(attempt, self.description, self.policy, live, now)
+        record = _claimed_record(attempt, self.description, self.policy, live, now, carried=same)
         if record.covers:  # a compacted run: its attempt resolves what it stands for (service.runs)
             attempt = dataclasses.replace(attempt, covers=tuple(record.covers))
         if record.steps:  # what earlier attempts recorded of their steps (dedup.steps)
@@ -180,8 +185,10 @@ def _claimed_record(
     policy: RunPolicy,
     current: RunRecord | None,
     now: datetime.datetime,
+    carried: RunRecord | None = None,
 ) -> RunRecord:
-    """The record of a new attempt: the description as given, the attempt's fence and lease, the history."""
+    """The record of a new attempt: the description as given, the attempt's fence and lease, the
+    history; the steps of ``carried`` (the same request's earlier attempts)."""
     history = list(current.attempts or []) if current else []
     if history and history[-1].get("outcome") is None:
         history[-1] = {**history[-1], "outcome": "lease_expired"}  # taken over
@@ -201,8 +208,8 @@ def _claimed_record(
     if current is not None and current.covers:
         # The slot times a compacted run was set to stand for (Ledger.stand_for): every attempt's.
         fields["covers"] = current.covers
-    if current is not None and current.steps:
-        fields["steps"] = current.steps  # the steps earlier attempts recorded: this one resumes after them
+    if carried is not None and carried.steps:
+        fields["steps"] = carried.steps  # the steps earlier attempts recorded: this one resumes after them
     return RunRecord(
         id=attempt.run_id,
         # RunDescription's fields are the record's (copied as they are: asdict would deep-copy).

@@ -278,6 +278,11 @@ def _do_work(
         span.set_status(trace.StatusCode.ERROR, "retryable failure")
         error = error_document(exc, details=getattr(exc, "details", None))
         return lambda: ledger.release_run(attempt, error)
+    if attempt.held is not None and attempt.held.steps.stale:
+        # The job caught a step's StaleAttempt and returned: the run is another attempt's all the same.
+        log.warning("run %s attempt %d returned after losing the run; nothing recorded", run_id, attempt.number)
+        stale = Stale(run_id, attempt.number, None)
+        return lambda: stale
     problem = storable_json_problem(result)
     if problem:
         # The job ran and may have had effects: record a failure rather than

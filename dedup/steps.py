@@ -136,6 +136,10 @@ class StepWriter(Protocol):
         """Write ``entry`` as step ``name`` of the run, fenced by the attempt; False when it is stale."""
         ...
 
+    def lost(self) -> bool:
+        """True once the attempt's lease was lost (a renewal found the run taken over, or ran out)."""
+        ...
+
 
 class StepNotTaken(Exception):
     """Raised by an at_most_once step's call that surely did not take effect (refused before it
@@ -169,6 +173,9 @@ class Steps:
         self._now = now
         self._called: set[str] = set()  # the names this attempt used: a name twice is a bug in the job
         self._lock = threading.Lock()
+        # Set once a write was refused: the run is another attempt's, so no step of this one may
+        # call anything again, even if the job caught the StaleAttempt and went on.
+        self.stale = False
 
     def recorded(self) -> dict[str, dict[str, Any]]:
         """The step records as this attempt knows them (a copy)."""
@@ -187,6 +194,7 @@ class Steps:
         problem = name_problem(name)
         if problem:
             raise PermanentJobError(problem)
+        self._still_owned(name)
         with self._lock:
             if name in self._called:
                 raise PermanentJobError(
@@ -217,6 +225,7 @@ class Steps:
         started = self._now()
         if record_started:
             self._write(name, {**self._entry(StepState.STARTED, semantic, started), "result": None})
+        self._still_owned(name)
         try:
             result = call(key)
         except StepNotTaken as not_taken:
@@ -226,6 +235,7 @@ class Steps:
         problem = result_problem(name, result)
         if problem:
             raise PermanentJobError(problem)
+        result = json.loads(json.dumps(result))  # what every later attempt gets back: the same value
         entry = {**self._entry(StepState.DONE, semantic, started), "finished": format_utc(self._now())}
         entry["result"] = result
         with self._lock:
@@ -233,7 +243,27 @@ class Steps:
         if len(json.dumps({**others, name: entry}).encode("utf-8")) > MAX_STEPS_JSON_BYTES:
             raise PermanentJobError(f"a run's step records are at most {MAX_STEPS_JSON_BYTES} bytes of JSON together")
         self._write(name, entry)
-        return result
+        return result  # type: ignore[no-any-return]  # the call's result, as JSON gives it back
+
+    def mark_done(self, name: str, result: Any, semantic: Semantic = Semantic.AT_MOST_ONCE) -> None:
+        """Record step ``name`` done with ``result`` without calling anything: what it was to start
+        was found done (a job kind's create adopted by its search)."""
+        self._still_owned(name)
+        now = self._now()
+        self._write(name, {**self._entry(StepState.DONE, semantic, now), "finished": format_utc(now), "result": result})
+
+    def note(self, name: str, **fields: Any) -> None:
+        """Add ``fields`` to step ``name``'s record, its state unchanged (what an attempt learned of a
+        step it could not finish: a create whose answer left it in doubt)."""
+        with self._lock:
+            entry = dict(self._recorded.get(name) or {})
+        self._write(name, {**entry, **fields})
+
+    def _still_owned(self, name: str) -> None:
+        """StaleAttempt, before anything is called, once this attempt lost the run."""
+        if self.stale or (self._writer is not None and self._writer.lost()):
+            self.stale = True
+            raise StaleAttempt(f"attempt {self.attempt} of run {self.run_id} lost the run; step {name!r} not called")
 
     def _entry(self, state: StepState, semantic: Semantic, started: datetime.datetime) -> dict[str, Any]:
         return {
@@ -246,6 +276,7 @@ class Steps:
 
     def _write(self, name: str, entry: dict[str, Any]) -> None:
         if self._writer is not None and not self._writer.record_step(name, entry):
+            self.stale = True
             raise StaleAttempt(
                 f"attempt {self.attempt} of run {self.run_id} was taken over; step {name!r} not recorded"
             )
@@ -353,6 +384,9 @@ def review_problem(record: Any, decision: StepDecision) -> str | None:
         problem = result_problem(decision.step, decision.result)
         if problem:
             return problem
+        others = {name: step for name, step in (record.steps or {}).items() if name != decision.step}
+        if len(json.dumps({**others, decision.step: {**entry, "result": decision.result}})) > MAX_STEPS_JSON_BYTES:
+            return f"with that result a run's step records would pass {MAX_STEPS_JSON_BYTES} bytes of JSON"
     return None
 
 

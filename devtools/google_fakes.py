@@ -71,6 +71,10 @@ class GoogleFakes:
         self.run_operations: list[dict] = []
         # Cloud Run executions, as jobs.run made them (or a test put them), oldest first.
         self.run_executions: list[dict] = []
+        # A listing that lags: while ``hide_new``, a new Cloud Run execution is left out of
+        # executions.list until its name leaves ``unlisted``.
+        self.hide_new = False
+        self.unlisted: set[str] = set()
         self.builds: list[dict] = []
         # Cloud Scheduler jobs' states by resource name; a job not listed is ENABLED.
         self.scheduler_states: dict[str, str] = {}
@@ -115,6 +119,8 @@ class GoogleFakes:
             self.executions.clear()
             self.run_operations.clear()
             self.run_executions.clear()
+            self.hide_new = False
+            self.unlisted.clear()
             self.builds.clear()
             self.scheduler_states.clear()
             self.scheduler_jobs.clear()
@@ -325,6 +331,8 @@ class GoogleFakes:
             with self._lock:
                 self.run_executions.append(execution)
                 self.run_operations.append(operation)
+                if self.hide_new:
+                    self.unlisted.add(execution["name"])
             return 200, operation, {}
         run_executions = re.fullmatch(r"/v2/(projects/[^/]+/locations/[^/]+/jobs/[^/]+)/executions", call.path)
         if run_executions and call.method == "GET":
@@ -391,7 +399,11 @@ class GoogleFakes:
             return _error(400, "INVALID_ARGUMENT", f"invalid pageToken or pageSize: {token!r}, {size}")
         start = int(token.removeprefix("from-")) if token else 0
         with self._lock:
-            mine = [(i, e) for i, e in enumerate(self.run_executions) if e["name"].startswith(job + "/executions/")]
+            mine = [
+                (i, e)
+                for i, e in enumerate(self.run_executions)
+                if e["name"].startswith(job + "/executions/") and e["name"] not in self.unlisted
+            ]
         newest_first = [e for _, e in sorted(mine, key=lambda p: (_instant(p[1]["createTime"]), p[0]), reverse=True)]
         page = newest_first[start : start + size]
         answer: dict[str, Any] = {"executions": page} if page else {}

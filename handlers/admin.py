@@ -62,7 +62,7 @@ from schedules.tallies import DELIVERIES_LISTED, deliveries_of_slot
 from service.errors import Invalid
 from service.hours import SLOT_BUDGET, UNREAD, JudgedJob, count_hours, in_status, judged_slots
 from service.runs import runs_of_token
-from service.slots import executions_between
+from service.slots import executions_between, external_of
 from service.window import Window, window_of
 
 blueprint = Blueprint("admin", __name__, url_prefix="/admin", template_folder="templates")
@@ -319,7 +319,11 @@ def run_page(run_id: str):
         review=review,
         review_entry=(record.steps or {}).get(review["step"]) if review else None,
         # Its decision reopens the run as a run of its slot does: a scheduled slot's run only.
-        may_settle=review is not None and slot is not None and may(Role.OPERATE),
+        # An external job's run is its own handler's, which reopens nothing (service.slots.check_slot_run).
+        may_settle=review is not None
+        and slot is not None
+        and external_of(state, record.job_id) is None
+        and may(Role.OPERATE),
         form_used=request.args.get("answer") in ("form_used", "form_running"),
         now=format_utc(now),
         zone=slot.job.time_zone if slot else None,

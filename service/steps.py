@@ -16,8 +16,9 @@ import json
 from typing import Any
 
 from dedup.json_depth import MAX_JSON_DEPTH, nesting_depth_exceeds
+from dedup.keys import is_run_id
 from dedup.outcomes import RunOutcome
-from dedup.steps import StepDecision, StepState, review_step
+from dedup.steps import StepDecision, StepState, result_problem, review_step
 from schedules.slots import slot_of_run
 from service.errors import Declined, Invalid, NotFound, RefusalKind
 from service.principal import Principal
@@ -49,6 +50,9 @@ class StepReview:
             raise Invalid(f"attempt must be the run's attempt number as shown (1 to {MAX_SEEN_ATTEMPT})")
         if state == StepState.RERUN and self.result is not None:
             raise Invalid("a step run again takes no result: it returns its own")
+        problem = result_problem(self.step, self.result) if state == StepState.DONE else None
+        if problem:
+            raise Invalid(problem)
         return StepDecision(self.step, state, seen, by, self.result)
 
 
@@ -78,7 +82,7 @@ def settle_step(
     attempt they saw: run now (the API's), or with ``queue`` queued (the dashboard's), or answered
     from its record when a reopen already started.  NotFound, Invalid or Declined (nothing
     written) when the run does not wait on it."""
-    record = state.ledger.lookup(run_id)
+    record = state.ledger.lookup(run_id) if is_run_id(run_id) else None
     if record is None:
         raise NotFound(f"no run {run_id} (or it has expired)")
     decision = review.parsed(principal.name)

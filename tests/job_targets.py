@@ -183,3 +183,29 @@ def stepped(context: RunContext) -> dict:
     charged = context.step("charge", call("charge"), semantic="at_most_once", on_unknown="review")
     context.step("notify", call("notify"))
     return {"reserved": reserved, "charged": charged}
+
+
+def file_steps(context: RunContext) -> dict:
+    """For live tests: three steps (reserve, charge at most once with review, notify), each
+    appending {step, key, attempt} to D/<run_id>.steps.  Body {"dir": D, "kill_in": STEP,
+    "pidfile": P}: attempt 1 writes its pid to P right after STEP's effect, then waits to be killed."""
+    options = context.body_json() or {}
+
+    def effect(step: str):
+        def call(key: str) -> dict:
+            path = os.path.join(options["dir"], f"{context.run_id}.steps")
+            with open(path, "a", encoding="utf-8") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+                handle.write(json.dumps({"step": step, "key": key, "attempt": context.attempt}) + "\n")
+            if options.get("kill_in") == step and context.attempt == 1:
+                with open(options["pidfile"], "w", encoding="utf-8") as handle:
+                    handle.write(f"{os.getpid()} {context.attempt}")
+                time.sleep(60)  # the test kills this worker here: after the effect, before its record
+            return {"step": step, "attempt": context.attempt}
+
+        return call
+
+    context.step("reserve", effect("reserve"))
+    context.step("charge", effect("charge"), semantic="at_most_once", on_unknown="review")
+    context.step("notify", effect("notify"))
+    return {"steps": 3}

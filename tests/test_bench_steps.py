@@ -4,6 +4,7 @@ per recorded step on the fenced path)."""
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 
@@ -26,6 +27,8 @@ def test_a_step_costs_one_round_trip_per_record_on_the_fenced_path(datastore, ca
 
 @pytest.mark.slow
 def test_the_bench_steps_command_prints_its_table(capsys):
+    before = dict(os.environ)
     assert steps.main(["--runs", "1"]) == 0
+    assert dict(os.environ) == before  # its emulator's address is not left to the next test
     table = capsys.readouterr().out
     assert "## Round trips a step adds" in table and "| fenced | 3 at_most_once steps |" in table

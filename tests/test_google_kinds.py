@@ -19,6 +19,7 @@ from dedup.runner import RunningAttempt
 from devtools.google_fakes import SERVICE_ACCOUNT, TOKEN
 from jobs.base import RunContext
 from jobs.kinds.google_api import DOUBT_SETTLE_SECONDS
+from models import RunRecord
 from tests.support.deliveries import T0, scheduler_headers
 
 WORKFLOW = "projects/acme-prod/locations/us-central1/workflows/nightly-etl"
@@ -312,24 +313,28 @@ def test_the_metadata_server_supplied_the_credentials(client, google):
 
 
 @pytest.mark.slow
-def test_a_takeover_finds_an_unrecorded_execution_by_its_label(client, google, clock):
-    # Attempt 1's executions.create succeeds downstream but its answer is slow; the
-    # lease runs out meanwhile and attempt 2 takes over before anything was recorded.
-    google.fail("/executions", status=200, delay=1.5)
+@pytest.mark.parametrize(
+    "job, path_part, created, named",
+    [("etl", "/executions", "executions", "execution"), ("release", ":run", "builds", "build")],
+)
+def test_a_takeover_finds_an_unrecorded_execution_by_its_label(client, google, clock, job, path_part, created, named):
+    # Attempt 1's create succeeds downstream but its answer is slow; the lease runs out
+    # meanwhile and attempt 2 takes over before anything was recorded but the create's start.
+    google.fail(path_part, status=200, delay=1.5)
     results = []
-    first = threading.Thread(target=lambda: results.append(deliver(client, "etl")))
+    first = threading.Thread(target=lambda: results.append(deliver(client, job)))
     first.start()
     for _ in range(100):
-        if google.executions:
+        if getattr(google, created):
             break
         threading.Event().wait(0.02)
     clock.advance(31)
-    takeover = deliver(client, "etl", status=200)
+    takeover = deliver(client, job, status=200)
     first.join(10)
     assert takeover.json["attempt"] == 2
-    assert takeover.json["result"] == {"execution": google.executions[0]["name"], "adopted": True}
+    assert takeover.json["result"] == {named: getattr(google, created)[0]["name"], "adopted": True}
     assert results[0].status_int == 409 and results[0].json["error"] == "StaleAttempt"
-    assert len(google.executions) == 1
+    assert len(getattr(google, created)) == 1 and len(google.api_calls("POST")) == 1
 
 
 def test_a_reused_expired_token_does_not_adopt_the_old_requests_execution(client, google, clock):
@@ -533,3 +538,34 @@ def test_builds_are_found_through_documented_filters_only(client, google):
     deliver(client, "release", status=200)  # found at once by the search after the lost answer
     lists = [c for c in google.api_calls("GET") if c.path.endswith("/builds")]
     assert lists and all(c.query["filter"] == 'trigger_id="uuid-release"' for c in lists)
+
+
+def test_a_create_not_listed_yet_is_waited_for_and_never_made_twice(client, google, clock, ndb_client):
+    # jobs.run starts the execution and answers 503, and the listing lags: the search after the
+    # lost answer, and a retry at once, find nothing.  Neither creates: the doubt is recorded in
+    # the run and searched again.  Once the listing shows it, the next retry adopts it.
+    google.hide_new = True
+    google.fail(":run", status=503, after_effect=True)
+    first = deliver(client, "reindex", status=500)
+    assert "create call in doubt, nothing found; recorded" in first.json["message"]
+    with ndb_client.context():
+        create = RunRecord.get_by_id(first.json["run_id"]).steps["create"]
+    assert create["state"] == "started" and create["doubt"] == "create call in doubt, nothing found"
+    assert create["doubt_at"] and create["attempt"] == 1
+    clock.advance(DOUBT_SETTLE_SECONDS / 2)
+    early = deliver(client, "reindex", status=500)
+    assert "in doubt since" in early.json["message"] and len(run_calls(google)) == 1
+    google.unlisted.clear()  # the listing caught up
+    adopted = deliver(client, "reindex", status=200)
+    assert adopted.json["attempt"] == 3 and adopted.json["result"]["adopted"] is True
+    assert len(run_calls(google)) == 1 and len(google.run_executions) == 1
+    record = client.get(f"/api/v1/runs/{adopted.json['run_id']}").json
+    assert [(s["name"], s["state"]) for s in record["steps"]] == [("create", "done")]
+
+
+def test_a_2xx_without_the_executions_name_is_in_doubt_and_searched(client, google):
+    # The execution started, but the 2xx names no operation: in doubt, so it is searched for and adopted.
+    google.fail(":run", status=200, after_effect=True)
+    adopted = deliver(client, "reindex", status=200)
+    assert adopted.json["result"] == {"execution": google.run_executions[0]["name"], "adopted": True}
+    assert len(run_calls(google)) == 1 and len(list_calls(google)) == 1

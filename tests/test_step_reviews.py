@@ -210,3 +210,16 @@ def test_a_manual_runs_step_is_not_reopened_here(site, clock):
     assert "only a scheduled slot's run" in refused.json["detail"]
     steps = site.get(f"/api/v1/runs/{run_id}", headers=OPERATOR).json["steps"]
     assert [s["state"] for s in steps] == ["done", "started"]  # nothing was written
+
+
+def test_a_decision_too_large_or_for_no_run_id_is_refused_before_anything_is_read(site, clock):
+    run_id = parked(site, clock)
+    url = f"/api/v1/runs/{run_id}/steps/charge"
+    huge = {"decision": "done", "attempt": 2, "result": "щ" * 20_000}  # 120,002 bytes of JSON as stored
+    assert "at most 65536 bytes" in site.post_json(url, huge, headers=OPERATOR, status=400).json["detail"]
+    form = {"decision": "done", "attempt": "2", "checked": "yes", "result": '"' + "щ" * 20_000 + '"'}
+    assert "at most" in site.post(f"/admin/runs/{run_id}/steps/charge", form, headers=OPERATOR, status=400).text
+    site.post_json(
+        f"/api/v1/runs/{'x' * 2000}/steps/charge", {"decision": "done", "attempt": 2}, headers=OPERATOR, status=404
+    )
+    assert site.get(f"/api/v1/runs/{run_id}", headers=OPERATOR).json["needs_review"]["step"] == "charge"

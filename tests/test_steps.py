@@ -21,7 +21,7 @@ from dedup.clock import ManualClock
 from dedup.errors import PermanentJobError
 from dedup.finished_cache import FinishedRuns
 from dedup.memory_store import MemoryStore
-from dedup.outcomes import Finished, Stale
+from dedup.outcomes import Finished, Renewed, Stale
 from dedup.run_record import RunStatus
 from dedup.steps import (
     MAX_STEP_RESULT_BYTES,
@@ -484,3 +484,78 @@ def test_the_simulator_command_reports_its_schedules(capsys):
     assert step_simulator.main(["--schedules", "60", "--seed", "3"]) == 0
     said = capsys.readouterr().out
     assert said.startswith("60 schedules, {") and said.rstrip().endswith(": 0 broken")
+
+
+# -- what an earlier attempt recorded, and whose it is -----------------------------------------
+
+
+def test_a_released_run_with_steps_is_never_skipped_over(memory_ledger):
+    """A late delivery's skip writes a skipped record, which would forget the steps: a run that
+    recorded a step is resumed instead, as one that started something downstream is."""
+    from dedup.claims import ClaimRequest
+    from dedup.outcomes import Claimed, Skipped
+    from devtools.step_simulator import DESCRIPTION, POLICY
+
+    ledger = memory_ledger
+    ledger.events = Events()
+    claimed = ledger.claim_run("resumed", DESCRIPTION, POLICY)
+    assert isinstance(ledger.record_step(claimed.attempt, "reserve", {"state": "done", "attempt": 1}), Renewed)
+    ledger.release_run(claimed.attempt, {"type": "Boom"})
+    late = ClaimRequest("resumed", DESCRIPTION, POLICY, skip_reason="later than max_delay_seconds")
+    outcome = ledger._claim_in_transaction(late, store=ledger.store())
+    assert isinstance(outcome, Claimed) and not isinstance(outcome, Skipped)
+    assert outcome.attempt.step_records["reserve"]["state"] == "done"
+
+
+def test_a_token_reused_with_other_parameters_starts_afresh(memory_ledger):
+    """Over a released run, a client token sent with other parameters is another request: it gets
+    neither the first request's steps nor what it started downstream."""
+    import dataclasses
+
+    from devtools.step_simulator import DESCRIPTION, POLICY
+
+    ledger = memory_ledger
+    ledger.events = Events()
+    first = dataclasses.replace(DESCRIPTION, fingerprint="parameters-a")
+    claimed = ledger.claim_run("token", first, POLICY)
+    ledger.record_step(claimed.attempt, "charge", {"state": "done", "attempt": 1, "result": "ch_a"})
+    ledger.record_downstream(claimed.attempt, "projects/p/executions/a")
+    ledger.release_run(claimed.attempt, {"type": "Boom"})
+    same = ledger.claim_run("token", first, POLICY)
+    assert same.attempt.step_records["charge"]["result"] == "ch_a" and same.attempt.downstream is not None
+    ledger.release_run(same.attempt, {"type": "Boom"})
+    other = ledger.claim_run("token", dataclasses.replace(DESCRIPTION, fingerprint="parameters-b"), POLICY)
+    assert other.attempt.step_records is None and other.attempt.downstream is None
+    assert other.record.steps is None
+
+
+def test_a_job_that_swallows_stale_attempt_calls_nothing_more(memory_ledger):
+    ledger, calls = memory_ledger, []
+    ledger.events = Events()
+
+    def job(context: RunContext):
+        for name in ("one", "two", "three"):
+            try:
+                context.step(name, lambda key, name=name: calls.append((context.attempt, name)))
+            except Exception:  # a careless job: it catches everything and goes on
+                pass
+            if name == "one" and context.attempt == 1:  # paused here; its lease runs out, attempt 2 runs
+                ledger.clock.advance(LEASE + 1)
+                deliver(ledger, ledger.clock, "swallowed", job)
+        return "done anyway"
+
+    outcome = deliver(ledger, ledger.clock, "swallowed", job)
+    assert isinstance(outcome, Stale)  # attempt 1 finished nothing
+    # Attempt 1 called "one", then lost the run: its "two" was refused at the write... and its
+    # "three" was never called at all.  Attempt 2 ran "two" and "three" once each.
+    assert calls.count((1, "three")) == 0
+    assert [c for c in calls if c[0] == 2] == [(2, "two"), (2, "three")]
+    record = ledger.lookup("swallowed")
+    assert record.status == RunStatus.COMPLETED and record.attempt == 2
+
+
+def test_a_steps_result_is_the_same_value_on_its_first_attempt_and_on_replay():
+    context = unheld_context()
+    first = context.step("shape", lambda key: {"pair": (1, 2), 3: "three"})
+    replayed = unheld_context({"shape": {"state": "done", "result": first}}).step("shape", lambda key: None)
+    assert first == replayed == {"pair": [1, 2], "3": "three"}

@@ -21,6 +21,7 @@ from jobs.base import JobKind, RunContext
 from jobs.declared import BaseUrl, OmittableText, check, field_problem, mapping_of
 from jobs.kinds.google_api import (
     Created,
+    CreateInDoubt,
     GoogleApi,
     GoogleApiDeclaration,
     create_once,
@@ -131,10 +132,13 @@ class CloudBuildTriggerJob(JobKind):
                 else operation.get("name")
             )
             if not build_name:
-                raise RuntimeError(f"triggers.run answered without a build or operation: {operation!r}")
+                raise CreateInDoubt(
+                    f"triggers.run answered 2xx (it may have started one) without a build or operation: {operation!r}"
+                )
             return Created(build_name, adopted=False, extra={"operation": operation.get("name")})
 
-        made = create_once(context, lambda: self._find_build(substitutions), create, search_first=True)
+        find = lambda: self._find_build(substitutions)  # noqa: E731 - one search, named for reading
+        made = create_once(context, find, create, search_first=True, call_seconds=self.api.timeout_seconds)
         return {"build": made.name, **made.extra, "adopted": made.adopted}
 
     def _find_build(self, substitutions: Mapping[str, str]) -> str | None:

@@ -23,7 +23,7 @@ from dedup.errors import PermanentJobError
 from dedup.keys import format_utc
 from jobs.base import JobKind, RunContext
 from jobs.declared import BaseUrl, check, mapping_of
-from jobs.kinds.google_api import Created, GoogleApi, GoogleApiDeclaration, create_once, resource_name
+from jobs.kinds.google_api import Created, CreateInDoubt, GoogleApi, GoogleApiDeclaration, create_once, resource_name
 
 DEFAULT_API_BASE = "https://run.googleapis.com"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -117,12 +117,20 @@ class CloudRunJob(JobKind):
             operation = self.api.call("POST", f"v2/{self.job}:run", body=body, creates=True)
             operation_name = operation.get("name")
             if not operation_name:
-                raise RuntimeError(f"jobs.run answered without an operation name: {operation!r}")
+                raise CreateInDoubt(
+                    f"jobs.run answered 2xx (so it may have started one) without an operation name: {operation!r}"
+                )
             execution = (operation.get("metadata") or {}).get("name") or operation_name
             return Created(execution, adopted=False, extra={"operation": operation_name})
 
         # On the first attempt nothing can exist yet: no list, unless its own create is in doubt.
-        made = create_once(context, lambda: self._find_execution(env), run_job, search_first=context.attempt > 1)
+        made = create_once(
+            context,
+            lambda: self._find_execution(env),
+            run_job,
+            search_first=context.attempt > 1,
+            call_seconds=self.api.timeout_seconds,
+        )
         return {"execution": made.name, **made.extra, "adopted": made.adopted}
 
     def _find_execution(self, env: Mapping[str, str]) -> str | None:

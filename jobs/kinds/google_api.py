@@ -25,6 +25,7 @@ from google.auth.transport.requests import AuthorizedSession
 from pydantic import Field, PlainValidator, model_validator
 
 from dedup.errors import PermanentJobError, RetryableJobError
+from dedup.keys import format_utc
 from dedup.steps import OnUnknown, Semantic, StepNotTaken, StepState
 from jobs.base import RunContext
 from jobs.declared import BaseUrl, JobDeclaration, OmittableSeconds, check, field_problem, non_empty
@@ -181,7 +182,11 @@ class Created:
 
 
 def create_once(
-    context: RunContext, find: Callable[[], str | None], create: Callable[[], Created], search_first: bool
+    context: RunContext,
+    find: Callable[[], str | None],
+    create: Callable[[], Created],
+    search_first: bool,
+    call_seconds: float = DEFAULT_TIMEOUT_SECONDS,
 ) -> Created:
     """The run's downstream resource, created at most once however its creates' answers are lost.
 
@@ -193,7 +198,9 @@ def create_once(
     (CreateInDoubt) is searched for at once; if nothing is found, the doubt stays recorded and the
     run is released ("create call in doubt, nothing found"), never assumed either way: the next
     attempt searches again, and creates anew only once DOUBT_SETTLE_SECONDS have passed since the
-    doubtful call with nothing found.
+    doubtful call with nothing found.  That time counts from when the doubt was recorded, else (an
+    attempt that died in its call) from the call's start plus ``call_seconds``, its timeout: the
+    API may act on a request until its caller gave up on it.
     """
     if context.downstream:
         return Created(context.downstream, adopted=True)
@@ -202,14 +209,16 @@ def create_once(
     if search_first or in_doubt:
         found = context.started_before(find)
         if found:
+            if in_doubt:  # the create that was in doubt did start it: say so in its record
+                context.steps().mark_done(CREATE_STEP, {"name": found, "adopted": True, "extra": {}})
             return Created(found, adopted=True)
     if in_doubt:
         assert earlier is not None
-        since = datetime.datetime.fromisoformat(str(earlier.get("started")))
+        since = _doubt_began(earlier, call_seconds)
         waited = (context.now() - since).total_seconds()
         if waited < DOUBT_SETTLE_SECONDS:
             raise CreateInDoubt(
-                f"the create of attempt {earlier.get('attempt')} is in doubt since {earlier.get('started')} and "
+                f"the create of attempt {earlier.get('attempt')} is in doubt since {format_utc(since)} and "
                 f"nothing carrying this run's mark is listed yet; searched again and retried (a new create "
                 f"only after {DOUBT_SETTLE_SECONDS:g}s with nothing found)"
             )
@@ -227,6 +236,7 @@ def create_once(
                     details=failed.details,
                 ) from None
             if not found:
+                context.steps().note(CREATE_STEP, doubt="create call in doubt, nothing found", doubt_at=_now(context))
                 raise CreateInDoubt(
                     f"create call in doubt, nothing found; recorded and retried: {doubt.message}", details=doubt.details
                 ) from None
@@ -238,6 +248,18 @@ def create_once(
 
     done = context.step(CREATE_STEP, call, semantic=Semantic.AT_MOST_ONCE, on_unknown=OnUnknown.RETRY)
     return Created(str(done["name"]), bool(done["adopted"]), dict(done.get("extra") or {}))
+
+
+def _now(context: RunContext) -> str:
+    return format_utc(context.now())
+
+
+def _doubt_began(entry: Mapping[str, Any], call_seconds: float) -> datetime.datetime:
+    """Since when a create step's outcome has been in doubt (see create_once)."""
+    if entry.get("doubt_at"):
+        return datetime.datetime.fromisoformat(str(entry["doubt_at"]))
+    started = datetime.datetime.fromisoformat(str(entry.get("started")))
+    return started + datetime.timedelta(seconds=call_seconds)
 
 
 class CreateInDoubt(RetryableJobError):

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from dedup.keys import format_utc
 from jobs.base import JobKind, RunContext
 from jobs.declared import BaseUrl, check
-from jobs.kinds.google_api import Created, GoogleApi, GoogleApiDeclaration, create_once, resource_name
+from jobs.kinds.google_api import Created, CreateInDoubt, GoogleApi, GoogleApiDeclaration, create_once, resource_name
 
 DEFAULT_API_BASE = "https://workflowexecutions.googleapis.com"
 LABEL_KEY = "idempotency_key"  # "-" would read as negation in a list filter
@@ -87,10 +87,13 @@ class WorkflowJob(JobKind):
             )
             name = execution.get("name")
             if not name:
-                raise RuntimeError(f"executions.create answered without a name: {execution!r}")
+                raise CreateInDoubt(
+                    f"executions.create answered 2xx (so it may have started one) without a name: {execution!r}"
+                )
             return Created(name, adopted=False, extra={"state": execution.get("state")})
 
-        made = create_once(context, lambda: self._find_execution(label, argument), create, search_first=True)
+        find = lambda: self._find_execution(label, argument)  # noqa: E731 - one search, named for reading
+        made = create_once(context, find, create, search_first=True, call_seconds=self.api.timeout_seconds)
         return {"execution": made.name, **made.extra, "adopted": made.adopted}
 
     def _find_execution(self, label: str, argument: dict[str, Any]) -> str | None:
