@@ -5,7 +5,10 @@ steps, through the real runner and ledger on the emulator, counted on the wire
 (devtools/rpc_counter.py).  Each step record is the run's fenced write: where the fence was
 verified at start-up, one update fenced on a version (``at_least_once`` records once, after the
 call; ``at_most_once`` twice, before and after); where it was not, a transaction that reads
-the record first.  The figure is (a run with steps - a run without) / steps, the median run.
+the record first.  A run's round trips are counted as the wire shows them (calls in flight
+together count once); a step's are its RPCs, (a run with steps - a run without) / steps, which
+on a loaded machine do not blur as two calls sent together and answered apart would: each step
+record is one call or one transaction, never beside another.  Medians of the runs.
 """
 
 from __future__ import annotations
@@ -40,20 +43,21 @@ def _job(case: tuple[str, str | None] | None) -> Any:
     return job
 
 
-def measure(emulator: Any, runs: int = 20) -> dict[str, dict[str, float]]:
-    """Per write path (``fenced``, ``transactional``): each case's median round trips per run."""
+def measure(emulator: Any, runs: int = 20) -> dict[str, dict[str, dict[str, float]]]:
+    """Per write path (``fenced``, ``transactional``) and case: the median run's round trips
+    (``trips``) and RPCs (``rpcs``)."""
     client, counter = counting_client(emulator.project, emulator.host)
     verified = fence_probe.verify(client)
     database = fence_check.database_of(client)
     unverified = fence_check.FenceCheck(fence_check.FenceMode.TRANSACTION, "bench: as if unverified", True)
-    figures: dict[str, dict[str, float]] = {}
+    figures: dict[str, dict[str, dict[str, float]]] = {}
     try:
         with client.context():
             ledger = Ledger(SystemClock())
             for path, check in (("fenced", verified), ("transactional", unverified)):
                 fence_check.record(database, check)
                 for label, case in CASES.items():
-                    job, trips = _job(case), []
+                    job, trips, rpcs = _job(case), [], []
                     for index in range(runs + 2):  # the first two warm the connection and the code
                         counter.wait_until_idle()
                         counter.reset()
@@ -65,17 +69,22 @@ def measure(emulator: Any, runs: int = 20) -> dict[str, dict[str, float]]:
                         counter.wait_until_idle()
                         if index >= 2:
                             trips.append(counter.sequential_round_trips())
-                    figures.setdefault(path, {})[label] = statistics.median(trips)
+                            rpcs.append(sum(counter.snapshot().values()))
+                    figures.setdefault(path, {})[label] = {
+                        "trips": statistics.median(trips),
+                        "rpcs": statistics.median(rpcs),
+                    }
     finally:
         fence_check.record(database, verified)
     return figures
 
 
-def per_step(figures: dict[str, float], label: str) -> float:
-    return (figures[label] - figures["no steps"]) / STEPS
+def per_step(figures: dict[str, dict[str, float]], label: str) -> float:
+    """The RPCs one step adds: each is a round trip of its own (see the module's docstring)."""
+    return (figures[label]["rpcs"] - figures["no steps"]["rpcs"]) / STEPS
 
 
-def section(figures: dict[str, dict[str, float]], runs: int) -> str:
+def section(figures: dict[str, dict[str, dict[str, float]]], runs: int) -> str:
     lines = [
         "\n## Round trips a step adds\n",
         f"A python job's run through the runner and the ledger (bench/steps.py), median of {runs} runs; "
@@ -86,7 +95,7 @@ def section(figures: dict[str, dict[str, float]], runs: int) -> str:
     for path, cases in figures.items():
         for label in CASES:
             added = "-" if label == "no steps" else f"{per_step(cases, label):g}"
-            lines.append(f"| {path} | {label} | {cases[label]:g} | {added} |")
+            lines.append(f"| {path} | {label} | {cases[label]['trips']:g} | {added} |")
     return "\n".join(lines) + "\n"
 
 
@@ -101,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, choices=range(1, 201), metavar="N", help="runs per case")
     args = parser.parse_args(argv)
-    logging.getLogger("dedup").setLevel(logging.ERROR)
+    quiet = logging.getLogger("dedup")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
     saved = dict(os.environ)
     try:
         with DatastoreEmulator(project="dedup-bench") as emulator:
@@ -110,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+        quiet.setLevel(level)  # the caller's logging as it was
     return 0
 
 
