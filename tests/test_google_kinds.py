@@ -16,6 +16,7 @@ import pytest
 from dedup.keys import ScheduledRunKey, parse_schedule_time
 from dedup.ledger import RunDescription
 from dedup.runner import RunningAttempt
+from dedup.steps import StepDecision, StepState
 from devtools.google_fakes import SERVICE_ACCOUNT, TOKEN
 from jobs.base import RunContext
 from jobs.kinds.google_api import DOUBT_SETTLE_SECONDS
@@ -224,9 +225,8 @@ def test_retryable_api_errors_release_the_run(client, google, clock, status, api
     failed = deliver(client, "reindex", status=500)
     assert failed.json["cause"]["details"] == {"http_status": status, "status": api_status, "message": "try later"}
     assert failed.json["cause"]["type"] == "CreateInDoubt"  # a 5xx after sending may have started it
-    clock.advance(DOUBT_SETTLE_SECONDS)  # nothing listed since: the retry creates it
-    assert deliver(client, "reindex", status=200).json["duplicate"] is False
-    assert len(google.run_operations) == 1
+    again = deliver(client, "reindex", status=500)  # searched again; nothing is created on a guess
+    assert again.json["attempt"] == 2 and len(run_calls(google)) == 1
 
 
 @pytest.mark.parametrize(
@@ -399,9 +399,12 @@ def test_a_lost_cloud_run_answer_is_found_by_its_env_and_adopted(
     assert len(run_calls(google)) == 1 and len(google.run_executions) == 1
 
 
-def test_a_cloud_run_refusal_is_searched_released_and_created_once_by_the_retry(client, google, clock):
+def test_a_cloud_run_refusal_is_searched_then_a_person_decides_and_a_rerun_creates_once(
+    client, google, clock, ndb_client
+):
     # A 503 that started nothing: in doubt all the same, so the attempt searches, finds
-    # nothing and releases the run; the next attempt searches first, then creates one.
+    # nothing and releases the run; retries search again; a minute on, still nothing listed,
+    # the run stops for a person, who runs the create again: one execution.
     google.fail(":run", status=503)
     failed = deliver(client, "reindex", status=500)
     assert "create call in doubt, nothing found; recorded and retried" in failed.json["message"]
@@ -414,14 +417,44 @@ def test_a_cloud_run_refusal_is_searched_released_and_created_once_by_the_retry(
     record = client.get(f"/api/v1/runs/{early.json['run_id']}").json
     assert [(s["name"], s["state"], s["attempt"]) for s in record["steps"]] == [("create", "started", 1)]
     clock.advance(DOUBT_SETTLE_SECONDS)
-    retried = deliver(client, "reindex", status=200)
-    assert retried.json["attempt"] == 3 and retried.json["result"]["adopted"] is False
-    assert len(list_calls(google)) == 3  # attempt 3 looked first
+    asked = deliver(client, "reindex", status=422)  # nothing listed a minute on: never assumed
+    assert asked.json["attempt"] == 3 and asked.json["error"]["type"] == "NeedsReview"
+    assert asked.json["error"]["details"] == {"step": "create", "attempt": 1, "key": f"{asked.json['run_id']}:create"}
+    assert len(run_calls(google)) == 1 and google.run_executions == []
+    retried = settle_and_reopen(client, ndb_client, "reindex", StepState.RERUN)
+    assert retried.record.status == "completed" and retried.record.result["adopted"] is False
     [execution] = google.run_executions
-    assert retried.json["downstream"] == execution["name"]
+    assert retried.record.downstream == execution["name"]
     assert len(run_calls(google)) == 2
     [override] = run_calls(google)[-1].body["overrides"]["containerOverrides"]
-    assert {e["name"]: e["value"] for e in override["env"]}["RUN_ATTEMPT"] == "3"
+    assert {e["name"]: e["value"] for e in override["env"]}["RUN_ATTEMPT"] == "4"
+
+
+def test_a_create_a_person_marks_done_is_not_made_again(client, google, clock, ndb_client):
+    google.fail(":run", status=503)
+    deliver(client, "reindex", status=500)
+    clock.advance(DOUBT_SETTLE_SECONDS)
+    deliver(client, "reindex", status=422)
+    found = f"{RUN_JOB}/executions/found-by-hand"
+    done = settle_and_reopen(client, ndb_client, "reindex", StepState.DONE, {"name": found})
+    assert done.record.status == "completed" and done.record.result == {"execution": found, "adopted": True}
+    assert len(run_calls(google)) == 1
+
+
+def settle_and_reopen(client, ndb_client, job: str, decision, result=None):
+    """An operator's decision on the run's create step, then its reopen at the attempt seen (what
+    the run page's form does for a declared slot: service.steps.settle_step)."""
+    from service.principal import Principal
+    from service.runs import run_scheduled
+
+    state = client.app.extensions["dedup"]
+    run_id = run_id_for(job)
+    key = ScheduledRunKey("acme-prod", "us-central1", f"{job}-schedule", parse_schedule_time(T0))
+    with ndb_client.context():
+        seen = state.ledger.lookup(run_id).attempt
+        settled = state.ledger.settle_step(run_id, StepDecision("create", decision, seen, "user:ops@x.test", result))
+        assert not isinstance(settled, str), settled
+        return run_scheduled(state, Principal("user:ops@x.test"), job, state.jobs[job], key, b"", reopen_attempt=seen)
 
 
 @pytest.mark.slow
@@ -459,12 +492,10 @@ def test_an_execution_not_carrying_all_of_the_runs_env_is_not_adopted(client, go
     put_run_execution(google, "not-ours", "2025-10-17T23:49:00Z", reindex_env(**other))
     google.fail(":run", status=503)
     deliver(client, "reindex", status=500)
-    clock.advance(DOUBT_SETTLE_SECONDS)
-    retried = deliver(client, "reindex", status=200)
-    assert retried.json["attempt"] == 2 and retried.json["result"]["adopted"] is False
+    retried = deliver(client, "reindex", status=500)  # adopting it would have answered 200
+    assert retried.json["attempt"] == 2 and "in doubt since" in retried.json["message"]
     assert len(list_calls(google)) == 2
-    assert len(google.run_executions) == 2
-    assert retried.json["downstream"] == google.run_executions[1]["name"] != google.run_executions[0]["name"]
+    assert len(google.run_executions) == 1 and len(run_calls(google)) == 1
 
 
 def test_the_search_reads_a_second_page_and_adopts_the_oldest_match(client, google, clock):
@@ -504,11 +535,12 @@ def test_a_reused_expired_token_does_not_adopt_the_old_requests_cloud_run_execut
     client.post_json("/api/v1/jobs/reindex/runs", {"clientToken": "t1", "parameters": {"SHARD": 2}}, status=500)
     clock.advance(DOUBT_SETTLE_SECONDS)
     second = client.post_json(
-        "/api/v1/jobs/reindex/runs", {"clientToken": "t1", "parameters": {"SHARD": 2}}, status=201
+        "/api/v1/jobs/reindex/runs", {"clientToken": "t1", "parameters": {"SHARD": 2}}, status=422
     )
-    assert second.json["attempt"] == 3 and second.json["result"]["adopted"] is False
-    # attempt 2 listed before its jobs.run and after it, attempt 3 before its own
-    assert len(google.run_executions) == 2 and len(list_calls(google)) == 3
+    assert second.json["attempt"] == 3 and second.json["error"]["type"] == "NeedsReview"  # not the old one
+    # attempt 2 listed before its jobs.run and after it, attempt 3 before asking a person: none
+    # adopted the old request's execution, and nothing more was created
+    assert len(google.run_executions) == 1 and len(list_calls(google)) == 3
 
 
 def test_cloud_run_executions_list_takes_no_filter(google):

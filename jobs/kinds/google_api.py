@@ -26,7 +26,7 @@ from pydantic import Field, PlainValidator, model_validator
 
 from dedup.errors import PermanentJobError, RetryableJobError
 from dedup.keys import format_utc
-from dedup.steps import OnUnknown, Semantic, StepNotTaken, StepState
+from dedup.steps import NeedsReview, OnUnknown, Semantic, StepNotTaken, StepState, step_key
 from jobs.base import RunContext
 from jobs.declared import BaseUrl, JobDeclaration, OmittableSeconds, check, field_problem, non_empty
 from jobs.trace_headers import outgoing_trace_headers
@@ -165,9 +165,9 @@ class GoogleApi:
 # The create of a job kind's downstream resource, as a step of its run (dedup.steps): "started" is
 # recorded before the call, so a later attempt knows an earlier one may have created something.
 CREATE_STEP = "create"
-# How long after a create in doubt the target's listing is taken as the truth: until then, an
-# attempt that finds nothing searches again later instead of creating (what the create started
-# may not be listed yet); after it, nothing found means nothing was created.
+# How long after a create in doubt attempts keep searching for what it may have started (it may
+# not be listed yet) before the run stops for a person: nothing listed is never taken to mean
+# nothing was created.
 DOUBT_SETTLE_SECONDS = 60.0
 
 
@@ -197,10 +197,11 @@ def create_once(
     adopts what it finds.  A create whose answer leaves open whether it started anything
     (CreateInDoubt) is searched for at once; if nothing is found, the doubt stays recorded and the
     run is released ("create call in doubt, nothing found"), never assumed either way: the next
-    attempt searches again, and creates anew only once DOUBT_SETTLE_SECONDS have passed since the
-    doubtful call with nothing found.  That time counts from when the doubt was recorded, else (an
-    attempt that died in its call) from the call's start plus ``call_seconds``, its timeout: the
-    API may act on a request until its caller gave up on it.
+    attempt searches again.  Still nothing DOUBT_SETTLE_SECONDS after the doubt, the run stops as
+    NeedsReview on its ``create`` step, for a person who looks by the run's key and marks it done
+    (``{"name": ...}``) or runs it again.  That time counts from when the doubt was recorded, else
+    (an attempt that died in its call) from the call's start plus ``call_seconds``, its timeout:
+    the API may act on a request until its caller gave up on it.
     """
     if context.downstream:
         return Created(context.downstream, adopted=True)
@@ -219,9 +220,20 @@ def create_once(
         if waited < DOUBT_SETTLE_SECONDS:
             raise CreateInDoubt(
                 f"the create of attempt {earlier.get('attempt')} is in doubt since {format_utc(since)} and "
-                f"nothing carrying this run's mark is listed yet; searched again and retried (a new create "
-                f"only after {DOUBT_SETTLE_SECONDS:g}s with nothing found)"
+                f"nothing carrying this run's mark is listed yet; searched again and retried (a person is "
+                f"asked after {DOUBT_SETTLE_SECONDS:g}s with nothing found)"
             )
+        raise NeedsReview(
+            f"the create of attempt {earlier.get('attempt')} is in doubt since {format_utc(since)}, and "
+            f"{DOUBT_SETTLE_SECONDS:g}s on nothing carrying this run's mark is listed: it may have started "
+            f"something or not, and neither is assumed. Look for it by the run's key, {context.run_id}; then "
+            'mark the step done (with {"name": <what it started>}) or run it again',
+            details={
+                "step": CREATE_STEP,
+                "attempt": int(earlier.get("attempt") or 0),
+                "key": step_key(context.run_id, CREATE_STEP),
+            },
+        )
 
     def call(key: str) -> dict[str, Any]:
         try:
@@ -247,7 +259,14 @@ def create_once(
         return {"name": made.name, "adopted": made.adopted, "extra": made.extra}
 
     done = context.step(CREATE_STEP, call, semantic=Semantic.AT_MOST_ONCE, on_unknown=OnUnknown.RETRY)
-    return Created(str(done["name"]), bool(done["adopted"]), dict(done.get("extra") or {}))
+    if not isinstance(done, dict):  # marked done by a person, with a result of their own
+        done = {}
+    name = done.get("name")
+    return Created(
+        name if isinstance(name, str) and name else "(marked done by a person, without its name)",
+        bool(done.get("adopted", True)),
+        dict(done["extra"]) if isinstance(done.get("extra"), dict) else {},
+    )
 
 
 def _now(context: RunContext) -> str:
