@@ -196,7 +196,8 @@ def test_gcloud_uploads_the_app_and_nothing_else(tmp_path):
     jobs, schedule = deployed(tmp_path)
     code = (
         "import sys, main\n"
-        "print('\\n'.join(sorted(m.__file__ for m in list(sys.modules.values()) if getattr(m, '__file__', None))))"
+        "files = [m.__file__ for m in list(sys.modules.values()) if getattr(m, '__file__', None)]\n"
+        "print('\\n'.join('imported ' + f for f in files))"
     )
     started = subprocess.run(
         [sys.executable, "-P", "-c", code],
@@ -218,7 +219,10 @@ def test_gcloud_uploads_the_app_and_nothing_else(tmp_path):
         timeout=120,
     )
     assert started.returncode == 0, started.stderr
-    ours = [path for path in started.stdout.split() if not path.startswith(sys.base_prefix + os.sep)]
+    # Each path on a line of its own, marked: the app's background start-up (the fence probe) logs to
+    # stdout too, and may do so before the paths are printed.
+    printed = [line.removeprefix("imported ") for line in started.stdout.splitlines() if line.startswith("imported ")]
+    ours = [path for path in printed if not path.startswith(sys.base_prefix + os.sep)]
     ours = [path for path in ours if "site-packages" not in path]
     assert ours and [path for path in ours if not path.startswith(str(upload))] == []
 
